@@ -1,0 +1,1 @@
+"""bprop_registry."""

@@ -1,0 +1,215 @@
+"""Codegen: FuncGraph -> readable Python source.
+
+One `def` per graph: a graph with a lexical parent is a nested `def` inside
+its parent's function, placed just before the first statement that uses it
+(Python closures then see the parent's variables by name); top-level graphs
+referenced as constants become module-level functions. Each `Apply` is one
+assignment `name = <expression>` where the expression comes from the
+primitive's `emit` (or is a call of a function value). Values no output or
+effect needs are not emitted. A `# line N: <source>` comment precedes the
+statements of each user source line. Every statement is built as an `ast`
+node and printed with `ast.unparse`, so the output is valid, formatted and
+byte-identical for the same graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform import runtime as rt
+from k_transform.codegen.naming import Namer, sanitize
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ir.primitive import Primitive
+
+_STANDARD_GLOBALS = {"_rt": rt, "jax": jax, "jnp": jnp, "np": np, "math": math}
+
+
+class ModuleEmitter:
+    """Emits a set of graphs into one module; `ref` names global values."""
+
+    def __init__(self, comments: bool = True):
+        self.globals: dict[str, object] = dict(_STANDARD_GLOBALS)
+        self.by_id: dict[int, str] = {id(v): k for k, v in _STANDARD_GLOBALS.items()}
+        self.module_names = Namer(self.globals)
+        self.graph_names: dict[int, str] = {}
+        self.pending: list[FuncGraph] = []
+        self.emitted: set[int] = set()
+        self.comments = comments
+        self._effects: dict[int, bool] = {}
+
+    # -- globals ------------------------------------------------------------------
+    def ref(self, value, hint: str = "") -> str:
+        """A global name bound to `value` in the generated module."""
+        if id(value) in self.by_id:
+            return self.by_id[id(value)]
+        if hint and "." in hint:
+            root, rest = hint.split(".", 1)
+            if root in self.globals and _resolves(self.globals[root], rest, value):
+                return hint
+        name = self.module_names.fresh(hint or getattr(value, "__name__", "") or "c")
+        self.globals[name] = value
+        self.by_id[id(value)] = name
+        return name
+
+    def graph_name(self, graph: FuncGraph, namer: Namer) -> str:
+        if graph.uid not in self.graph_names:
+            self.graph_names[graph.uid] = namer.fresh(graph.name)
+        return self.graph_names[graph.uid]
+
+    # -- module ----------------------------------------------------------------------
+    def emit_module(self, root: FuncGraph) -> tuple[str, str]:
+        """Source of `root` and every top-level graph it reaches; its name."""
+        name = self.graph_name(root, self.module_names)
+        self.pending.append(root)
+        chunks = []
+        while self.pending:
+            graph = self.pending.pop(0)
+            if graph.uid in self.emitted:
+                continue
+            self.emitted.add(graph.uid)
+            namer = Namer(outer=self.module_names)
+            chunks.append("\n".join(self.emit_graph(graph, namer, {}, 0)))
+        return "\n\n\n".join(chunks) + "\n", name
+
+    # -- one graph --------------------------------------------------------------------
+    def emit_graph(self, graph: FuncGraph, namer: Namer, names: dict, depth: int) -> list[str]:
+        """The `def` of `graph`; `names` maps nodes of enclosing graphs too."""
+        fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
+        params = [self._name_node(p, namer, names) for p in graph.parameters]
+        pad = "    " * depth
+        lines = [pad + f"def {fname}({', '.join(params)}):"]
+        body_pad = pad + "    "
+        live = self.live_nodes(graph)
+        defined_children: set[int] = set()
+        last_line = None
+        for node in graph.nodes:
+            if id(node) not in live:
+                continue
+            for child in _graph_inputs(node):
+                if child.parent is graph and child.uid not in defined_children:
+                    defined_children.add(child.uid)
+                    lines += self.emit_graph(child, namer, names, depth + 1)
+            if self.comments and node.debug.line and node.debug.line != last_line:
+                last_line = node.debug.line
+                src = node.debug.source_line.strip()
+                lines.append(body_pad + f"# line {node.debug.line}: {src}".rstrip())
+            target = self._name_node(node, namer, names)
+            expr = self.expression(node, names, namer)
+            lines.append(body_pad + _statement(f"{target} = {expr}"))
+        out = graph.output
+        if isinstance(out, Constant) and isinstance(out.value, FuncGraph):
+            child = out.value
+            if child.parent is graph and child.uid not in defined_children:
+                lines += self.emit_graph(child, namer, names, depth + 1)
+        lines.append(body_pad + _statement(f"return {self.atom(out, names, namer)}"))
+        return lines
+
+    def _name_node(self, node: Node, namer: Namer, names: dict[int, str]) -> str:
+        if id(node) not in names:
+            base = node.name if isinstance(node, Parameter) else node.debug.name
+            names[id(node)] = namer.fresh(base) if base else namer.temp()
+        return names[id(node)]
+
+    def expression(self, node: Apply, names, namer) -> str:
+        args = [self.atom(a, names, namer) for a in node.args]
+        fn = node.fn
+        if isinstance(fn, Constant) and isinstance(fn.value, Primitive):
+            return fn.value.emit(self, args)
+        return f"{self.atom(fn, names, namer)}({', '.join(args)})"
+
+    def atom(self, node: Node, names, namer) -> str:
+        """A name or literal for `node`'s value."""
+        if node is None:
+            return "None"
+        if not isinstance(node, Constant):
+            return names[id(node)]
+        value = node.value
+        if isinstance(value, FuncGraph):
+            if value.parent is None:
+                self.pending.append(value)
+                return self.graph_name(value, self.module_names)
+            return self.graph_name(value, namer)
+        literal = _literal(value)
+        if literal is not None:
+            return literal
+        return self.ref(value, node.hint)
+
+    # -- liveness ------------------------------------------------------------------------
+    def live_nodes(self, graph: FuncGraph) -> set[int]:
+        """Apply nodes of `graph` that the output or an effect needs."""
+        live: set[int] = set()
+        todo: list[Node] = [graph.output] + [n for n in graph.nodes if self.has_effect(n)]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in live:
+                continue
+            if isinstance(node, Constant):
+                if isinstance(node.value, FuncGraph) and node.value.parent is graph:
+                    live.add(id(node))
+                    todo += [v for v in node.value.free_variables() if v.graph is graph]
+                continue
+            if node.graph is not graph or not isinstance(node, Apply):
+                continue
+            live.add(id(node))
+            todo += node.inputs
+        return live
+
+    def has_effect(self, node: Apply) -> bool:
+        fn = node.fn
+        if not isinstance(fn, Constant):
+            return True  # calling an unknown function value
+        if isinstance(fn.value, Primitive) and fn.value.effectful:
+            return True
+        return any(self.graph_has_effect(g) for g in _graph_inputs(node))
+
+    def graph_has_effect(self, graph: FuncGraph) -> bool:
+        if graph.uid not in self._effects:
+            self._effects[graph.uid] = False  # recursion: assume none
+            self._effects[graph.uid] = any(self.has_effect(n) for n in graph.nodes)
+        return self._effects[graph.uid]
+
+
+def _graph_inputs(node: Apply) -> list[FuncGraph]:
+    """FuncGraphs the node calls or passes (branches, loop bodies, closures)."""
+    return [a.value for a in node.inputs if isinstance(a, Constant) and isinstance(a.value, FuncGraph)]
+
+
+def _statement(text: str) -> str:
+    """Normalise one statement through `ast` (validates and formats it)."""
+    return ast.unparse(ast.parse(text))
+
+
+def _literal(value) -> str | None:
+    """Python source for simple constants, else None."""
+    if value is None or value is Ellipsis or isinstance(value, (bool, str)):
+        return "..." if value is Ellipsis else repr(value)
+    if isinstance(value, int):
+        return repr(value) if value >= 0 else f"({value!r})"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return f"float({str(value)!r})"
+        return repr(value) if value >= 0 or math.copysign(1, value) > 0 else f"({value!r})"
+    if isinstance(value, tuple):
+        items = [_literal(v) for v in value]
+        if any(i is None for i in items):
+            return None
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(value, slice):
+        parts = [_literal(p) for p in (value.start, value.stop, value.step)]
+        return None if None in parts else f"slice({', '.join(parts)})"
+    return None
+
+
+def _resolves(root, path: str, value) -> bool:
+    obj = root
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+    return obj is value
+
+
+__all__ = ["ModuleEmitter", "sanitize"]

@@ -1,0 +1,64 @@
+"""Deterministic names for generated code.
+
+User names are kept; a clash gets a numeric suffix (`x`, `x_1`, `x_2`);
+unnamed intermediate values are numbered temporaries (`_t1`, `_t2`); graphs
+made by a transform are `<fn>_fprop` / `<fn>_bprop`; sensitivities are
+`d_<name>`. The same input always gives the same names.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+
+_IDENT = re.compile(r"[^0-9a-zA-Z_]")
+
+
+def sanitize(name: str) -> str:
+    name = _IDENT.sub("_", name.replace("<lambda>", "lambda").replace(".", "_"))
+    if not name or name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+class Namer:
+    """Hands out unique identifiers in one scope.
+
+    A function's namer has the module's namer as `outer`: local names avoid
+    the module's globals, and globals made later avoid every local name.
+    """
+
+    def __init__(self, reserved=(), outer: Namer | None = None):
+        self.taken: set[str] = set(reserved)
+        self.outer = outer
+        self.locals_seen: set[str] = set()  # names issued by inner namers
+        self.temps = 0
+
+    def _is_free(self, name: str) -> bool:
+        return name not in self.taken and (self.outer is None or name not in self.outer.taken)
+
+    def _take(self, name: str) -> str:
+        self.taken.add(name)
+        if self.outer is not None:
+            self.outer.locals_seen.add(name)
+        return name
+
+    def fresh(self, base: str) -> str:
+        base = sanitize(base) if base else ""
+        if not base:
+            return self.temp()
+        name, k = base, 0
+        while not self._is_free(name) or name in self.locals_seen:
+            k += 1
+            name = f"{base}_{k}"
+        return self._take(name)
+
+    def temp(self) -> str:
+        while True:
+            self.temps += 1
+            name = f"_t{self.temps}"
+            if self._is_free(name):
+                return self._take(name)
+

@@ -1,0 +1,104 @@
+"""Control primitives: how `if`, `while` and `for` appear in the IR.
+
+Branches, conditions and loop bodies are closed FuncGraph constants (every
+value they read arrives as an argument):
+
+    switch(cond, true_graph, false_graph, *args)
+        -> true_graph(*args) if cond else false_graph(*args)
+    while_loop[n_carry](cond_graph, body_graph, *carry, *invariants)
+        cond_graph(*carry, *inv) -> bool; body_graph(*carry, *inv) -> carry tuple
+    for_range[n_carry](start, stop, step, body_graph, *carry, *invariants)
+        body_graph(i, *carry, *inv) -> carry tuple
+    for_each[n_carry](sequence, body_graph, *carry, *invariants)
+        body_graph(item, *carry, *inv) -> carry tuple
+
+Loops return the final carry tuple. `break`, `continue` and early `return`
+are lowered before this point (`k_transform.ir.desugar`). At run time each
+primitive picks Python control flow for concrete conditions and `lax.cond`,
+`lax.while_loop` or `lax.scan` for traced ones (`k_transform.runtime`).
+`where` ("file:line") names the statement in run-time errors.
+"""
+
+from __future__ import annotations
+
+from k_transform import runtime as rt
+from k_transform.ir.primitive import Primitive
+
+
+class ControlPrimitive(Primitive):
+    """A primitive whose inputs include FuncGraphs; `graph_slots` says where."""
+
+    graph_slots: tuple[int, ...] = ()
+
+    def graph_arity(self, slot: int, n_args: int) -> int:
+        """How many parameters the graph at `slot` takes, given `n_args` inputs."""
+        raise NotImplementedError
+
+    def _emit_call(self, e, fn: str, parts: list[str]) -> str:
+        if self.where:
+            parts = [*parts, f"where={self.where!r}"]
+        return f"{e.ref(rt, '_rt')}.{fn}({', '.join(parts)})"
+
+
+class Switch(ControlPrimitive):
+    graph_slots = (1, 2)
+
+    def __init__(self, where: str = ""):
+        super().__init__("switch", where=where)
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 3
+
+    def impl(self, cond, true_fn, false_fn, *args):
+        return rt.switch(cond, true_fn, false_fn, *args, where=self.where)
+
+    def emit(self, e, args):
+        return self._emit_call(e, "switch", args)
+
+
+class WhileLoop(ControlPrimitive):
+    graph_slots = (0, 1)
+
+    def __init__(self, n_carry: int, where: str = ""):
+        super().__init__("while_loop", n_carry=n_carry, where=where)
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 2
+
+    def impl(self, cond_fn, body_fn, *values):
+        return rt.while_loop(cond_fn, body_fn, self.n_carry, *values, where=self.where)
+
+    def emit(self, e, args):
+        return self._emit_call(e, "while_loop", [*args[:2], str(self.n_carry), *args[2:]])
+
+
+class ForRange(ControlPrimitive):
+    graph_slots = (3,)
+
+    def __init__(self, n_carry: int, where: str = ""):
+        super().__init__("for_range", n_carry=n_carry, where=where)
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 4 + 1
+
+    def impl(self, start, stop, step, body_fn, *values):
+        return rt.for_range(start, stop, step, body_fn, self.n_carry, *values, where=self.where)
+
+    def emit(self, e, args):
+        return self._emit_call(e, "for_range", [*args[:4], str(self.n_carry), *args[4:]])
+
+
+class ForEach(ControlPrimitive):
+    graph_slots = (1,)
+
+    def __init__(self, n_carry: int, where: str = ""):
+        super().__init__("for_each", n_carry=n_carry, where=where)
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 2 + 1
+
+    def impl(self, seq, body_fn, *values):
+        return rt.for_each(seq, body_fn, self.n_carry, *values, where=self.where)
+
+    def emit(self, e, args):
+        return self._emit_call(e, "for_each", [*args[:2], str(self.n_carry), *args[2:]])

@@ -1,0 +1,292 @@
+"""Lowering of jumps (`break`, `continue`, `return`) before IR construction.
+
+After `lower_jumps(fdef)` a function body has only structured control flow:
+
+- Every path of the function ends in `return` (an implicit `return None` is
+  made explicit). An `if` whose branch returns receives the statements that
+  followed it in its other branch (the continuation), so each `if` either
+  contains no `return` or returns on every path: a *tail if*.
+- `continue` ends its loop body: the rest of the body moves into the
+  non-continuing branch of the `if` around it.
+- `break` sets a flag `_kt_breakN = True`; the loop test becomes
+  `not _kt_breakN and test`. A `for` with a `break` becomes a `while` over an
+  index, so a broken loop stops iterating.
+- `return v` inside a loop sets `_kt_ret = v`, `_kt_has_ret = True` and breaks;
+  after the loop `if _kt_has_ret: return _kt_ret` continues the lowering.
+
+The parser resolves names starting with `_kt_` that are not assigned to the
+helpers in `SPECIAL_NAMES`.
+
+Helpers at the end (`assigned_names`, `loaded_names`, `exposed_names`) are the
+liveness facts the parser uses to choose the outputs of branches and the
+carried variables of loops.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import gast
+
+SPECIAL_NAMES = ("_kt_len", "_kt_undefined", "_kt_range_cond")
+
+
+def _name(id_: str, ctx=None) -> gast.Name:
+    return gast.Name(id=id_, ctx=ctx or gast.Load(), annotation=None, type_comment=None)
+
+
+def _assign(target: str, value: gast.expr, at: gast.AST) -> gast.Assign:
+    node = gast.Assign(targets=[_name(target, gast.Store())], value=value, type_comment=None)
+    return gast.copy_location(node, at)
+
+
+def _const(value) -> gast.Constant:
+    return gast.Constant(value=value, kind=None)
+
+
+def _call(fn: str, *args: gast.expr) -> gast.Call:
+    return gast.Call(func=_name(fn), args=list(args), keywords=[])
+
+
+class _Loop:
+    def __init__(self, brk: str | None):
+        self.brk = brk
+
+
+class JumpLowering:
+    """Rewrites one function body; see the module docstring."""
+
+    def __init__(self, error):
+        self.error = error  # (construct, node) -> KTransformError
+        self.counter = 0
+        self.uses_return_flag = False
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"_kt_{stem}{self.counter}"
+
+    def lower_function(self, fdef) -> None:
+        body = list(fdef.body)
+        if not body or not _always_returns(body):
+            body.append(gast.copy_location(gast.Return(value=None), body[-1] if body else fdef))
+        body = self.lower_block(body, None)
+        if self.uses_return_flag:
+            init = [
+                _assign("_kt_has_ret", _const(False), fdef),
+                _assign("_kt_ret", _name("_kt_undefined"), fdef),
+            ]
+            body = init + body
+        fdef.body = body
+
+    def lower_block(self, stmts: list, loop: _Loop | None) -> list:
+        out: list = []
+        todo = list(stmts)
+        while todo:
+            s, rest = todo[0], todo[1:]
+            if isinstance(s, gast.Break):
+                out.append(_assign(loop.brk, _const(True), s))
+                return out
+            if isinstance(s, gast.Continue):
+                return out
+            if isinstance(s, gast.Return):
+                if loop is not None:
+                    return out + self._return_in_loop(s, loop)
+                return out + [s]
+            if isinstance(s, gast.If) and _has_jump(s, loop is not None):
+                s.body = self.lower_block(s.body + copy.deepcopy(rest), loop)
+                s.orelse = self.lower_block(s.orelse + copy.deepcopy(rest), loop)
+                return out + [s]
+            if isinstance(s, (gast.While, gast.For)):
+                lowered = self.lower_loop(s)
+                if _is_ret_check(lowered[-1]):
+                    # `if _kt_has_ret: return _kt_ret` is lowered like user code.
+                    out.extend(lowered[:-1])
+                    todo = [lowered[-1], *rest]
+                    continue
+                out.extend(lowered)
+            else:
+                out.append(s)
+            todo = rest
+        return out
+
+    def _return_in_loop(self, s: gast.Return, loop: _Loop) -> list:
+        self.uses_return_flag = True
+        value = s.value if s.value is not None else _const(None)
+        stmts = []
+        if not (isinstance(value, gast.Name) and value.id == "_kt_ret"):
+            stmts.append(_assign("_kt_ret", value, s))
+        stmts.append(_assign("_kt_has_ret", _const(True), s))
+        stmts.append(_assign(loop.brk, _const(True), s))
+        return stmts
+
+    def lower_loop(self, s) -> list:
+        """The loop as jump-free statements, plus `if _kt_has_ret: return ...`."""
+        has_break = _contains(s.body, (gast.Break,), into_loops=False) or _contains(
+            s.body, (gast.Return,), into_loops=True
+        )
+        has_return = _contains(s.body, (gast.Return,), into_loops=True)
+        if s.orelse:
+            raise self.error(f"`{type(s).__name__.lower()} ... else`", s)
+        brk = self.fresh("break") if has_break else None
+        loop = _Loop(brk)
+        pre: list = []
+        if brk is not None:
+            pre.append(_assign(brk, _const(False), s))
+            if isinstance(s, gast.For):
+                s, setup = self._for_to_while(s)
+                pre.extend(setup)
+            not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
+            s.test = gast.copy_location(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
+        s.body = self.lower_block(s.body, loop) or [gast.copy_location(gast.Pass(), s)]
+        post = []
+        if has_return:
+            check = gast.If(
+                test=_name("_kt_has_ret"),
+                body=[gast.copy_location(gast.Return(value=_name("_kt_ret")), s)],
+                orelse=[],
+            )
+            post.append(gast.copy_location(check, s))
+        return [*pre, s, *post]
+
+    def _for_to_while(self, s: gast.For):
+        """`for t in it: body` as a `while` over an index (used when it breaks)."""
+        idx = self.fresh("i")
+        setup: list = []
+        if _is_range_call(s.iter):
+            args = list(s.iter.args)
+            start, stop, step = (
+                (_const(0), args[0], _const(1))
+                if len(args) == 1
+                else (args[0], args[1], args[2] if len(args) == 3 else _const(1))
+            )
+            stop_n, step_n = self.fresh("stop"), self.fresh("step")
+            setup += [_assign(idx, start, s), _assign(stop_n, stop, s), _assign(step_n, step, s)]
+            test = _call("_kt_range_cond", _name(idx), _name(stop_n), _name(step_n))
+            item: gast.expr = _name(idx)
+            advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_name(step_n))
+        else:
+            seq, n = self.fresh("seq"), self.fresh("n")
+            setup += [
+                _assign(seq, s.iter, s),
+                _assign(n, _call("_kt_len", _name(seq)), s),
+                _assign(idx, _const(0), s),
+            ]
+            test = gast.Compare(left=_name(idx), ops=[gast.Lt()], comparators=[_name(n)])
+            item = gast.Subscript(value=_name(seq), slice=_name(idx), ctx=gast.Load())
+            advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_const(1))
+        bind = gast.copy_location(
+            gast.Assign(targets=[s.target], value=item, type_comment=None), s
+        )
+        body = [bind, _assign(idx, advance, s), *s.body]
+        loop = gast.copy_location(gast.While(test=test, body=body, orelse=[]), s)
+        return loop, setup
+
+
+def _is_ret_check(s) -> bool:
+    return isinstance(s, gast.If) and isinstance(s.test, gast.Name) and s.test.id == "_kt_has_ret"
+
+
+def _is_range_call(node) -> bool:
+    return (
+        isinstance(node, gast.Call)
+        and isinstance(node.func, gast.Name)
+        and node.func.id == "range"
+        and not node.keywords
+        and 1 <= len(node.args) <= 3
+    )
+
+
+def _always_returns(stmts) -> bool:
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, gast.Return):
+        return True
+    if isinstance(last, gast.If):
+        return _always_returns(last.body) and _always_returns(last.orelse)
+    return False
+
+
+def _has_jump(s, in_loop: bool) -> bool:
+    if _contains([s], (gast.Return,), into_loops=True):
+        return True
+    return in_loop and _contains([s], (gast.Break, gast.Continue), into_loops=False)
+
+
+_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
+
+
+def _contains(stmts, kinds, into_loops: bool) -> bool:
+    todo = list(stmts)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, kinds):
+            return True
+        if isinstance(node, _SCOPES):
+            continue
+        for child in gast.iter_child_nodes(node):
+            if not into_loops and isinstance(child, (gast.While, gast.For)):
+                continue
+            todo.append(child)
+    return False
+
+
+# -- liveness facts ----------------------------------------------------------
+def _walk_scope(node):
+    """Nodes of `node` without entering nested functions or classes."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        for child in gast.iter_child_nodes(n):
+            if not isinstance(child, _SCOPES):
+                todo.append(child)
+
+
+def assigned_names(stmts) -> list[str]:
+    """Names stored by `stmts` (not inside nested functions), first-store order."""
+    seen: dict[str, None] = {}
+    for s in stmts:
+        for n in _walk_scope(s):
+            if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
+                seen.setdefault(n.id, None)
+            elif isinstance(n, (gast.FunctionDef, gast.ClassDef)):
+                seen.setdefault(n.name, None)
+        if isinstance(s, (gast.FunctionDef, gast.ClassDef)):
+            seen.setdefault(s.name, None)
+    return list(seen)
+
+
+def loaded_names(node) -> Counter:
+    """How often each name is read in `node`, nested functions included."""
+    counts: Counter = Counter()
+    for n in gast.walk(node):
+        if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Load):
+            counts[n.id] += 1
+        elif isinstance(n, gast.AugAssign) and isinstance(n.target, gast.Name):
+            counts[n.target.id] += 1
+    return counts
+
+
+def exposed_names(stmts, assigned: frozenset = frozenset()) -> tuple[set, set]:
+    """(names read before being assigned in `stmts`, names surely assigned)."""
+    done = set(assigned)
+    exposed: set = set()
+    for s in stmts:
+        if isinstance(s, gast.If):
+            exposed |= set(loaded_names(s.test)) - done
+            e1, a1 = exposed_names(s.body, frozenset(done))
+            e2, a2 = exposed_names(s.orelse, frozenset(done))
+            exposed |= e1 | e2
+            done |= a1 & a2
+        elif isinstance(s, (gast.While, gast.For)):
+            head = s.test if isinstance(s, gast.While) else s.iter
+            exposed |= set(loaded_names(head)) - done
+            inner = done | (set(assigned_names([s.target])) if isinstance(s, gast.For) else set())
+            e, _ = exposed_names(s.body, frozenset(inner))
+            exposed |= e
+        else:
+            exposed |= set(loaded_names(s)) - done
+            done |= set(assigned_names([s]))
+    return exposed, done

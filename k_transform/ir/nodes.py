@@ -1,0 +1,193 @@
+"""The FuncGraph IR: graphs of `Parameter`, `Constant` and `Apply` nodes (ANF).
+
+Contract:
+
+- A `FuncGraph` has `parameters`, an `output` node, an ordered list `nodes` of
+  the `Apply` nodes it owns (program order: side effects such as `print` run
+  in this order), and a lexical `parent` graph (None at top level).
+- `Parameter` and `Apply` nodes are owned by exactly one graph (`node.graph`).
+  A node used by graph G but owned by a graph enclosing G is a *free variable*
+  of G; `FuncGraph.free_variables()` lists them in first-use order.
+- `Constant` nodes are shared values, owned by no graph: Python values, a
+  `Primitive`, or a `FuncGraph` (a function value; a closure when the graph
+  has free variables).
+- Control flow: branches and loop bodies are FuncGraph constants handed to
+  the control primitives in `k_transform.ir.control`. They are *closed*: every
+  value they read from the enclosing function arrives as an argument.
+- Every node carries a `DebugInfo` with the user's file, line and name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DebugInfo:
+    """Where a node came from in the user's source."""
+
+    file: str = "<unknown>"
+    line: int = 0
+    col: int = 0
+    source_line: str = ""
+    name: str = ""  # the user's variable or function name, if any
+
+    def describe(self) -> str:
+        """The ' at file:line' tail of error messages, with the line shown."""
+        if self.line <= 0:
+            return f"\n  in {self.file}"
+        text = f"\n  File \"{self.file}\", line {self.line}"
+        if self.source_line:
+            text += f"\n    {self.source_line.strip()}"
+        return text
+
+    def named(self, name: str) -> DebugInfo:
+        return DebugInfo(self.file, self.line, self.col, self.source_line, name)
+
+
+NO_DEBUG = DebugInfo()
+
+
+class Node:
+    """A node of the IR. `graph` is the owner (None for constants)."""
+
+    graph: FuncGraph | None = None
+    debug: DebugInfo = NO_DEBUG
+
+
+class Parameter(Node):
+    """A formal parameter of `graph`; `name` is the user's name for it."""
+
+    def __init__(self, graph: FuncGraph, name: str, debug: DebugInfo = NO_DEBUG):
+        self.graph = graph
+        self.name = name
+        self.debug = debug.named(name)
+
+    def __repr__(self) -> str:
+        return f"Parameter({self.name})"
+
+
+class Constant(Node):
+    """A value known at transform time.
+
+    `hint` is how the user spelled it (`jnp.sin`, `math.pi`), used to name it
+    in printed IR and generated code.
+    """
+
+    def __init__(self, value, debug: DebugInfo = NO_DEBUG, hint: str = ""):
+        self.value = value
+        self.debug = debug
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"Constant({self.hint or self.value!r})"
+
+
+class Apply(Node):
+    """A call `inputs[0](*inputs[1:])` owned by `graph` (MindSpore's CNode)."""
+
+    def __init__(self, graph: FuncGraph, inputs: list[Node], debug: DebugInfo = NO_DEBUG):
+        self.graph = graph
+        self.inputs = list(inputs)
+        self.debug = debug
+
+    @property
+    def fn(self) -> Node:
+        return self.inputs[0]
+
+    @property
+    def args(self) -> list[Node]:
+        return self.inputs[1:]
+
+    def __repr__(self) -> str:
+        return f"Apply({self.debug.name or '?'}, line {self.debug.line})"
+
+
+_graph_ids = itertools.count()
+
+
+class FuncGraph:
+    """A function: parameters, ordered Apply nodes, an output, a lexical parent.
+
+    `kind` says what the graph stands for: "function" (a user def or lambda),
+    "branch", "loop_cond", "loop_body", or a name given by a transform
+    ("fprop", "bprop"). `n_defaults` trailing parameters have default values in
+    `defaults` (Constants), used when the graph is called as a function value.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        parent: FuncGraph | None = None,
+        debug: DebugInfo = NO_DEBUG,
+        kind: str = "function",
+    ):
+        self.name = name
+        self.parent = parent
+        self.debug = debug
+        self.kind = kind
+        self.parameters: list[Parameter] = []
+        self.nodes: list[Apply] = []
+        self.output: Node | None = None
+        self.uid = next(_graph_ids)
+
+    # -- building ---------------------------------------------------------
+    def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:
+        param = Parameter(self, name, debug)
+        self.parameters.append(param)
+        return param
+
+    def apply(self, fn: Node, *args: Node, debug: DebugInfo = NO_DEBUG) -> Apply:
+        node = Apply(self, [fn, *args], debug)
+        self.nodes.append(node)
+        return node
+
+    # -- queries ------------------------------------------------------------
+    def ancestors(self):
+        graph = self.parent
+        while graph is not None:
+            yield graph
+            graph = graph.parent
+
+    def is_ancestor_of(self, other: FuncGraph) -> bool:
+        return any(g is self for g in other.ancestors())
+
+    def children(self) -> list[FuncGraph]:
+        """Graphs whose lexical parent is this graph, in first-use order."""
+        seen: dict[int, FuncGraph] = {}
+        for node in self.nodes:
+            for inp in node.inputs:
+                if isinstance(inp, Constant) and isinstance(inp.value, FuncGraph):
+                    g = inp.value
+                    if g.parent is self and g.uid not in seen:
+                        seen[g.uid] = g
+        if isinstance(self.output, Constant) and isinstance(self.output.value, FuncGraph):
+            g = self.output.value
+            if g.parent is self:
+                seen.setdefault(g.uid, g)
+        return list(seen.values())
+
+    def used_nodes(self):
+        """Every node this graph reads: Apply inputs and the output."""
+        for node in self.nodes:
+            yield from node.inputs
+        if self.output is not None:
+            yield self.output
+
+    def free_variables(self) -> list[Node]:
+        """Nodes owned by enclosing graphs that this graph or its children read."""
+        found: dict[int, Node] = {}
+        self._collect_free(self, found)
+        return list(found.values())
+
+    def _collect_free(self, scope: FuncGraph, found: dict[int, Node]) -> None:
+        for node in self.used_nodes():
+            if node.graph is not None and node.graph is not scope:
+                if node.graph.is_ancestor_of(scope) and id(node) not in found:
+                    found[id(node)] = node
+        for child in self.children():
+            child._collect_free(scope, found)
+
+    def __repr__(self) -> str:
+        return f"FuncGraph({self.name})"

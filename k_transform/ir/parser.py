@@ -1,0 +1,800 @@
+"""Parser: Python source (gast) -> FuncGraph.
+
+`parse(fn)` returns the FuncGraph of a Python function (cached; recursion is
+allowed because the graph is cached before its body is parsed). The steps:
+
+1. `Source` finds the definition; `desugar.JumpLowering` removes `break`,
+   `continue` and non-tail `return`.
+2. `GraphBuilder` walks the statements in order, keeping the current SSA
+   binding of each variable. One visitor method per syntax node, statements
+   first, then expressions, in the order of Python's grammar.
+3. Names resolve, in order, to: variables of this function and its enclosing
+   parsed functions (free variables), then the Python function's closure
+   cells, globals and builtins, as constants. A constant user function
+   becomes a FuncGraph constant (parsed lazily), a library function a
+   primitive.
+4. `if` becomes `switch`, loops `while_loop` / `for_range` / `for_each`
+   (`k_transform.ir.control`). Their graphs are *closed*: a read of an
+   enclosing variable adds a parameter (a capture). Branch outputs and loop
+   carries are the variables assigned inside that are read elsewhere.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import types
+
+import gast
+
+from k_transform import runtime as rt
+from k_transform.errors import KTransformError
+from k_transform.ir import control, prims
+from k_transform.ir.desugar import (
+    SPECIAL_NAMES,
+    JumpLowering,
+    assigned_names,
+    exposed_names,
+    loaded_names,
+)
+from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
+from k_transform.ir.primitive import Primitive
+from k_transform.ir.source import Source, is_user_function
+
+_cache: dict[tuple, FuncGraph] = {}
+
+UNSUPPORTED_STATEMENTS = {
+    gast.Try: "try/except",
+    gast.With: "with",
+    gast.AsyncWith: "async with",
+    gast.AsyncFor: "async for",
+    gast.AsyncFunctionDef: "async def",
+    gast.Global: "global",
+    gast.Nonlocal: "nonlocal",
+    gast.Delete: "del",
+    gast.ClassDef: "class definition",
+    gast.Import: "import",
+    gast.ImportFrom: "import",
+    gast.Raise: "raise",
+}
+UNSUPPORTED_EXPRESSIONS = {
+    gast.Yield: "yield",
+    gast.YieldFrom: "yield from",
+    gast.Await: "await",
+    gast.ListComp: "list comprehension",
+    gast.SetComp: "set comprehension",
+    gast.DictComp: "dict comprehension",
+    gast.GeneratorExp: "generator expression",
+    gast.Set: "set literal",
+    gast.NamedExpr: "assignment expression (:=)",
+}
+
+_BINOPS = {
+    gast.Add: "add",
+    gast.Sub: "sub",
+    gast.Mult: "mul",
+    gast.Div: "truediv",
+    gast.FloorDiv: "floordiv",
+    gast.Mod: "mod",
+    gast.Pow: "pow",
+    gast.MatMult: "matmul",
+    gast.LShift: "lshift",
+    gast.RShift: "rshift",
+    gast.BitOr: "bitor",
+    gast.BitXor: "bitxor",
+    gast.BitAnd: "bitand",
+}
+_CMPOPS = {
+    gast.Eq: "eq",
+    gast.NotEq: "ne",
+    gast.Lt: "lt",
+    gast.LtE: "le",
+    gast.Gt: "gt",
+    gast.GtE: "ge",
+    gast.Is: "is_",
+    gast.IsNot: "is_not",
+}
+_UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert", gast.Not: "not_"}
+
+# Results of these calls on constants are folded at parse time.
+_FOLDABLE = {len, abs, min, max, int, float, bool, round, divmod, isinstance, tuple, range}
+
+_SPECIALS = {"_kt_len": len, "_kt_undefined": rt.UNDEFINED, "_kt_range_cond": rt.range_cond}
+
+UNDEFINED = Constant(rt.UNDEFINED, hint="UNDEFINED")
+
+
+class _Unbound(Exception):
+    """A local variable read before it is assigned."""
+
+
+def parse(fn, bound_self=None) -> FuncGraph:
+    """The FuncGraph of `fn` (with `self` fixed to `bound_self` for methods)."""
+    if isinstance(fn, types.MethodType):
+        fn, bound_self = fn.__func__, fn.__self__
+    key = (fn, id(bound_self)) if bound_self is not None else (fn,)
+    if key in _cache:
+        return _cache[key]
+    source = Source(fn)
+    graph = FuncGraph(source.name, debug=source.debug(source.tree, source.name))
+    _cache[key] = graph
+    try:
+        FunctionParser(fn, source, bound_self).build(graph)
+    except BaseException:
+        del _cache[key]
+        raise
+    return graph
+
+
+class FunctionParser:
+    """Parses one Python function (and the nested defs in its source)."""
+
+    def __init__(self, fn, source: Source, bound_self=None):
+        self.fn = fn
+        self.source = source
+        self.bound_self = bound_self
+        closure = fn.__closure__ or ()
+        self.cells = {}
+        for name, cell in zip(fn.__code__.co_freevars, closure, strict=True):
+            try:
+                self.cells[name] = cell.cell_contents
+            except ValueError:
+                continue  # an empty cell: unassigned in the enclosing function
+        self.globals = fn.__globals__
+
+    def error(self, what: str, node) -> KTransformError:
+        return KTransformError(what, self.source.debug(node))
+
+    def unsupported(self, construct: str, node) -> KTransformError:
+        return self.error(f"{construct} is not supported by k_transform", node)
+
+    def build(self, graph: FuncGraph) -> None:
+        tree = self.source.tree
+        builder = GraphBuilder(self, graph, None, closed=False, fdef=tree)
+        builder.build_function(tree, self.bound_self)
+
+    # -- global names -------------------------------------------------------
+    def resolve_global(self, name: str, node) -> Node:
+        if name in _SPECIALS:
+            return Constant(_SPECIALS[name], hint=name)
+        if name in self.cells:
+            return self.value_node(self.cells[name], name, node)
+        if name in self.globals:
+            return self.value_node(self.globals[name], name, node)
+        if hasattr(builtins, name):
+            return self.value_node(getattr(builtins, name), name, node)
+        raise self.error(f"name {name!r} is not defined", node)
+
+    def value_node(self, value, hint: str, node) -> Constant:
+        """A Python value as a node: user functions become graphs."""
+        if is_user_function(value):
+            return Constant(parse(value), self.source.debug(node), hint)
+        return Constant(value, self.source.debug(node), hint)
+
+
+class GraphBuilder:
+    """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
+
+    def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):
+        self.fp = fp
+        self.graph = graph
+        self.parent = parent
+        self.closed = closed
+        self.vars: dict[str, Node] = {}
+        self.captures: dict[str, Node] = {}  # name -> outer node (closed graphs)
+        self.fdef = fdef  # the gast FunctionDef this graph's function comes from
+        self.locals = parent.locals if closed else set()
+        self.load_counts = parent.load_counts if closed else None
+        self.returned = False
+
+    # -- names ----------------------------------------------------------------
+    def lookup(self, name: str, node) -> Node:
+        if name in self.vars:
+            return self.vars[name]
+        if self.closed:
+            outer = self.parent.lookup(name, node)
+            if isinstance(outer, Constant) and not _is_closure(outer):
+                return outer
+            param = self.graph.add_parameter(name, self.fp.source.debug(node))
+            self.captures[name] = outer
+            self.vars[name] = param
+            return param
+        if name in self.locals:
+            raise _Unbound(name)
+        if self.parent is not None:
+            try:
+                return self.parent.lookup(name, node)
+            except _Unbound:
+                raise self.fp.error(
+                    f"the closure {self.graph.name!r} reads {name!r} before it is assigned in "
+                    "the enclosing function; assign it before the def",
+                    node,
+                ) from None
+        return self.fp.resolve_global(name, node)
+
+    def read(self, name: str, node) -> Node:
+        try:
+            return self.lookup(name, node)
+        except _Unbound:
+            return UNDEFINED
+
+    def bind(self, name: str, value: Node) -> None:
+        if isinstance(value, Apply) and not value.debug.name:
+            value.debug = value.debug.named(name)
+        self.vars[name] = value
+
+    def debug(self, node, name: str = ""):
+        return self.fp.source.debug(node, name)
+
+    def apply(self, prim, *args: Node, node=None) -> Node:
+        """`prim(*args)`, folded to a constant when it is static."""
+        folded = _fold(prim, args)
+        if folded is not None:
+            return folded
+        fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
+        debug = self.debug(node) if node is not None else NO_DEBUG
+        return self.graph.apply(fn, *args, debug=debug)
+
+    def const(self, value, node) -> Constant:
+        return Constant(value, self.debug(node))
+
+    # -- functions ----------------------------------------------------------------
+    def build_function(self, fdef, bound_self=None) -> None:
+        args = fdef.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            raise self.fp.unsupported("*args, **kwargs or keyword-only parameters", fdef)
+        if getattr(fdef, "decorator_list", None) and self.parent is not None:
+            raise self.fp.unsupported("a decorator on a nested function", fdef)
+        JumpLowering(self.fp.unsupported).lower_function(fdef)
+        self.locals = set(assigned_names(fdef.body)) | {a.id for a in args.args}
+        self.load_counts = loaded_names(fdef)
+        names = [a.id for a in args.args]
+        self.graph.param_names = names
+        for k, arg in enumerate(args.args):
+            if k == 0 and bound_self is not None:
+                self.vars[arg.id] = Constant(bound_self, self.debug(arg), arg.id)
+                self.graph.param_names = names[1:]
+                continue
+            self.vars[arg.id] = self.graph.add_parameter(arg.id, self.debug(arg))
+        self.graph.defaults = self._defaults(args)
+        self.block(fdef.body)
+
+    def _defaults(self, args) -> dict[str, Node]:
+        """Default values: the function's own for a parsed Python function,
+        else evaluated where the nested def stands (in the enclosing graph)."""
+        names = [a.id for a in args.args][len(args.args) - len(args.defaults) :]
+        if self.parent is None:
+            values = self.fp.fn.__defaults__ or ()
+            return {
+                n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)
+            }
+        return {n: self.parent.expr(d) for n, d in zip(names, args.defaults, strict=True)}
+
+    def nested_function(self, fdef, name: str) -> Constant:
+        graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
+        value = Constant(graph, self.debug(fdef, name), name)
+        if isinstance(fdef, gast.FunctionDef):
+            self.vars[fdef.name] = value  # visible in its own body: recursion
+        sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=fdef)
+        sub.build_function(fdef)
+        return value
+
+    # -- statements --------------------------------------------------------------------
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if self.returned:
+                return
+            self.statement(s)
+
+    def statement(self, s) -> None:
+        kind = type(s)
+        if kind in UNSUPPORTED_STATEMENTS:
+            raise self.fp.unsupported(f"`{UNSUPPORTED_STATEMENTS[kind]}`", s)
+        method = getattr(self, "stmt_" + kind.__name__, None)
+        if method is None:
+            raise self.fp.unsupported(f"the statement `{kind.__name__}`", s)
+        method(s)
+
+    def stmt_FunctionDef(self, s) -> None:
+        if s.decorator_list:
+            raise self.fp.unsupported("a decorator on a nested function", s)
+        self.nested_function(s, s.name)
+
+    def stmt_Return(self, s) -> None:
+        self.graph.output = self.expr(s.value) if s.value is not None else self.const(None, s)
+        self.returned = True
+
+    def stmt_Assign(self, s) -> None:
+        value = self.expr(s.value)
+        for target in s.targets:
+            self.assign(target, value, s)
+
+    def stmt_AugAssign(self, s) -> None:
+        op = prims.BINARY_OPS[_BINOPS[type(s.op)]]
+        load = _as_load(s.target)
+        value = self.apply(op, self.expr(load), self.expr(s.value), node=s)
+        self.assign(s.target, value, s)
+
+    def stmt_AnnAssign(self, s) -> None:
+        if s.value is not None:
+            self.assign(s.target, self.expr(s.value), s)
+
+    def stmt_Expr(self, s) -> None:
+        if isinstance(s.value, gast.Constant) and isinstance(s.value.value, str):
+            return  # a docstring
+        self.expr(s.value)
+
+    def stmt_Pass(self, s) -> None:
+        return None
+
+    def stmt_Assert(self, s) -> None:
+        msg = self.expr(s.msg) if s.msg is not None else self.const(None, s)
+        self.apply(prims.Assert(), self.expr(s.test), msg, node=s)
+
+    def stmt_If(self, s) -> None:
+        cond = self.expr(s.test)
+        tail = _returns_on_every_path(s)
+        outputs = [] if tail else self.live_outputs(s)
+        branches = [self.subgraph("if", s, "true"), self.subgraph("if", s, "false")]
+        for builder, body in zip(branches, (s.body, s.orelse), strict=True):
+            builder.block(body)
+            if not tail:
+                builder.set_output([builder.read(v, s) for v in outputs], s)
+        args = close_graphs(branches)
+        graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
+        result = self.apply(control.Switch(self.where(s)), cond, *graphs, *args, node=s)
+        if tail:
+            self.graph.output = result
+            self.returned = True
+        else:
+            self.bind_outputs(outputs, result, s)
+
+    def stmt_While(self, s) -> None:
+        carried = self.carried(s, s.body, s.test)
+        init = [self.read(v, s) for v in carried]
+        cond_b = self.subgraph("while", s, "cond", carried)
+        cond_b.graph.output = cond_b.expr(s.test)
+        body_b = self.subgraph("while", s, "body", carried)
+        body_b.block(s.body)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([cond_b, body_b])
+        prim = control.WhileLoop(len(carried), self.where(s))
+        graphs = [Constant(cond_b.graph, hint="cond"), Constant(body_b.graph, hint="body")]
+        result = self.apply(prim, *graphs, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
+
+    def stmt_For(self, s) -> None:
+        if s.orelse:
+            raise self.fp.unsupported("`for ... else`", s)
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        range_args = self.range_args(s.iter)
+        head = range_args if range_args is not None else [self.expr(s.iter)]
+        init = [self.read(v, s) for v in carried]
+        body_b = self.subgraph("for", s, "body", [])
+        item = body_b.graph.add_parameter("item", self.debug(s.target))
+        for v in carried:
+            body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+        body_b.assign(s.target, item, s)
+        body_b.block(s.body)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([body_b])
+        where, n = self.where(s), len(carried)
+        prim = control.ForRange(n, where) if range_args is not None else control.ForEach(n, where)
+        body = Constant(body_b.graph, hint="body")
+        result = self.apply(prim, *head, body, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
+
+    def range_args(self, it) -> list[Node] | None:
+        """[start, stop, step] if `it` is a call of the builtin `range`."""
+        if not (isinstance(it, gast.Call) and isinstance(it.func, gast.Name)):
+            return None
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            return None
+        fn = self.read(it.func.id, it)
+        if not (isinstance(fn, Constant) and fn.value is range):
+            return None
+        args = [self.expr(a) for a in it.args]
+        if len(args) == 1:
+            return [self.const(0, it), args[0], self.const(1, it)]
+        return [args[0], args[1], args[2] if len(args) == 3 else self.const(1, it)]
+
+    # -- control-flow helpers ----------------------------------------------------
+    def where(self, s) -> str:
+        d = self.debug(s)
+        return f"{d.file}:{d.line}"
+
+    def subgraph(self, kind: str, s, part: str, params=()) -> GraphBuilder:
+        d = self.debug(s)
+        name = f"{self.fdef_name()}_{kind}{d.line}_{part}"
+        graph = FuncGraph(name, parent=self.graph, debug=d, kind=f"{kind}_{part}")
+        builder = GraphBuilder(self.fp, graph, self, closed=True, fdef=self.fdef)
+        for v in params:
+            builder.vars[v] = graph.add_parameter(v, self.debug(s, v))
+        return builder
+
+    def fdef_name(self) -> str:
+        name = self.fdef.name if self.fdef is not None else self.graph.name
+        return name.replace("<", "").replace(">", "")
+
+    def set_output(self, values: list[Node], s) -> None:
+        if not self.returned:
+            self.graph.output = self.apply(prims.MakeTuple(), *values)
+
+    def bind_outputs(self, names: list[str], result: Node, s) -> None:
+        for k, v in enumerate(names):
+            self.bind(v, self.apply(prims.GetItem(), result, self.const(k, s), node=s))
+
+    def live_outputs(self, s) -> list[str]:
+        """Variables assigned in `s` that are read outside it."""
+        inside = loaded_names(s)
+        return [v for v in assigned_names([s]) if self.load_counts[v] > inside[v]]
+
+    def carried(self, s, body, head, target=None) -> list[str]:
+        """Loop variables: assigned in the body (or the target) and read again."""
+        targets = assigned_names([target]) if target is not None else []
+        exposed, _ = exposed_names(body, frozenset(targets))
+        read_head = set(loaded_names(head))
+        live = set(self.live_outputs(s)) | exposed | read_head
+        return [v for v in [*targets, *assigned_names(body)] if v in live and v in self.locals]
+
+    # -- assignment targets ------------------------------------------------------
+    def assign(self, target, value: Node, s) -> None:
+        if isinstance(target, gast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            if any(isinstance(e, gast.Starred) for e in target.elts):
+                raise self.fp.unsupported("starred assignment (`a, *b = ...`)", s)
+            for k, elt in enumerate(target.elts):
+                item = self.apply(prims.GetItem(), value, self.const(k, s), node=s)
+                self.assign(elt, item, s)
+        elif isinstance(target, gast.Subscript):
+            container = self.expr(_as_load(target.value))
+            index = self.index(target.slice)
+            updated = self.apply(prims.SetItem(), container, index, value, node=s)
+            self.assign(_as_store(target.value), updated, s)
+        elif isinstance(target, gast.Attribute):
+            raise self.fp.unsupported("assignment to an attribute (`obj.attr = ...`)", s)
+        else:
+            raise self.fp.unsupported(f"assignment to {type(target).__name__}", s)
+
+    # -- expressions --------------------------------------------------------------
+    def expr(self, e) -> Node:
+        kind = type(e)
+        if kind in UNSUPPORTED_EXPRESSIONS:
+            raise self.fp.unsupported(f"`{UNSUPPORTED_EXPRESSIONS[kind]}`", e)
+        method = getattr(self, "expr_" + kind.__name__, None)
+        if method is None:
+            raise self.fp.unsupported(f"the expression `{kind.__name__}`", e)
+        return method(e)
+
+    def expr_BoolOp(self, e) -> Node:
+        # `a and b` is `b if a else a`; `a or b` is `a if a else b` (short-circuit).
+        result = self.expr(e.values[0])
+        for operand in e.values[1:]:
+            result = self.short_circuit(result, operand, isinstance(e.op, gast.And), e)
+        return result
+
+    def short_circuit(self, left: Node, right_expr, is_and: bool, e) -> Node:
+        if isinstance(left, Constant):
+            keep_left = (not left.value) if is_and else bool(left.value)
+            return left if keep_left else self.expr(right_expr)
+        evaluate = self.subgraph("bool", e, "rhs")
+        evaluate.graph.add_parameter("left")
+        evaluate.graph.output = evaluate.expr(right_expr)
+        keep = self.subgraph("bool", e, "lhs")
+        keep.graph.output = keep.graph.add_parameter("left")
+        args = close_graphs([evaluate, keep])
+        true_b, false_b = (evaluate, keep) if is_and else (keep, evaluate)
+        graphs = [Constant(true_b.graph, hint="then"), Constant(false_b.graph, hint="else")]
+        return self.apply(control.Switch(self.where(e)), left, *graphs, left, *args, node=e)
+
+    def expr_BinOp(self, e) -> Node:
+        op = prims.BINARY_OPS[_BINOPS[type(e.op)]]
+        return self.apply(op, self.expr(e.left), self.expr(e.right), node=e)
+
+    def expr_UnaryOp(self, e) -> Node:
+        return self.apply(prims.UNARY_OPS[_UNARYOPS[type(e.op)]], self.expr(e.operand), node=e)
+
+    def expr_Lambda(self, e) -> Node:
+        fdef = gast.FunctionDef(
+            name="<lambda>",
+            args=e.args,
+            body=[gast.copy_location(gast.Return(value=e.body), e.body)],
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+            type_params=[],
+        )
+        gast.copy_location(fdef, e)
+        return self.nested_function(fdef, f"{self.fdef_name()}_lambda{self.debug(e).line}")
+
+    def expr_IfExp(self, e) -> Node:
+        cond = self.expr(e.test)
+        if isinstance(cond, Constant):
+            return self.expr(e.body if cond.value else e.orelse)
+        branches = [self.subgraph("ifexp", e, "true"), self.subgraph("ifexp", e, "false")]
+        for builder, part in zip(branches, (e.body, e.orelse), strict=True):
+            builder.graph.output = builder.expr(part)
+        args = close_graphs(branches)
+        graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
+        return self.apply(control.Switch(self.where(e)), cond, *graphs, *args, node=e)
+
+    def expr_Dict(self, e) -> Node:
+        if any(k is None for k in e.keys):
+            raise self.fp.unsupported("`**` unpacking in a dict literal", e)
+        items = []
+        for k, v in zip(e.keys, e.values, strict=True):
+            items += [self.expr(k), self.expr(v)]
+        return self.apply(prims.MakeDict(), *items, node=e)
+
+    def expr_Compare(self, e) -> Node:
+        left = self.expr(e.left)
+        result = None
+        for op, right_e in zip(e.ops, e.comparators, strict=True):
+            right = self.expr(right_e)
+            if isinstance(op, (gast.In, gast.NotIn)):
+                step = self.apply(prims.Contains(isinstance(op, gast.NotIn)), left, right, node=e)
+            else:
+                step = self.apply(prims.BINARY_OPS[_CMPOPS[type(op)]], left, right, node=e)
+            result = step if result is None else self.and_nodes(result, step, e)
+            left = right
+        return result
+
+    def and_nodes(self, a: Node, b: Node, e) -> Node:
+        """`a and b` for two already-computed values (chained comparisons)."""
+        if isinstance(a, Constant):
+            return b if a.value else a
+        return self.apply(control.Switch(self.where(e)), a, *self._pick_graphs(e), b, a, node=e)
+
+    def _pick_graphs(self, e):
+        graphs = []
+        for k, part in enumerate(("second", "first")):
+            g = FuncGraph(f"{self.fdef_name()}_and{self.debug(e).line}_{part}", self.graph)
+            params = [g.add_parameter("b"), g.add_parameter("a")]
+            g.output = params[k]
+            graphs.append(Constant(g, hint=g.name))
+        return graphs
+
+    def expr_Call(self, e) -> Node:
+        if any(isinstance(a, gast.Starred) for a in e.args):
+            raise self.fp.unsupported("star-unpacking into a call (`f(*args)`)", e)
+        if any(k.arg is None for k in e.keywords):
+            raise self.fp.unsupported("`**kwargs` unpacking into a call", e)
+        if isinstance(e.func, gast.Attribute):
+            receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant):
+                return self.method_call(receiver, e)
+            callee = self.attribute_of(receiver, e.func.attr, e.func)
+        else:
+            callee = self.expr(e.func)
+        args = [self.expr(a) for a in e.args]
+        kwargs = {k.arg: self.expr(k.value) for k in e.keywords}
+        return self.call(callee, args, kwargs, e)
+
+    def method_call(self, receiver: Node, e) -> Node:
+        args = [self.expr(a) for a in e.args]
+        kwnames = tuple(k.arg for k in e.keywords)
+        kwvals = [self.expr(k.value) for k in e.keywords]
+        prim = prims.MethodCall(e.func.attr, kwnames)
+        return self.apply(prim, receiver, *args, *kwvals, node=e)
+
+    def call(self, callee: Node, args: list[Node], kwargs: dict[str, Node], e) -> Node:
+        if not isinstance(callee, Constant):
+            if kwargs:
+                raise self.fp.unsupported("keyword arguments to a function value", e)
+            return self.apply(callee, *args, node=e)
+        value = callee.value
+        if isinstance(value, FuncGraph):
+            return self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
+        if isinstance(value, types.MethodType) and is_user_function(value.__func__):
+            graph = Constant(parse(value), self.debug(e), callee.hint)
+            return self.call(graph, args, kwargs, e)
+        if isinstance(value, Primitive):
+            if kwargs:
+                raise self.fp.unsupported(f"keyword arguments to the primitive {value.name}", e)
+            return self.apply(value, *args, node=e)
+        method = _user_call_method(value)
+        if method is not None:
+            graph = Constant(parse(method, bound_self=value), self.debug(e), callee.hint)
+            return self.call(graph, args, kwargs, e)
+        if isinstance(value, type) and issubclass(value, Primitive):
+            if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+                pos = [a.value for a in args]
+                instance = value(*pos, **{k: v.value for k, v in kwargs.items()})
+                return Constant(instance, self.debug(e), callee.hint)
+        if value is print:
+            prim = prims.Print(tuple(kwargs))
+            return self.apply(prim, *args, *kwargs.values(), node=e)
+        prim = prims.LibraryCall(value, callee.hint or getattr(value, "__name__", "fn"), tuple(kwargs))
+        return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
+        """Positional and keyword arguments matched to `graph`'s parameters."""
+        names = getattr(graph, "param_names", None)
+        if names is None:  # a graph still being parsed (recursion): positional only
+            if kwargs:
+                raise self.fp.unsupported("keyword arguments in a recursive call", e)
+            return args
+        if len(args) > len(names):
+            raise self.fp.error(
+                f"{graph.name}() takes {len(names)} arguments but {len(args)} were given", e
+            )
+        bound = dict(zip(names, args, strict=False))
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                raise self.fp.error(f"{graph.name}() got an unexpected keyword {k!r}", e)
+            bound[k] = v
+        out = []
+        for name in names:
+            if name in bound:
+                out.append(bound[name])
+            elif name in graph.defaults:
+                out.append(graph.defaults[name])
+            else:
+                raise self.fp.error(f"{graph.name}() missing argument {name!r}", e)
+        return out
+
+    def expr_FormattedValue(self, e) -> Node:
+        raise self.fp.unsupported("a formatted value outside an f-string", e)
+
+    def expr_JoinedStr(self, e) -> Node:
+        template, values = [], []
+        for part in e.values:
+            if isinstance(part, gast.Constant):
+                template.append(str(part.value).replace("{", "{{").replace("}", "}}"))
+                continue
+            spec = ""
+            if part.conversion not in (-1, None):
+                spec += "!" + chr(part.conversion)
+            if part.format_spec is not None:
+                inner = part.format_spec.values
+                if not all(isinstance(p, gast.Constant) for p in inner):
+                    raise self.fp.unsupported("a computed format spec in an f-string", e)
+                spec += ":" + "".join(str(p.value) for p in inner)
+            template.append("{" + spec + "}")
+            values.append(self.expr(part.value))
+        fmt = Constant("".join(template), self.debug(e))
+        return self.apply(prims.LibraryCall(rt.fstring, "_rt.fstring"), fmt, *values, node=e)
+
+    def expr_Constant(self, e) -> Node:
+        return self.const(e.value, e)
+
+    def expr_Attribute(self, e) -> Node:
+        value = self.expr(e.value)
+        if isinstance(value, Constant):
+            return self.attribute_of(value, e.attr, e)
+        return self.apply(prims.GetAttr(e.attr), value, node=e)
+
+    def attribute_of(self, value: Constant, name: str, e) -> Node:
+        """`value.name` for a constant `value` (a module, a Cell, an object)."""
+        if isinstance(value.value, FuncGraph):
+            raise self.fp.unsupported("attributes of a function", e)
+        try:
+            attr = getattr(value.value, name)
+        except AttributeError:
+            what = value.hint or repr(value.value)
+            raise self.fp.error(f"{what} has no attribute {name!r}", e) from None
+        hint = f"{value.hint}.{name}" if value.hint else name
+        return self.fp.value_node(attr, hint, e)
+
+    def expr_Subscript(self, e) -> Node:
+        return self.apply(prims.GetItem(), self.expr(e.value), self.index(e.slice), node=e)
+
+    def index(self, s) -> Node:
+        if isinstance(s, gast.Slice):
+            parts = [self.expr(p) if p is not None else self.const(None, s) for p in (s.lower, s.upper, s.step)]
+            return self.apply(prims.MakeSlice(), *parts, node=s)
+        if isinstance(s, gast.Tuple):
+            return self.apply(prims.MakeTuple(), *[self.index(p) for p in s.elts], node=s)
+        return self.expr(s)
+
+    def expr_Starred(self, e) -> Node:
+        raise self.fp.unsupported("star-unpacking (`*x`)", e)
+
+    def expr_Name(self, e) -> Node:
+        return self.read(e.id, e)
+
+    def expr_List(self, e) -> Node:
+        return self.apply(prims.MakeList(), *[self.expr(x) for x in e.elts], node=e)
+
+    def expr_Tuple(self, e) -> Node:
+        return self.apply(prims.MakeTuple(), *[self.expr(x) for x in e.elts], node=e)
+
+    def expr_Slice(self, e) -> Node:
+        return self.index(e)
+
+
+def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
+    """Give closed graphs the same captured parameters; return the outer nodes.
+
+    Each graph keeps its own leading parameters (carried values, the loop
+    item); captures follow, in the same order in every graph.
+    """
+    order: dict[str, Node] = {}
+    for b in builders:
+        for name, outer in b.captures.items():
+            order.setdefault(name, outer)
+    for b in builders:
+        own = b.graph.parameters[: len(b.graph.parameters) - len(b.captures)]
+        captured = {p.name: p for p in b.graph.parameters[len(own) :]}
+        params = list(own)
+        for name in order:
+            params.append(captured.get(name) or b.graph.add_parameter(name))
+        b.graph.parameters = params
+    return list(order.values())
+
+
+def _is_closure(node: Constant) -> bool:
+    return isinstance(node.value, FuncGraph) and node.value.parent is not None
+
+
+def _user_call_method(value):
+    """`construct` of a Cell-like object, or a user-written `__call__`."""
+    if isinstance(value, type) or isinstance(value, types.FunctionType):
+        return None
+    cls = type(value)
+    for attr in ("construct", "__call__"):
+        method = getattr(cls, attr, None)
+        if is_user_function(method):
+            return method
+    return None
+
+
+def _fold(prim, args) -> Constant | None:
+    """Evaluate `prim(*args)` now if all args are constants and it is static."""
+    if not isinstance(prim, Primitive) or not all(isinstance(a, Constant) for a in args):
+        return None
+    values = [a.value for a in args]
+    if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
+        return None
+    foldable = isinstance(prim, (prims.BinaryOp, prims.UnaryOp, prims.MakeTuple, prims.MakeSlice))
+    foldable = foldable or isinstance(prim, (prims.GetItem, prims.Contains))
+    if isinstance(prim, prims.LibraryCall):
+        module = getattr(prim.fn, "__module__", "")
+        foldable = prim.fn in _FOLDABLE or module == "math"
+    if not foldable:
+        return None
+    try:
+        result = prim.impl(*values)
+    except Exception:
+        return None
+    if _is_static(result):
+        return Constant(result, args[0].debug if args else None)
+    return None
+
+
+def _is_static(value) -> bool:
+    if isinstance(value, tuple):
+        return all(_is_static(v) for v in value)
+    if isinstance(value, slice):
+        return all(_is_static(v) for v in (value.start, value.stop, value.step))
+    return value is None or value is Ellipsis or isinstance(value, (bool, int, float, str, range))
+
+
+def _returns_on_every_path(s) -> bool:
+    def ends(stmts):
+        if not stmts:
+            return False
+        last = stmts[-1]
+        if isinstance(last, gast.Return):
+            return True
+        return isinstance(last, gast.If) and ends(last.body) and ends(last.orelse)
+
+    return ends(s.body) and ends(s.orelse)
+
+
+def _as_load(target):
+    return _with_ctx(target, gast.Load())
+
+
+def _as_store(target):
+    return _with_ctx(target, gast.Store())
+
+
+def _with_ctx(target, ctx):
+    node = copy.deepcopy(target)
+    for n in gast.walk(node):
+        if hasattr(n, "ctx"):
+            n.ctx = gast.Load()
+    node.ctx = ctx
+    return node

@@ -1,0 +1,59 @@
+"""`Primitive`: an operation the IR treats as atomic.
+
+A primitive instance is a callable value: `impl(*args)` runs it with jax. Its
+attributes (axis, keep_dims, transpose_b, ...) are fixed when it is created,
+so two instances with the same class and attributes are equal. Codegen asks
+`emit` for a Python expression; the default calls the instance by name.
+Gradient rules are looked up by class in `k_transform.bprop_registry`.
+"""
+
+from __future__ import annotations
+
+
+class Primitive:
+    """Base class of every primitive. Subclass it and write `impl`.
+
+    `effectful` primitives (print, assert, assign) are kept in program order
+    and never pruned. `n_inputs` (None: any) is checked by the verifier.
+    """
+
+    effectful = False
+    n_inputs: int | None = None
+
+    def __init__(self, name: str | None = None, **attrs):
+        self.name = name or type(self).__name__
+        self.attrs = attrs
+        for key, value in attrs.items():
+            setattr(self, key, value)
+
+    def impl(self, *args):
+        raise NotImplementedError(f"primitive {self.name} has no impl")
+
+    def __call__(self, *args):
+        return self.impl(*args)
+
+    def emit(self, e, args: list[str]) -> str:
+        """A Python expression computing this primitive on `args` (names)."""
+        return f"{e.ref(self, self.name)}({', '.join(args)})"
+
+    def _key(self):
+        items = []
+        for k, v in sorted(self.attrs.items()):
+            try:
+                hash(v)
+            except TypeError:
+                v = id(v)
+            items.append((k, v))
+        return (type(self), self.name, tuple(items))
+
+    def __eq__(self, other):
+        return isinstance(other, Primitive) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        if not self.attrs:
+            return self.name
+        attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.attrs.items()))
+        return f"{self.name}[{attrs}]"

@@ -1,0 +1,284 @@
+"""Primitives the parser emits for Python syntax itself.
+
+Operators (`a + b`, `a @ b`, `not a`), containers (tuple/list/dict literals,
+slices, indexing), attribute and method access on runtime values, calls to
+library functions that have no dedicated primitive (`LibraryCall`), and the
+effects `print` and `assert`. Library functions with a dedicated primitive
+(`jnp.sin` -> `ops.Sin`) are mapped by `k_transform.ir.resolve`.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from k_transform import runtime as rt
+from k_transform.ir.primitive import Primitive
+
+
+# -- operators ------------------------------------------------------------
+class BinaryOp(Primitive):
+    """`a <symbol> b` for one Python operator."""
+
+    n_inputs = 2
+
+    def __init__(self, name: str, fn, symbol: str):
+        super().__init__(name)
+        self.fn = fn
+        self.symbol = symbol
+
+    def impl(self, a, b):
+        return self.fn(a, b)
+
+    def emit(self, e, args):
+        return f"{args[0]} {self.symbol} {args[1]}"
+
+    def _key(self):
+        return (BinaryOp, self.name)
+
+
+class UnaryOp(Primitive):
+    """`<symbol>a` for one Python unary operator (`not` is `rt.not_`)."""
+
+    n_inputs = 1
+
+    def __init__(self, name: str, fn, symbol: str):
+        super().__init__(name)
+        self.fn = fn
+        self.symbol = symbol
+
+    def impl(self, a):
+        return self.fn(a)
+
+    def emit(self, e, args):
+        if self.name == "not_":
+            return f"{e.ref(rt, '_rt')}.not_({args[0]})"
+        return f"{self.symbol}{args[0]}"
+
+    def _key(self):
+        return (UnaryOp, self.name)
+
+
+_BINARY = [
+    ("add", operator.add, "+"),
+    ("sub", operator.sub, "-"),
+    ("mul", operator.mul, "*"),
+    ("truediv", operator.truediv, "/"),
+    ("floordiv", operator.floordiv, "//"),
+    ("mod", operator.mod, "%"),
+    ("pow", operator.pow, "**"),
+    ("matmul", operator.matmul, "@"),
+    ("lshift", operator.lshift, "<<"),
+    ("rshift", operator.rshift, ">>"),
+    ("bitor", operator.or_, "|"),
+    ("bitxor", operator.xor, "^"),
+    ("bitand", operator.and_, "&"),
+    ("eq", operator.eq, "=="),
+    ("ne", operator.ne, "!="),
+    ("lt", operator.lt, "<"),
+    ("le", operator.le, "<="),
+    ("gt", operator.gt, ">"),
+    ("ge", operator.ge, ">="),
+    ("is_", operator.is_, "is"),
+    ("is_not", operator.is_not, "is not"),
+]
+BINARY_OPS: dict[str, BinaryOp] = {name: BinaryOp(name, fn, sym) for name, fn, sym in _BINARY}
+
+_UNARY = [
+    ("neg", operator.neg, "-"),
+    ("pos", operator.pos, "+"),
+    ("invert", operator.invert, "~"),
+    ("not_", rt.not_, "not "),
+]
+UNARY_OPS: dict[str, UnaryOp] = {name: UnaryOp(name, fn, sym) for name, fn, sym in _UNARY}
+
+
+class Contains(Primitive):
+    """`a in b` (`negate`: `a not in b`)."""
+
+    n_inputs = 2
+
+    def __init__(self, negate: bool = False):
+        super().__init__("not_in" if negate else "in_", negate=negate)
+
+    def impl(self, a, b):
+        return (a not in b) if self.negate else (a in b)
+
+    def emit(self, e, args):
+        return f"{args[0]} {'not in' if self.negate else 'in'} {args[1]}"
+
+
+# -- containers -------------------------------------------------------------
+class MakeTuple(Primitive):
+    def __init__(self):
+        super().__init__("make_tuple")
+
+    def impl(self, *items):
+        return tuple(items)
+
+    def emit(self, e, args):
+        return f"({args[0]},)" if len(args) == 1 else f"({', '.join(args)})"
+
+
+class MakeList(Primitive):
+    def __init__(self):
+        super().__init__("make_list")
+
+    def impl(self, *items):
+        return list(items)
+
+    def emit(self, e, args):
+        return f"[{', '.join(args)}]"
+
+
+class MakeDict(Primitive):
+    """`{k0: v0, ...}`: the inputs are keys and values interleaved."""
+
+    def __init__(self):
+        super().__init__("make_dict")
+
+    def impl(self, *kv):
+        return dict(zip(kv[0::2], kv[1::2], strict=True))
+
+    def emit(self, e, args):
+        pairs = [f"{k}: {v}" for k, v in zip(args[0::2], args[1::2], strict=True)]
+        return "{" + ", ".join(pairs) + "}"
+
+
+class MakeSlice(Primitive):
+    n_inputs = 3
+
+    def __init__(self):
+        super().__init__("make_slice")
+
+    def impl(self, start, stop, step):
+        return slice(start, stop, step)
+
+    def emit(self, e, args):
+        return f"slice({', '.join(args)})"
+
+
+class GetItem(Primitive):
+    """`x[i]` for arrays, tuples, lists and dicts."""
+
+    n_inputs = 2
+
+    def __init__(self):
+        super().__init__("getitem")
+
+    def impl(self, x, index):
+        return x[index]
+
+    def emit(self, e, args):
+        return f"{args[0]}[{args[1]}]"
+
+
+class SetItem(Primitive):
+    """`x[i] = v` made functional: returns the updated copy of `x`."""
+
+    n_inputs = 3
+
+    def __init__(self):
+        super().__init__("setitem")
+
+    def impl(self, x, index, value):
+        return rt.setitem(x, index, value)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.setitem({', '.join(args)})"
+
+
+class GetAttr(Primitive):
+    """`x.attr` on a runtime value (`x.T`, `x.shape`, `x.at`)."""
+
+    n_inputs = 1
+
+    def __init__(self, attr: str):
+        super().__init__("getattr", attr=attr)
+
+    def impl(self, x):
+        return getattr(x, self.attr)
+
+    def emit(self, e, args):
+        return f"{args[0]}.{self.attr}"
+
+    def __repr__(self):
+        return f"getattr.{self.attr}"
+
+
+class MethodCall(Primitive):
+    """`x.method(*args, **kwargs)`; the last `len(kwnames)` inputs are keywords."""
+
+    def __init__(self, method: str, kwnames: tuple[str, ...] = ()):
+        super().__init__("method", method=method, kwnames=tuple(kwnames))
+
+    def impl(self, x, *args):
+        pos, kw = split_kwargs(args, self.kwnames)
+        return getattr(x, self.method)(*pos, **kw)
+
+    def emit(self, e, args):
+        return f"{args[0]}.{self.method}({call_args(args[1:], self.kwnames)})"
+
+    def __repr__(self):
+        return f"method.{self.method}" + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
+
+
+class LibraryCall(Primitive):
+    """A call to a library function with no dedicated primitive (`jax.nn.relu`)."""
+
+    def __init__(self, fn, hint: str, kwnames: tuple[str, ...] = ()):
+        super().__init__(hint, fn=fn, kwnames=tuple(kwnames))
+        self.hint = hint
+
+    def impl(self, *args):
+        pos, kw = split_kwargs(args, self.kwnames)
+        return self.fn(*pos, **kw)
+
+    def emit(self, e, args):
+        return f"{e.ref(self.fn, self.hint)}({call_args(args, self.kwnames)})"
+
+    def __repr__(self):
+        return self.hint + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
+
+
+def split_kwargs(args, kwnames):
+    n = len(args) - len(kwnames)
+    return args[:n], dict(zip(kwnames, args[n:], strict=True))
+
+
+def call_args(args: list[str], kwnames) -> str:
+    n = len(args) - len(kwnames)
+    parts = list(args[:n]) + [f"{k}={v}" for k, v in zip(kwnames, args[n:], strict=True)]
+    return ", ".join(parts)
+
+
+# -- effects ----------------------------------------------------------------
+class Print(Primitive):
+    """`print(...)`: Python's print when concrete, `jax.debug.print` when traced."""
+
+    effectful = True
+
+    def __init__(self, kwnames: tuple[str, ...] = ()):
+        super().__init__("print", kwnames=tuple(kwnames))
+
+    def impl(self, *args):
+        pos, kw = split_kwargs(args, self.kwnames)
+        return rt.print_(*pos, **kw)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.print_({call_args(args, self.kwnames)})"
+
+
+class Assert(Primitive):
+    """`assert cond, msg`: checked when concrete, skipped when traced."""
+
+    effectful = True
+    n_inputs = 2
+
+    def __init__(self):
+        super().__init__("assert")
+
+    def impl(self, cond, msg):
+        return rt.assert_(cond, msg)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.assert_({', '.join(args)})"

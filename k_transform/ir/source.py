@@ -1,0 +1,122 @@
+"""Finding a Python function's source and making debug info from it."""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import textwrap
+import types
+
+import gast
+
+from k_transform.errors import KTransformError
+from k_transform.ir.nodes import DebugInfo
+
+# Functions from these modules are library code: called, never parsed.
+LIBRARY_MODULES = (
+    "jax",
+    "jaxlib",
+    "numpy",
+    "scipy",
+    "math",
+    "builtins",
+    "functools",
+    "operator",
+    "k_transform.runtime",
+    "k_transform.ir",
+    "k_transform.codegen",
+    "k_transform.dfunctor",
+    "k_transform.api",
+)
+
+
+def is_user_function(value) -> bool:
+    """A Python function k_transform should parse rather than call opaquely."""
+    if not isinstance(value, types.FunctionType):
+        return False
+    module = getattr(value, "__module__", None) or ""
+    return not any(module == m or module.startswith(m + ".") for m in LIBRARY_MODULES)
+
+
+class Source:
+    """The parsed definition of one Python function, with its location.
+
+    `tree` is the gast FunctionDef (a lambda is wrapped into one named
+    `<lambda>`); its line numbers are relative to `first_line`.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.name = getattr(fn, "__name__", repr(fn))
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            raise KTransformError(
+                f"{self.name!r} has no Python source (a builtin or C function) and cannot be "
+                "transformed; wrap it in a Python function or give it a primitive"
+            )
+        self.file = code.co_filename
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise KTransformError(
+                f"the source of {self.name!r} is not available (defined in a REPL, eval or "
+                f"exec?): {exc}",
+                DebugInfo(self.file, code.co_firstlineno),
+            ) from None
+        self.first_line = max(first, 1)
+        text = textwrap.dedent("".join(lines))
+        self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+        if self.name == "<lambda>":
+            self.tree = self._find_lambda(text, code)
+        else:
+            module = gast.parse(text)
+            self.tree = module.body[0]
+            if isinstance(self.tree, gast.AsyncFunctionDef):
+                raise KTransformError("`async def` is not supported", self.debug(self.tree))
+
+    def _find_lambda(self, text: str, code) -> gast.FunctionDef:
+        module = _parse_prefix(text)
+        want_line = code.co_firstlineno - self.first_line + 1
+        names = list(code.co_varnames[: code.co_argcount])
+        found = [
+            n
+            for n in gast.walk(module)
+            if isinstance(n, gast.Lambda)
+            and n.lineno == want_line
+            and [a.id for a in n.args.args] == names
+        ]
+        if not found:
+            raise KTransformError("cannot find the source of this lambda", self.debug_at(want_line))
+        lam = found[0]
+        ret = gast.copy_location(gast.Return(value=lam.body), lam.body)
+        fdef = gast.FunctionDef(
+            name="<lambda>",
+            args=lam.args,
+            body=[ret],
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+            type_params=[],
+        )
+        return gast.copy_location(fdef, lam)
+
+    def debug_at(self, rel_line: int, col: int = 0, name: str = "") -> DebugInfo:
+        line = rel_line + self.first_line - 1
+        text = linecache.getline(self.file, line).rstrip("\n")
+        return DebugInfo(self.file, line, col + self.indent, text, name)
+
+    def debug(self, node, name: str = "") -> DebugInfo:
+        return self.debug_at(getattr(node, "lineno", 1), getattr(node, "col_offset", 0), name)
+
+
+def _parse_prefix(text: str):
+    """Parse `text`, dropping trailing lines until it parses (lambdas mid-call)."""
+    lines = text.splitlines()
+    for end in range(len(lines), 0, -1):
+        chunk = "\n".join(lines[:end])
+        for candidate in (chunk, "(" + chunk, "(" + chunk + ")"):
+            try:
+                return gast.parse(textwrap.dedent(candidate))
+            except SyntaxError:
+                continue
+    raise SyntaxError("unparsable lambda source")

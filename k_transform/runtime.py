@@ -1,0 +1,296 @@
+"""Helpers that generated code calls (imported there as `_rt`).
+
+Control flow decides at run time: a concrete condition runs a Python `if` or
+`while`; a traced one (under `jax.jit`) runs `lax.cond` / `lax.while_loop` /
+`lax.scan`. Loops never recurse in Python, so trip counts are unbounded.
+
+`UNDEFINED` stands for a variable not yet assigned on some path (first
+assigned inside a loop or one branch). Eagerly it raises when used; under a
+traced cond or loop its slot takes zeros shaped like the value the other path
+gives, which Python semantics guarantee is never read.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from k_transform.errors import KTransformError
+
+# A traced `for` over a static range (or array rows) with at most this many
+# iterations is unrolled; longer ones become `lax.scan`.
+UNROLL_LIMIT = 8
+
+
+class _Undefined:
+    """The value of a variable that has not been assigned yet."""
+
+    def __repr__(self):
+        return "UNDEFINED"
+
+    def __bool__(self):
+        raise KTransformError("a variable was used before it was assigned")
+
+    def _fail(self, *args, **kwargs):
+        raise KTransformError("a variable was used before it was assigned")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __getitem__ = __call__ = __neg__ = _fail
+    __array__ = __jax_array__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+
+
+UNDEFINED = _Undefined()
+jax.tree_util.register_pytree_node(_Undefined, lambda u: ((), None), lambda aux, kids: UNDEFINED)
+
+
+def is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def any_traced(tree) -> bool:
+    return any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def not_(x):
+    if is_tracer(x):
+        return jnp.logical_not(x)
+    return not x
+
+
+def range_cond(i, stop, step):
+    """`i` is still inside `range(..., stop, step)`."""
+    if is_tracer(i) or is_tracer(stop) or is_tracer(step):
+        return jnp.where(step > 0, i < stop, i > stop)
+    return i < stop if step > 0 else i > stop
+
+
+class Formatted:
+    """An f-string with traced values, printed later by `jax.debug.print`."""
+
+    def __init__(self, template, values):
+        self.template, self.values = template, values
+
+
+def fstring(template: str, *values):
+    if any_traced(values):
+        return Formatted(template, values)
+    return template.format(*values)
+
+
+def setitem(x, index, value):
+    """`x[index] = value` without mutation: arrays via `.at[].set`, else a copy."""
+    if isinstance(x, (list, dict)):
+        new = x.copy()
+        new[index] = value
+        return new
+    if isinstance(x, np.ndarray) and not is_tracer(value):
+        new = x.copy()
+        new[index] = value
+        return new
+    return jnp.asarray(x).at[index].set(value)
+
+
+def print_(*args, **kwargs):
+    if not any_traced(args) and not any(isinstance(a, Formatted) for a in args):
+        builtins.print(*args, **kwargs)
+        return None
+    parts, values = [], []
+    for a in args:
+        if isinstance(a, Formatted):
+            parts.append(a.template)
+            values.extend(a.values)
+        elif isinstance(a, str):
+            parts.append(a.replace("{", "{{").replace("}", "}}"))
+        else:
+            parts.append("{}")
+            values.append(a)
+    jax.debug.print(kwargs.get("sep", " ").join(parts), *values)
+    return None
+
+
+def assert_(cond, msg):
+    if is_tracer(cond):
+        return None  # not checkable while tracing; harmless under jax.jit
+    if not bool(np.all(cond)):
+        raise AssertionError(msg) if msg is not None else AssertionError()
+    return None
+
+
+# -- filling UNDEFINED slots ---------------------------------------------
+def _zeros_like_shape(s):
+    return jnp.zeros(s.shape, s.dtype)
+
+
+def _fill_undefined(values, shapes):
+    """Replace UNDEFINED entries of `values` by zeros of the matching shape."""
+    out = []
+    for v, s in zip(values, shapes, strict=True):
+        if v is UNDEFINED and s is not UNDEFINED:
+            v = jax.tree_util.tree_map(_zeros_like_shape, s)
+        out.append(v)
+    return tuple(out)
+
+
+def _is_undef(x):
+    return x is UNDEFINED
+
+
+def _shape_of(tree):
+    return jax.tree_util.tree_map(
+        lambda v: v if v is UNDEFINED else jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)),
+        tree,
+        is_leaf=_is_undef,
+    )
+
+
+def _describe(where: str) -> str:
+    return f" ({where})" if where else ""
+
+
+# -- if ----------------------------------------------------------------------
+def switch(cond, true_fn, false_fn, *args, where: str = ""):
+    """`true_fn(*args) if cond else false_fn(*args)`, with `lax.cond` when traced."""
+    if not is_tracer(cond):
+        return true_fn(*args) if cond else false_fn(*args)
+    if jnp.shape(cond) != ():
+        raise KTransformError(f"the condition of an `if` must be a scalar{_describe(where)}")
+    t_out = jax.eval_shape(lambda: true_fn(*args))
+    f_out = jax.eval_shape(lambda: false_fn(*args))
+    single = not isinstance(t_out, tuple)
+    if single:
+        t_out, f_out = (t_out,), (f_out,)
+    _check_branch_match(t_out, f_out, where)
+
+    def branch(fn, other):
+        def run():
+            value = fn(*args)
+            return _fill_undefined((value,) if single else tuple(value), other)
+
+        return run
+
+    out = lax.cond(jnp.asarray(cond, bool), branch(true_fn, f_out), branch(false_fn, t_out))
+    return out[0] if single else out
+
+
+def _check_branch_match(t_out, f_out, where):
+    if not isinstance(f_out, tuple) or len(t_out) != len(f_out):
+        raise KTransformError(
+            f"the branches of a traced `if` give different numbers of values{_describe(where)}"
+        )
+    for a, b in zip(t_out, f_out, strict=True):
+        if a is UNDEFINED or b is UNDEFINED:
+            continue
+        a_leaves, a_tree = jax.tree_util.tree_flatten(a)
+        b_leaves, b_tree = jax.tree_util.tree_flatten(b)
+        if a_tree != b_tree:
+            raise KTransformError(
+                "the branches of a traced `if` give values of different structure: "
+                f"{a_tree} vs {b_tree}{_describe(where)}"
+            )
+        for x, y in zip(a_leaves, b_leaves, strict=True):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                raise KTransformError(
+                    "the branches of a traced `if` give values of different shape or dtype: "
+                    f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}{_describe(where)}"
+                )
+
+
+# -- loops --------------------------------------------------------------------
+def while_loop(cond_fn, body_fn, n_carry, *values, where: str = ""):
+    """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry."""
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    while True:
+        c = cond_fn(*carry, *inv)
+        if is_tracer(c):
+            break
+        if not c:
+            return carry
+        carry = tuple(body_fn(*carry, *inv))
+    carry = _settle_carry(lambda cr: tuple(body_fn(*cr, *inv)), carry, where)
+    return lax.while_loop(
+        lambda cr: jnp.asarray(cond_fn(*cr, *inv), bool),
+        lambda cr: _cast_like(tuple(body_fn(*cr, *inv)), cr),
+        carry,
+    )
+
+
+def for_range(start, stop, step, body_fn, n_carry, *values, where: str = ""):
+    """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`."""
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
+        indices = range(int(start), int(stop), int(step))
+        if not any_traced((carry, inv)) or len(indices) <= UNROLL_LIMIT:
+            for i in indices:
+                carry = tuple(body_fn(i, *carry, *inv))
+            return carry
+        return _scan(lambda i, cr: body_fn(i, *cr, *inv), jnp.asarray(indices), carry, where)
+    step_ = jnp.asarray(step)
+
+    def cond(state):
+        i = state[0]
+        return jnp.where(step_ > 0, i < stop, i > stop)
+
+    def body(state):
+        i, cr = state[0], state[1:]
+        return (i + step_, *_cast_like(tuple(body_fn(i, *cr, *inv)), cr))
+
+    carry = _settle_carry(lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv)), carry, where)
+    out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
+    return out[1:]
+
+
+def for_each(seq, body_fn, n_carry, *values, where: str = ""):
+    """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists, arrays."""
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
+        for item in seq:
+            carry = tuple(body_fn(item, *carry, *inv))
+        return carry
+    if jnp.ndim(seq) == 0:
+        raise KTransformError(f"cannot iterate over a 0-d array{_describe(where)}")
+    if not any_traced((seq, carry, inv)) or seq.shape[0] <= UNROLL_LIMIT:
+        for k in range(seq.shape[0]):
+            carry = tuple(body_fn(seq[k], *carry, *inv))
+        return carry
+    return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where)
+
+
+def _scan(step, xs, carry, where):
+    first = jax.tree_util.tree_map(lambda x: x[0], xs)
+    carry = _settle_carry(lambda cr: tuple(step(first, cr)), carry, where)
+
+    def body(cr, x):
+        return _cast_like(tuple(step(x, cr)), cr), None
+
+    out, _ = lax.scan(body, carry, xs)
+    return out
+
+
+def _settle_carry(body, carry, where):
+    """Give UNDEFINED carries a shape, and check the body keeps the carry's type."""
+    carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
+    if any(c is UNDEFINED for c in carry):
+        carry = _fill_undefined(carry, jax.eval_shape(body, _shape_of(carry)))
+    out = jax.eval_shape(body, carry)
+    for k, (a, b) in enumerate(zip(_shape_of(carry), out, strict=True)):
+        a_leaves = jax.tree_util.tree_leaves(a)
+        b_leaves = jax.tree_util.tree_leaves(b)
+        same = len(a_leaves) == len(b_leaves) and all(
+            x.shape == y.shape for x, y in zip(a_leaves, b_leaves, strict=True)
+        )
+        if not same:
+            raise KTransformError(
+                f"loop variable {k} changes shape inside a traced loop: {a} becomes {b}"
+                f"{_describe(where)}"
+            )
+    return carry
+
+
+def _cast_like(new, old):
+    return jax.tree_util.tree_map(
+        lambda n, o: jnp.asarray(n, jnp.result_type(o)) if hasattr(o, "dtype") else n, new, old
+    )
