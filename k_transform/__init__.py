@@ -1,11 +1,39 @@
 """k_transform: source-to-source automatic differentiation for Python.
 
 The public API (see DESIGN.md). Reads a function's source, builds FuncGraph
-IR, transforms it, and generates Python that JAX compiles.
+IR, transforms it with the DFunctor, and generates Python that JAX compiles.
 """
 
+from k_transform import ops
 from k_transform.api import compile, get_ir, get_source
+from k_transform.bprop_registry import bprop_getters
+from k_transform.cell import Cell, Parameter, ParameterTuple
 from k_transform.errors import KTransformError
+from k_transform.grad import (
+    GradOperation,
+    grad,
+    set_mode,
+    stop_gradient,
+    value_and_grad,
+    vjp,
+)
 from k_transform.ir.primitive import Primitive
 
-__all__ = ["KTransformError", "Primitive", "compile", "get_ir", "get_source"]
+__all__ = [
+    "Cell",
+    "GradOperation",
+    "KTransformError",
+    "Parameter",
+    "ParameterTuple",
+    "Primitive",
+    "bprop_getters",
+    "compile",
+    "get_ir",
+    "get_source",
+    "grad",
+    "ops",
+    "set_mode",
+    "stop_gradient",
+    "value_and_grad",
+    "vjp",
+]

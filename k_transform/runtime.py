@@ -294,3 +294,135 @@ def _cast_like(new, old):
     return jax.tree_util.tree_map(
         lambda n, o: jnp.asarray(n, jnp.result_type(o)) if hasattr(o, "dtype") else n, new, old
     )
+
+
+# -- gradients ----------------------------------------------------------------
+# Gradient values mirror primal values: arrays for arrays, tuples for tuples,
+# dicts ("envs", keyed by free-variable keys) for functions, None for values
+# with no gradient (None, strings, objects). `add_grad` adds them.
+def add_grad(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = add_grad(out[key], value) if key in out else value
+        return out
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a)(add_grad(x, y) for x, y in zip(a, b, strict=True))
+    return a + b
+
+
+def zeros_like_value(x):
+    """The zero gradient of `x` (None where `x` has no gradient)."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(zeros_like_value(v) for v in x)
+    if isinstance(x, dict):
+        return {k: zeros_like_value(v) for k, v in x.items()}
+    if isinstance(x, bool) or x is None or isinstance(x, (str, slice, type(Ellipsis))):
+        return None
+    if isinstance(x, (int, float)):
+        return type(x)(0)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jnp.zeros(jnp.shape(x), jnp.result_type(x))
+    if callable(x):
+        return {}
+    return None
+
+
+def ones_like_value(x):
+    """The default output sensitivity: ones shaped like `x`."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(ones_like_value(v) for v in x)
+    if isinstance(x, dict):
+        return {k: ones_like_value(v) for k, v in x.items()}
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return type(x)(1)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jnp.ones(jnp.shape(x), jnp.result_type(x))
+    return None
+
+
+def env_get(env, key, like):
+    """The gradient stored under `key` in `env`, or zeros like `like`."""
+    if isinstance(env, dict) and key in env:
+        return env[key]
+    return zeros_like_value(like)
+
+
+def env_del(env, key):
+    if isinstance(env, dict) and key in env:
+        env = dict(env)
+        del env[key]
+    return env
+
+
+def check_grad(grad, x, rule: str):
+    """`grad` if it fits the input `x`, else an error naming the rule."""
+    if grad is None or not hasattr(grad, "shape") or not hasattr(x, "shape"):
+        return grad
+    if jnp.shape(grad) != jnp.shape(x):
+        raise KTransformError(
+            f"{rule} returned a gradient of shape {jnp.shape(grad)} for an input of shape "
+            f"{jnp.shape(x)}"
+        )
+    return grad
+
+
+# -- parameters -----------------------------------------------------------------
+# A gradient function binds each Parameter to the (possibly traced) value it
+# was called with; generated code reads parameters through `read_param`.
+_param_scopes: list[dict] = []
+
+
+class param_scope:
+    def __init__(self, params, values):
+        self.bindings = {id(p): v for p, v in zip(params, values, strict=True)}
+
+    def __enter__(self):
+        _param_scopes.append(self.bindings)
+        return self
+
+    def __exit__(self, *exc):
+        _param_scopes.pop()
+        return False
+
+
+def read_param(param):
+    for scope in reversed(_param_scopes):
+        if id(param) in scope:
+            return scope[id(param)]
+    return param.data
+
+
+# -- helpers of gradient rules ---------------------------------------------------
+def sum_to(g, like):
+    """Sum `g` over the axes broadcasting added to `like`'s shape."""
+    if g is None:
+        return None
+    shape = tuple(jnp.shape(like))
+    g_shape = tuple(jnp.shape(g))
+    if g_shape == shape:
+        return g
+    lead = len(g_shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + k for k, n in enumerate(shape) if n == 1 and g_shape[lead + k] != 1
+    )
+    out = jnp.sum(g, axis=axes, keepdims=True) if axes else g
+    return jnp.reshape(out, shape)
+
+
+def getitem_grad(x, index, dout):
+    """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
+    if isinstance(x, (tuple, list)):
+        grads = [zeros_like_value(v) for v in x]
+        grads[index] = dout
+        return type(x)(grads)
+    if isinstance(x, dict):
+        grads = {k: zeros_like_value(v) for k, v in x.items()}
+        grads[index] = dout
+        return grads
+    zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
+    return zeros.at[index].add(dout)

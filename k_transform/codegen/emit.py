@@ -81,6 +81,10 @@ class ModuleEmitter:
         """The `def` of `graph`; `names` maps nodes of enclosing graphs too."""
         fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
         params = [self._name_node(p, namer, names) for p in graph.parameters]
+        defaults = getattr(graph, "defaults", {})
+        for k, p in enumerate(graph.parameters):
+            if p.name in defaults and all(q.name in defaults for q in graph.parameters[k:]):
+                params[k] += "=" + self.atom(defaults[p.name], names, namer)
         pad = "    " * depth
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         body_pad = pad + "    "
@@ -90,10 +94,7 @@ class ModuleEmitter:
         for node in graph.nodes:
             if id(node) not in live:
                 continue
-            for child in _graph_inputs(node):
-                if child.parent is graph and child.uid not in defined_children:
-                    defined_children.add(child.uid)
-                    lines += self.emit_graph(child, namer, names, depth + 1)
+            lines += self.emit_children(graph, node.inputs, defined_children, namer, names, depth)
             if self.comments and node.debug.line and node.debug.line != last_line:
                 last_line = node.debug.line
                 src = node.debug.source_line.strip()
@@ -102,11 +103,19 @@ class ModuleEmitter:
             expr = self.expression(node, names, namer)
             lines.append(body_pad + _statement(f"{target} = {expr}"))
         out = graph.output
-        if isinstance(out, Constant) and isinstance(out.value, FuncGraph):
-            child = out.value
-            if child.parent is graph and child.uid not in defined_children:
-                lines += self.emit_graph(child, namer, names, depth + 1)
+        lines += self.emit_children(graph, [out], defined_children, namer, names, depth)
         lines.append(body_pad + _statement(f"return {self.atom(out, names, namer)}"))
+        return lines
+
+    def emit_children(self, graph, nodes, defined: set, namer, names, depth) -> list[str]:
+        """Nested defs for the graphs of `graph` that `nodes` need, not yet emitted."""
+        children = [c for c in _local_graphs(graph, nodes) if c.uid not in defined]
+        for child in children:  # named first: they may call each other
+            self.graph_name(child, namer)
+            defined.add(child.uid)
+        lines = []
+        for child in children:
+            lines += self.emit_graph(child, namer, names, depth + 1)
         return lines
 
     def _name_node(self, node: Node, namer: Namer, names: dict[int, str]) -> str:
@@ -130,10 +139,12 @@ class ModuleEmitter:
             return names[id(node)]
         value = node.value
         if isinstance(value, FuncGraph):
-            if value.parent is None:
-                self.pending.append(value)
-                return self.graph_name(value, self.module_names)
-            return self.graph_name(value, namer)
+            if value.uid in self.graph_names:
+                return self.graph_names[value.uid]
+            # Not nested here: a top-level graph, or a closed one (no free
+            # variables) from elsewhere, such as a branch of an inlined rule.
+            self.pending.append(value)
+            return self.graph_name(value, self.module_names)
         literal = _literal(value)
         if literal is not None:
             return literal
@@ -149,7 +160,7 @@ class ModuleEmitter:
             if node is None or id(node) in live:
                 continue
             if isinstance(node, Constant):
-                if isinstance(node.value, FuncGraph) and node.value.parent is graph:
+                if isinstance(node.value, FuncGraph) and node.value.parent is not None:
                     live.add(id(node))
                     todo += [v for v in node.value.free_variables() if v.graph is graph]
                 continue
@@ -177,6 +188,26 @@ class ModuleEmitter:
 def _graph_inputs(node: Apply) -> list[FuncGraph]:
     """FuncGraphs the node calls or passes (branches, loop bodies, closures)."""
     return [a.value for a in node.inputs if isinstance(a, Constant) and isinstance(a.value, FuncGraph)]
+
+
+def _local_graphs(graph: FuncGraph, nodes) -> list[FuncGraph]:
+    """Graphs nested in `graph` that `nodes` use, directly or via closures."""
+    found: dict[int, FuncGraph] = {}
+    seen: set[int] = set()
+    todo = [n.value for n in nodes if isinstance(n, Constant) and isinstance(n.value, FuncGraph)]
+    while todo:
+        g = todo.pop()
+        if g.uid in seen or g.parent is None:
+            continue
+        seen.add(g.uid)
+        if g.parent is graph:
+            found[g.uid] = g
+        elif not any(a is graph for a in g.ancestors()):
+            continue
+        for n in g.used_nodes():
+            if isinstance(n, Constant) and isinstance(n.value, FuncGraph):
+                todo.append(n.value)
+    return list(found.values())
 
 
 def _statement(text: str) -> str:

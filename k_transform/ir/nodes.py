@@ -176,18 +176,23 @@ class FuncGraph:
             yield self.output
 
     def free_variables(self) -> list[Node]:
-        """Nodes owned by enclosing graphs that this graph or its children read."""
+        """Nodes owned by enclosing graphs that this graph reads, directly or
+        through the closures it uses (children and sibling closures alike)."""
         found: dict[int, Node] = {}
-        self._collect_free(self, found)
+        seen: set[int] = set()
+        todo: list[FuncGraph] = [self]
+        while todo:
+            graph = todo.pop()
+            if graph.uid in seen:
+                continue
+            seen.add(graph.uid)
+            for node in graph.used_nodes():
+                if isinstance(node, Constant):
+                    if isinstance(node.value, FuncGraph) and node.value.parent is not None:
+                        todo.append(node.value)
+                elif node.graph is not self and node.graph.is_ancestor_of(self):
+                    found.setdefault(id(node), node)
         return list(found.values())
-
-    def _collect_free(self, scope: FuncGraph, found: dict[int, Node]) -> None:
-        for node in self.used_nodes():
-            if node.graph is not None and node.graph is not scope:
-                if node.graph.is_ancestor_of(scope) and id(node) not in found:
-                    found[id(node)] = node
-        for child in self.children():
-            child._collect_free(scope, found)
 
     def __repr__(self) -> str:
         return f"FuncGraph({self.name})"

@@ -24,12 +24,15 @@ from __future__ import annotations
 import builtins
 import copy
 import types
+from collections import Counter
 
 import gast
 
+from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
 from k_transform.ir import control, prims
+from k_transform.ir.fold import fold, fold_call
 from k_transform.ir.desugar import (
     SPECIAL_NAMES,
     JumpLowering,
@@ -40,6 +43,7 @@ from k_transform.ir.desugar import (
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
+from k_transform.ops.mapping import Call, adapt_function, adapt_method
 
 _cache: dict[tuple, FuncGraph] = {}
 
@@ -94,10 +98,8 @@ _CMPOPS = {
     gast.Is: "is_",
     gast.IsNot: "is_not",
 }
-_UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert", gast.Not: "not_"}
+_UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert"}
 
-# Results of these calls on constants are folded at parse time.
-_FOLDABLE = {len, abs, min, max, int, float, bool, round, divmod, isinstance, tuple, range}
 
 _SPECIALS = {"_kt_len": len, "_kt_undefined": rt.UNDEFINED, "_kt_range_cond": rt.range_cond}
 
@@ -186,11 +188,13 @@ class GraphBuilder:
         self.locals = parent.locals if closed else set()
         self.load_counts = parent.load_counts if closed else None
         self.returned = False
+        self.loop_live: set[str] = set(parent.loop_live) if closed else set()
 
     # -- names ----------------------------------------------------------------
     def lookup(self, name: str, node) -> Node:
         if name in self.vars:
-            return self.vars[name]
+            value = self.vars[name]
+            return self.materialize(value) if isinstance(value, LazyClosure) else value
         if self.closed:
             outer = self.parent.lookup(name, node)
             if isinstance(outer, Constant) and not _is_closure(outer):
@@ -228,7 +232,7 @@ class GraphBuilder:
 
     def apply(self, prim, *args: Node, node=None) -> Node:
         """`prim(*args)`, folded to a constant when it is static."""
-        folded = _fold(prim, args)
+        folded = fold(prim, args)
         if folded is not None:
             return folded
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
@@ -271,13 +275,31 @@ class GraphBuilder:
         return {n: self.parent.expr(d) for n, d in zip(names, args.defaults, strict=True)}
 
     def nested_function(self, fdef, name: str) -> Constant:
+        """The graph of a nested def or lambda, reading the current bindings."""
         graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
         value = Constant(graph, self.debug(fdef, name), name)
-        if isinstance(fdef, gast.FunctionDef):
-            self.vars[fdef.name] = value  # visible in its own body: recursion
-        sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=fdef)
-        sub.build_function(fdef)
+        sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
+        sub.build_function(sub.fdef)
         return value
+
+    def materialize(self, lazy: LazyClosure) -> Constant:
+        """A named closure as a graph over the bindings its body reads now.
+
+        Python closures see a variable's value when they run, not when they
+        are defined; a closure is therefore built when it is used, and again
+        if a variable it reads has been reassigned since.
+        """
+        key = tuple(id(self.vars.get(v)) for v in lazy.reads)
+        if key not in lazy.graphs:
+            graph = FuncGraph(lazy.name, parent=self.graph, debug=self.debug(lazy.fdef, lazy.name))
+            lazy.graphs[key] = Constant(graph, self.debug(lazy.fdef, lazy.name), lazy.name)
+            sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(lazy.fdef))
+            sub.build_function(sub.fdef)
+        return lazy.graphs[key]
+
+    def bind_closure(self, name: str, fdef) -> None:
+        reads = [v for v in loaded_names(fdef) if v in self.locals or v in self.vars]
+        self.vars[name] = LazyClosure(fdef, name, reads)
 
     # -- statements --------------------------------------------------------------------
     def block(self, stmts) -> None:
@@ -298,19 +320,23 @@ class GraphBuilder:
     def stmt_FunctionDef(self, s) -> None:
         if s.decorator_list:
             raise self.fp.unsupported("a decorator on a nested function", s)
-        self.nested_function(s, s.name)
+        self.bind_closure(s.name, s)
 
     def stmt_Return(self, s) -> None:
         self.graph.output = self.expr(s.value) if s.value is not None else self.const(None, s)
         self.returned = True
 
     def stmt_Assign(self, s) -> None:
+        if isinstance(s.value, gast.Lambda) and all(isinstance(t, gast.Name) for t in s.targets):
+            for target in s.targets:  # `f = lambda ...`: bound like a def
+                self.bind_closure(target.id, _lambda_def(s.value, target.id))
+            return
         value = self.expr(s.value)
         for target in s.targets:
             self.assign(target, value, s)
 
     def stmt_AugAssign(self, s) -> None:
-        op = prims.BINARY_OPS[_BINOPS[type(s.op)]]
+        op = ops.BINARY[_BINOPS[type(s.op)]]()
         load = _as_load(s.target)
         value = self.apply(op, self.expr(load), self.expr(s.value), node=s)
         self.assign(s.target, value, s)
@@ -334,7 +360,7 @@ class GraphBuilder:
     def stmt_If(self, s) -> None:
         cond = self.expr(s.test)
         tail = _returns_on_every_path(s)
-        outputs = [] if tail else self.live_outputs(s)
+        outputs = [] if tail else self.live_outputs(s, [*s.body, *s.orelse])
         branches = [self.subgraph("if", s, "true"), self.subgraph("if", s, "false")]
         for builder, body in zip(branches, (s.body, s.orelse), strict=True):
             builder.block(body)
@@ -355,6 +381,7 @@ class GraphBuilder:
         cond_b = self.subgraph("while", s, "cond", carried)
         cond_b.graph.output = cond_b.expr(s.test)
         body_b = self.subgraph("while", s, "body", carried)
+        body_b.loop_live |= set(carried)
         body_b.block(s.body)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([cond_b, body_b])
@@ -371,6 +398,7 @@ class GraphBuilder:
         head = range_args if range_args is not None else [self.expr(s.iter)]
         init = [self.read(v, s) for v in carried]
         body_b = self.subgraph("for", s, "body", [])
+        body_b.loop_live |= set(carried)
         item = body_b.graph.add_parameter("item", self.debug(s.target))
         for v in carried:
             body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
@@ -424,17 +452,22 @@ class GraphBuilder:
         for k, v in enumerate(names):
             self.bind(v, self.apply(prims.GetItem(), result, self.const(k, s), node=s))
 
-    def live_outputs(self, s) -> list[str]:
-        """Variables assigned in `s` that are read outside it."""
-        inside = loaded_names(s)
-        return [v for v in assigned_names([s]) if self.load_counts[v] > inside[v]]
+    def live_outputs(self, s, parts: list) -> list[str]:
+        """Variables assigned in statement `s` that are read outside `parts`
+        (its branches or its body) or carried by an enclosing loop."""
+        inside = sum((loaded_names(p) for p in parts), Counter())
+        return [
+            v
+            for v in assigned_names([s])
+            if self.load_counts[v] > inside[v] or v in self.loop_live
+        ]
 
     def carried(self, s, body, head, target=None) -> list[str]:
         """Loop variables: assigned in the body (or the target) and read again."""
         targets = assigned_names([target]) if target is not None else []
         exposed, _ = exposed_names(body, frozenset(targets))
         read_head = set(loaded_names(head))
-        live = set(self.live_outputs(s)) | exposed | read_head
+        live = set(self.live_outputs(s, [s])) | exposed | read_head
         return [v for v in [*targets, *assigned_names(body)] if v in live and v in self.locals]
 
     # -- assignment targets ------------------------------------------------------
@@ -489,24 +522,17 @@ class GraphBuilder:
         return self.apply(control.Switch(self.where(e)), left, *graphs, left, *args, node=e)
 
     def expr_BinOp(self, e) -> Node:
-        op = prims.BINARY_OPS[_BINOPS[type(e.op)]]
+        op = ops.BINARY[_BINOPS[type(e.op)]]()
         return self.apply(op, self.expr(e.left), self.expr(e.right), node=e)
 
     def expr_UnaryOp(self, e) -> Node:
-        return self.apply(prims.UNARY_OPS[_UNARYOPS[type(e.op)]], self.expr(e.operand), node=e)
+        if isinstance(e.op, gast.Not):
+            return self.apply(prims.Not(), self.expr(e.operand), node=e)
+        return self.apply(ops.UNARY[_UNARYOPS[type(e.op)]](), self.expr(e.operand), node=e)
 
     def expr_Lambda(self, e) -> Node:
-        fdef = gast.FunctionDef(
-            name="<lambda>",
-            args=e.args,
-            body=[gast.copy_location(gast.Return(value=e.body), e.body)],
-            decorator_list=[],
-            returns=None,
-            type_comment=None,
-            type_params=[],
-        )
-        gast.copy_location(fdef, e)
-        return self.nested_function(fdef, f"{self.fdef_name()}_lambda{self.debug(e).line}")
+        name = f"{self.fdef_name()}_lambda{self.debug(e).line}"
+        return self.nested_function(_lambda_def(e, "<lambda>"), name)
 
     def expr_IfExp(self, e) -> Node:
         cond = self.expr(e.test)
@@ -535,7 +561,7 @@ class GraphBuilder:
             if isinstance(op, (gast.In, gast.NotIn)):
                 step = self.apply(prims.Contains(isinstance(op, gast.NotIn)), left, right, node=e)
             else:
-                step = self.apply(prims.BINARY_OPS[_CMPOPS[type(op)]], left, right, node=e)
+                step = self.apply(ops.BINARY[_CMPOPS[type(op)]](), left, right, node=e)
             result = step if result is None else self.and_nodes(result, step, e)
             left = right
         return result
@@ -575,6 +601,9 @@ class GraphBuilder:
         args = [self.expr(a) for a in e.args]
         kwnames = tuple(k.arg for k in e.keywords)
         kwvals = [self.expr(k.value) for k in e.keywords]
+        adapted = adapt_method(e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals))))
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
         prim = prims.MethodCall(e.func.attr, kwnames)
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
@@ -605,7 +634,14 @@ class GraphBuilder:
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
-        prim = prims.LibraryCall(value, callee.hint or getattr(value, "__name__", "fn"), tuple(kwargs))
+        folded = fold_call(value, args, kwargs)
+        if folded is not None:
+            return folded
+        adapted = adapt_function(value, Call(args, kwargs))
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
+        hint = callee.hint or getattr(value, "__name__", "fn")
+        prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
@@ -704,6 +740,31 @@ class GraphBuilder:
         return self.index(e)
 
 
+class LazyClosure:
+    """A nested def (or named lambda) not yet built; see `materialize`."""
+
+    def __init__(self, fdef, name: str, reads: list[str]):
+        self.fdef = fdef
+        self.name = name
+        self.reads = reads  # enclosing variables its body may read
+        self.graphs: dict[tuple, Constant] = {}
+
+
+def _lambda_def(e, name: str):
+    """`lambda args: body` as the FunctionDef `def name(args): return body`."""
+    ret = gast.copy_location(gast.Return(value=e.body), e.body)
+    fdef = gast.FunctionDef(
+        name=name,
+        args=e.args,
+        body=[ret],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+        type_params=[],
+    )
+    return gast.copy_location(fdef, e)
+
+
 def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
     """Give closed graphs the same captured parameters; return the outer nodes.
 
@@ -738,37 +799,6 @@ def _user_call_method(value):
         if is_user_function(method):
             return method
     return None
-
-
-def _fold(prim, args) -> Constant | None:
-    """Evaluate `prim(*args)` now if all args are constants and it is static."""
-    if not isinstance(prim, Primitive) or not all(isinstance(a, Constant) for a in args):
-        return None
-    values = [a.value for a in args]
-    if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
-        return None
-    foldable = isinstance(prim, (prims.BinaryOp, prims.UnaryOp, prims.MakeTuple, prims.MakeSlice))
-    foldable = foldable or isinstance(prim, (prims.GetItem, prims.Contains))
-    if isinstance(prim, prims.LibraryCall):
-        module = getattr(prim.fn, "__module__", "")
-        foldable = prim.fn in _FOLDABLE or module == "math"
-    if not foldable:
-        return None
-    try:
-        result = prim.impl(*values)
-    except Exception:
-        return None
-    if _is_static(result):
-        return Constant(result, args[0].debug if args else None)
-    return None
-
-
-def _is_static(value) -> bool:
-    if isinstance(value, tuple):
-        return all(_is_static(v) for v in value)
-    if isinstance(value, slice):
-        return all(_is_static(v) for v in (value.start, value.stop, value.step))
-    return value is None or value is Ellipsis or isinstance(value, (bool, int, float, str, range))
 
 
 def _returns_on_every_path(s) -> bool:

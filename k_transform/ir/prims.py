@@ -9,87 +9,25 @@ effects `print` and `assert`. Library functions with a dedicated primitive
 
 from __future__ import annotations
 
-import operator
-
 from k_transform import runtime as rt
 from k_transform.ir.primitive import Primitive
 
 
 # -- operators ------------------------------------------------------------
-class BinaryOp(Primitive):
-    """`a <symbol> b` for one Python operator."""
-
-    n_inputs = 2
-
-    def __init__(self, name: str, fn, symbol: str):
-        super().__init__(name)
-        self.fn = fn
-        self.symbol = symbol
-
-    def impl(self, a, b):
-        return self.fn(a, b)
-
-    def emit(self, e, args):
-        return f"{args[0]} {self.symbol} {args[1]}"
-
-    def _key(self):
-        return (BinaryOp, self.name)
-
-
-class UnaryOp(Primitive):
-    """`<symbol>a` for one Python unary operator (`not` is `rt.not_`)."""
+# Arithmetic and comparison operators are `k_transform.ops.arithmetic`.
+class Not(Primitive):
+    """`not x`: Python's `not` when concrete, `logical_not` when traced."""
 
     n_inputs = 1
 
-    def __init__(self, name: str, fn, symbol: str):
-        super().__init__(name)
-        self.fn = fn
-        self.symbol = symbol
+    def __init__(self):
+        super().__init__("not_")
 
-    def impl(self, a):
-        return self.fn(a)
+    def impl(self, x):
+        return rt.not_(x)
 
     def emit(self, e, args):
-        if self.name == "not_":
-            return f"{e.ref(rt, '_rt')}.not_({args[0]})"
-        return f"{self.symbol}{args[0]}"
-
-    def _key(self):
-        return (UnaryOp, self.name)
-
-
-_BINARY = [
-    ("add", operator.add, "+"),
-    ("sub", operator.sub, "-"),
-    ("mul", operator.mul, "*"),
-    ("truediv", operator.truediv, "/"),
-    ("floordiv", operator.floordiv, "//"),
-    ("mod", operator.mod, "%"),
-    ("pow", operator.pow, "**"),
-    ("matmul", operator.matmul, "@"),
-    ("lshift", operator.lshift, "<<"),
-    ("rshift", operator.rshift, ">>"),
-    ("bitor", operator.or_, "|"),
-    ("bitxor", operator.xor, "^"),
-    ("bitand", operator.and_, "&"),
-    ("eq", operator.eq, "=="),
-    ("ne", operator.ne, "!="),
-    ("lt", operator.lt, "<"),
-    ("le", operator.le, "<="),
-    ("gt", operator.gt, ">"),
-    ("ge", operator.ge, ">="),
-    ("is_", operator.is_, "is"),
-    ("is_not", operator.is_not, "is not"),
-]
-BINARY_OPS: dict[str, BinaryOp] = {name: BinaryOp(name, fn, sym) for name, fn, sym in _BINARY}
-
-_UNARY = [
-    ("neg", operator.neg, "-"),
-    ("pos", operator.pos, "+"),
-    ("invert", operator.invert, "~"),
-    ("not_", rt.not_, "not "),
-]
-UNARY_OPS: dict[str, UnaryOp] = {name: UnaryOp(name, fn, sym) for name, fn, sym in _UNARY}
+        return f"{e.ref(rt, '_rt')}.not_({args[0]})"
 
 
 class Contains(Primitive):

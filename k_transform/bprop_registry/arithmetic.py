@@ -1,0 +1,118 @@
+"""Rules for the arithmetic operators (`a + b`, `a * b`, `a @ b`, ...).
+
+Binary operators broadcast, so each gradient is summed back to its input's
+shape with `sum_to`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from k_transform import ops
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+
+sum_to = ops.SumTo()
+
+
+@bprop_getters.register(ops.Add)
+def get_bprop_add(self):
+    def bprop(x, y, out, dout):
+        return sum_to(dout, x), sum_to(dout, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Sub)
+def get_bprop_sub(self):
+    def bprop(x, y, out, dout):
+        return sum_to(dout, x), sum_to(-dout, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Mul)
+def get_bprop_mul(self):
+    def bprop(x, y, out, dout):
+        return sum_to(dout * y, x), sum_to(dout * x, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Div)
+def get_bprop_div(self):
+    def bprop(x, y, out, dout):
+        dx = dout / y
+        return sum_to(dx, x), sum_to(-dx * out, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Pow)
+def get_bprop_pow(self):
+    def bprop(x, y, out, dout):
+        dx = dout * y * x ** (y - 1)
+        safe_x = jnp.where(x > 0, x, 1.0)
+        dy = dout * out * jnp.where(x > 0, jnp.log(safe_x), 0.0)
+        return sum_to(dx, x), sum_to(dy, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Neg)
+def get_bprop_neg(self):
+    def bprop(x, out, dout):
+        return (-dout,)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Pos)
+def get_bprop_pos(self):
+    def bprop(x, out, dout):
+        return (dout,)
+
+    return bprop
+
+
+@bprop_getters.register(ops.NumpyMatMul)
+def get_bprop_numpy_matmul(self):
+    def bprop(x, y, out, dout):
+        if x.ndim == 1 and y.ndim == 1:
+            return dout * y, dout * x
+        if x.ndim == 1:
+            return dout @ jnp.swapaxes(y, -1, -2), sum_to(jnp.outer(x, dout), y)
+        if y.ndim == 1:
+            return sum_to(jnp.outer(dout, y), x), jnp.swapaxes(x, -1, -2) @ dout
+        dx = dout @ jnp.swapaxes(y, -1, -2)
+        dy = jnp.swapaxes(x, -1, -2) @ dout
+        return sum_to(dx, x), sum_to(dy, y)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Mod)
+def get_bprop_mod(self):
+    def bprop(x, y, out, dout):
+        return sum_to(dout, x), sum_to(-dout * jnp.floor_divide(x, y), y)
+
+    return bprop
+
+
+zero_gradient(
+    ops.FloorDiv,
+    ops.Equal,
+    ops.NotEqual,
+    ops.Less,
+    ops.LessEqual,
+    ops.Greater,
+    ops.GreaterEqual,
+    ops.Is,
+    ops.IsNot,
+    ops.LeftShift,
+    ops.RightShift,
+    ops.BitwiseAnd,
+    ops.BitwiseOr,
+    ops.BitwiseXor,
+    ops.Invert,
+)

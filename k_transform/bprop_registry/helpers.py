@@ -1,0 +1,41 @@
+"""Family helpers for the common shapes of rule.
+
+- `unary(Prim, derivative)`: elementwise f(x); `derivative(x, out)` is f'(x).
+- `zero_gradient(*Prims)`: outputs that do not depend smoothly on inputs
+  (comparisons, sign, floor): every input gets None (no gradient).
+- `linear(Prim, rule)` is just `register` with a one-line rule; kept as the
+  plain decorator so each rule reads like a table entry.
+"""
+
+from __future__ import annotations
+
+from k_transform.bprop_registry.registry import bprop_getters
+
+
+def unary(prim_cls, derivative) -> None:
+    """Register `dout * derivative(x, out)` as the rule of `prim_cls`."""
+
+    def get_bprop(self):
+        def bprop(x, out, dout):
+            return (dout * derivative(x, out),)
+
+        return bprop
+
+    get_bprop.__qualname__ = f"unary({prim_cls.__name__})"
+    bprop_getters.register(prim_cls)(get_bprop)
+
+
+def zero_gradient(*prim_classes) -> None:
+    """Register "no gradient" for every input of each primitive class."""
+    for prim_cls in prim_classes:
+        n = prim_cls.n_inputs
+
+        def get_bprop(self, n=n):
+            if n == 1:
+                return lambda x, out, dout: (None,)
+            if n == 2:
+                return lambda x, y, out, dout: (None, None)
+            return lambda xs, out, dout: (None,) * len(xs)
+
+        get_bprop.__qualname__ = f"zero_gradient({prim_cls.__name__})"
+        bprop_getters.register(prim_cls)(get_bprop)

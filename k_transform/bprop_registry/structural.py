@@ -1,0 +1,92 @@
+"""Rules for the primitives of Python syntax and of AD itself.
+
+Tuples, lists and dicts (variadic: inputs packed, see the registry),
+indexing, `not`, and the DFunctor's own helpers (add_grad, zeros_like,
+env access, read_param, check_grad), so that K-graphs differentiate again.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from k_transform import ops
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.dfunctor import prims as dp
+from k_transform.ir import prims
+
+getitem_grad = ops.GetItemGrad()
+zeros_like = ops.ZerosLike()
+
+
+@bprop_getters.register(prims.MakeTuple)
+def get_bprop_make_tuple(self):
+    def bprop(xs, out, dout):
+        return dout
+
+    return bprop
+
+
+@bprop_getters.register(prims.MakeList)
+def get_bprop_make_list(self):
+    def bprop(xs, out, dout):
+        return tuple(dout)
+
+    return bprop
+
+
+@bprop_getters.register(prims.GetItem)
+def get_bprop_getitem(self):
+    def bprop(x, index, out, dout):
+        return getitem_grad(x, index, dout), None
+
+    return bprop
+
+
+@bprop_getters.register(prims.SetItem)
+def get_bprop_setitem(self):
+    def bprop(x, index, value, out, dout):
+        dx = dout
+        dx[index] = zeros_like(value)
+        return dx, None, dout[index]
+
+    return bprop
+
+
+@bprop_getters.register(ops.GetItemGrad)
+def get_bprop_getitem_grad(self):
+    def bprop(x, index, dout_, out, dd):
+        return zeros_like(x), None, dd[index]
+
+    return bprop
+
+
+@bprop_getters.register(ops.SumTo)
+def get_bprop_sum_to(self):
+    def bprop(g, like, out, dout):
+        return _broadcast_like(dout, g), None
+
+    return bprop
+
+
+def _broadcast_like(d, g):
+    return jnp.broadcast_to(d, jnp.shape(g)) if d is not None else None
+
+
+@bprop_getters.register(ops.StopGradient)
+def get_bprop_stop_gradient(self):
+    def bprop(x, out, dout):
+        return (zeros_like(x),)
+
+    return bprop
+
+
+@bprop_getters.register(dp.AddGrad)
+def get_bprop_add_grad(self):
+    def bprop(a, b, out, dout):
+        return dout, dout
+
+    return bprop
+
+
+zero_gradient(prims.Not, prims.Contains, ops.ZerosLike, ops.OnesLike, dp.ZerosLike, dp.OnesLike)

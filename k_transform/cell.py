@@ -1,0 +1,159 @@
+"""MindSpore-style `Cell`, `Parameter` and `ParameterTuple`.
+
+A `Cell` holds Parameters and sub-Cells as attributes and computes in
+`construct`; `net(x)` runs `construct` as plain Python. Gradient functions
+parse `construct` with `self` fixed (attributes are resolved at transform
+time), and read each Parameter's value when they are called, never baking it
+into compiled code. A Cell may define `bprop(self, *inputs, out, dout)` to
+override the gradient of its `construct`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+
+import jax.numpy as jnp
+
+_uids = itertools.count()
+
+
+class Parameter:
+    """A named, mutable array that behaves like its value."""
+
+    __kt_parameter__ = True
+
+    def __init__(self, data, name: str | None = None, requires_grad: bool = True):
+        self.uid = next(_uids)
+        self._data = jnp.asarray(data)
+        self.name = name or f"param{self.uid}"
+        self.requires_grad = requires_grad
+
+    @property
+    def data(self):
+        return self._data
+
+    def set_data(self, data) -> Parameter:
+        self._data = jnp.asarray(data)
+        return self
+
+    def __jax_array__(self):
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np  # noqa: PLC0415 - numpy only for the array protocol
+
+        return np.asarray(self._data, dtype=dtype)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._data, name)
+
+    def __getitem__(self, index):
+        return self._data[index]
+
+    def __len__(self):
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Parameter(name={self.name!r}, shape={tuple(self._data.shape)}, dtype={self._data.dtype})"
+
+
+def _delegate(op):
+    return lambda self, *args: op(self._data, *args)
+
+
+def _rdelegate(op):
+    return lambda self, other: op(other, self._data)
+
+
+for _name, _op in [
+    ("add", operator.add),
+    ("sub", operator.sub),
+    ("mul", operator.mul),
+    ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv),
+    ("mod", operator.mod),
+    ("pow", operator.pow),
+    ("matmul", operator.matmul),
+]:
+    setattr(Parameter, f"__{_name}__", _delegate(_op))
+    setattr(Parameter, f"__r{_name}__", _rdelegate(_op))
+for _name, _op in [
+    ("neg", operator.neg),
+    ("pos", operator.pos),
+    ("abs", operator.abs),
+    ("lt", operator.lt),
+    ("le", operator.le),
+    ("gt", operator.gt),
+    ("ge", operator.ge),
+]:
+    setattr(Parameter, f"__{_name}__", _delegate(_op))
+
+
+class ParameterTuple(tuple):
+    """A tuple of Parameters (the `weights` of `GradOperation(get_by_list=True)`)."""
+
+    def __new__(cls, params=()):
+        params = tuple(params)
+        for p in params:
+            if not isinstance(p, Parameter):
+                raise TypeError(f"ParameterTuple holds Parameters, got {type(p).__name__}")
+        return super().__new__(cls, params)
+
+
+class Cell:
+    """Base class of networks: subclass it and write `construct`."""
+
+    def __init__(self, auto_prefix: bool = True):
+        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_cells", {})
+        object.__setattr__(self, "training", False)
+
+    def __setattr__(self, name, value):
+        if "_params" not in self.__dict__:
+            Cell.__init__(self)
+        if isinstance(value, Parameter):
+            if value.name == f"param{value.uid}":
+                value.name = name  # unnamed: take the attribute's name
+            self._params[name] = value
+        elif isinstance(value, Cell):
+            self._cells[name] = value
+        object.__setattr__(self, name, value)
+
+    def construct(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} must define construct")
+
+    def __call__(self, *args):
+        return self.construct(*args)
+
+    def parameters_and_names(self, prefix: str = ""):
+        seen: set[int] = set()
+        for name, p in self.__dict__.get("_params", {}).items():
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield prefix + name, p
+        for cname, cell in self.__dict__.get("_cells", {}).items():
+            for name, p in cell.parameters_and_names(f"{prefix}{cname}."):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield name, p
+
+    def get_parameters(self) -> list[Parameter]:
+        return [p for _, p in self.parameters_and_names()]
+
+    def trainable_params(self) -> list[Parameter]:
+        return [p for p in self.get_parameters() if p.requires_grad]
+
+    def cells(self) -> list[Cell]:
+        return list(self.__dict__.get("_cells", {}).values())
+
+    def set_train(self, mode: bool = True) -> Cell:
+        object.__setattr__(self, "training", mode)
+        for cell in self.cells():
+            cell.set_train(mode)
+        return self
+
+    def set_grad(self, requires_grad: bool = True) -> Cell:
+        return self

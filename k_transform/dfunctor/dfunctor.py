@@ -1,0 +1,307 @@
+"""The DFunctor: K(FuncGraph) -> fprop graph returning `(result, bprop)`.
+
+For a graph `g` with parameters `p1..pn`, `K(g)` is a graph `g_fprop` with the
+same parameters whose output is `(result, g_bprop)`; `g_bprop(dout)` is a
+closure (a child graph of `g_fprop`) returning `(env, d_p1, ..., d_pn)`.
+
+MapParamObject: each parameter of `g` becomes the matching parameter of
+`g_fprop` (values are their own K-values: arrays stay arrays).
+
+MapFvObject: a free variable of `g` (owned by an enclosing graph `h`) maps to
+the K-value computed in `h_fprop`, read by closure. Its gradient leaves
+`g_bprop` in `env`, a dict from free-variable keys to gradients; `h_bprop`
+takes the entries of its own nodes out of the env it collected (env_get) and
+passes the rest upward. The gradient of a function value *is* its env.
+
+MapValueObject: a Primitive constant becomes its fprop graph (when it flows
+as a value), a FuncGraph constant becomes K of that graph (memoized, so
+recursion terminates), a `kt.Parameter` a `read_param` whose gradient goes to
+the env under the parameter's key; other constants stay.
+
+MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
+- `f` a primitive: `y = f(a, b)` in `g_fprop`; in `g_bprop` the registered
+  rule is inlined, `(da, db) = rule(a, b, y, dy)`, each gradient checked
+  against its input's shape;
+- anything else (a user function, a closure value, a control primitive):
+  `(y, bp) = K(f)(K(a), K(b))` in `g_fprop`, `(d_f, da, db) = bp(dy)` in
+  `g_bprop`, with `d_f` added to the env (or to `f`'s own sensitivity when
+  `f` is a value computed in `g`).
+The backward pass visits only nodes whose sensitivity is non-zero, in reverse
+program order; contributions are summed with `add_grad`. Parameters that
+receive nothing get zeros of their shape and dtype.
+"""
+
+from __future__ import annotations
+
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.dfunctor import prims as dp
+from k_transform.dfunctor.inline import inline, outputs
+from k_transform.errors import KTransformError
+from k_transform.ir import prims
+from k_transform.ir.control import ControlPrimitive, Switch
+from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ir.primitive import Primitive
+from k_transform.ops.mapping import primitive_for_value
+
+_functors: dict[int, DFunctor] = {}
+_prim_fprops: dict[Primitive, FuncGraph] = {}
+_keys: dict[int, str] = {}
+_key_owner: dict[str, int] = {}
+
+
+def k_graph(graph: FuncGraph) -> FuncGraph:
+    """K(graph): the fprop graph of a top-level graph."""
+    return _functor(graph, None).fprop
+
+
+def _functor(graph: FuncGraph, parent: DFunctor | None) -> DFunctor:
+    if graph.uid not in _functors:
+        functor = DFunctor(graph, parent)
+        _functors[graph.uid] = functor  # before running: recursion finds it
+        try:
+            functor.run()
+        except BaseException:
+            del _functors[graph.uid]
+            raise
+    return _functors[graph.uid]
+
+
+def fv_key(node: Node) -> str:
+    """The env key of a node that is a free variable somewhere (stable text)."""
+    if id(node) not in _keys:
+        graph = node.graph
+        index = (graph.parameters + graph.nodes).index(node)
+        key = f"{graph.name}:{index}"
+        while key in _key_owner:
+            key += "'"
+        _keys[id(node)] = key
+        _key_owner[key] = id(node)
+    return _keys[id(node)]
+
+
+def param_key(param) -> str:
+    return f"param:{param.name}:{param.uid}"
+
+
+def _is_param(value) -> bool:
+    return getattr(value, "__kt_parameter__", False)
+
+
+def _has_gradient(value) -> bool:
+    """Constants whose gradient matters: closures (their env) and Parameters."""
+    return isinstance(value, FuncGraph) or _is_param(value)
+
+
+class DFunctor:
+    """Builds K of one graph; see the module docstring."""
+
+    def __init__(self, primal: FuncGraph, parent: DFunctor | None):
+        self.primal = primal
+        self.parent = parent
+        fparent = parent.fprop if parent is not None else None
+        self.fprop = FuncGraph(f"{primal.name}_fprop", fparent, primal.debug, "fprop")
+        self.bprop = FuncGraph(f"{primal.name}_bprop", self.fprop, primal.debug, "bprop")
+        self.fprop.param_names = [p.name for p in primal.parameters]
+        self.k: dict[int, Node] = {}  # primal node -> its K-value in fprop
+        self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
+        self.sens: dict[int, list[Node]] = {}
+        self.env: Node | None = None  # the env being collected in bprop
+
+    # -- forward ------------------------------------------------------------
+    def run(self) -> None:
+        for p in self.primal.parameters:
+            self.k[id(p)] = self.fprop.add_parameter(p.name, p.debug)
+        for node in self.primal.nodes:
+            self.map_morphism(node)
+        result = self.kval(self.primal.output)
+        self.fprop.output = self.fprop.apply(
+            _const(prims.MakeTuple()), result, Constant(self.bprop, hint=self.bprop.name)
+        )
+        self.backward()
+
+    def kval(self, node: Node) -> Node:
+        """The K-value of a primal node, as seen from this fprop graph."""
+        if isinstance(node, Constant):
+            return self.map_value(node)
+        owner = self
+        while owner.primal is not node.graph:
+            owner = owner.parent
+            if owner is None:
+                raise KTransformError(f"internal: {node!r} is outside the graphs being mapped")
+        return owner.k[id(node)]
+
+    def map_value(self, node: Constant) -> Node:
+        value = node.value
+        if isinstance(value, FuncGraph):
+            parent = self._functor_of(value.parent) if value.parent is not None else None
+            return Constant(_functor(value, parent).fprop, node.debug, node.hint)
+        if isinstance(value, ControlPrimitive):
+            return node
+        if not isinstance(value, Primitive):
+            value = primitive_for_value(value) if callable(value) else None
+            if value is None:
+                return self._map_plain(node)
+        return Constant(prim_fprop(value, node.debug), node.debug, node.hint)
+
+    def _map_plain(self, node: Constant) -> Node:
+        if _is_param(node.value):
+            p = node.value
+            read = dp.ReadParam(p, param_key(p))
+            return self.fprop.apply(_const(read), debug=node.debug.named(p.name))
+        return node
+
+    def _functor_of(self, graph: FuncGraph) -> DFunctor:
+        owner = self
+        while owner is not None and owner.primal is not graph:
+            owner = owner.parent
+        if owner is None:
+            raise KTransformError(f"internal: closure {graph.name} used outside its parent")
+        return owner
+
+    def map_morphism(self, node: Apply) -> None:
+        fn = node.fn.value if isinstance(node.fn, Constant) else None
+        args = [self.kval(a) for a in node.args]
+        if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
+            self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
+            return
+        if isinstance(fn, ControlPrimitive) and not isinstance(fn, Switch):
+            raise KTransformError(
+                f"differentiating the loop primitive {fn.name} is not supported yet", node.debug
+            )
+        callee = node.fn if isinstance(fn, ControlPrimitive) else self.kval(node.fn)
+        pair = self.fprop.apply(callee, *args, debug=node.debug)
+        self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
+        self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
+
+    # -- backward -----------------------------------------------------------------------
+    def backward(self) -> None:
+        dout = self.bprop.add_parameter("dout")
+        self.env = self.bprop.apply(_const(prims.MakeDict()))
+        captured = self._captured_nodes()
+        self.contribute(self.primal.output, dout)
+        for node in reversed(self.primal.nodes):
+            d = self.total_sens(node, captured)
+            if d is not None:
+                self.backprop(node, d)
+        grads = []
+        for p in self.primal.parameters:
+            d = self.total_sens(p, captured)
+            if d is None:
+                d = self.bprop.apply(_const(dp.ZerosLike()), self.k[id(p)])
+            grads.append(d)
+        self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), self.env, *grads)
+
+    def _captured_nodes(self) -> set[int]:
+        """Nodes of the primal graph that closures read (their sens is in env)."""
+        found: set[int] = set()
+        for child in self.primal.children():
+            found |= {id(v) for v in child.free_variables() if v.graph is self.primal}
+        return found
+
+    def total_sens(self, node: Node, captured: set[int]) -> Node | None:
+        parts = list(self.sens.get(id(node), []))
+        if id(node) in captured:
+            key = fv_key(node)
+            got = self.bprop.apply(_const(dp.EnvGet(key)), self.env, self.k[id(node)])
+            self.env = self.bprop.apply(_const(dp.EnvDel(key)), self.env)
+            parts.append(got)
+        if not parts:
+            return None
+        total = parts[0]
+        for part in parts[1:]:
+            total = self.bprop.apply(_const(dp.AddGrad()), total, part)
+        if isinstance(total, Apply) and node.debug.name:
+            total.debug = node.debug.named(f"d_{node.debug.name}")
+        return total
+
+    def contribute(self, node: Node, grad: Node) -> None:
+        """Add `grad` to the sensitivity of primal `node`."""
+        if isinstance(grad, Constant) and grad.value is None:
+            return
+        if isinstance(node, Constant):
+            value = node.value
+            if isinstance(value, FuncGraph):
+                self.add_to_env(grad)  # a closure's gradient is its env
+            elif _is_param(value):
+                self.add_env_entry(param_key(value), grad)
+            return
+        if node.graph is self.primal:
+            self.sens.setdefault(id(node), []).append(grad)
+        else:
+            self.add_env_entry(fv_key(node), grad)
+
+    def add_env_entry(self, key: str, grad: Node) -> None:
+        entry = self.bprop.apply(_const(prims.MakeDict()), Constant(key), grad)
+        self.add_to_env(entry)
+
+    def add_to_env(self, env_part: Node) -> None:
+        self.env = self.bprop.apply(_const(dp.AddGrad()), self.env, env_part)
+
+    def backprop(self, node: Apply, d: Node) -> None:
+        fn = node.fn.value if isinstance(node.fn, Constant) else None
+        if id(node) in self.bp:
+            result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug)
+            d_fn = self._item(self.bprop, result, 0, node.debug)
+            if isinstance(fn, (FuncGraph, ControlPrimitive)):
+                self.add_to_env(d_fn)
+            else:
+                self.contribute(node.fn, d_fn)
+            skip = set(fn.graph_slots) | {0} if isinstance(fn, Switch) else set()
+            for k, arg in enumerate(node.args):
+                if k not in skip:
+                    self.contribute(arg, self._item(self.bprop, result, k + 1, node.debug))
+            return
+        self.backprop_primitive(node, fn, d)
+
+    def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
+        rule = bprop_getters.bprop_graph(prim, len(node.args), node.debug)
+        inputs = [self.kval(a) for a in node.args]
+        rule_inputs = inputs if prim.n_inputs is not None else [self._pack(inputs)]
+        debug = node.debug.named("")
+        out = inline(rule, [*rule_inputs, self.k[id(node)], d], self.bprop, debug)
+        outs = outputs(out, len(node.args), self.bprop, debug)
+        if len(outs) != len(node.args):
+            raise KTransformError(
+                f"{rule.rule_name} returned {len(outs)} gradients for {len(node.args)} inputs",
+                node.debug,
+            )
+        check = dp.CheckGrad(rule.rule_name)
+        for arg, karg, grad in zip(node.args, inputs, outs, strict=True):
+            if isinstance(grad, Constant) and grad.value is None:
+                continue
+            if isinstance(arg, Constant) and not _has_gradient(arg.value):
+                continue
+            if not rule.trusted:  # built-in rules are checked by the registry sweep
+                grad = self.bprop.apply(_const(check), grad, karg, debug=debug)
+            self.contribute(arg, grad)
+
+    def _pack(self, inputs: list[Node]) -> Node:
+        return self.bprop.apply(_const(prims.MakeTuple()), *inputs)
+
+    @staticmethod
+    def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
+        return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
+
+
+def _const(prim: Primitive) -> Constant:
+    return Constant(prim, hint=prim.name)
+
+
+def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
+    """The fprop graph of a primitive used as a value: `(prim(*xs), bprop)`."""
+    if prim in _prim_fprops:
+        return _prim_fprops[prim]
+    n = prim.n_inputs
+    if n is None:
+        raise KTransformError(
+            f"the primitive {prim!r} takes a variable number of inputs and cannot be passed "
+            "as a function value to differentiated code; call it directly",
+            debug,
+        )
+    primal = FuncGraph(f"{prim.name}_prim", debug=debug)
+    xs = [primal.add_parameter(f"x{k}") for k in range(n)]
+    primal.output = primal.apply(_const(prim), *xs, debug=debug)
+    primal.param_names = [x.name for x in xs]
+    graph = k_graph(primal)
+    _prim_fprops[prim] = graph
+    return graph

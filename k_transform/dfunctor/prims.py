@@ -1,0 +1,109 @@
+"""Primitives the DFunctor emits into fprop and bprop graphs.
+
+They have gradient rules like any primitive (`bprop_registry.grad_prims`),
+so K-graphs can be transformed again (grad of grad, jvp).
+"""
+
+from __future__ import annotations
+
+from k_transform import runtime as rt
+from k_transform.ir.primitive import Primitive
+
+
+class _RuntimeCall(Primitive):
+    """A primitive computed by one `k_transform.runtime` helper `rt_name`."""
+
+    rt_name = ""
+
+    def impl(self, *args):
+        return getattr(rt, self.rt_name)(*args, *self.extra())
+
+    def extra(self) -> list:
+        return []
+
+    def emit(self, e, args):
+        extra = [repr(v) for v in self.extra()]
+        return f"{e.ref(rt, '_rt')}.{self.rt_name}({', '.join([*args, *extra])})"
+
+
+class AddGrad(_RuntimeCall):
+    """`a + b` for gradient values (None is zero; tuples and envs add by item)."""
+
+    n_inputs = 2
+    rt_name = "add_grad"
+
+    def __init__(self):
+        super().__init__("add_grad")
+
+
+class ZerosLike(_RuntimeCall):
+    """The zero gradient of a value."""
+
+    n_inputs = 1
+    rt_name = "zeros_like_value"
+
+    def __init__(self):
+        super().__init__("zeros_like")
+
+
+class OnesLike(_RuntimeCall):
+    n_inputs = 1
+    rt_name = "ones_like_value"
+
+    def __init__(self):
+        super().__init__("ones_like")
+
+
+class EnvGet(_RuntimeCall):
+    """`env[key]`, or zeros like the second input when the key is absent."""
+
+    n_inputs = 2
+    rt_name = "env_get"
+
+    def __init__(self, key: str):
+        super().__init__("env_get", key=key)
+
+    def impl(self, env, like):
+        return rt.env_get(env, self.key, like)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.env_get({args[0]}, {self.key!r}, {args[1]})"
+
+
+class EnvDel(_RuntimeCall):
+    n_inputs = 1
+    rt_name = "env_del"
+
+    def __init__(self, key: str):
+        super().__init__("env_del", key=key)
+
+    def extra(self):
+        return [self.key]
+
+
+class CheckGrad(_RuntimeCall):
+    """The gradient a rule gave for an input, checked against the input's shape."""
+
+    n_inputs = 2
+    rt_name = "check_grad"
+
+    def __init__(self, rule: str):
+        super().__init__("check_grad", rule=rule)
+
+    def extra(self):
+        return [self.rule]
+
+
+class ReadParam(_RuntimeCall):
+    """The value of a `kt.Parameter` in the current gradient call."""
+
+    n_inputs = 0
+
+    def __init__(self, param, key: str):
+        super().__init__("read_param", param=param, key=key)
+
+    def impl(self):
+        return rt.read_param(self.param)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.read_param({e.ref(self.param, self.param.name)})"

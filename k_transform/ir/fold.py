@@ -1,0 +1,86 @@
+"""Constant folding: evaluating static computations at transform time.
+
+Python-level arithmetic on constants (`n - 1`, `len((a, b))`, `math.sqrt(2.0)`,
+`None is None`, tuple and slice building, indexing constant tuples) is done
+while building or inlining graphs, so static control flow (`if n == 0:`,
+`if axis is None:`) picks its branch then. Only pure operations whose
+result is a plain Python value are folded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from k_transform import runtime as rt
+from k_transform.ir import prims
+from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
+from k_transform.ir.primitive import Primitive
+from k_transform.ops.base import OperatorPrimitive
+
+# Library functions evaluated on constant arguments.
+_PURE_BUILTINS = {
+    len, abs, min, max, int, float, bool, round, divmod, isinstance, tuple, range, sum,
+}
+_FOLDABLE_PRIMS = (
+    OperatorPrimitive,
+    prims.Not,
+    prims.MakeTuple,
+    prims.MakeSlice,
+    prims.GetItem,
+    prims.Contains,
+)
+
+
+def fold(prim, args) -> Constant | None:
+    """`prim(*args)` as a Constant if all args are constants and it is static."""
+    if not isinstance(prim, Primitive) or not all(isinstance(a, Constant) for a in args):
+        return None
+    values = [a.value for a in args]
+    if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
+        return None
+    if isinstance(prim, prims.LibraryCall):
+        pos, kw = prims.split_kwargs(values, prim.kwnames)
+        return _evaluate(prim.fn, pos, kw)
+    if not isinstance(prim, _FOLDABLE_PRIMS):
+        return None
+    return _evaluate(prim.impl, values, {})
+
+
+def fold_call(fn, args, kwargs) -> Constant | None:
+    """A call of a pure builtin or `math` function on constants, evaluated."""
+    if not (_is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
+        return None
+    return _evaluate(fn, [a.value for a in args], {k: v.value for k, v in kwargs.items()})
+
+
+def _is_pure(fn) -> bool:
+    try:
+        if fn in _PURE_BUILTINS:
+            return True
+    except TypeError:
+        return False
+    return getattr(fn, "__module__", None) == "math" or (
+        getattr(math, getattr(fn, "__name__", ""), None) is fn
+    )
+
+
+def _evaluate(fn, args, kwargs) -> Constant | None:
+    if not callable(fn):
+        return None
+    try:
+        result = fn(*args, **kwargs)
+    except Exception:
+        return None
+    return Constant(result, NO_DEBUG) if is_static(result) else None
+
+
+def is_static(value) -> bool:
+    """A plain Python value that can stand in generated code as a literal."""
+    if isinstance(value, tuple):
+        return all(is_static(v) for v in value)
+    if isinstance(value, slice):
+        return all(is_static(v) for v in (value.start, value.stop, value.step))
+    return value is None or value is Ellipsis or isinstance(value, (bool, int, float, str, range))
+
+
+__all__ = ["fold", "fold_call", "is_static"]

@@ -1,0 +1,27 @@
+"""`kt.ops`: MindSpore-style primitive classes.
+
+`ops.Sin()(x)`, `ops.MatMul(transpose_b=True)(a, b)`, `ops.ReduceSum(keep_dims=False)(x, axis)`.
+Each family module also maps the library functions (`jnp.*`, `np.*`, `math.*`,
+`jax.nn.*`) and array methods that mean the same operation onto its
+primitives (`k_transform.ops.mapping`).
+"""
+
+from k_transform.ir.primitive import Primitive
+from k_transform.ops import arithmetic, reduce, structural
+from k_transform.ops import math as _math
+from k_transform.ops.arithmetic import BINARY, UNARY
+
+_FAMILIES = (arithmetic, _math, reduce, structural)
+
+
+def _export() -> list[str]:
+    names = []
+    for module in _FAMILIES:
+        for name, value in vars(module).items():
+            if isinstance(value, type) and issubclass(value, Primitive) and name[0].isupper():
+                globals()[name] = value
+                names.append(name)
+    return names
+
+
+__all__ = ["BINARY", "UNARY", *_export()]

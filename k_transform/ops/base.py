@@ -1,0 +1,82 @@
+"""Building blocks for primitive definitions.
+
+`JaxPrimitive` is a primitive computed by one jax function: subclasses set
+`jax_fn` (a staticmethod) and `jax_name` (how generated code spells it, e.g.
+"jnp.sin"), and list their attributes as keyword arguments of `__init__`;
+attributes become keyword arguments of the jax call when `jax_kwargs` names
+them (`ReduceSum(keep_dims=True)` -> `jnp.sum(x, axis, keepdims=True)`).
+
+`elementwise(name, fn, jax_name, n_inputs)` makes the common case, a class
+with no attributes, in one line. Rules live in `k_transform.bprop_registry`.
+"""
+
+from __future__ import annotations
+
+from k_transform.ir.primitive import Primitive
+
+
+class JaxPrimitive(Primitive):
+    jax_fn = None
+    jax_name = ""
+    jax_kwargs: dict[str, str] = {}  # attribute -> keyword of jax_fn
+
+    def __init__(self, **attrs):
+        super().__init__(type(self).__name__, **attrs)
+
+    def call_kwargs(self) -> dict:
+        return {kw: getattr(self, attr) for attr, kw in self.jax_kwargs.items()}
+
+    def impl(self, *args):
+        return type(self).jax_fn(*args, **self.call_kwargs())
+
+    def emit(self, e, args):
+        kwargs = [f"{kw}={getattr(self, attr)!r}" for attr, kw in self.jax_kwargs.items()]
+        fn = e.ref(type(self).jax_fn, self.jax_name)
+        return f"{fn}({', '.join([*args, *kwargs])})"
+
+
+def elementwise(name: str, fn, jax_name: str, n_inputs: int = 1, doc: str = "") -> type:
+    """A JaxPrimitive class `name` computing `fn` on `n_inputs` arrays."""
+    return type(
+        name,
+        (JaxPrimitive,),
+        {
+            "jax_fn": staticmethod(fn),
+            "jax_name": jax_name,
+            "n_inputs": n_inputs,
+            "__doc__": doc or f"`{jax_name}` elementwise.",
+            "__module__": "k_transform.ops",
+        },
+    )
+
+
+class OperatorPrimitive(Primitive):
+    """A Python operator (`a + b`, `-a`): Python semantics, emitted as the operator."""
+
+    symbol = ""
+    op = None
+
+    def __init__(self):
+        super().__init__(type(self).__name__)
+
+    def impl(self, *args):
+        return type(self).op(*args)
+
+    def emit(self, e, args):
+        if len(args) == 1:
+            return f"{self.symbol}{args[0]}"
+        return f"{args[0]} {self.symbol} {args[1]}"
+
+
+def operator_primitive(name: str, op, symbol: str, n_inputs: int = 2, doc: str = "") -> type:
+    return type(
+        name,
+        (OperatorPrimitive,),
+        {
+            "op": staticmethod(op),
+            "symbol": symbol,
+            "n_inputs": n_inputs,
+            "__doc__": doc or f"`{symbol}` with Python semantics (arrays broadcast).",
+            "__module__": "k_transform.ops",
+        },
+    )
