@@ -117,8 +117,12 @@ class Cell:
         if isinstance(value, Parameter):
             if value.name == f"param{value.uid}":
                 value.name = name  # unnamed: take the attribute's name
+                value.auto_named = True
             self._params[name] = value
         elif isinstance(value, Cell):
+            for _, p in value.parameters_and_names():
+                if getattr(p, "auto_named", False):
+                    p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight"
             self._cells[name] = value
         object.__setattr__(self, name, value)
 

@@ -27,6 +27,7 @@ from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.parser import parse
+from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 
 _mode = {"jit": True}
@@ -91,6 +92,8 @@ def _parameters_of(root: FuncGraph) -> list[Parameter]:
                 continue
             if isinstance(node.value, FuncGraph):
                 todo.append(node.value)
+            elif isinstance(node.value, Primitive):
+                todo.extend(node.value.subgraphs())
             elif isinstance(node.value, Parameter):
                 found.setdefault(id(node.value), node.value)
     return list(found.values())

@@ -77,13 +77,16 @@ class BpropRegistry:
                 f"{type(prim).__name__} (register one with kt.bprop_getters.register)",
                 debug,
             )
-        bprop = getter(prim)
+        try:
+            bprop = getter(prim)
+        except KTransformError as exc:
+            raise KTransformError(exc.bare_message, debug) from None
         _check_arity(prim, bprop, n_inputs if prim.n_inputs is not None else 1, getter)
         graph = parse(bprop)
         graph.rule_name = f"bprop of {type(prim).__name__} ({getter.__qualname__})"
         # Rules shipped with k_transform are verified by the registry sweep;
         # users' rules get their gradients' shapes checked at trace time.
-        graph.trusted = getter.__module__.startswith("k_transform.")
+        graph.trusted = getattr(bprop, "__module__", "").startswith("k_transform.")
         self._graphs[key] = graph
         return graph
 

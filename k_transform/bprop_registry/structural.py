@@ -13,6 +13,7 @@ from k_transform import ops
 from k_transform.bprop_registry.helpers import zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.dfunctor import prims as dp
+from k_transform.errors import KTransformError
 from k_transform.ir import prims
 
 getitem_grad = ops.GetItemGrad()
@@ -79,6 +80,25 @@ def get_bprop_stop_gradient(self):
         return (zeros_like(x),)
 
     return bprop
+
+
+# Attributes that describe an array rather than compute from it.
+STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype")
+
+
+@bprop_getters.register(prims.GetAttr)
+def get_bprop_getattr(self):
+    if self.attr not in STATIC_ATTRIBUTES:
+        raise KTransformError(
+            f"cannot differentiate the attribute `.{self.attr}` of a value: it has no "
+            "primitive with a gradient rule"
+        )
+    return lambda x, out, dout: (None,)
+
+
+@bprop_getters.register(prims.CustomBpropCall)
+def get_bprop_custom_cell(self):
+    return self.cell.bprop  # the Cell's own bprop(*inputs, out, dout)
 
 
 @bprop_getters.register(dp.AddGrad)

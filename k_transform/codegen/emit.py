@@ -56,6 +56,11 @@ class ModuleEmitter:
         self.by_id[id(value)] = name
         return name
 
+    def graph_ref(self, graph: FuncGraph) -> str:
+        """The name of a top-level graph, emitted into this module."""
+        self.pending.append(graph)
+        return self.graph_name(graph, self.module_names)
+
     def graph_name(self, graph: FuncGraph, namer: Namer) -> str:
         if graph.uid not in self.graph_names:
             self.graph_names[graph.uid] = namer.fresh(graph.name)
@@ -148,6 +153,9 @@ class ModuleEmitter:
         literal = _literal(value)
         if literal is not None:
             return literal
+        if getattr(value, "__kt_parameter__", False):
+            # Read when the code runs (bound by gradient functions), never baked in.
+            return f"{self.ref(rt, '_rt')}.read_param({self.ref(value, value.name)})"
         return self.ref(value, node.hint)
 
     # -- liveness ------------------------------------------------------------------------

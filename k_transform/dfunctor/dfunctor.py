@@ -106,6 +106,7 @@ class DFunctor:
         self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
         self.sens: dict[int, list[Node]] = {}
         self.env: Node | None = None  # the env being collected in bprop
+        self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop
 
     # -- forward ------------------------------------------------------------
     def run(self) -> None:
@@ -144,11 +145,13 @@ class DFunctor:
         return Constant(prim_fprop(value, node.debug), node.debug, node.hint)
 
     def _map_plain(self, node: Constant) -> Node:
-        if _is_param(node.value):
-            p = node.value
+        if not _is_param(node.value):
+            return node
+        p = node.value
+        if id(p) not in self.param_reads:  # one read per graph, in the forward pass
             read = dp.ReadParam(p, param_key(p))
-            return self.fprop.apply(_const(read), debug=node.debug.named(p.name))
-        return node
+            self.param_reads[id(p)] = self.fprop.apply(_const(read), debug=node.debug.named(p.name))
+        return self.param_reads[id(p)]
 
     def _functor_of(self, graph: FuncGraph) -> DFunctor:
         owner = self

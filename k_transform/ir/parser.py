@@ -43,7 +43,7 @@ from k_transform.ir.desugar import (
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
-from k_transform.ops.mapping import Call, adapt_function, adapt_method
+from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 _cache: dict[tuple, FuncGraph] = {}
 
@@ -118,7 +118,8 @@ def parse(fn, bound_self=None) -> FuncGraph:
     if key in _cache:
         return _cache[key]
     source = Source(fn)
-    graph = FuncGraph(source.name, debug=source.debug(source.tree, source.name))
+    name = f"{type(bound_self).__name__}.{source.name}" if bound_self is not None else source.name
+    graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
     _cache[key] = graph
     try:
         FunctionParser(fn, source, bound_self).build(graph)
@@ -623,6 +624,10 @@ class GraphBuilder:
                 raise self.fp.unsupported(f"keyword arguments to the primitive {value.name}", e)
             return self.apply(value, *args, node=e)
         method = _user_call_method(value)
+        if method is not None and is_user_function(getattr(type(value), "bprop", None)):
+            graph = parse(method, bound_self=value)
+            prim = prims.CustomBpropCall(value, graph)
+            return self.apply(prim, *self.bind_call(graph, args, kwargs, e), node=e)
         if method is not None:
             graph = Constant(parse(method, bound_self=value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
@@ -699,6 +704,9 @@ class GraphBuilder:
         value = self.expr(e.value)
         if isinstance(value, Constant):
             return self.attribute_of(value, e.attr, e)
+        adapted = adapt_attribute(e.attr, value)
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
         return self.apply(prims.GetAttr(e.attr), value, node=e)
 
     def attribute_of(self, value: Constant, name: str, e) -> Node:

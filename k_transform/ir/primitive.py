@@ -15,10 +15,18 @@ class Primitive:
 
     `effectful` primitives (print, assert, assign) are kept in program order
     and never pruned. `n_inputs` (None: any) is checked by the verifier.
+    Instances are equal when their class and instance attributes are equal.
     """
 
     effectful = False
     n_inputs: int | None = None
+    name = ""
+    attrs: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__
 
     def __init__(self, name: str | None = None, **attrs):
         self.name = name or type(self).__name__
@@ -36,15 +44,19 @@ class Primitive:
         """A Python expression computing this primitive on `args` (names)."""
         return f"{e.ref(self, self.name)}({', '.join(args)})"
 
+    def subgraphs(self) -> list:
+        """FuncGraphs this primitive runs (beyond its inputs)."""
+        return []
+
     def _key(self):
         items = []
-        for k, v in sorted(self.attrs.items()):
+        for k, v in sorted(vars(self).items()):
             try:
                 hash(v)
             except TypeError:
-                v = id(v)
+                v = ("id", id(v))
             items.append((k, v))
-        return (type(self), self.name, tuple(items))
+        return (type(self), tuple(items))
 
     def __eq__(self, other):
         return isinstance(other, Primitive) and self._key() == other._key()

@@ -220,3 +220,25 @@ class Assert(Primitive):
 
     def emit(self, e, args):
         return f"{e.ref(rt, '_rt')}.assert_({', '.join(args)})"
+
+
+class CustomBpropCall(Primitive):
+    """A call of a Cell whose class defines `bprop(self, *inputs, out, dout)`.
+
+    Forward runs the Cell's `construct` graph; the gradient is the Cell's own
+    `bprop` (registered for this class in `bprop_registry.structural`).
+    """
+
+    def __init__(self, cell, graph):
+        super().__init__(type(cell).__name__, cell=cell)
+        self.graph = graph
+        self.n_inputs = len(graph.parameters)
+
+    def impl(self, *args):
+        return self.cell.construct(*args)
+
+    def emit(self, e, args):
+        return f"{e.graph_ref(self.graph)}({', '.join(args)})"
+
+    def subgraphs(self):
+        return [self.graph]

@@ -88,6 +88,28 @@ def map_functions(table: dict[type, tuple], n: int = 1) -> None:
         register_function(*fns)(positional(prim_cls, n))
 
 
+_ATTRIBUTES: dict[str, Adapter] = {}
+
+
+def register_attribute(*names: str) -> Callable[[Adapter], Adapter]:
+    """Map `x.name` on a runtime value (`x.T`) to a primitive; the adapter
+    gets a Call whose only argument is the receiver."""
+
+    def deco(adapter: Adapter) -> Adapter:
+        for name in names:
+            if name in _ATTRIBUTES:
+                raise ValueError(f"attribute {name} is already mapped to a primitive")
+            _ATTRIBUTES[name] = adapter
+        return adapter
+
+    return deco
+
+
+def adapt_attribute(name: str, receiver: Node):
+    adapter = _ATTRIBUTES.get(name)
+    return _run(adapter, Call([receiver], {})) if adapter is not None else None
+
+
 def adapt_function(fn, call: Call):
     entry = _FUNCTIONS.get(id(fn))
     if entry is None or entry[0] is not fn:
