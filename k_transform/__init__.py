@@ -18,6 +18,7 @@ from k_transform.grad import (
     vjp,
 )
 from k_transform.ir.primitive import Primitive
+from k_transform.runtime_grad import set_loop_bound
 
 __all__ = [
     "Cell",
@@ -32,6 +33,7 @@ __all__ = [
     "get_source",
     "grad",
     "ops",
+    "set_loop_bound",
     "set_mode",
     "stop_gradient",
     "value_and_grad",

@@ -16,6 +16,7 @@ and on each call:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import jax
@@ -29,6 +30,7 @@ from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.parser import parse
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
+from k_transform.runtime_grad import LoopBoundExceeded, set_loop_bound
 
 _mode = {"jit": True}
 
@@ -151,7 +153,14 @@ class GradFunction:
         if key not in self._jitted:
             self._jitted[key] = jax.jit(self._with_static(dict(zip(static, key[2])), len(args)))
         traced = tuple(a for k, a in enumerate(args) if k not in static)
-        return self._jitted[key](values, traced, sens)
+        for _ in range(MAX_RETRACES):
+            try:
+                return self._jitted[key](values, traced, sens)
+            except Exception as exc:  # a traced while outgrew its gradient buffer
+                if not _grow_loop_bound(exc):
+                    raise
+                self._jitted[key] = jax.jit(self._with_static(dict(zip(static, key[2])), len(args)))
+        raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
 
     def _with_static(self, fixed: dict, n: int):
         """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
@@ -208,6 +217,19 @@ class GradFunction:
 
     def __repr__(self) -> str:
         return f"<gradient of {getattr(self.fn, '__name__', type(self.fn).__name__)}>"
+
+
+MAX_RETRACES = 6
+_BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
+
+
+def _grow_loop_bound(exc: Exception) -> bool:
+    """Raise the bound of the loop named in `exc` (x8 over its trip count)."""
+    match = _BOUND_MESSAGE.search(str(exc)) if LoopBoundExceeded.MARK in str(exc) else None
+    if match is None:
+        return False
+    set_loop_bound(int(match["n"]) * 8, match["where"])
+    return True
 
 
 def _check_aux(out) -> None:

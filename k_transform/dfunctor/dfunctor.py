@@ -38,7 +38,7 @@ from k_transform.dfunctor import prims as dp
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
 from k_transform.ir import prims
-from k_transform.ir.control import ControlPrimitive, Switch
+from k_transform.ir.control import ControlPrimitive
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.mapping import primitive_for_value
@@ -163,16 +163,19 @@ class DFunctor:
 
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
-        args = [self.kval(a) for a in node.args]
+        args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
         if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             return
-        if isinstance(fn, ControlPrimitive) and not isinstance(fn, Switch):
-            raise KTransformError(
-                f"differentiating the loop primitive {fn.name} is not supported yet", node.debug
-            )
-        callee = node.fn if isinstance(fn, ControlPrimitive) else self.kval(node.fn)
-        pair = self.fprop.apply(callee, *args, debug=node.debug)
+        if isinstance(fn, ControlPrimitive):
+            # Graph slots: K-graphs where the gradient needs them, else primal.
+            args = [
+                self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
+                for k, a in enumerate(node.args)
+            ]
+            pair = self.fprop.apply(_const(dp.ControlFprop(fn)), *args, debug=node.debug)
+        else:
+            pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
         self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
 
@@ -249,7 +252,7 @@ class DFunctor:
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)
-            skip = set(fn.graph_slots) | {0} if isinstance(fn, Switch) else set()
+            skip = set(fn.nondiff_slots) if isinstance(fn, ControlPrimitive) else set()
             for k, arg in enumerate(node.args):
                 if k not in skip:
                     self.contribute(arg, self._item(self.bprop, result, k + 1, node.debug))

@@ -7,6 +7,8 @@ so K-graphs can be transformed again (grad of grad, jvp).
 from __future__ import annotations
 
 from k_transform import runtime as rt
+from k_transform import runtime_grad as rtg
+from k_transform.ir.control import ControlPrimitive
 from k_transform.ir.primitive import Primitive
 
 
@@ -107,3 +109,18 @@ class ReadParam(_RuntimeCall):
 
     def emit(self, e, args):
         return f"{e.ref(rt, '_rt')}.read_param({e.ref(self.param, self.param.name)})"
+
+
+class ControlFprop(Primitive):
+    """K of a control primitive: `(out, bprop)` from `runtime_grad.<name>_fprop`,
+    with K-graphs in the control primitive's `k_slots`."""
+
+    def __init__(self, control: ControlPrimitive):
+        super().__init__(f"{control.name}_fprop", control=control)
+
+    def impl(self, *args):
+        return getattr(rtg, self.name)(*args, where=self.control.where)
+
+    def emit(self, e, args):
+        parts = self.control.call_parts(args)
+        return self.control._emit_call(e, self.name, parts, rtg, "_rtg")

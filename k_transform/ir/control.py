@@ -26,22 +26,38 @@ from k_transform.ir.primitive import Primitive
 
 
 class ControlPrimitive(Primitive):
-    """A primitive whose inputs include FuncGraphs; `graph_slots` says where."""
+    """A primitive whose inputs include FuncGraphs; `graph_slots` says where.
+
+    `k_slots`: graph slots whose K-graph the gradient needs (a `while`
+    condition stays primal); `nondiff_slots`: inputs that get no gradient
+    (graphs, conditions, range bounds).
+    """
 
     graph_slots: tuple[int, ...] = ()
+    k_slots: tuple[int, ...] = ()
+    nondiff_slots: tuple[int, ...] = ()
+
+    def call_parts(self, args: list[str]) -> list[str]:
+        """The arguments of the runtime helper call, as source text."""
+        return list(args)
+
+    def emit(self, e, args):
+        return self._emit_call(e, self.name, self.call_parts(args))
 
     def graph_arity(self, slot: int, n_args: int) -> int:
         """How many parameters the graph at `slot` takes, given `n_args` inputs."""
         raise NotImplementedError
 
-    def _emit_call(self, e, fn: str, parts: list[str]) -> str:
+    def _emit_call(self, e, fn: str, parts: list[str], module=rt, alias: str = "_rt") -> str:
         if self.where:
             parts = [*parts, f"where={self.where!r}"]
-        return f"{e.ref(rt, '_rt')}.{fn}({', '.join(parts)})"
+        return f"{e.ref(module, alias)}.{fn}({', '.join(parts)})"
 
 
 class Switch(ControlPrimitive):
     graph_slots = (1, 2)
+    k_slots = (1, 2)
+    nondiff_slots = (0, 1, 2)
 
     def __init__(self, where: str = ""):
         super().__init__("switch", where=where)
@@ -52,12 +68,11 @@ class Switch(ControlPrimitive):
     def impl(self, cond, true_fn, false_fn, *args):
         return rt.switch(cond, true_fn, false_fn, *args, where=self.where)
 
-    def emit(self, e, args):
-        return self._emit_call(e, "switch", args)
-
 
 class WhileLoop(ControlPrimitive):
     graph_slots = (0, 1)
+    k_slots = (1,)
+    nondiff_slots = (0, 1)
 
     def __init__(self, n_carry: int, where: str = ""):
         super().__init__("while_loop", n_carry=n_carry, where=where)
@@ -68,12 +83,14 @@ class WhileLoop(ControlPrimitive):
     def impl(self, cond_fn, body_fn, *values):
         return rt.while_loop(cond_fn, body_fn, self.n_carry, *values, where=self.where)
 
-    def emit(self, e, args):
-        return self._emit_call(e, "while_loop", [*args[:2], str(self.n_carry), *args[2:]])
+    def call_parts(self, args):
+        return [*args[:2], str(self.n_carry), *args[2:]]
 
 
 class ForRange(ControlPrimitive):
     graph_slots = (3,)
+    k_slots = (3,)
+    nondiff_slots = (0, 1, 2, 3)
 
     def __init__(self, n_carry: int, where: str = ""):
         super().__init__("for_range", n_carry=n_carry, where=where)
@@ -84,12 +101,14 @@ class ForRange(ControlPrimitive):
     def impl(self, start, stop, step, body_fn, *values):
         return rt.for_range(start, stop, step, body_fn, self.n_carry, *values, where=self.where)
 
-    def emit(self, e, args):
-        return self._emit_call(e, "for_range", [*args[:4], str(self.n_carry), *args[4:]])
+    def call_parts(self, args):
+        return [*args[:4], str(self.n_carry), *args[4:]]
 
 
 class ForEach(ControlPrimitive):
     graph_slots = (1,)
+    k_slots = (1,)
+    nondiff_slots = (1,)
 
     def __init__(self, n_carry: int, where: str = ""):
         super().__init__("for_each", n_carry=n_carry, where=where)
@@ -100,5 +119,5 @@ class ForEach(ControlPrimitive):
     def impl(self, seq, body_fn, *values):
         return rt.for_each(seq, body_fn, self.n_carry, *values, where=self.where)
 
-    def emit(self, e, args):
-        return self._emit_call(e, "for_each", [*args[:2], str(self.n_carry), *args[2:]])
+    def call_parts(self, args):
+        return [*args[:2], str(self.n_carry), *args[2:]]

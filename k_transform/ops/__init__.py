@@ -7,18 +7,25 @@ primitives (`k_transform.ops.mapping`).
 """
 
 from k_transform.ir.primitive import Primitive
-from k_transform.ops import arithmetic, reduce, structural
+from k_transform.ops import arithmetic, nn, reduce, shape, structural
 from k_transform.ops import math as _math
 from k_transform.ops.arithmetic import BINARY, UNARY
 
-_FAMILIES = (arithmetic, _math, reduce, structural)
+_FAMILIES = (arithmetic, _math, reduce, shape, nn, structural)
 
 
 def _export() -> list[str]:
     names = []
     for module in _FAMILIES:
         for name, value in vars(module).items():
-            if isinstance(value, type) and issubclass(value, Primitive) and name[0].isupper():
+            defined_here = getattr(value, "__module__", None) in (module.__name__, __name__)
+            if (
+                isinstance(value, type)
+                and issubclass(value, Primitive)
+                and name[0].isupper()
+                and defined_here
+                and name not in names
+            ):
                 globals()[name] = value
                 names.append(name)
     return names

@@ -1,5 +1,10 @@
 """Elementwise math primitives (MindSpore names) and the library functions
-that map onto them (`jnp.sin`, `np.sin`, `math.sin`, `jax.nn.sigmoid`, ...)."""
+that map onto them (`jnp.sin`, `np.sin`, `math.sin`, `jax.nn.sigmoid`, ...).
+
+Unary functions take one array; `Maximum`, `Minimum` broadcast two;
+`Select(c, x, y)` is `jnp.where(c, x, y)`; `Clip(x, lo, hi)` takes None for
+a missing bound. `math.floor`/`math.ceil` are not mapped: they return ints.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 import numpy as np
 
 from k_transform.ops.base import elementwise
-from k_transform.ops.mapping import map_functions
+from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
 
 Sin = elementwise("Sin", jnp.sin, "jnp.sin")
 Cos = elementwise("Cos", jnp.cos, "jnp.cos")
@@ -22,6 +28,23 @@ Tanh = elementwise("Tanh", jnp.tanh, "jnp.tanh")
 Sigmoid = elementwise("Sigmoid", jax.nn.sigmoid, "jax.nn.sigmoid")
 ReLU = elementwise("ReLU", jax.nn.relu, "jax.nn.relu")
 Abs = elementwise("Abs", jnp.abs, "jnp.abs")
+Square = elementwise("Square", jnp.square, "jnp.square")
+Reciprocal = elementwise("Reciprocal", jnp.reciprocal, "jnp.reciprocal")
+Log1p = elementwise("Log1p", jnp.log1p, "jnp.log1p")
+Expm1 = elementwise("Expm1", jnp.expm1, "jnp.expm1")
+Rsqrt = elementwise("Rsqrt", jax.lax.rsqrt, "jax.lax.rsqrt")
+Erf = elementwise("Erf", jsp.erf, "jax.scipy.special.erf")
+Sinh = elementwise("Sinh", jnp.sinh, "jnp.sinh")
+Cosh = elementwise("Cosh", jnp.cosh, "jnp.cosh")
+Atan = elementwise("Atan", jnp.arctan, "jnp.arctan")
+Sign = elementwise("Sign", jnp.sign, "jnp.sign")
+Floor = elementwise("Floor", jnp.floor, "jnp.floor")
+Ceil = elementwise("Ceil", jnp.ceil, "jnp.ceil")
+Round = elementwise("Round", jnp.round, "jnp.round")
+Maximum = elementwise("Maximum", jnp.maximum, "jnp.maximum", 2)
+Minimum = elementwise("Minimum", jnp.minimum, "jnp.minimum", 2)
+Select = elementwise("Select", jnp.where, "jnp.where", 3, "`jnp.where(c, x, y)`.")
+Clip = elementwise("Clip", jnp.clip, "jnp.clip", 3, "`jnp.clip(x, lo, hi)`; None: no bound.")
 
 map_functions(
     {
@@ -35,5 +58,47 @@ map_functions(
         Sigmoid: (jax.nn.sigmoid,),
         ReLU: (jax.nn.relu,),
         Abs: (jnp.abs, np.abs, abs),
+        Square: (jnp.square, np.square),
+        Reciprocal: (jnp.reciprocal, np.reciprocal),
+        Log1p: (jnp.log1p, np.log1p, math.log1p),
+        Expm1: (jnp.expm1, np.expm1, math.expm1),
+        Rsqrt: (jax.lax.rsqrt,),
+        Erf: (jsp.erf, jax.lax.erf, math.erf),
+        Sinh: (jnp.sinh, np.sinh, math.sinh),
+        Cosh: (jnp.cosh, np.cosh, math.cosh),
+        Atan: (jnp.arctan, np.arctan, math.atan),
+        Sign: (jnp.sign, np.sign),
+        Floor: (jnp.floor, np.floor),
+        Ceil: (jnp.ceil, np.ceil),
+        Round: (jnp.round, np.round),
     }
 )
+map_functions(
+    {
+        Maximum: (jnp.maximum, np.maximum),
+        Minimum: (jnp.minimum, np.minimum),
+    },
+    n=2,
+)
+map_functions({Select: (jnp.where, np.where)}, n=3)
+
+
+@register_function(jnp.clip)
+def _clip(call):
+    if not call.names_ok(("min", "max"), 3):
+        return None
+    return Clip(), [call.arg(0, "arr"), call.arg(1, "min", NONE), call.arg(2, "max", NONE)]
+
+
+@register_function(np.clip)
+def _np_clip(call):
+    if not call.names_ok(("a", "a_min", "a_max"), 3):
+        return None
+    return Clip(), [call.arg(0, "a"), call.arg(1, "a_min", NONE), call.arg(2, "a_max", NONE)]
+
+
+@register_method("clip")
+def _clip_method(call):
+    if not call.names_ok(("min", "max"), 3):
+        return None
+    return Clip(), [call.args[0], call.arg(1, "min", NONE), call.arg(2, "max", NONE)]

@@ -1,19 +1,24 @@
-"""Reductions and linear algebra (MindSpore names)."""
+"""Reductions and linear algebra (MindSpore names).
+
+Reductions take the axis as an input, like MindSpore: `ReduceSum(keep_dims)(x,
+axis)`, axis None (all axes), an int or a tuple; it must be static when
+traced (jax requires it) and gets no gradient.
+"""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform.ops.arithmetic import NumpyMatMul
 from k_transform.ops.base import JaxPrimitive
-from k_transform.ops.mapping import NONE, register_function, register_method
+from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
 
 
-class ReduceSum(JaxPrimitive):
-    """`ReduceSum(keep_dims)(x, axis=None)`: `jnp.sum(x, axis, keepdims=keep_dims)`."""
+class _Reduce(JaxPrimitive):
+    """`Reduce<Op>(keep_dims)(x, axis=None)`: `jax_fn(x, axis, keepdims=keep_dims)`."""
 
-    jax_fn = staticmethod(jnp.sum)
-    jax_name = "jnp.sum"
     jax_kwargs = {"keep_dims": "keepdims"}
     n_inputs = 2
 
@@ -21,12 +26,47 @@ class ReduceSum(JaxPrimitive):
         super().__init__(keep_dims=keep_dims)
 
     def impl(self, x, axis=None):
-        return jnp.sum(x, axis=axis, keepdims=self.keep_dims)
+        return type(self).jax_fn(x, axis=axis, keepdims=self.keep_dims)
 
     def emit(self, e, args):
         axis = "" if args[1] == "None" else f", axis={args[1]}"
         keep = ", keepdims=True" if self.keep_dims else ""
-        return f"{e.ref(jnp.sum, 'jnp.sum')}({args[0]}{axis}{keep})"
+        return f"{e.ref(type(self).jax_fn, self.jax_name)}({args[0]}{axis}{keep})"
+
+
+class ReduceSum(_Reduce):
+    """`jnp.sum(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.sum)
+    jax_name = "jnp.sum"
+
+
+class ReduceMean(_Reduce):
+    """`jnp.mean(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.mean)
+    jax_name = "jnp.mean"
+
+
+class ReduceMax(_Reduce):
+    """`jnp.max(x, axis, keepdims=keep_dims)`; ties share the gradient evenly."""
+
+    jax_fn = staticmethod(jnp.max)
+    jax_name = "jnp.max"
+
+
+class ReduceMin(_Reduce):
+    """`jnp.min(x, axis, keepdims=keep_dims)`; ties share the gradient evenly."""
+
+    jax_fn = staticmethod(jnp.min)
+    jax_name = "jnp.min"
+
+
+class LogSumExp(_Reduce):
+    """`jax.nn.logsumexp(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jax.nn.logsumexp)
+    jax_name = "jax.nn.logsumexp"
 
 
 class MatMul(JaxPrimitive):
@@ -48,19 +88,66 @@ class MatMul(JaxPrimitive):
         return f"{a} @ {b}"
 
 
-@register_function(jnp.sum, np.sum)
-def _sum(call):
-    if not call.names_ok(("a", "axis", "keepdims"), 3):
-        return None
-    keep = call.static(2, "keepdims", False)
-    axis = call.arg(1, "axis", NONE)
-    return ReduceSum(keep_dims=keep), [call.arg(0, "a"), axis]
+class BatchMatMul(JaxPrimitive):
+    """`BatchMatMul(transpose_a, transpose_b)(a, b)`: matmul over the last two
+    axes (transposing them when asked), batch axes broadcast."""
+
+    n_inputs = 2
+
+    def __init__(self, transpose_a: bool = False, transpose_b: bool = False):
+        super().__init__(transpose_a=transpose_a, transpose_b=transpose_b)
+
+    def impl(self, a, b):
+        a = jnp.swapaxes(a, -1, -2) if self.transpose_a else a
+        b = jnp.swapaxes(b, -1, -2) if self.transpose_b else b
+        return jnp.matmul(a, b)
+
+    def emit(self, e, args):
+        swap = e.ref(jnp.swapaxes, "jnp.swapaxes")
+        a = f"{swap}({args[0]}, -1, -2)" if self.transpose_a else args[0]
+        b = f"{swap}({args[1]}, -1, -2)" if self.transpose_b else args[1]
+        return f"{a} @ {b}"
 
 
-@register_method("sum")
-def _sum_method(call):
-    if not call.names_ok(("axis", "keepdims"), 3):
+_REDUCTIONS = {
+    ReduceSum: ((jnp.sum, np.sum), "sum"),
+    ReduceMean: ((jnp.mean, np.mean), "mean"),
+    ReduceMax: ((jnp.max, jnp.amax, np.max, np.amax), "max"),
+    ReduceMin: ((jnp.min, jnp.amin, np.min, np.amin), "min"),
+}
+
+
+def _reduction_adapters(prim_cls) -> tuple:
+    """`fn(a, axis=None, keepdims=False)` and `x.method(axis=None, keepdims=False)`."""
+
+    def function(call):
+        # Only `a`, `axis`, `keepdims`: `dtype`, `out`, `where`, `initial` stay library calls.
+        if len(call.args) > 2 or not set(call.kwargs) <= {"a", "axis", "keepdims"}:
+            return None
+        keep = call.static(3, "keepdims", False)
+        return prim_cls(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+
+    def method(call):
+        if len(call.args) > 2 or not set(call.kwargs) <= {"axis", "keepdims"}:
+            return None
+        keep = call.static(3, "keepdims", False)
+        return prim_cls(keep_dims=keep), [call.args[0], call.arg(1, "axis", NONE)]
+
+    return function, method
+
+
+for _cls, (_fns, _method) in _REDUCTIONS.items():
+    _function_adapter, _method_adapter = _reduction_adapters(_cls)
+    register_function(*_fns)(_function_adapter)
+    register_method(_method)(_method_adapter)
+
+
+@register_function(jax.nn.logsumexp)
+def _logsumexp(call):
+    if len(call.args) > 2 or not set(call.kwargs) <= {"a", "axis", "keepdims"}:
         return None
-    keep = call.static(2, "keepdims", False)
-    axis = call.arg(1, "axis", NONE)
-    return ReduceSum(keep_dims=keep), [call.args[0], axis]
+    keep = call.static(3, "keepdims", False)
+    return LogSumExp(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+
+
+map_functions({NumpyMatMul: (jnp.matmul, np.matmul)}, n=2)

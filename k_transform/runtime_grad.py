@@ -1,0 +1,350 @@
+"""K of the control primitives, at run time (imported in generated code as `_rtg`).
+
+Each `*_fprop` helper receives the K-graphs (fprop graphs) of the branches
+or loop body and returns `(out, bprop)`, where `bprop(dout)` returns
+`(env, d_input_1, ..., d_input_n)` aligned with the control primitive's inputs
+(graph slots and conditions get None).
+
+Concrete control flow runs in Python and keeps each branch's or iteration's
+bprop closure: an iteration stores exactly what its bprop needs.
+
+Traced control flow (under `jax.jit`) cannot return closures from `lax.cond`
+or loops, so:
+
+- `if`: the forward is `lax.cond` over the branches' fprops (closures
+  dropped); the backward is a second `lax.cond` that re-runs the taken
+  branch's fprop and applies its bprop (recompute: one extra forward of the
+  branch). Gradient structures of the two branches are unified (missing env
+  entries and None gradients become zeros).
+- `for` over a static range or array rows: `lax.scan` stores each
+  iteration's carry; the backward is a reverse `lax.scan` that recomputes
+  the iteration from its stored carry and applies its bprop.
+- `while` with a traced condition: `lax.while_loop` writes each iteration's
+  carry into a buffer of `loop_bound(where)` slots (default
+  `DEFAULT_LOOP_BOUND`); the backward loops over the stored carries in
+  reverse. A loop that runs longer than its bound never yields a gradient:
+  it raises `LoopBoundExceeded` naming the loop's line. Gradient functions
+  catch it, raise the bound (x8) and retrace; under a user's own `jax.jit`
+  the error says to call `kt.set_loop_bound(...)`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from k_transform import runtime as rt
+from k_transform.errors import KTransformError
+
+DEFAULT_LOOP_BOUND = 1024
+_bounds: dict[str, int] = {}
+
+
+class LoopBoundExceeded(KTransformError):
+    """A traced `while` ran more iterations than its gradient buffer holds."""
+
+    MARK = "k_transform loop bound exceeded"
+
+
+def loop_bound(where: str) -> int:
+    return _bounds.get(where, DEFAULT_LOOP_BOUND)
+
+
+def set_loop_bound(bound: int, where: str | None = None) -> None:
+    """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
+    global DEFAULT_LOOP_BOUND
+    if where is None:
+        DEFAULT_LOOP_BOUND = int(bound)
+    else:
+        _bounds[where] = int(bound)
+
+
+# -- unifying gradient structures -----------------------------------------
+def _zeros_of(shape_tree):
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape_tree)
+
+
+def _unify(a, b):
+    """A structure both `a` and `b` (eval_shape results) fit, None as zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _unify(a.get(k), b.get(k)) for k in sorted({*a, *b})}
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a)(_unify(x, y) for x, y in zip(a, b, strict=True))
+    return a
+
+
+def _fit(value, shape):
+    """`value` padded with zeros to the structure `shape` (from `_unify`)."""
+    if shape is None:
+        return None
+    if isinstance(shape, dict):
+        value = value if isinstance(value, dict) else {}
+        return {k: _fit(value.get(k), s) for k, s in shape.items()}
+    if isinstance(shape, (tuple, list)):
+        value = value if value is not None else (None,) * len(shape)
+        return type(shape)(_fit(v, s) for v, s in zip(value, shape, strict=True))
+    if value is None:
+        return jnp.zeros(shape.shape, shape.dtype)
+    return jnp.asarray(value, shape.dtype)
+
+
+def _cond_unified(cond, true_fn, false_fn):
+    """`lax.cond` of two thunks whose gradient structures may differ."""
+    shape = _unify(jax.eval_shape(true_fn), jax.eval_shape(false_fn))
+    return lax.cond(
+        jnp.asarray(cond, bool),
+        lambda: _fit(true_fn(), shape),
+        lambda: _fit(false_fn(), shape),
+    )
+
+
+# -- if -------------------------------------------------------------------------
+def switch_fprop(cond, true_k, false_k, *args, where: str = ""):
+    """K of `switch(cond, true_graph, false_graph, *args)`."""
+    if not rt.is_tracer(cond):
+        out, bprop = (true_k if cond else false_k)(*args)
+        return out, lambda dout: _pad_switch(bprop(dout))
+    out = rt.switch(
+        cond, lambda *a: true_k(*a)[0], lambda *a: false_k(*a)[0], *args, where=where
+    )
+
+    def bprop(dout):
+        grads = _cond_unified(
+            cond, lambda: true_k(*args)[1](dout), lambda: false_k(*args)[1](dout)
+        )
+        return _pad_switch(grads)
+
+    return out, bprop
+
+
+def _pad_switch(grads):
+    """(env, d_args...) of a branch as (env, d_cond, d_true, d_false, d_args...)."""
+    return (grads[0], None, None, None, *grads[1:])
+
+
+# -- loops -------------------------------------------------------------------------
+def _run_python_loop(step_k, items, carry, inv):
+    """Concrete iterations; returns the final carry and the bprop closures."""
+    bprops = []
+    for item in items:
+        carry, bp = _split(step_k(item, carry, inv))
+        bprops.append(bp)
+    return carry, bprops
+
+
+def _split(pair):
+    out, bp = pair
+    return tuple(out), bp
+
+
+def _python_backward(bprops, d_carry, n_carry, with_items: bool):
+    """Reverse sweep over stored closures: (env, d_items, d_carry, d_inv)."""
+    env, d_inv, d_items = {}, None, []
+    for bp in reversed(bprops):
+        g = bp(d_carry)
+        env = rt.add_grad(env, g[0])
+        rest = g[1:]
+        if with_items:
+            d_items.append(rest[0])
+            rest = rest[1:]
+        d_carry = tuple(rest[:n_carry])
+        d_inv = rt.add_grad(d_inv, tuple(rest[n_carry:]))
+    return env, d_items[::-1], d_carry, d_inv
+
+
+def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = ""):
+    """K of `while_loop[n_carry](cond_graph, body_graph, *carry, *inv)`."""
+    carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
+    bprops = []
+    while True:
+        c = cond_fn(*carry, *inv)
+        if rt.is_tracer(c) or not c:
+            break
+        carry, bp = _split(body_k(*carry, *inv))
+        bprops.append(bp)
+    traced = rt.is_tracer(c)
+    if traced:
+        carry, traced_bprop = _traced_while(cond_fn, body_k, carry, inv, where)
+
+    def bprop(d_out):
+        d_carry, env, d_inv = tuple(d_out), {}, None
+        if traced:
+            env, d_carry, d_inv = traced_bprop(d_carry)
+        env2, _, d_carry, d_inv2 = _python_backward(bprops, d_carry, n_carry, False)
+        d_inv = rt.add_grad(d_inv, d_inv2)
+        return (rt.add_grad(env, env2), None, None, *d_carry, *_inv_grads(d_inv, inv))
+
+    return carry, bprop
+
+
+def _inv_grads(d_inv, inv):
+    return d_inv if d_inv is not None else tuple(None for _ in inv)
+
+
+def _traced_while(cond_fn, body_k, carry, inv, where):
+    """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
+    carry = rt._settle_carry(lambda cr: tuple(body_k(*cr, *inv)[0]), carry, where)
+    bound = loop_bound(where)
+    buffer = jax.tree_util.tree_map(lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), carry)
+
+    def body(state):
+        k, cr, buf = state
+        buf = jax.tree_util.tree_map(lambda b, v: b.at[k].set(v, mode="drop"), buf, cr)
+        new = rt._cast_like(tuple(body_k(*cr, *inv)[0]), cr)
+        return k + 1, new, buf
+
+    def cond(state):
+        return jnp.asarray(cond_fn(*state[1], *inv), bool)
+
+    n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
+    jax.debug.callback(_check_bound, n, bound, where)
+
+    def bprop(d_carry):
+        def step_grad(k, d_cr):
+            cr = jax.tree_util.tree_map(lambda b: b[k], buffer)
+            return body_k(*cr, *inv)[1](d_cr)
+
+        return _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic=True)
+
+    return final, bprop
+
+
+def _check_bound(n, bound, where):
+    if int(n) > int(bound):
+        raise LoopBoundExceeded(
+            f"{LoopBoundExceeded.MARK}: the traced while loop at {where} ran {int(n)} "
+            f"iterations but stores {int(bound)} for its gradient; raise it with "
+            f"kt.set_loop_bound({int(n) * 2}) (gradient functions do this and retrace)"
+        )
+
+
+def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None):
+    """Run `step_grad(k, d_carry) -> (env, [d_item], d_carry..., d_inv...)` for
+    k = n-1 .. 0 under lax; returns (env, d_carry, d_inv) [+ stacked d_items]."""
+    n_carry = len(carry)
+    shape = jax.eval_shape(lambda: step_grad(jnp.asarray(0), d_carry))
+    has_item = items is not None
+    env0 = _zeros_of(shape[0])
+    inv_shape = shape[1 + has_item + n_carry :]
+    d_inv0 = tuple(_zeros_of(s) if s is not None else None for s in inv_shape)
+    d_carry = _fit(d_carry, shape[1 + has_item : 1 + has_item + n_carry])
+
+    def unpack(g):
+        g = _fit(g, shape)
+        d_item = g[1] if has_item else None
+        rest = g[1 + has_item :]
+        return g[0], d_item, tuple(rest[:n_carry]), tuple(rest[n_carry:])
+
+    if dynamic:
+
+        def body(state):
+            k, env, d_cr, d_iv = state
+            k = k - 1
+            e, _, d_cr, di = unpack(step_grad(k, d_cr))
+            return k, rt.add_grad(env, e), d_cr, rt.add_grad(d_iv, di)
+
+        _, env, d_cr, d_iv = lax.while_loop(
+            lambda s: s[0] > 0, body, (jnp.asarray(n), env0, d_carry, d_inv0)
+        )
+        return env, d_cr, d_iv
+
+    def scan_body(state, k):
+        env, d_cr, d_iv = state
+        e, d_item, d_cr, di = unpack(step_grad(k, d_cr))
+        return (rt.add_grad(env, e), d_cr, rt.add_grad(d_iv, di)), d_item
+
+    (env, d_cr, d_iv), d_items = lax.scan(
+        scan_body, (env0, d_carry, d_inv0), jnp.arange(n), reverse=True
+    )
+    return env, d_cr, d_iv, d_items
+
+
+def for_range_fprop(start, stop, step, body_k, n_carry, *values, where: str = ""):
+    """K of `for_range[n_carry](start, stop, step, body_graph, *carry, *inv)`."""
+    carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
+    static = not any(rt.is_tracer(v) for v in (start, stop, step))
+    if not static:
+        raise KTransformError(
+            "differentiating a `for` over a range with traced bounds is not supported; "
+            f"write it as a `while` loop{rt._describe(where)}"
+        )
+    indices = range(int(start), int(stop), int(step))
+    step_k = lambda i, cr, iv: body_k(i, *cr, *iv)  # noqa: E731
+    if not rt.any_traced((carry, inv)) or len(indices) <= rt.UNROLL_LIMIT:
+        carry, bprops = _run_python_loop(step_k, indices, carry, inv)
+
+        def bprop(d_out):
+            env, _, d_carry, d_inv = _python_backward(bprops, tuple(d_out), n_carry, True)
+            d_inv = _inv_grads(d_inv, inv)
+            return (env, None, None, None, None, *d_carry, *d_inv)
+
+        return carry, bprop
+    xs = jnp.asarray(indices)
+    final, bprop_scan = _traced_scan(step_k, xs, carry, inv, where)
+
+    def bprop(d_out):
+        env, d_carry, d_inv, _ = bprop_scan(tuple(d_out))
+        return (env, None, None, None, None, *d_carry, *d_inv)
+
+    return final, bprop
+
+
+def for_each_fprop(seq, body_k, n_carry, *values, where: str = ""):
+    """K of `for_each[n_carry](seq, body_graph, *carry, *inv)`."""
+    carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
+    step_k = lambda item, cr, iv: body_k(item, *cr, *iv)  # noqa: E731
+    is_array = hasattr(seq, "shape") and not isinstance(seq, (tuple, list))
+    small = not is_array or seq.shape[0] <= rt.UNROLL_LIMIT
+    if small or not rt.any_traced((seq, carry, inv)):
+        items = list(seq) if not is_array else [seq[k] for k in range(seq.shape[0])]
+        carry, bprops = _run_python_loop(step_k, items, carry, inv)
+
+        def bprop(d_out):
+            env, d_items, d_carry, d_inv = _python_backward(bprops, tuple(d_out), n_carry, True)
+            d_seq = _stack_items(d_items, seq, is_array)
+            return (env, d_seq, None, *d_carry, *_inv_grads(d_inv, inv))
+
+        return carry, bprop
+    final, bprop_scan = _traced_scan(step_k, seq, carry, inv, where)
+
+    def bprop(d_out):
+        env, d_carry, d_inv, d_items = bprop_scan(tuple(d_out))
+        return (env, d_items, None, *d_carry, *d_inv)
+
+    return final, bprop
+
+
+def _stack_items(d_items, seq, is_array):
+    if not is_array:
+        return type(seq)(d_items) if isinstance(seq, (tuple, list)) else None
+    if not d_items:
+        return jnp.zeros(jnp.shape(seq), jnp.result_type(seq))
+    zeros = [jnp.zeros(jnp.shape(seq)[1:], jnp.result_type(seq)) if d is None else d for d in d_items]
+    return jnp.stack(zeros)
+
+
+def _traced_scan(step_k, xs, carry, inv, where):
+    """Forward `lax.scan` storing carries; returns (carry, bprop)."""
+    first = xs[0]
+    carry = rt._settle_carry(lambda cr: tuple(step_k(first, cr, inv)[0]), carry, where)
+
+    def body(cr, x):
+        new = rt._cast_like(tuple(step_k(x, cr, inv)[0]), cr)
+        return new, cr
+
+    final, stored = lax.scan(body, carry, xs)
+    n = xs.shape[0]
+
+    def bprop(d_carry):
+        def step_grad(k, d_cr):
+            cr = jax.tree_util.tree_map(lambda b: b[k], stored)
+            return step_k(xs[k], cr, inv)[1](d_cr)
+
+        return _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic=False, items=True)
+
+    return final, bprop
