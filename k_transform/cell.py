@@ -57,7 +57,8 @@ class Parameter:
         return len(self._data)
 
     def __repr__(self) -> str:
-        return f"Parameter(name={self.name!r}, shape={tuple(self._data.shape)}, dtype={self._data.dtype})"
+        shape, dtype = tuple(self._data.shape), self._data.dtype
+        return f"Parameter(name={self.name!r}, shape={shape}, dtype={dtype})"
 
 
 def _delegate(op):

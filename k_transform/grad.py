@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 
 from k_transform import runtime as rt
-from k_transform.cell import Cell, Parameter, ParameterTuple
+from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.errors import KTransformError
@@ -36,7 +37,7 @@ _mode = {"jit": True}
 
 
 def set_mode(mode: str) -> None:
-    """"graph" (jit, the default) or "eager" (generated code op by op)."""
+    """ "graph" (jit, the default) or "eager" (generated code op by op)."""
     if mode not in ("graph", "eager"):
         raise ValueError("mode must be 'graph' or 'eager'")
     _mode["jit"] = mode == "graph"
@@ -149,9 +150,10 @@ class GradFunction:
         if not use_jit:
             return self._compute(values, args, sens)
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
-        key = (len(args), static, tuple(args[k] for k in static))
+        fixed = {k: args[k] for k in static}
+        key = (len(args), tuple(fixed.items()))
         if key not in self._jitted:
-            self._jitted[key] = jax.jit(self._with_static(dict(zip(static, key[2])), len(args)))
+            self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         for _ in range(MAX_RETRACES):
             try:
@@ -159,7 +161,7 @@ class GradFunction:
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raise
-                self._jitted[key] = jax.jit(self._with_static(dict(zip(static, key[2])), len(args)))
+                self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
 
     def _with_static(self, fixed: dict, n: int):
@@ -209,9 +211,7 @@ class GradFunction:
         if spec.weights is None:
             return inputs
         bound = {id(p): v for p, v in zip(self.program.params, values, strict=True)}
-        grads = tuple(
-            rt.env_get(env, param_key(p), bound.get(id(p), p.data)) for p in spec.weights
-        )
+        grads = tuple(rt.env_get(env, param_key(p), bound.get(id(p), p.data)) for p in spec.weights)
         weights = grads[0] if spec.single_weight else grads
         return weights if inputs is None else (inputs, weights)
 
@@ -238,9 +238,12 @@ def _check_aux(out) -> None:
 
 
 def _input_grad(d, arg):
-    """The gradient reported for an input: zeros where nothing flowed."""
-    if d is None:
-        return rt.zeros_like_value(arg)
+    """The gradient reported for an input. Static inputs (Python ints, bools)
+    and integer arrays get a documented zero, as in MindSpore; so does an
+    input nothing flowed to."""
+    integer = hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact)
+    if d is None or _is_static(arg) or integer:
+        return rt.zeros_like_value(arg) if not integer else jnp.zeros_like(arg)
     return d
 
 

@@ -109,14 +109,10 @@ def switch_fprop(cond, true_k, false_k, *args, where: str = ""):
     if not rt.is_tracer(cond):
         out, bprop = (true_k if cond else false_k)(*args)
         return out, lambda dout: _pad_switch(bprop(dout))
-    out = rt.switch(
-        cond, lambda *a: true_k(*a)[0], lambda *a: false_k(*a)[0], *args, where=where
-    )
+    out = rt.switch(cond, lambda *a: true_k(*a)[0], lambda *a: false_k(*a)[0], *args, where=where)
 
     def bprop(dout):
-        grads = _cond_unified(
-            cond, lambda: true_k(*args)[1](dout), lambda: false_k(*args)[1](dout)
-        )
+        grads = _cond_unified(cond, lambda: true_k(*args)[1](dout), lambda: false_k(*args)[1](dout))
         return _pad_switch(grads)
 
     return out, bprop
@@ -190,7 +186,9 @@ def _traced_while(cond_fn, body_k, carry, inv, where):
     """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
     carry = rt._settle_carry(lambda cr: tuple(body_k(*cr, *inv)[0]), carry, where)
     bound = loop_bound(where)
-    buffer = jax.tree_util.tree_map(lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), carry)
+    buffer = jax.tree_util.tree_map(
+        lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), carry
+    )
 
     def body(state):
         k, cr, buf = state
@@ -324,7 +322,9 @@ def _stack_items(d_items, seq, is_array):
         return type(seq)(d_items) if isinstance(seq, (tuple, list)) else None
     if not d_items:
         return jnp.zeros(jnp.shape(seq), jnp.result_type(seq))
-    zeros = [jnp.zeros(jnp.shape(seq)[1:], jnp.result_type(seq)) if d is None else d for d in d_items]
+    zeros = [
+        jnp.zeros(jnp.shape(seq)[1:], jnp.result_type(seq)) if d is None else d for d in d_items
+    ]
     return jnp.stack(zeros)
 
 

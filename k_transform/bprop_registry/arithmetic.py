@@ -80,10 +80,14 @@ def get_bprop_numpy_matmul(self):
     def bprop(x, y, out, dout):
         if x.ndim == 1 and y.ndim == 1:
             return dout * y, dout * x
-        if x.ndim == 1:
-            return dout @ jnp.swapaxes(y, -1, -2), sum_to(jnp.outer(x, dout), y)
-        if y.ndim == 1:
-            return sum_to(jnp.outer(dout, y), x), jnp.swapaxes(x, -1, -2) @ dout
+        if x.ndim == 1:  # x is a row: dout (..., k) -> (..., 1, k)
+            g = jnp.expand_dims(dout, -2)
+            dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
+            return sum_to(dx, x), sum_to(jnp.expand_dims(x, -1) * g, y)
+        if y.ndim == 1:  # y is a column: dout (..., m) -> (..., m, 1)
+            g = jnp.expand_dims(dout, -1)
+            dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)
+            return sum_to(g * y, x), sum_to(dy, y)
         dx = dout @ jnp.swapaxes(y, -1, -2)
         dy = jnp.swapaxes(x, -1, -2) @ dout
         return sum_to(dx, x), sum_to(dy, y)

@@ -195,7 +195,9 @@ class ModuleEmitter:
 
 def _graph_inputs(node: Apply) -> list[FuncGraph]:
     """FuncGraphs the node calls or passes (branches, loop bodies, closures)."""
-    return [a.value for a in node.inputs if isinstance(a, Constant) and isinstance(a.value, FuncGraph)]
+    return [
+        a.value for a in node.inputs if isinstance(a, Constant) and isinstance(a.value, FuncGraph)
+    ]
 
 
 def _local_graphs(graph: FuncGraph, nodes) -> list[FuncGraph]:

@@ -61,4 +61,3 @@ class Namer:
             name = f"_t{self.temps}"
             if self._is_free(name):
                 return self._take(name)
-

@@ -39,7 +39,7 @@ from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
 from k_transform.ir import prims
 from k_transform.ir.control import ControlPrimitive
-from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.mapping import primitive_for_value
 

@@ -38,7 +38,15 @@ def _name(id_: str, ctx=None) -> gast.Name:
 
 def _assign(target: str, value: gast.expr, at: gast.AST) -> gast.Assign:
     node = gast.Assign(targets=[_name(target, gast.Store())], value=value, type_comment=None)
-    return gast.copy_location(node, at)
+    return _located(node, at)
+
+
+def _located(node, at):
+    """`node` with the source position of `at` wherever it has none."""
+    for n in gast.walk(node):
+        if getattr(n, "lineno", None) is None and hasattr(at, "lineno"):
+            gast.copy_location(n, at)
+    return node
 
 
 def _const(value) -> gast.Constant:
@@ -137,7 +145,7 @@ class JumpLowering:
                 s, setup = self._for_to_while(s)
                 pre.extend(setup)
             not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
-            s.test = gast.copy_location(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
+            s.test = _located(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
         s.body = self.lower_block(s.body, loop) or [gast.copy_location(gast.Pass(), s)]
         post = []
         if has_return:
@@ -146,7 +154,7 @@ class JumpLowering:
                 body=[gast.copy_location(gast.Return(value=_name("_kt_ret")), s)],
                 orelse=[],
             )
-            post.append(gast.copy_location(check, s))
+            post.append(_located(check, s))
         return [*pre, s, *post]
 
     def _for_to_while(self, s: gast.For):
@@ -175,11 +183,9 @@ class JumpLowering:
             test = gast.Compare(left=_name(idx), ops=[gast.Lt()], comparators=[_name(n)])
             item = gast.Subscript(value=_name(seq), slice=_name(idx), ctx=gast.Load())
             advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_const(1))
-        bind = gast.copy_location(
-            gast.Assign(targets=[s.target], value=item, type_comment=None), s
-        )
+        bind = _located(gast.Assign(targets=[s.target], value=item, type_comment=None), s)
         body = [bind, _assign(idx, advance, s), *s.body]
-        loop = gast.copy_location(gast.While(test=test, body=body, orelse=[]), s)
+        loop = _located(gast.While(test=test, body=body, orelse=[]), s)
         return loop, setup
 
 

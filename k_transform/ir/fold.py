@@ -19,7 +19,19 @@ from k_transform.ops.base import OperatorPrimitive
 
 # Library functions evaluated on constant arguments.
 _PURE_BUILTINS = {
-    len, abs, min, max, int, float, bool, round, divmod, isinstance, tuple, range, sum,
+    len,
+    abs,
+    min,
+    max,
+    int,
+    float,
+    bool,
+    round,
+    divmod,
+    isinstance,
+    tuple,
+    range,
+    sum,
 }
 _FOLDABLE_PRIMS = (
     OperatorPrimitive,

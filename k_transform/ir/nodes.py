@@ -37,7 +37,7 @@ class DebugInfo:
         """The ' at file:line' tail of error messages, with the line shown."""
         if self.line <= 0:
             return f"\n  in {self.file}"
-        text = f"\n  File \"{self.file}\", line {self.line}"
+        text = f'\n  File "{self.file}", line {self.line}'
         if self.source_line:
             text += f"\n    {self.source_line.strip()}"
         return text

@@ -32,14 +32,13 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
 from k_transform.ir import control, prims
-from k_transform.ir.fold import fold, fold_call
 from k_transform.ir.desugar import (
-    SPECIAL_NAMES,
     JumpLowering,
     assigned_names,
     exposed_names,
     loaded_names,
 )
+from k_transform.ir.fold import fold, fold_call
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
@@ -101,7 +100,12 @@ _CMPOPS = {
 _UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert"}
 
 
-_SPECIALS = {"_kt_len": len, "_kt_undefined": rt.UNDEFINED, "_kt_range_cond": rt.range_cond}
+# Names the jump lowering introduces, with how generated code spells them.
+_SPECIALS = {
+    "_kt_len": (len, "len"),
+    "_kt_undefined": (rt.UNDEFINED, "_rt.UNDEFINED"),
+    "_kt_range_cond": (rt.range_cond, "_rt.range_cond"),
+}
 
 UNDEFINED = Constant(rt.UNDEFINED, hint="UNDEFINED")
 
@@ -159,7 +163,8 @@ class FunctionParser:
     # -- global names -------------------------------------------------------
     def resolve_global(self, name: str, node) -> Node:
         if name in _SPECIALS:
-            return Constant(_SPECIALS[name], hint=name)
+            value, hint = _SPECIALS[name]
+            return Constant(value, hint=hint)
         if name in self.cells:
             return self.value_node(self.cells[name], name, node)
         if name in self.globals:
@@ -270,9 +275,7 @@ class GraphBuilder:
         names = [a.id for a in args.args][len(args.args) - len(args.defaults) :]
         if self.parent is None:
             values = self.fp.fn.__defaults__ or ()
-            return {
-                n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)
-            }
+            return {n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)}
         return {n: self.parent.expr(d) for n, d in zip(names, args.defaults, strict=True)}
 
     def nested_function(self, fdef, name: str) -> Constant:
@@ -458,9 +461,7 @@ class GraphBuilder:
         (its branches or its body) or carried by an enclosing loop."""
         inside = sum((loaded_names(p) for p in parts), Counter())
         return [
-            v
-            for v in assigned_names([s])
-            if self.load_counts[v] > inside[v] or v in self.loop_live
+            v for v in assigned_names([s]) if self.load_counts[v] > inside[v] or v in self.loop_live
         ]
 
     def carried(self, s, body, head, target=None) -> list[str]:
@@ -602,7 +603,9 @@ class GraphBuilder:
         args = [self.expr(a) for a in e.args]
         kwnames = tuple(k.arg for k in e.keywords)
         kwvals = [self.expr(k.value) for k in e.keywords]
-        adapted = adapt_method(e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals))))
+        adapted = adapt_method(
+            e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
+        )
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
         prim = prims.MethodCall(e.func.attr, kwnames)
@@ -726,7 +729,10 @@ class GraphBuilder:
 
     def index(self, s) -> Node:
         if isinstance(s, gast.Slice):
-            parts = [self.expr(p) if p is not None else self.const(None, s) for p in (s.lower, s.upper, s.step)]
+            parts = [
+                self.expr(p) if p is not None else self.const(None, s)
+                for p in (s.lower, s.upper, s.step)
+            ]
             return self.apply(prims.MakeSlice(), *parts, node=s)
         if isinstance(s, gast.Tuple):
             return self.apply(prims.MakeTuple(), *[self.index(p) for p in s.elts], node=s)

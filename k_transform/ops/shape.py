@@ -47,7 +47,9 @@ def cast(x, dtype):
 
 Shape = elementwise("Shape", jnp.shape, "jnp.shape", 1, "`jnp.shape(x)`: a tuple of ints.")
 Size = elementwise("Size", jnp.size, "jnp.size", 1, "`jnp.size(x)`: an int.")
-Transpose = elementwise("Transpose", jnp.transpose, "jnp.transpose", 2, "`(x, perm)`; None: reversed.")
+Transpose = elementwise(
+    "Transpose", jnp.transpose, "jnp.transpose", 2, "`(x, perm)`; None: reversed."
+)
 InvertPermutation = elementwise(
     "InvertPermutation", invert_permutation, "invert_permutation", 1, "Inverse of a permutation."
 )

@@ -14,12 +14,13 @@ from k_transform import runtime as rt
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import map_functions
 
-
 SumTo = elementwise("SumTo", rt.sum_to, "_rt.sum_to", 2, "`g` summed to the shape of `like`.")
 GetItemGrad = elementwise(
     "GetItemGrad", rt.getitem_grad, "_rt.getitem_grad", 3, "Zeros like `x` with `dout` at `index`."
 )
-ZerosLike = elementwise("ZerosLike", rt.zeros_like_value, "_rt.zeros_like_value", 1, "Zeros like x.")
+ZerosLike = elementwise(
+    "ZerosLike", rt.zeros_like_value, "_rt.zeros_like_value", 1, "Zeros like x."
+)
 OnesLike = elementwise("OnesLike", rt.ones_like_value, "_rt.ones_like_value", 1, "Ones like x.")
 
 

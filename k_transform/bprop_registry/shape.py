@@ -1,0 +1,118 @@
+"""Rules for shape primitives: each gradient undoes the shape change.
+
+Shapes, permutations, axes and dtypes get None. `Concat`/`SplitLike` and
+`Stack`/`Unstack` are each other's gradients, so both differentiate again.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from k_transform import ops
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+
+sum_to = ops.SumTo()
+invert_permutation = ops.InvertPermutation()
+
+zero_gradient(ops.Shape, ops.Size, ops.InvertPermutation)
+
+
+@bprop_getters.register(ops.Transpose)
+def get_bprop_transpose(self):
+    def bprop(x, perm, out, dout):
+        if perm is None:
+            return jnp.transpose(dout), None
+        return jnp.transpose(dout, invert_permutation(perm)), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.SwapAxes)
+def get_bprop_swapaxes(self):
+    def bprop(x, axis1, axis2, out, dout):
+        return jnp.swapaxes(dout, axis1, axis2), None, None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Reshape)
+def get_bprop_reshape(self):
+    def bprop(x, shape, out, dout):
+        return jnp.reshape(dout, jnp.shape(x)), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.ExpandDims)
+def get_bprop_expand_dims(self):
+    def bprop(x, axis, out, dout):
+        return jnp.reshape(dout, jnp.shape(x)), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Squeeze)
+def get_bprop_squeeze(self):
+    def bprop(x, out, dout):
+        return (jnp.reshape(dout, jnp.shape(x)),)
+
+    return bprop
+
+
+@bprop_getters.register(ops.BroadcastTo)
+def get_bprop_broadcast_to(self):
+    def bprop(x, shape, out, dout):
+        return sum_to(dout, x), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Cast)
+def get_bprop_cast(self):
+    def bprop(x, dtype, out, dout):
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            return dout.astype(jnp.result_type(x)), None
+        return None, None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Concat)
+def get_bprop_concat(self):
+    split_like = ops.SplitLike(self.axis)
+
+    def bprop(xs, out, dout):
+        return (split_like(dout, xs),)
+
+    return bprop
+
+
+@bprop_getters.register(ops.SplitLike)
+def get_bprop_split_like(self):
+    axis = self.axis
+
+    def bprop(g, xs, out, dout):
+        return jnp.concatenate(dout, axis=axis), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Stack)
+def get_bprop_stack(self):
+    unstack = ops.Unstack(self.axis)
+
+    def bprop(xs, out, dout):
+        return (unstack(dout),)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Unstack)
+def get_bprop_unstack(self):
+    axis = self.axis
+
+    def bprop(x, out, dout):
+        return (jnp.stack(dout, axis=axis),)
+
+    return bprop

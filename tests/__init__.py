@@ -1,0 +1,1 @@
+"""Tests for k_transform; `tests.corpus` holds the shared program corpus."""

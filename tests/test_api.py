@@ -1,0 +1,343 @@
+"""The reverse-mode API against JAX as the oracle: GradOperation flags,
+sens_param, tuple outputs, Cells with get_by_list, Parameters read at call
+time, custom Cell bprop, user primitives, composition with jit and vmap."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+
+X = jnp.array([0.5, -1.2, 2.0], jnp.float32)
+Y = jnp.array([1.5, 0.3, -0.7], jnp.float32)
+
+
+def close(a, b, tol=1e-5):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=tol, atol=tol)
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+
+
+def loss(x, y):
+    return jnp.sum(jnp.tanh(x * y) + jnp.exp(0.1 * x) / (1.0 + y * y))
+
+
+def pair(x, y):
+    return x * y, jnp.sin(x) + y
+
+
+# -- GradOperation flags ----------------------------------------------------
+def test_first_input_by_default():
+    close(kt.GradOperation()(loss)(X, Y), jax.grad(loss)(X, Y))
+
+
+def test_shorthand():
+    close(kt.GradOperation(loss)(X, Y), jax.grad(loss)(X, Y))
+
+
+def test_get_all():
+    close(kt.GradOperation(get_all=True)(loss)(X, Y), jax.grad(loss, argnums=(0, 1))(X, Y))
+
+
+def test_non_scalar_output_uses_ones():
+    got = kt.GradOperation(get_all=True)(lambda x, y: x * jnp.sin(y))(X, Y)
+    _, vjp = jax.vjp(lambda x, y: x * jnp.sin(y), X, Y)
+    close(got, vjp(jnp.ones(3)))
+
+
+def test_tuple_output_and_sens_param():
+    sens = (jnp.array([1.0, 2.0, 3.0]), jnp.array([-1.0, 0.5, 0.25]))
+    got = kt.GradOperation(get_all=True, sens_param=True)(pair)(X, Y, sens)
+    _, vjp = jax.vjp(pair, X, Y)
+    close(got, vjp(sens))
+
+
+def test_sens_param_first_input():
+    sens = jnp.array([1.0, -2.0, 0.5])
+    got = kt.GradOperation(sens_param=True)(lambda x: jnp.cos(x) * x)(X, sens)
+    _, vjp = jax.vjp(lambda x: jnp.cos(x) * x, X)
+    close(got, vjp(sens)[0])
+
+
+# -- Cells and Parameters -----------------------------------------------------
+class Dense(kt.Cell):
+    def __init__(self, n_in, n_out, seed):
+        super().__init__()
+        rng = np.random.RandomState(seed)
+        self.weight = kt.Parameter(rng.randn(n_in, n_out).astype(np.float32))
+        self.bias = kt.Parameter(rng.randn(n_out).astype(np.float32))
+
+    def construct(self, x):
+        return x @ self.weight + self.bias
+
+
+class Net(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.l1 = Dense(3, 4, 0)
+        self.l2 = Dense(4, 2, 1)
+        self.scale = 0.5
+
+    def construct(self, x):
+        h = jnp.tanh(self.l1(x)) * self.scale
+        return jnp.sum(self.l2(h) ** 2)
+
+
+def net_ref(ws, x):
+    w1, b1, w2, b2 = ws
+    h = jnp.tanh(x @ w1 + b1) * 0.5
+    return jnp.sum((h @ w2 + b2) ** 2)
+
+
+BATCH = jnp.asarray(np.random.RandomState(2).randn(5, 3).astype(np.float32))
+
+
+def test_parameter_names_follow_cells():
+    names = [p.name for p in Net().trainable_params()]
+    assert names == ["l1.weight", "l1.bias", "l2.weight", "l2.bias"]
+
+
+def test_get_by_list():
+    net = Net()
+    params = kt.ParameterTuple(net.trainable_params())
+    got = kt.GradOperation(get_by_list=True)(net, params)(BATCH)
+    close(got, jax.grad(net_ref)(tuple(p.data for p in params), BATCH), 1e-4)
+
+
+def test_get_all_and_get_by_list():
+    net = Net()
+    params = kt.ParameterTuple(net.trainable_params())
+    (dx,), dws = kt.GradOperation(get_all=True, get_by_list=True)(net, params)(BATCH)
+    ref_w, ref_x = jax.grad(net_ref, argnums=(0, 1))(tuple(p.data for p in params), BATCH)
+    close(dws, ref_w, 1e-4)
+    close(dx, ref_x, 1e-4)
+
+
+def test_single_parameter_gives_bare_array():
+    net = Net()
+    got = kt.GradOperation(get_by_list=True)(net, net.l2.bias)(BATCH)
+    ws = tuple(p.data for p in net.trainable_params())
+    close(got, jax.grad(net_ref)(ws, BATCH)[3], 1e-4)
+
+
+def test_parameters_are_read_at_call_time():
+    net = Net()
+    params = kt.ParameterTuple(net.trainable_params())
+    grad_fn = kt.GradOperation(get_by_list=True)(net, params)
+    grad_fn(BATCH)
+    n_compiled = len(grad_fn._jitted)
+    params[0].set_data(params[0].data * 2.0 + 0.1)
+    got = grad_fn(BATCH)
+    close(got, jax.grad(net_ref)(tuple(p.data for p in params), BATCH), 1e-4)
+    assert len(grad_fn._jitted) == n_compiled  # no retrace for new values
+
+
+def test_custom_cell_bprop_straight_through():
+    class Round(kt.Cell):
+        def construct(self, x):
+            return jnp.round(x)
+
+        def bprop(self, x, out, dout):
+            return (dout,)
+
+    class Model(kt.Cell):
+        def __init__(self):
+            super().__init__()
+            self.round = Round()
+
+        def construct(self, x):
+            return jnp.sum(self.round(x) * x)
+
+    x = jnp.array([0.3, 1.7, -2.2])
+    close(kt.GradOperation()(Model())(x), jnp.round(x) + x)
+
+
+# -- user primitives -----------------------------------------------------------------
+class CubeCallback(kt.Primitive):
+    """x**3 computed on the host: JAX cannot differentiate it."""
+
+    n_inputs = 1
+
+    def impl(self, x):
+        shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return jax.pure_callback(lambda v: np.asarray(v) ** 3, shape, x)
+
+
+@kt.bprop_getters.register(CubeCallback)
+def _get_bprop_cube(self):
+    def bprop(x, out, dout):
+        return (dout * 3.0 * x * x,)
+
+    return bprop
+
+
+CUBE = CubeCallback()
+
+
+def uses_cube(x):
+    return jnp.sum(CUBE(x) * jnp.sin(x))
+
+
+def test_pure_callback_primitive_uses_its_bprop():
+    got = kt.GradOperation()(uses_cube)(X)
+    ref = jax.grad(lambda x: jnp.sum(x**3 * jnp.sin(x)))(X)
+    close(got, ref)
+
+
+class StraightThroughRound(kt.Primitive):
+    n_inputs = 1
+
+    def impl(self, x):
+        return jnp.round(x)
+
+
+@kt.bprop_getters.register(StraightThroughRound)
+def _get_bprop_st(self):
+    return lambda x, out, dout: (dout,)
+
+
+ST_ROUND = StraightThroughRound()
+
+
+def test_straight_through_rule():
+    got = kt.GradOperation()(lambda x: jnp.sum(ST_ROUND(x) * 2.0))(X)
+    close(got, jnp.full(3, 2.0))
+
+
+# -- composition ---------------------------------------------------------------------------
+def test_user_jit_and_vmap():
+    grad_fn = kt.GradOperation()(loss)
+    close(jax.jit(grad_fn)(X, Y), jax.grad(loss)(X, Y))
+    xs = jnp.stack([X, Y, X * 2.0])
+    close(jax.vmap(grad_fn, in_axes=(0, None))(xs, Y), jax.vmap(jax.grad(loss), (0, None))(xs, Y))
+
+
+def test_eager_mode_runs_same_code():
+    kt.set_mode("eager")
+    try:
+        got = kt.GradOperation(get_all=True)(loss)(X, Y)
+    finally:
+        kt.set_mode("graph")
+    close(got, jax.grad(loss, argnums=(0, 1))(X, Y))
+
+
+def test_grad_value_and_grad_vjp():
+    close(kt.grad(loss, grad_position=(0, 1))(X, Y), jax.grad(loss, argnums=(0, 1))(X, Y))
+    value, g = kt.value_and_grad(loss, grad_position=1)(X, Y)
+    ref_v, ref_g = jax.value_and_grad(loss, argnums=1)(X, Y)
+    close((value, g), (ref_v, ref_g))
+    out, vjp_fn = kt.vjp(pair, X, Y)
+    ref_out, ref_vjp = jax.vjp(pair, X, Y)
+    close(out, ref_out)
+    cot = (Y, X)
+    close(vjp_fn(cot), ref_vjp(cot))
+
+
+def test_has_aux():
+    def f(x):
+        return jnp.sum(x * x), jnp.max(x)
+
+    g, aux = kt.grad(f, has_aux=True)(X)
+    close(g, 2.0 * X)
+    close(aux, jnp.max(X))
+
+
+def test_stop_gradient():
+    def f(x):
+        return jnp.sum(kt.stop_gradient(x * x) * x)
+
+    close(kt.GradOperation()(f)(X), X * X)
+
+
+def test_static_int_argument_and_unused_input_zero():
+    def f(x, n, y):
+        return jnp.sum(x**n)
+
+    dx, dn, dy = kt.GradOperation(get_all=True)(f)(X, 3, Y)
+    close(dx, 3.0 * X**2)
+    close(dy, jnp.zeros(3))
+    assert dn == 0  # a static int input gets a documented zero
+
+
+# -- bad input -------------------------------------------------------------------------------
+class NoRule(kt.Primitive):
+    n_inputs = 1
+
+    def impl(self, x):
+        return x * 2.0
+
+
+NO_RULE = NoRule()
+
+
+def uses_no_rule(x):
+    return jnp.sum(NO_RULE(x))
+
+
+def test_missing_rule_names_primitive_and_line():
+    with pytest.raises(kt.KTransformError) as info:
+        kt.GradOperation()(uses_no_rule)(X)
+    text = str(info.value)
+    assert "NoRule" in text and "test_api.py" in text and "return jnp.sum(NO_RULE(x))" in text
+
+
+class WrongShape(kt.Primitive):
+    n_inputs = 1
+
+    def impl(self, x):
+        return x * 2.0
+
+
+@kt.bprop_getters.register(WrongShape)
+def _get_bprop_wrong_shape(self):
+    return lambda x, out, dout: (jnp.sum(dout),)
+
+
+class WrongCount(kt.Primitive):
+    n_inputs = 1
+
+    def impl(self, x):
+        return x * 2.0
+
+
+@kt.bprop_getters.register(WrongCount)
+def _get_bprop_wrong_count(self):
+    return lambda x, out, dout: (dout, dout)
+
+
+WRONG_SHAPE, WRONG_COUNT = WrongShape(), WrongCount()
+
+
+def uses_wrong_shape(x):
+    return jnp.sum(WRONG_SHAPE(x))
+
+
+def uses_wrong_count(x):
+    return jnp.sum(WRONG_COUNT(x))
+
+
+def test_rule_with_wrong_shape_is_named():
+    with pytest.raises(kt.KTransformError, match="bprop of WrongShape.*shape"):
+        kt.GradOperation()(uses_wrong_shape)(X)
+
+
+def test_rule_with_wrong_count_is_named():
+    with pytest.raises(kt.KTransformError, match="bprop of WrongCount.*2 gradients for 1"):
+        kt.GradOperation()(uses_wrong_count)(X)
+
+
+def test_duplicate_registration_is_an_error():
+    with pytest.raises(kt.KTransformError, match="already registered"):
+        kt.bprop_getters.register(WrongShape)(_get_bprop_wrong_shape)
+
+
+def test_registration_checks_arity():
+    class TwoInputs(kt.Primitive):
+        n_inputs = 2
+
+        def impl(self, x, y):
+            return x + y
+
+    with pytest.raises(kt.KTransformError, match="must take the 2 inputs"):
+        kt.bprop_getters.register(TwoInputs)(lambda self: lambda x, out, dout: (dout,))

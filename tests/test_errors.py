@@ -1,0 +1,128 @@
+"""Every construct k_transform does not handle raises a `KTransformError`.
+
+The error may come from `kt.compile(fn)` or from calling its result. Its
+message names the construct, gives this file's path and the line of the
+offending statement, and shows that line's source text.
+"""
+
+import contextlib
+import inspect
+import math
+import re
+
+import jax.numpy as jnp
+import pytest
+
+import k_transform as kt
+
+_COUNTER = 0
+
+
+def uses_try(x):
+    try:
+        y = x + 1.0
+    except ValueError:
+        y = x
+    return y
+
+
+def uses_with(x):
+    with contextlib.nullcontext():
+        y = x * 2.0
+    return y
+
+
+def uses_yield(x):
+    yield x * 2.0
+
+
+async def uses_async(x):
+    return x + 1.0
+
+
+def uses_global(x):
+    global _COUNTER
+    _COUNTER = 1
+    return x * 2.0
+
+
+def uses_nonlocal(x):
+    total = x
+
+    def bump():
+        nonlocal total
+        total = total + 1.0
+
+    bump()
+    return total
+
+
+def uses_del(x):
+    y = x + 1.0
+    del y
+    return x
+
+
+def _pair_sum(p, q):
+    return p + q
+
+
+def uses_starred_call(x):
+    xs = (x, x)
+    return _pair_sum(*xs)
+
+
+# (function, words of which the message must contain one, starts of the
+#  offending source lines of which the message must name one)
+BAD_CONSTRUCTS = [
+    (uses_try, ("try",), ("try:",)),
+    (uses_with, ("with",), ("with contextlib",)),
+    (uses_yield, ("yield", "generator"), ("yield x",)),
+    (uses_async, ("async",), ("async def",)),
+    (uses_global, ("global",), ("global _COUNTER", "_COUNTER = 1")),
+    (uses_nonlocal, ("nonlocal",), ("nonlocal total",)),
+    (uses_del, ("del",), ("del y",)),
+    (uses_starred_call, ("starred", "star", "*args", "variadic"), ("return _pair_sum(*xs)",)),
+]
+
+
+def source_line(fn, start):
+    """(line number, stripped text) of the first line of fn that starts with `start`."""
+    lines, first = inspect.getsourcelines(fn)
+    for offset, text in enumerate(lines):
+        if text.strip().startswith(start):
+            return first + offset, text.strip()
+    raise AssertionError(f"no line starting with {start!r} in {fn.__name__}")
+
+
+def error_message(fn, *args):
+    with pytest.raises(kt.KTransformError) as info:
+        kt.compile(fn)(*args)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("fn", "words", "starts"),
+    [pytest.param(*case, id=case[0].__name__) for case in BAD_CONSTRUCTS],
+)
+def test_unsupported_construct(fn, words, starts):
+    message = error_message(fn, jnp.ones(4))
+    assert any(word in message.lower() for word in words), f"construct not named: {message}"
+    assert fn.__code__.co_filename in message, f"file not named: {message}"
+    located = [source_line(fn, start) for start in starts]
+    assert any(re.search(rf"\b{line}\b", message) and text in message for line, text in located), (
+        f"none of the lines {located} shown with its number: {message}"
+    )
+
+
+def test_lambda_without_source():
+    fn = eval("lambda x: x")
+    message = error_message(fn, jnp.ones(4))
+    assert "source" in message.lower()
+    assert "lambda" in message
+
+
+def test_builtin_without_source():
+    message = error_message(math.sin, 1.0)
+    assert "source" in message.lower()
+    assert "sin" in message

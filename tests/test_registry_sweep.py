@@ -1,0 +1,347 @@
+"""The registry sweep: every registered gradient rule against the JAX oracle.
+
+Each case of the spec table (`CASES`) names a primitive instance, a small
+Python function `fn` that reaches it the way users write it (`jnp.*`, `np.*`,
+`jax.nn.*`, an operator, an array method, `x.T`), the arrays `fn` takes (shape,
+domain, dtype) and, where the primitive takes more than those arrays, `args`:
+the primitive's inputs built from them. For each case, in float64:
+
+(0) `fn` parses to an application of exactly that primitive (attributes
+    included), so the spelling maps where the table says;
+(1) `kt.vjp(fn, ...)` (parser, DFunctor, codegen and the rule together) agrees
+    with `jax.vjp` of the primitive's `impl`, value and gradients, for a random
+    cotangent u;
+(2) the adjoint identity <u, J v> = <J^T u, v> holds, with J v from `jax.jvp`
+    of `impl` and J^T u from `kt.vjp`.
+
+Primitives whose outputs are not floats (comparisons, shapes, bit operations)
+have `mode="zero"`: their gradients must be zeros. Then once in float32: every
+gradient has its input's dtype. `test_every_rule_has_a_spec` fails for a
+registered primitive missing from the table, except `INTERNAL`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from k_transform import ops
+from k_transform import runtime as rt
+from k_transform.dfunctor import prims as dp
+from k_transform.ir import prims
+from k_transform.ir.nodes import Apply, Constant
+from k_transform.ir.parser import parse
+
+# Rules tested elsewhere: the DFunctor's own helpers (by grad-of-grad tests)
+# and a Cell's custom bprop (tests/test_api.py).
+INTERNAL = (dp.AddGrad, dp.ZerosLike, dp.OnesLike, prims.CustomBpropCall)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arr:
+    """An input array: `shape` filled by `domain`, or a fixed `value`."""
+
+    shape: tuple = ()
+    domain: str = "real"  # real | positive | int | bool
+    value: object = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.domain in ("real", "positive")
+
+    def make(self, rng: np.random.RandomState, dtype) -> np.ndarray:
+        if self.value is not None:
+            return np.asarray(self.value, dtype if self.differentiable else None)
+        if self.domain == "real":
+            return rng.randn(*self.shape).astype(dtype)
+        if self.domain == "positive":
+            return rng.uniform(0.5, 2.0, self.shape).astype(dtype)
+        if self.domain == "int":
+            return rng.randint(0, 8, self.shape).astype(np.int32)
+        return rng.rand(*self.shape) > 0.5
+
+
+@dataclasses.dataclass
+class Case:
+    prim: kt.Primitive
+    fn: object
+    arrays: tuple
+    args: object = None  # fn's arrays -> the primitive's inputs; None: the same
+    mode: str = "oracle"  # oracle | zero
+    rtol: float = 1e-9
+    id: str = ""
+
+    def impl_inputs(self, xs) -> tuple:
+        return tuple(self.args(*xs)) if self.args is not None else tuple(xs)
+
+
+def case(prim, fn, *arrays, **kw) -> Case:
+    arrays = tuple(a if isinstance(a, Arr) else Arr(a) for a in arrays)
+    return Case(prim, fn, arrays, **kw)
+
+
+R, P = "real", "positive"
+IDX = np.array([2, 0, 2])
+GETITEM_GRAD = ops.GetItemGrad()
+SUM_TO = ops.SumTo()
+SPLIT_LIKE = ops.SplitLike(1)
+INVERT_PERMUTATION = ops.InvertPermutation()
+MATMUL_TB = ops.MatMul(transpose_b=True)
+MATMUL_TA = ops.MatMul(transpose_a=True)
+BATCH_MATMUL = ops.BatchMatMul(transpose_a=True, transpose_b=True)
+
+
+def set_row(x, v):
+    x[1] = v
+    return x
+
+
+def contains(x):
+    return x in (1.0, 2.0)
+
+
+# fmt: off
+CASES = [
+    # -- arithmetic operators (broadcasting shapes) --
+    case(ops.Add(), lambda x, y: x + y, (2, 3), (3,)),
+    case(ops.Sub(), lambda x, y: x - y, (2, 3), (2, 1)),
+    case(ops.Mul(), lambda x, y: x * y, (3, 1), (1, 4)),
+    case(ops.Div(), lambda x, y: x / y, (2, 3), Arr((3,), P)),
+    case(ops.Pow(), lambda x, y: x ** y, Arr((2, 3), P), (3,)),
+    case(ops.Mod(), lambda x, y: x % y, (5,), Arr((5,), P)),
+    case(ops.FloorDiv(), lambda x, y: x // y, (5,), Arr((5,), P)),
+    case(ops.Neg(), lambda x: -x, (3,)),
+    case(ops.Pos(), lambda x: +x, (3,)),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (3, 4), (4, 2)),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (4,), id="vec-vec"),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (2, 4, 3), id="vec-batch"),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (2, 3, 4), (4,), id="batch-vec"),
+    case(ops.NumpyMatMul(), lambda a, b: jnp.matmul(a, b), (2, 3, 4), (4, 5), id="batch-mat"),
+    case(ops.Equal(), lambda x, y: x == y, (3,), (3,), mode="zero"),
+    case(ops.NotEqual(), lambda x, y: x != y, (3,), (3,), mode="zero"),
+    case(ops.Less(), lambda x, y: x < y, (3,), (3,), mode="zero"),
+    case(ops.LessEqual(), lambda x, y: x <= y, (3,), (3,), mode="zero"),
+    case(ops.Greater(), lambda x, y: x > y, (3,), (3,), mode="zero"),
+    case(ops.GreaterEqual(), lambda x, y: x >= y, (3,), (3,), mode="zero"),
+    case(ops.Is(), lambda x: x is None, (3,), args=lambda x: (x, None), mode="zero"),
+    case(ops.IsNot(), lambda x: x is not None, (3,), args=lambda x: (x, None), mode="zero"),
+    case(ops.LeftShift(), lambda a, b: a << b, Arr((3,), "int"), Arr(value=[1, 2, 0]), mode="zero"),
+    case(ops.RightShift(), lambda a, b: a >> b, Arr((3,), "int"), Arr(value=[1, 2, 0]), mode="zero"),
+    case(ops.BitwiseAnd(), lambda a, b: a & b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
+    case(ops.BitwiseOr(), lambda a, b: a | b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
+    case(ops.BitwiseXor(), lambda a, b: a ^ b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
+    case(ops.Invert(), lambda a: ~a, Arr((3,), "int"), mode="zero"),
+    # -- elementwise math --
+    case(ops.Sin(), lambda x: jnp.sin(x), (2, 3)),
+    case(ops.Cos(), lambda x: np.cos(x), (2, 3)),
+    case(ops.Tan(), lambda x: jnp.tan(x), Arr(value=[-1.0, 0.3, 1.2])),
+    case(ops.Exp(), lambda x: jnp.exp(x), (2, 3)),
+    case(ops.Exp(), lambda x: math.exp(x), (), id="math"),
+    case(ops.Log(), lambda x: jnp.log(x), Arr((2, 3), P)),
+    case(ops.Sqrt(), lambda x: jnp.sqrt(x), Arr((2, 3), P)),
+    case(ops.Tanh(), lambda x: jnp.tanh(x), (2, 3)),
+    case(ops.Sigmoid(), lambda x: jax.nn.sigmoid(x), (2, 3)),
+    case(ops.ReLU(), lambda x: jax.nn.relu(x), (2, 3)),
+    case(ops.Abs(), lambda x: jnp.abs(x), (2, 3)),
+    case(ops.Abs(), lambda x: abs(x), (2, 3), id="builtin"),
+    case(ops.Square(), lambda x: jnp.square(x), (2, 3)),
+    case(ops.Reciprocal(), lambda x: jnp.reciprocal(x), Arr((2, 3), P)),
+    case(ops.Log1p(), lambda x: jnp.log1p(x), Arr((2, 3), P)),
+    case(ops.Expm1(), lambda x: jnp.expm1(x), (2, 3)),
+    case(ops.Rsqrt(), lambda x: jax.lax.rsqrt(x), Arr((2, 3), P)),
+    case(ops.Erf(), lambda x: jax.scipy.special.erf(x), (2, 3)),
+    case(ops.Sinh(), lambda x: jnp.sinh(x), (2, 3)),
+    case(ops.Cosh(), lambda x: jnp.cosh(x), (2, 3)),
+    case(ops.Atan(), lambda x: jnp.arctan(x), (2, 3)),
+    case(ops.Sign(), lambda x: jnp.sign(x), (2, 3)),
+    case(ops.Floor(), lambda x: jnp.floor(x), (2, 3)),
+    case(ops.Ceil(), lambda x: np.ceil(x), (2, 3)),
+    case(ops.Round(), lambda x: jnp.round(x), (2, 3)),
+    case(ops.Maximum(), lambda x, y: jnp.maximum(x, y), (2, 3), (3,)),
+    case(ops.Maximum(), lambda x, y: jnp.maximum(x, y), Arr(value=[1.0, 2.0]), Arr(value=[1.0, 0.0]), id="tie"),  # noqa: E501
+    case(ops.Minimum(), lambda x, y: np.minimum(x, y), (2, 3), (2, 1)),
+    case(ops.Minimum(), lambda x, y: jnp.minimum(x, y), Arr(value=[1.0, 2.0]), Arr(value=[1.0, 0.0]), id="tie"),  # noqa: E501
+    case(ops.Select(), lambda c, x, y: jnp.where(c, x, y), Arr((2, 3), "bool"), (2, 3), (3,)),
+    case(ops.Clip(), lambda x, lo, hi: jnp.clip(x, lo, hi), (2, 3), Arr(value=[-0.5, 0.0, -1.0]), Arr(value=0.6)),  # noqa: E501
+    case(ops.Clip(), lambda x: jnp.clip(x, -0.5, 0.5), (2, 3), args=lambda x: (x, -0.5, 0.5), id="const"),  # noqa: E501
+    case(ops.Clip(), lambda x, lo: x.clip(min=lo), (2, 3), Arr(value=0.1), args=lambda x, lo: (x, lo, None), id="method"),  # noqa: E501
+    case(ops.Softplus(), lambda x: jax.nn.softplus(x), (2, 3)),
+    case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),
+    case(ops.Gelu(approximate=False), lambda x: jax.nn.gelu(x, approximate=False), (2, 3), id="erf"),  # noqa: E501
+    case(ops.Softmax(-1), lambda x: jax.nn.softmax(x), (2, 3)),
+    case(ops.Softmax(0), lambda x: jax.nn.softmax(x, axis=0), (2, 3), id="axis0"),
+    case(ops.LogSoftmax(-1), lambda x: jax.nn.log_softmax(x), (2, 3)),
+    case(ops.LogSoftmax((0, 1)), lambda x: jax.nn.log_softmax(x, axis=(0, 1)), (2, 3), id="axes"),  # noqa: E501
+    # -- reductions and products --
+    case(ops.ReduceSum(), lambda x: jnp.sum(x), (2, 3), args=lambda x: (x, None)),
+    case(ops.ReduceSum(True), lambda x: x.sum(axis=1, keepdims=True), (2, 3), args=lambda x: (x, 1), id="keep"),  # noqa: E501
+    case(ops.ReduceSum(), lambda x: np.sum(x, axis=(0, 2)), (2, 3, 4), args=lambda x: (x, (0, 2)), id="axes"),  # noqa: E501
+    case(ops.ReduceMean(), lambda x: x.mean(0), (2, 3), args=lambda x: (x, 0)),
+    case(ops.ReduceMean(True), lambda x: jnp.mean(x, axis=-1, keepdims=True), (2, 3), args=lambda x: (x, -1), id="keep"),  # noqa: E501
+    case(ops.ReduceMax(), lambda x: jnp.max(x, axis=1), (2, 3), args=lambda x: (x, 1)),
+    case(ops.ReduceMax(), lambda x: x.max(), (2, 3), args=lambda x: (x, None), id="all"),
+    case(ops.ReduceMax(), lambda x: x.max(axis=1), Arr(value=[[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]), args=lambda x: (x, 1), id="ties"),  # noqa: E501
+    case(ops.ReduceMin(), lambda x: jnp.min(x, axis=0), (2, 3), args=lambda x: (x, 0)),
+    case(ops.ReduceMin(True), lambda x: x.min(axis=(0, 1), keepdims=True), Arr(value=[[1.0, 3.0], [1.0, 2.0]]), args=lambda x: (x, (0, 1)), id="ties"),  # noqa: E501
+    case(ops.LogSumExp(), lambda x: jax.nn.logsumexp(x, axis=1), (2, 3), args=lambda x: (x, 1)),
+    case(ops.LogSumExp(), lambda x: jax.nn.logsumexp(x), (2, 3), args=lambda x: (x, None), id="all"),  # noqa: E501
+    case(ops.LogSumExp(True), lambda x: jax.nn.logsumexp(x, 0, keepdims=True), (2, 3), args=lambda x: (x, 0), id="keep"),  # noqa: E501
+    case(ops.MatMul(), lambda a, b: ops.MatMul()(a, b), (3, 4), (4, 2)),
+    case(ops.MatMul(transpose_b=True), lambda a, b: MATMUL_TB(a, b), (3, 4), (2, 4), id="tb"),
+    case(ops.MatMul(transpose_a=True), lambda a, b: MATMUL_TA(a, b), (4, 3), (4, 2), id="ta"),
+    case(ops.BatchMatMul(), lambda a, b: ops.BatchMatMul()(a, b), (2, 3, 4), (4, 5)),
+    case(ops.BatchMatMul(True, True), lambda a, b: BATCH_MATMUL(a, b), (2, 4, 3), (1, 5, 4), id="t"),  # noqa: E501
+    # -- shapes --
+    case(ops.Shape(), lambda x: jnp.shape(x), (2, 3), mode="zero"),
+    case(ops.Size(), lambda x: jnp.size(x), (2, 3), mode="zero"),
+    case(ops.InvertPermutation(), lambda x: x * INVERT_PERMUTATION((2, 0, 1))[0], (2,), args=lambda x: ((2, 0, 1),), mode="zero"),  # noqa: E501
+    case(ops.Transpose(), lambda x: x.T, (2, 3), args=lambda x: (x, None)),
+    case(ops.Transpose(), lambda x: jnp.transpose(x, (2, 0, 1)), (2, 3, 4), args=lambda x: (x, (2, 0, 1)), id="perm"),  # noqa: E501
+    case(ops.Transpose(), lambda x: x.transpose(1, -1, 0), (2, 3, 4), args=lambda x: (x, (1, -1, 0)), id="method"),  # noqa: E501
+    case(ops.SwapAxes(), lambda x: jnp.swapaxes(x, 0, 2), (2, 3, 4), args=lambda x: (x, 0, 2)),
+    case(ops.Reshape(), lambda x: jnp.reshape(x, (3, -1)), (2, 3), args=lambda x: (x, (3, -1))),
+    case(ops.Reshape(), lambda x: x.reshape(6), (2, 3), args=lambda x: (x, 6), id="method"),
+    case(ops.Reshape(), lambda x: x.reshape(3, 2), (2, 3), args=lambda x: (x, (3, 2)), id="dims"),
+    case(ops.Reshape(), lambda x: x.ravel(), (2, 3), args=lambda x: (x, (-1,)), id="ravel"),
+    case(ops.ExpandDims(), lambda x: jnp.expand_dims(x, 1), (2, 3), args=lambda x: (x, 1)),
+    case(ops.Squeeze(1), lambda x: jnp.squeeze(x, 1), (2, 1, 3)),
+    case(ops.Squeeze(), lambda x: x.squeeze(), (2, 1, 1), id="all"),
+    case(ops.BroadcastTo(), lambda x: jnp.broadcast_to(x, (2, 4, 3)), (4, 1), args=lambda x: (x, (2, 4, 3))),  # noqa: E501
+    case(ops.Cast(), lambda x: x.astype(jnp.float32), (2, 3), args=lambda x: (x, jnp.float32), rtol=1e-5),  # noqa: E501
+    case(ops.Cast(), lambda x: jnp.asarray(x, jnp.float64), (2, 3), args=lambda x: (x, jnp.float64), id="asarray"),  # noqa: E501
+    case(ops.Concat(1), lambda x, y: jnp.concatenate((x, y), axis=1), (2, 3), (2, 1), args=lambda x, y: ((x, y),)),  # noqa: E501
+    case(ops.Concat(0), lambda x, y: np.concatenate([x, y]), (2, 3), (1, 3), args=lambda x, y: ([x, y],), id="list"),  # noqa: E501
+    case(ops.SplitLike(1), lambda g, a, b: SPLIT_LIKE(g, (a, b)), (2, 4), (2, 1), (2, 3), args=lambda g, a, b: (g, (a, b))),  # noqa: E501
+    case(ops.Stack(1), lambda x, y: jnp.stack((x, y), axis=1), (2, 3), (2, 3), args=lambda x, y: ((x, y),)),  # noqa: E501
+    case(ops.Unstack(1), lambda x: jnp.unstack(x, axis=1), (2, 3)),
+    # -- syntax and structure --
+    case(prims.MakeTuple(), lambda x, y: (x, y), (2,), (3,)),
+    case(prims.MakeList(), lambda x, y: [x, y], (2,), (3,)),
+    case(prims.GetItem(), lambda x: x[1:, None, ..., 0], (3, 2, 4), args=lambda x: (x, (slice(1, None), None, Ellipsis, 0))),  # noqa: E501
+    case(prims.GetItem(), lambda x: x[IDX], (3, 2), args=lambda x: (x, IDX), id="int-array"),
+    case(prims.GetItem(), lambda x: x[::-2, 1], (5, 2), args=lambda x: (x, (slice(None, None, -2), 1)), id="step"),  # noqa: E501
+    case(prims.SetItem(), set_row, (3, 2), (2,), args=lambda x, v: (x, 1, v)),
+    case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
+    case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
+    case(ops.StopGradient(), lambda x: jax.lax.stop_gradient(x), (2, 3)),
+    case(ops.ZerosLike(), lambda x: jnp.zeros_like(x), (2, 3)),
+    case(ops.OnesLike(), lambda x: jnp.ones_like(x), (2, 3)),
+    case(prims.Not(), lambda x: not x, Arr(value=0.5), mode="zero"),
+    case(prims.Contains(), contains, Arr(value=2.0), args=lambda x: (x, (1.0, 2.0)), mode="zero"),
+    case(prims.GetAttr("shape"), lambda x: x.shape, (2, 3), mode="zero"),
+]
+# fmt: on
+
+
+def _case_id(c: Case) -> str:
+    return type(c.prim).__name__ + (f"-{c.id}" if c.id else "")
+
+
+CASE_PARAMS = [pytest.param(c, id=_case_id(c)) for c in CASES]
+
+
+@pytest.fixture
+def x64():
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+def _inputs(c: Case, dtype, seed: int = 0) -> list:
+    rng = np.random.RandomState(seed)
+    return [jnp.asarray(a.make(rng, dtype)) for a in c.arrays]
+
+
+def _like(tree, rng):
+    """A random float tree shaped like `tree`."""
+    return jax.tree.map(lambda v: jnp.asarray(rng.randn(*jnp.shape(v)), jnp.result_type(v)), tree)
+
+
+def _vdot(a, b) -> float:
+    leaves = zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    return sum(float(jnp.vdot(jnp.ravel(x), jnp.ravel(y))) for x, y in leaves)
+
+
+def _oracle(c: Case, xs: list):
+    """`impl` as a function of the differentiable inputs only."""
+    diff = [k for k, a in enumerate(c.arrays) if a.differentiable]
+
+    def f(*ds):
+        full = list(xs)
+        for k, d in zip(diff, ds, strict=True):
+            full[k] = d
+        return c.prim.impl(*c.impl_inputs(full))
+
+    return f, diff
+
+
+def _assert_close(ours, ref, rtol, what):
+    assert jax.tree.structure(ours) == jax.tree.structure(ref), what
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(ref), strict=True):
+        assert jnp.shape(a) == jnp.shape(b), f"{what}: shape {jnp.shape(a)} != {jnp.shape(b)}"
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol, err_msg=what)
+
+
+def test_every_rule_has_a_spec():
+    covered = {type(c.prim) for c in CASES}
+    missing = [
+        cls.__name__
+        for cls in kt.bprop_getters.registered()
+        if cls not in covered and cls not in INTERNAL
+    ]
+    assert not missing, f"registered primitives missing from the spec table: {missing}"
+
+
+@pytest.mark.parametrize("c", CASE_PARAMS)
+def test_spelling_maps_to_primitive(c):
+    graph = parse(c.fn)
+    found = [
+        n.fn.value
+        for n in graph.nodes
+        if isinstance(n, Apply) and isinstance(n.fn, Constant) and type(n.fn.value) is type(c.prim)
+    ]
+    assert c.prim in found, f"{c.fn} applies {found}, not {c.prim!r}"
+
+
+@pytest.mark.parametrize("c", CASE_PARAMS)
+def test_rule_against_jax(c, x64):
+    xs = _inputs(c, np.float64)
+    rng = np.random.RandomState(1)
+    out, vjp_fn = kt.vjp(c.fn, *xs)
+    f, diff = _oracle(c, xs)
+    ref_out, ref_vjp = jax.vjp(f, *[xs[k] for k in diff])
+    _assert_close(out, ref_out, c.rtol, "forward value")
+    if c.mode == "zero":
+        grads = vjp_fn(rt.ones_like_value(out))
+        for k, g in enumerate(grads):
+            assert not np.any(np.asarray(g)), f"gradient of input {k} is not zero"
+        return
+    u = _like(ref_out, rng)
+    grads = vjp_fn(u)
+    assert len(grads) == len(xs)
+    ref = ref_vjp(u)
+    for j, k in enumerate(diff):
+        _assert_close(grads[k], ref[j], c.rtol, f"gradient of input {k}")
+    # adjoint identity: <u, J v> == <J^T u, v>
+    vs = [_like(xs[k], rng) for k in diff]
+    _, jv = jax.jvp(f, tuple(xs[k] for k in diff), tuple(vs))
+    lhs = _vdot(u, jv)
+    rhs = sum(_vdot(grads[k], v) for k, v in zip(diff, vs, strict=True))
+    assert math.isclose(lhs, rhs, rel_tol=max(c.rtol, 1e-9) * 10, abs_tol=1e-9), (lhs, rhs)
+
+
+@pytest.mark.parametrize("c", [p for p in CASE_PARAMS if p.values[0].mode == "oracle"])
+def test_gradient_dtype_float32(c):
+    xs = _inputs(c, np.float32)
+    out, vjp_fn = kt.vjp(c.fn, *xs)
+    grads = vjp_fn(jax.tree.map(jnp.ones_like, out))
+    for k, (a, g) in enumerate(zip(c.arrays, grads, strict=True)):
+        if a.differentiable:
+            assert jnp.result_type(g) == jnp.result_type(xs[k]), f"input {k}: {g.dtype}"
