@@ -18,6 +18,8 @@ sum_to = ops.SumTo()
 @bprop_getters.register(ops.Add)
 def get_bprop_add(self):
     def bprop(x, y, out, dout):
+        if isinstance(x, (tuple, list)):  # concatenation: split dout back
+            return dout[: len(x)], dout[len(x) :]
         return sum_to(dout, x), sum_to(dout, y)
 
     return bprop

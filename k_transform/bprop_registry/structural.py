@@ -17,6 +17,7 @@ from k_transform.errors import KTransformError
 from k_transform.ir import prims
 
 getitem_grad = ops.GetItemGrad()
+sum_to = ops.SumTo()
 zeros_like = ops.ZerosLike()
 
 
@@ -32,6 +33,88 @@ def get_bprop_make_tuple(self):
 def get_bprop_make_list(self):
     def bprop(xs, out, dout):
         return tuple(dout)
+
+    return bprop
+
+
+@bprop_getters.register(prims.MakeDict)
+def get_bprop_make_dict(self):
+    def bprop(kv, out, dout):
+        grads = ()
+        for k in range(0, len(kv), 2):
+            grads = grads + (None, dout[kv[k]])
+        return grads
+
+    return bprop
+
+
+# Library functions whose result does not depend smoothly on their inputs:
+# sizes, types, constructors from shapes, predicates, integer results.
+NON_DIFFERENTIABLE_CALLS = (
+    len,
+    isinstance,
+    range,
+    type,
+    int,
+    bool,
+    jnp.shape,
+    jnp.ndim,
+    jnp.size,
+    jnp.zeros,
+    jnp.ones,
+    jnp.empty,
+    jnp.eye,
+    jnp.arange,
+    jnp.linspace,
+    jnp.argmax,
+    jnp.argmin,
+    jnp.argsort,
+    jnp.isnan,
+    jnp.isfinite,
+    jnp.isinf,
+    jnp.logical_and,
+    jnp.logical_or,
+    jnp.logical_not,
+    jnp.equal,
+    jnp.not_equal,
+    jnp.less,
+    jnp.greater,
+    jnp.less_equal,
+    jnp.greater_equal,
+    jnp.floor_divide,
+    jnp.result_type,
+    jnp.issubdtype,
+    jnp.array_equal,
+    jnp.allclose,
+    jnp.all,
+    jnp.any,
+    jnp.count_nonzero,
+)
+
+
+@bprop_getters.register(prims.LibraryCall)
+def get_bprop_library_call(self):
+    if not any(self.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+        raise KTransformError(
+            f"cannot differentiate the call {self.hint}(...): it has no primitive with a "
+            "gradient rule (write it with differentiable operations, or make it a "
+            "kt.Primitive with a registered bprop)"
+        )
+    return lambda xs, out, dout: (None,) * len(xs)
+
+
+@bprop_getters.register(prims.MethodCall)
+def get_bprop_method_call(self):
+    raise KTransformError(
+        f"cannot differentiate the method call `.{self.method}(...)`: it has no primitive "
+        "with a gradient rule (use the jnp function, or a kt.Primitive with a bprop)"
+    )
+
+
+@bprop_getters.register(ops.IndexAdd)
+def get_bprop_index_add(self):
+    def bprop(x, index, value, out, dout):
+        return dout, None, sum_to(dout[index], value)
 
     return bprop
 

@@ -112,6 +112,8 @@ class DFunctor:
     def run(self) -> None:
         for p in self.primal.parameters:
             self.k[id(p)] = self.fprop.add_parameter(p.name, p.debug)
+        defaults = getattr(self.primal, "defaults", {})
+        self.fprop.defaults = {name: self.kval(node) for name, node in defaults.items()}
         for node in self.primal.nodes:
             self.map_morphism(node)
         result = self.kval(self.primal.output)
