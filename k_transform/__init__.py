@@ -11,7 +11,9 @@ from k_transform.cell import Cell, Parameter, ParameterTuple
 from k_transform.errors import KTransformError
 from k_transform.grad import (
     GradOperation,
+    Jvp,
     grad,
+    jvp,
     set_mode,
     stop_gradient,
     value_and_grad,
@@ -23,6 +25,7 @@ from k_transform.runtime_grad import set_loop_bound
 __all__ = [
     "Cell",
     "GradOperation",
+    "Jvp",
     "KTransformError",
     "Parameter",
     "ParameterTuple",
@@ -32,6 +35,7 @@ __all__ = [
     "get_ir",
     "get_source",
     "grad",
+    "jvp",
     "ops",
     "set_loop_bound",
     "set_mode",

@@ -20,18 +20,17 @@ import re
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 
 from k_transform import runtime as rt
 from k_transform.cell import Cell, Parameter
-from k_transform.codegen.compile import compile_graph, emit_source
-from k_transform.dfunctor.dfunctor import k_graph, param_key
+from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.parser import parse
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.runtime_grad import LoopBoundExceeded, set_loop_bound
+from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
 _mode = {"jit": True}
 
@@ -54,33 +53,16 @@ def stop_gradient(x):
     return jax.lax.stop_gradient(x)
 
 
-class _Program:
-    """The K-transformed program of one function: compiled fprop + Parameters."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.primal = parse(_target(fn))
-        verify(self.primal)
-        self.fprop_graph = k_graph(self.primal)
-        verify(self.fprop_graph)
-        self.fprop = compile_graph(self.fprop_graph)
-        self.params = _parameters_of(self.primal)
-
-    def source(self) -> str:
-        return emit_source(self.fprop_graph)[0]
+def _primal_graph(fn) -> FuncGraph:
+    """The verified FuncGraph of a function, bound method, Cell or graph."""
+    if isinstance(fn, FuncGraph):
+        return fn
+    graph = parse(_target(fn))
+    verify(graph)
+    return graph
 
 
-_programs: dict[int, _Program] = {}
-
-
-def _program(fn) -> _Program:
-    key = id(fn)
-    if key not in _programs or _programs[key].fn is not fn:
-        _programs[key] = _Program(fn)
-    return _programs[key]
-
-
-def _parameters_of(root: FuncGraph) -> list[Parameter]:
+def parameters_of(root: FuncGraph) -> list[Parameter]:
     """Every Parameter constant in the graphs reachable from `root`."""
     found: dict[int, Parameter] = {}
     seen: set[int] = set()
@@ -107,48 +89,29 @@ def _is_static(x) -> bool:
     return x is None or isinstance(x, (bool, int, str))
 
 
-@dataclass(frozen=True)
-class GradSpec:
-    """What a gradient function returns.
+class CompiledGraph:
+    """A transform graph compiled to Python and run with Parameters bound.
 
-    `inputs`: "first" (a bare gradient), "all" (a tuple), an int position or
-    a tuple of positions, or None (no input gradients). `weights`: the
-    Parameters to differentiate, or None; `single_weight` returns a bare
-    gradient for one Parameter. `sens_param`: the last argument is the output
-    sensitivity. `has_aux`: the function returns `(out, aux)` and only `out` is
-    differentiated. `with_value`: return `(value, grads)`.
+    Called like the graph; jitted by default with static Python scalars
+    (`set_mode("eager")` or `jit=False` runs the generated code op by op).
+    `__kt_graph__` lets user code that calls this object be transformed too.
     """
 
-    inputs: object = "first"
-    weights: tuple | None = None
-    single_weight: bool = False
-    sens_param: bool = False
-    has_aux: bool = False
-    with_value: bool = False
-
-
-class GradFunction:
-    """A compiled gradient of `fn` (what `GradOperation(...)(fn)` returns)."""
-
-    def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
+    def __init__(self, graph: FuncGraph, fn=None, jit: bool | None = None):
+        verify(graph)
         self.fn = fn
-        self.spec = spec
         self.jit = jit
+        self.__kt_graph__ = graph
+        self.run = compile_graph(graph)
+        self.__kt_source__ = self.run.__kt_source__
+        self.params = parameters_of(graph)
         self._jitted: dict[tuple, object] = {}
-        self.program = _program(fn)
-        self.__kt_source__ = self.program.source()
-        self.__kt_graph__ = self.program.fprop_graph
 
     def __call__(self, *args):
-        sens = None
-        if self.spec.sens_param:
-            if not args:
-                raise KTransformError("sens_param=True: pass the output sensitivity last")
-            args, sens = args[:-1], args[-1]
-        values = tuple(p.data for p in self.program.params)
+        values = tuple(p.data for p in self.params)
         use_jit = _mode["jit"] if self.jit is None else self.jit
         if not use_jit:
-            return self._compute(values, args, sens)
+            return self._compute(values, args)
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
         key = (len(args), tuple(fixed.items()))
@@ -157,7 +120,7 @@ class GradFunction:
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         for _ in range(MAX_RETRACES):
             try:
-                return self._jitted[key](values, traced, sens)
+                return self._jitted[key](values, traced)
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raise
@@ -167,56 +130,32 @@ class GradFunction:
     def _with_static(self, fixed: dict, n: int):
         """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
 
-        def compute(values, traced, sens):
+        def compute(values, traced):
             it = iter(traced)
             args = tuple(fixed[k] if k in fixed else next(it) for k in range(n))
-            return self._compute(values, args, sens)
+            return self._compute(values, args)
 
         return compute
 
-    def _compute(self, values, args, sens):
-        spec = self.spec
-        with rt.param_scope(self.program.params, values):
-            out, bprop = self.program.fprop(*args)
-            if spec.sens_param:
-                dout = sens
-            elif spec.has_aux:
-                _check_aux(out)
-                dout = (rt.ones_like_value(out[0]), rt.zeros_like_value(out[1]))
-            else:
-                dout = rt.ones_like_value(out)
-            grads = bprop(dout)
-        result = self._select(grads[0], grads[1:], values, args)
-        if spec.with_value:
-            return out, result
-        if spec.has_aux:
-            return result, out[1]
-        return result
-
-    def _select(self, env, d_args, values, args):
-        spec = self.spec
-        d_args = tuple(_input_grad(d, a) for d, a in zip(d_args, args, strict=True))
-        if spec.inputs == "first":
-            if not d_args:
-                raise KTransformError("GradOperation: the function takes no inputs")
-            inputs = d_args[0]
-        elif spec.inputs == "all":
-            inputs = d_args
-        elif isinstance(spec.inputs, int):
-            inputs = d_args[spec.inputs]
-        elif isinstance(spec.inputs, tuple):
-            inputs = tuple(d_args[k] for k in spec.inputs)
-        else:
-            inputs = None
-        if spec.weights is None:
-            return inputs
-        bound = {id(p): v for p, v in zip(self.program.params, values, strict=True)}
-        grads = tuple(rt.env_get(env, param_key(p), bound.get(id(p), p.data)) for p in spec.weights)
-        weights = grads[0] if spec.single_weight else grads
-        return weights if inputs is None else (inputs, weights)
+    def _compute(self, values, args):
+        with rt.param_scope(self.params, values):
+            return self.run(*args)
 
     def __repr__(self) -> str:
-        return f"<gradient of {getattr(self.fn, '__name__', type(self.fn).__name__)}>"
+        return f"<k_transform {self.__kt_graph__.name}>"
+
+
+class GradFunction(CompiledGraph):
+    """A gradient function: what `GradOperation(...)(fn)` returns."""
+
+    def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
+        self.spec = spec
+        super().__init__(grad_graph(_primal_graph(fn), spec), fn, jit)
+
+    def __call__(self, *args):
+        if self.spec.sens_param and not args:
+            raise KTransformError("sens_param=True: pass the output sensitivity last")
+        return super().__call__(*args)
 
 
 MAX_RETRACES = 6
@@ -230,21 +169,6 @@ def _grow_loop_bound(exc: Exception) -> bool:
         return False
     set_loop_bound(int(match["n"]) * 8, match["where"])
     return True
-
-
-def _check_aux(out) -> None:
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise KTransformError("has_aux=True: the function must return a pair (output, aux)")
-
-
-def _input_grad(d, arg):
-    """The gradient reported for an input. Static inputs (Python ints, bools)
-    and integer arrays get a documented zero, as in MindSpore; so does an
-    input nothing flowed to."""
-    integer = hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact)
-    if d is None or _is_static(arg) or integer:
-        return rt.zeros_like_value(arg) if not integer else jnp.zeros_like(arg)
-    return d
 
 
 def _as_weights(weights) -> tuple[tuple | None, bool]:
@@ -275,6 +199,8 @@ class GradOperation:
             return GradOperation()(get_all)
         return super().__new__(cls)
 
+    __kt_static__ = True  # built at transform time when called inside user code
+
     def __init__(self, get_all=False, get_by_list=False, sens_param=False):
         self.get_all, self.get_by_list, self.sens_param = get_all, get_by_list, sens_param
 
@@ -304,16 +230,46 @@ def value_and_grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunc
     return GradFunction(fn, spec)
 
 
+grad.__kt_static__ = True
+value_and_grad.__kt_static__ = True
+
+
 def vjp(fn, *inputs):
     """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
-    program = _program(fn)
-    values = tuple(p.data for p in program.params)
-    with rt.param_scope(program.params, values):
-        out, bprop = program.fprop(*inputs)
+    primal = _primal_graph(fn)
+    grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
+    out = CompiledGraph(primal)(*inputs)
+    return out, lambda v: grad_fn(*inputs, v)
 
-    def vjp_fn(v):
-        with rt.param_scope(program.params, values):
-            grads = bprop(v)
-        return tuple(_input_grad(d, a) for d, a in zip(grads[1:], inputs, strict=True))
 
-    return out, vjp_fn
+def jvp(fn, inputs, v):
+    """`(out, J v)`: forward mode by double reverse. `inputs` and `v` are an
+    array or a tuple of them (MindSpore's convention)."""
+    single = not isinstance(inputs, (tuple, list))
+    xs = (inputs,) if single else tuple(inputs)
+    vs = (v,) if single else tuple(v)
+    if len(xs) != len(vs):
+        raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
+    out, jv = _jvp_function(fn)(*xs, *vs)
+    return out, jv[0] if single else jv
+
+
+_jvp_cache: dict[int, tuple] = {}
+
+
+def _jvp_function(fn) -> CompiledGraph:
+    entry = _jvp_cache.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        entry = (fn, CompiledGraph(jvp_graph(_primal_graph(fn)), fn))
+        _jvp_cache[id(fn)] = entry
+    return entry[1]
+
+
+class Jvp:
+    """MindSpore-style `Jvp(fn)(inputs, v) -> (out, jvp_out)`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, inputs, v):
+        return jvp(self.fn, inputs, v)

@@ -426,3 +426,39 @@ def getitem_grad(x, index, dout):
         return grads
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return zeros.at[index].add(dout)
+
+
+def input_grad(d, arg):
+    """The gradient reported for an input. Static inputs (Python ints, bools,
+    None, strings) and integer arrays get a documented zero, as in MindSpore;
+    so does an input nothing flowed to."""
+    if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
+        return jnp.zeros_like(arg)
+    if d is None or arg is None or isinstance(arg, (bool, int, str)):
+        return zeros_like_value(arg)
+    return d
+
+
+def tree_vdot(a, b):
+    """The sum of elementwise products over matching leaves (None is zero)."""
+    total = 0.0
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        for x, y in zip(a, b, strict=True):
+            total = total + tree_vdot(x, y)
+        return total
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in a.keys() & b.keys():
+            total = total + tree_vdot(a[key], b[key])
+        return total
+    if a is None or b is None:
+        return total
+    return jnp.sum(a * b)
+
+
+def tree_scale(tree, s):
+    """Every leaf of `tree` times the scalar `s`."""
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(tree_scale(t, s) for t in tree)
+    if isinstance(tree, dict):
+        return {k: tree_scale(v, s) for k, v in tree.items()}
+    return None if tree is None else tree * s

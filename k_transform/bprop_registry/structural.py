@@ -192,4 +192,53 @@ def get_bprop_add_grad(self):
     return bprop
 
 
+# -- the DFunctor's own primitives, so K-graphs differentiate again ----------
+tree_scale = dp.TreeScale()
+tree_vdot = dp.TreeVdot()
+
+
+@bprop_getters.register(dp.InputGrad)
+def get_bprop_input_grad(self):
+    return lambda d, arg, out, dout: (dout, None)
+
+
+@bprop_getters.register(dp.CheckGrad)
+def get_bprop_check_grad(self):
+    return lambda g, x, out, dout: (dout, None)
+
+
+@bprop_getters.register(dp.EnvGet)
+def get_bprop_env_get(self):
+    key = self.key
+    return lambda env, like, out, dout: ({key: dout}, None)
+
+
+@bprop_getters.register(dp.EnvDel)
+def get_bprop_env_del(self):
+    return lambda env, out, dout: (dout,)
+
+
+@bprop_getters.register(dp.ReadParam)
+def get_bprop_read_param(self):
+    return lambda out, dout: ()
+
+
+@bprop_getters.register(dp.TreeVdot)
+def get_bprop_tree_vdot(self):
+    return lambda a, b, out, dout: (tree_scale(b, dout), tree_scale(a, dout))
+
+
+@bprop_getters.register(dp.TreeScale)
+def get_bprop_tree_scale(self):
+    return lambda tree, s, out, dout: (tree_scale(dout, s), tree_vdot(dout, tree))
+
+
+@bprop_getters.register(dp.ControlFprop)
+def get_bprop_control_fprop(self):
+    raise KTransformError(
+        "second-order differentiation (grad of grad, jvp) through traced or concrete "
+        f"control flow ({self.control.name}) is not supported yet"
+    )
+
+
 zero_gradient(prims.Not, prims.Contains, ops.ZerosLike, ops.OnesLike, dp.ZerosLike, dp.OnesLike)

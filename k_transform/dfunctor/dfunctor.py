@@ -136,7 +136,9 @@ class DFunctor:
     def map_value(self, node: Constant) -> Node:
         value = node.value
         if isinstance(value, FuncGraph):
-            parent = self._functor_of(value.parent) if value.parent is not None else None
+            # A closed graph (no free variables) needs no enclosing K-graph.
+            closure = value.parent is not None and value.free_variables()
+            parent = self._functor_of(value.parent) if closure else None
             return Constant(_functor(value, parent).fprop, node.debug, node.hint)
         if isinstance(value, ControlPrimitive):
             return node

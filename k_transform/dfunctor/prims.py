@@ -111,6 +111,36 @@ class ReadParam(_RuntimeCall):
         return f"{e.ref(rt, '_rt')}.read_param({e.ref(self.param, self.param.name)})"
 
 
+class InputGrad(_RuntimeCall):
+    """The gradient reported for an input (zeros for static and integer inputs)."""
+
+    n_inputs = 2
+    rt_name = "input_grad"
+
+    def __init__(self):
+        super().__init__("input_grad")
+
+
+class TreeVdot(_RuntimeCall):
+    """<a, b> summed over all leaves of two gradient trees."""
+
+    n_inputs = 2
+    rt_name = "tree_vdot"
+
+    def __init__(self):
+        super().__init__("tree_vdot")
+
+
+class TreeScale(_RuntimeCall):
+    """A gradient tree times a scalar."""
+
+    n_inputs = 2
+    rt_name = "tree_scale"
+
+    def __init__(self):
+        super().__init__("tree_scale")
+
+
 class ControlFprop(Primitive):
     """K of a control primitive: `(out, bprop)` from `runtime_grad.<name>_fprop`,
     with K-graphs in the control primitive's `k_slots`."""

@@ -617,6 +617,13 @@ class GraphBuilder:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
             return self.apply(callee, *args, node=e)
         value = callee.value
+        if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
+            if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+                result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+                return Constant(result, self.debug(e), callee.hint)
+        graph = getattr(value, "__kt_graph__", None)
+        if isinstance(graph, FuncGraph):  # a gradient function or compiled program
+            value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
             return self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):

@@ -1,0 +1,147 @@
+"""Gradient and jvp as FuncGraphs.
+
+`grad_graph(primal, spec)` is the graph a gradient function runs:
+
+    def f_grad(*args[, sens]):
+        out, bprop = f_fprop(*args)          # K(f)
+        grads = bprop(sens or ones_like(out))
+        return <the input and Parameter gradients the spec asks for>
+
+Because it is an ordinary FuncGraph, the DFunctor can transform it again:
+that is grad of grad, and a gradient function called inside user code is a
+call of this graph.
+
+`jvp_graph(primal)` derives forward mode by double reverse (seed 001):
+`bprop` is linear in its sensitivity `u`, so
+`h(x, v, u) = <bprop_x(u), v>` has gradient `J v` with respect to `u`:
+
+    def f_jvp(*xs, *vs):
+        out = f(*xs)
+        return out, grad_u(h)(*xs, *vs, zeros_like(out))
+
+The forward pass inside `h` is dead once `u`'s gradient is taken; XLA
+removes it under jit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from k_transform.dfunctor import prims as dp
+from k_transform.dfunctor.dfunctor import k_graph, param_key
+from k_transform.ir import prims
+from k_transform.ir.nodes import Constant, FuncGraph, Node
+
+
+@dataclass(frozen=True)
+class GradSpec:
+    """What a gradient function returns.
+
+    `inputs`: "first" (a bare gradient), "all" (a tuple), an int position or
+    a tuple of positions, or None (no input gradients). `weights`: the
+    Parameters to differentiate, or None; `single_weight` returns a bare
+    gradient for one Parameter. `sens_param`: the last argument is the output
+    sensitivity. `has_aux`: the function returns `(out, aux)` and only `out` is
+    differentiated. `with_value`: return `(value, grads)`.
+    """
+
+    inputs: object = "first"
+    weights: tuple | None = None
+    single_weight: bool = False
+    sens_param: bool = False
+    has_aux: bool = False
+    with_value: bool = False
+
+
+class _Builder:
+    """Small helpers for building graphs by hand."""
+
+    def __init__(self, graph: FuncGraph):
+        self.graph = graph
+
+    def prim(self, prim, *args: Node) -> Node:
+        return self.graph.apply(Constant(prim, hint=prim.name), *args)
+
+    def call(self, fn: Node, *args: Node) -> Node:
+        return self.graph.apply(fn, *args)
+
+    def item(self, tup: Node, k: int) -> Node:
+        return self.prim(prims.GetItem(), tup, Constant(k))
+
+    def tuple(self, *items: Node) -> Node:
+        return self.prim(prims.MakeTuple(), *items)
+
+
+def _new_graph(name: str, primal: FuncGraph, param_names: list[str]) -> tuple[FuncGraph, list]:
+    graph = FuncGraph(name, debug=primal.debug, kind="transform")
+    params = [graph.add_parameter(n) for n in param_names]
+    graph.param_names = list(param_names)
+    graph.defaults = {}
+    return graph, params
+
+
+def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
+    """The gradient of `primal` as a graph (see the module docstring)."""
+    names = [p.name for p in primal.parameters]
+    graph, args = _new_graph(f"{primal.name}_grad", primal, names + ["sens"] * spec.sens_param)
+    b = _Builder(graph)
+    inputs = args[: len(names)]
+    pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)
+    out, bprop = b.item(pair, 0), b.item(pair, 1)
+    if spec.sens_param:
+        dout = args[-1]
+    elif spec.has_aux:
+        value = b.item(out, 0)
+        dout = b.tuple(b.prim(dp.OnesLike(), value), b.prim(dp.ZerosLike(), b.item(out, 1)))
+    else:
+        dout = b.prim(dp.OnesLike(), out)
+    grads = b.call(bprop, dout)
+    d_args = [b.prim(dp.InputGrad(), b.item(grads, k + 1), x) for k, x in enumerate(inputs)]
+    result = _select(b, spec, b.item(grads, 0), d_args)
+    if spec.with_value:
+        result = b.tuple(out, result)
+    elif spec.has_aux:
+        result = b.tuple(result, b.item(out, 1))
+    graph.output = result
+    return graph
+
+
+def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
+    if spec.inputs == "first":
+        inputs = d_args[0] if d_args else Constant(None)
+    elif spec.inputs == "all":
+        inputs = b.tuple(*d_args)
+    elif isinstance(spec.inputs, int):
+        inputs = d_args[spec.inputs]
+    elif isinstance(spec.inputs, tuple):
+        inputs = b.tuple(*(d_args[k] for k in spec.inputs))
+    else:
+        inputs = None
+    if spec.weights is None:
+        return inputs
+    weights = [b.prim(dp.EnvGet(param_key(p)), env, Constant(p, hint=p.name)) for p in spec.weights]
+    chosen = weights[0] if spec.single_weight else b.tuple(*weights)
+    return chosen if inputs is None else b.tuple(inputs, chosen)
+
+
+def jvp_graph(primal: FuncGraph) -> FuncGraph:
+    """`(out, J v)` for `primal` by double reverse (see the module docstring)."""
+    names = [p.name for p in primal.parameters]
+    n = len(names)
+    tangents = [f"v_{name}" for name in names]
+
+    # h(xs, vs, u) = <bprop_xs(u), vs>
+    grads_all = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
+    h, h_args = _new_graph(f"{primal.name}_linear", primal, names + tangents + ["u"])
+    hb = _Builder(h)
+    d_xs = hb.call(Constant(grads_all, hint=grads_all.name), *h_args[:n], h_args[-1])
+    h.output = hb.prim(dp.TreeVdot(), d_xs, hb.tuple(*h_args[n : 2 * n]))
+
+    grad_u = grad_graph(h, GradSpec(inputs=2 * n))
+    graph, args = _new_graph(f"{primal.name}_jvp", primal, names + tangents)
+    b = _Builder(graph)
+    out = b.call(Constant(primal, hint=primal.name), *args[:n])
+    u0 = b.prim(dp.ZerosLike(), out)
+    jv = b.call(Constant(grad_u, hint=grad_u.name), *args, u0)
+    graph.output = b.tuple(out, jv)
+    return graph
