@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 
 from k_transform import runtime as rt
 from k_transform.cell import Cell, Parameter
@@ -54,9 +55,12 @@ def stop_gradient(x):
 
 
 def _primal_graph(fn) -> FuncGraph:
-    """The verified FuncGraph of a function, bound method, Cell or graph."""
+    """The verified FuncGraph of a function, bound method, Cell, graph, or of
+    a gradient function (so gradients of gradients compose)."""
     if isinstance(fn, FuncGraph):
         return fn
+    if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+        return fn.__kt_graph__
     graph = parse(_target(fn))
     verify(graph)
     return graph
@@ -273,3 +277,46 @@ class Jvp:
 
     def __call__(self, inputs, v):
         return jvp(self.fn, inputs, v)
+
+
+def jacrev(fn, argnum: int = 0):
+    """The Jacobian of `fn` w.r.t. input `argnum`, one vjp per output element (vmapped)."""
+
+    def jacobian(*args):
+        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
+        out = CompiledGraph(_primal_graph(fn))(*args)
+        basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
+        rows = jax.vmap(lambda u: grad_fn(*args, u))(basis)
+        return rows.reshape(*out.shape, *jnp.shape(args[argnum]))
+
+    return jacobian
+
+
+def jacfwd(fn, argnum: int = 0):
+    """The Jacobian of `fn` w.r.t. input `argnum`, one jvp per input element (vmapped)."""
+
+    def jacobian(*args):
+        x = jnp.asarray(args[argnum])
+        basis = jnp.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+
+        def column(v):
+            tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
+            return jvp(fn, tuple(args), tangents)[1]
+
+        cols = jax.vmap(column)(basis)
+        return jnp.moveaxis(cols.reshape(x.size, -1), 0, -1).reshape(*cols.shape[1:], *x.shape)
+
+    return jacobian
+
+
+def hessian(fn, argnum: int = 0):
+    """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
+    return jacrev(GradFunction(fn, GradSpec(inputs=argnum)), argnum)
+
+
+def hvp(fn, args, v, argnum: int = 0):
+    """A Hessian-vector product by forward over reverse: jvp of the gradient."""
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
+    tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
+    return jvp(grad_fn, args, tangents)[1]
