@@ -251,11 +251,10 @@ def jvp(fn, inputs, v):
     array or a tuple of them (MindSpore's convention)."""
     single = not isinstance(inputs, (tuple, list))
     xs = (inputs,) if single else tuple(inputs)
-    vs = (v,) if single else tuple(v)
+    vs = (v,) if single else tuple(v)  # J v is shaped like the output either way
     if len(xs) != len(vs):
         raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
-    out, jv = _jvp_function(fn)(*xs, *vs)
-    return out, jv[0] if single else jv
+    return _jvp_function(fn)(*xs, *vs)
 
 
 _jvp_cache: dict[int, tuple] = {}

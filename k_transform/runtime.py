@@ -158,6 +158,8 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
         return true_fn(*args) if cond else false_fn(*args)
     if jnp.shape(cond) != ():
         raise KTransformError(f"the condition of an `if` must be a scalar{_describe(where)}")
+    if _has_functions(lambda: true_fn(*args)):  # K of an `if`: (out, bprop)
+        return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args))
     t_out = jax.eval_shape(lambda: true_fn(*args))
     f_out = jax.eval_shape(lambda: false_fn(*args))
     single = not isinstance(t_out, tuple)
@@ -174,6 +176,107 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
 
     out = lax.cond(jnp.asarray(cond, bool), branch(true_fn, f_out), branch(false_fn, t_out))
     return out[0] if single else out
+
+
+def _has_functions(thunk) -> bool:
+    found = []
+    jax.eval_shape(lambda: _strip(thunk(), found))
+    return bool(found)
+
+
+def _strip(value, found: list, path=()):
+    """`value` with functions replaced by None; their paths appended to `found`."""
+    if callable(value) and not hasattr(value, "shape"):
+        found.append(path)
+        return None
+    if value is UNDEFINED:
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_strip(v, found, (*path, k)) for k, v in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _strip(v, found, (*path, k)) for k, v in value.items()}
+    return value
+
+
+def _get(value, path):
+    for k in path:
+        value = value[k]
+    return value
+
+
+def _set(value, path, item):
+    if not path:
+        return item
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _set(value[head], rest, item)}
+    items = list(value)
+    items[head] = _set(items[head], rest, item)
+    return type(value)(items)
+
+
+def cond_unified(cond, true_fn, false_fn):
+    """`lax.cond` of two thunks, for the K of an `if` under trace.
+
+    Structures are unified (None, UNDEFINED and missing dict entries become
+    zeros), and functions in the results (the bprop of `(out, bprop)`) come
+    back as closures that, when called, run `cond_unified` again over the
+    same function of both branches: the taken branch is recomputed, then its
+    bprop applied. Probing uses `jax.eval_shape`, so it runs no effect.
+    """
+    t_paths, f_paths = [], []
+    t_shape = jax.eval_shape(lambda: _strip(true_fn(), t_paths))
+    f_shape = jax.eval_shape(lambda: _strip(false_fn(), f_paths))
+    if t_paths != f_paths:
+        raise KTransformError("the branches of a traced `if` return functions in different places")
+    shape = _unify(t_shape, f_shape)
+    result = lax.cond(
+        jnp.asarray(cond, bool),
+        lambda: fit(_strip(true_fn(), []), shape),
+        lambda: fit(_strip(false_fn(), []), shape),
+    )
+    for path in t_paths:
+        result = _set(result, path, _dispatch(cond, true_fn, false_fn, path))
+    return result
+
+
+def _dispatch(cond, true_fn, false_fn, path):
+    def closure(*call_args):
+        return cond_unified(
+            cond,
+            lambda: _get(true_fn(), path)(*call_args),
+            lambda: _get(false_fn(), path)(*call_args),
+        )
+
+    return closure
+
+
+def _unify(a, b):
+    """A structure both `a` and `b` (eval_shape results) fit, None as zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _unify(a.get(k), b.get(k)) for k in sorted({*a, *b})}
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a)(_unify(x, y) for x, y in zip(a, b, strict=True))
+    return a
+
+
+def fit(value, shape):
+    """`value` padded with zeros to the structure `shape`."""
+    if shape is None:
+        return None
+    if isinstance(shape, dict):
+        value = value if isinstance(value, dict) else {}
+        return {k: fit(value.get(k), s) for k, s in shape.items()}
+    if isinstance(shape, (tuple, list)):
+        value = value if value is not None else (None,) * len(shape)
+        return type(shape)(fit(v, s) for v, s in zip(value, shape, strict=True))
+    if value is None:
+        return jnp.zeros(shape.shape, shape.dtype)
+    return jnp.asarray(value, shape.dtype)
 
 
 def _check_branch_match(t_out, f_out, where):

@@ -1,21 +1,16 @@
-"""K of the control primitives, at run time (imported in generated code as `_rtg`).
+"""K of the loop primitives, at run time (imported in generated code as `_rtg`).
 
-Each `*_fprop` helper receives the K-graphs (fprop graphs) of the branches
-or loop body and returns `(out, bprop)`, where `bprop(dout)` returns
-`(env, d_input_1, ..., d_input_n)` aligned with the control primitive's inputs
-(graph slots and conditions get None).
+Each `*_fprop` helper receives the K-graph (fprop graph) of the loop body
+and returns `(out, bprop)`, where `bprop(dout)` returns
+`(env, d_input_1, ..., d_input_n)` aligned with the loop primitive's inputs
+(graph slots and range bounds get None). (`if` needs no helper: K of a
+`switch` is a `switch` of K-graphs, see `runtime.switch`.)
 
-Concrete control flow runs in Python and keeps each branch's or iteration's
-bprop closure: an iteration stores exactly what its bprop needs.
+Concrete loops run in Python and keep each iteration's bprop closure: an
+iteration stores exactly what its bprop needs.
 
-Traced control flow (under `jax.jit`) cannot return closures from `lax.cond`
-or loops, so:
+Traced loops (under `jax.jit`) cannot return closures, so:
 
-- `if`: the forward is `lax.cond` over the branches' fprops (closures
-  dropped); the backward is a second `lax.cond` that re-runs the taken
-  branch's fprop and applies its bprop (recompute: one extra forward of the
-  branch). Gradient structures of the two branches are unified (missing env
-  entries and None gradients become zeros).
 - `for` over a static range or array rows: `lax.scan` stores each
   iteration's carry; the backward is a reverse `lax.scan` that recomputes
   the iteration from its stored carry and applies its bprop.
@@ -26,6 +21,9 @@ or loops, so:
   it raises `LoopBoundExceeded` naming the loop's line. Gradient functions
   catch it, raise the bound (x8) and retrace; under a user's own `jax.jit`
   the error says to call `kt.set_loop_bound(...)`.
+
+Loops are differentiated once: grad of grad and jvp through a loop are not
+supported yet (the loop K-rules run Python code that is not a graph).
 """
 
 from __future__ import annotations
@@ -60,67 +58,8 @@ def set_loop_bound(bound: int, where: str | None = None) -> None:
         _bounds[where] = int(bound)
 
 
-# -- unifying gradient structures -----------------------------------------
 def _zeros_of(shape_tree):
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape_tree)
-
-
-def _unify(a, b):
-    """A structure both `a` and `b` (eval_shape results) fit, None as zero."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if isinstance(a, dict) and isinstance(b, dict):
-        return {k: _unify(a.get(k), b.get(k)) for k in sorted({*a, *b})}
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a)(_unify(x, y) for x, y in zip(a, b, strict=True))
-    return a
-
-
-def _fit(value, shape):
-    """`value` padded with zeros to the structure `shape` (from `_unify`)."""
-    if shape is None:
-        return None
-    if isinstance(shape, dict):
-        value = value if isinstance(value, dict) else {}
-        return {k: _fit(value.get(k), s) for k, s in shape.items()}
-    if isinstance(shape, (tuple, list)):
-        value = value if value is not None else (None,) * len(shape)
-        return type(shape)(_fit(v, s) for v, s in zip(value, shape, strict=True))
-    if value is None:
-        return jnp.zeros(shape.shape, shape.dtype)
-    return jnp.asarray(value, shape.dtype)
-
-
-def _cond_unified(cond, true_fn, false_fn):
-    """`lax.cond` of two thunks whose gradient structures may differ."""
-    shape = _unify(jax.eval_shape(true_fn), jax.eval_shape(false_fn))
-    return lax.cond(
-        jnp.asarray(cond, bool),
-        lambda: _fit(true_fn(), shape),
-        lambda: _fit(false_fn(), shape),
-    )
-
-
-# -- if -------------------------------------------------------------------------
-def switch_fprop(cond, true_k, false_k, *args, where: str = ""):
-    """K of `switch(cond, true_graph, false_graph, *args)`."""
-    if not rt.is_tracer(cond):
-        out, bprop = (true_k if cond else false_k)(*args)
-        return out, lambda dout: _pad_switch(bprop(dout))
-    out = rt.switch(cond, lambda *a: true_k(*a)[0], lambda *a: false_k(*a)[0], *args, where=where)
-
-    def bprop(dout):
-        grads = _cond_unified(cond, lambda: true_k(*args)[1](dout), lambda: false_k(*args)[1](dout))
-        return _pad_switch(grads)
-
-    return out, bprop
-
-
-def _pad_switch(grads):
-    """(env, d_args...) of a branch as (env, d_cond, d_true, d_false, d_args...)."""
-    return (grads[0], None, None, None, *grads[1:])
 
 
 # -- loops -------------------------------------------------------------------------
@@ -230,10 +169,10 @@ def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None)
     env0 = _zeros_of(shape[0])
     inv_shape = shape[1 + has_item + n_carry :]
     d_inv0 = tuple(_zeros_of(s) if s is not None else None for s in inv_shape)
-    d_carry = _fit(d_carry, shape[1 + has_item : 1 + has_item + n_carry])
+    d_carry = rt.fit(d_carry, shape[1 + has_item : 1 + has_item + n_carry])
 
     def unpack(g):
-        g = _fit(g, shape)
+        g = rt.fit(g, shape)
         d_item = g[1] if has_item else None
         rest = g[1 + has_item :]
         return g[0], d_item, tuple(rest[:n_carry]), tuple(rest[n_carry:])

@@ -35,6 +35,8 @@ def zero_gradient(*prim_classes) -> None:
                 return lambda x, out, dout: (None,)
             if n == 2:
                 return lambda x, y, out, dout: (None, None)
+            if n == 3:
+                return lambda x, y, z, out, dout: (None, None, None)
             return lambda xs, out, dout: (None,) * len(xs)
 
         get_bprop.__qualname__ = f"zero_gradient({prim_cls.__name__})"

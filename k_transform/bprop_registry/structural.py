@@ -32,7 +32,7 @@ def get_bprop_make_tuple(self):
 @bprop_getters.register(prims.MakeList)
 def get_bprop_make_list(self):
     def bprop(xs, out, dout):
-        return tuple(dout)
+        return dout
 
     return bprop
 
@@ -241,4 +241,4 @@ def get_bprop_control_fprop(self):
     )
 
 
-zero_gradient(prims.Not, prims.Contains, ops.ZerosLike, ops.OnesLike, dp.ZerosLike, dp.OnesLike)
+zero_gradient(prims.Not, prims.Contains, prims.MakeSlice, ops.ZerosLike, ops.OnesLike, dp.ZerosLike, dp.OnesLike)

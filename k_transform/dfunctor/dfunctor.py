@@ -38,7 +38,7 @@ from k_transform.dfunctor import prims as dp
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
 from k_transform.ir import prims
-from k_transform.ir.control import ControlPrimitive
+from k_transform.ir.control import ControlPrimitive, Switch
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.mapping import primitive_for_value
@@ -113,7 +113,11 @@ class DFunctor:
         for p in self.primal.parameters:
             self.k[id(p)] = self.fprop.add_parameter(p.name, p.debug)
         defaults = getattr(self.primal, "defaults", {})
-        self.fprop.defaults = {name: self.kval(node) for name, node in defaults.items()}
+        # Constant defaults carry over; a default computed by an enclosing
+        # function is only used by dynamic calls, which pass all arguments.
+        self.fprop.defaults = {
+            name: self.kval(node) for name, node in defaults.items() if isinstance(node, Constant)
+        }
         for node in self.primal.nodes:
             self.map_morphism(node)
         result = self.kval(self.primal.output)
@@ -177,7 +181,8 @@ class DFunctor:
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
                 for k, a in enumerate(node.args)
             ]
-            pair = self.fprop.apply(_const(dp.ControlFprop(fn)), *args, debug=node.debug)
+            prim = node.fn if isinstance(fn, Switch) else _const(dp.ControlFprop(fn))
+            pair = self.fprop.apply(prim, *args, debug=node.debug)
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
@@ -256,10 +261,10 @@ class DFunctor:
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)
-            skip = set(fn.nondiff_slots) if isinstance(fn, ControlPrimitive) else set()
             for k, arg in enumerate(node.args):
-                if k not in skip:
-                    self.contribute(arg, self._item(self.bprop, result, k + 1, node.debug))
+                index = fn.grad_index(k) if isinstance(fn, ControlPrimitive) else k + 1
+                if index is not None:
+                    self.contribute(arg, self._item(self.bprop, result, index, node.debug))
             return
         self.backprop_primitive(node, fn, d)
 

@@ -37,6 +37,10 @@ class ControlPrimitive(Primitive):
     k_slots: tuple[int, ...] = ()
     nondiff_slots: tuple[int, ...] = ()
 
+    def grad_index(self, k: int) -> int | None:
+        """Where the gradient of input k is in the bprop's result (None: nowhere)."""
+        return None if k in self.nondiff_slots else k + 1
+
     def call_parts(self, args: list[str]) -> list[str]:
         """The arguments of the runtime helper call, as source text."""
         return list(args)
@@ -58,6 +62,11 @@ class Switch(ControlPrimitive):
     graph_slots = (1, 2)
     k_slots = (1, 2)
     nondiff_slots = (0, 1, 2)
+
+    def grad_index(self, k):
+        # K(switch) is a switch of K-graphs: its bprop is the taken branch's,
+        # returning (env, d_args...) for the branch arguments args[3:].
+        return None if k < 3 else k - 2
 
     def __init__(self, where: str = ""):
         super().__init__("switch", where=where)

@@ -1,0 +1,163 @@
+"""Forward mode by double reverse, and higher derivatives, against JAX.
+
+`kt.jvp` is compared with `jax.jvp`, second and third derivatives with
+nested `jax.grad`, on straight-line code, closures, Cells, calls, and on a
+primitive JAX cannot differentiate (a `pure_callback` with only a bprop).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from tests.corpus import PROGRAMS
+
+X = jnp.array([0.5, -1.2, 2.0], jnp.float32)
+Y = jnp.array([1.5, 0.3, -0.7], jnp.float32)
+VX = jnp.array([1.0, 0.5, -2.0], jnp.float32)
+VY = jnp.array([0.1, -0.2, 0.3], jnp.float32)
+
+
+def close(a, b, tol=1e-4):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=tol, atol=tol)
+
+
+def straight(x, y):
+    z = jnp.sin(x) * y + jnp.exp(0.3 * x) / (1.0 + y * y)
+    return jnp.tanh(z) * x
+
+
+def helper(a, b):
+    return a * jnp.cos(b)
+
+
+def calls(x, y):
+    return helper(x, y) + helper(y, x) ** 2
+
+
+def closure(x, y):
+    scale = jnp.sum(y)
+
+    def inner(v):
+        return jnp.sin(v) * scale + v * x
+
+    return inner(x * y)
+
+
+def tuple_out(x, y):
+    return x * y, jnp.sum(x) * y
+
+
+@pytest.mark.parametrize("fn", [straight, calls, closure, tuple_out], ids=lambda f: f.__name__)
+def test_jvp_matches_jax(fn):
+    close(kt.jvp(fn, (X, Y), (VX, VY)), jax.jvp(fn, (X, Y), (VX, VY)))
+
+
+def test_jvp_single_input_convention():
+    out, jv = kt.jvp(jnp.sin, X, VX) if False else kt.jvp(lambda x: jnp.sin(x) * x, X, VX)
+    ref_out, ref_jv = jax.jvp(lambda x: jnp.sin(x) * x, (X,), (VX,))
+    close((out, jv), (ref_out, ref_jv))
+
+
+def test_jvp_class():
+    close(kt.Jvp(straight)((X, Y), (VX, VY)), jax.jvp(straight, (X, Y), (VX, VY)))
+
+
+class Dense(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.RandomState(0)
+        self.weight = kt.Parameter(rng.randn(3, 2).astype(np.float32))
+
+    def construct(self, x):
+        return jnp.tanh(x @ self.weight)
+
+
+def test_jvp_of_cell():
+    net = Dense()
+    x = jnp.asarray(np.random.RandomState(1).randn(4, 3).astype(np.float32))
+    v = jnp.ones_like(x)
+    ref = jax.jvp(lambda x: jnp.tanh(x @ net.weight.data), (x,), (v,))
+    close(kt.jvp(net, x, v), ref)
+
+
+STRAIGHT_CORPUS = [
+    p for p in PROGRAMS.values()
+    if not {"control", "loop", "if", "while", "for", "ops", "container", "library", "subscript"}
+    & set(p.tags)
+    and all(n in ("x", "y", "z", "w", "m", "m2", "v3") for n in p.arg_names)
+]
+
+
+@pytest.mark.parametrize("prog", STRAIGHT_CORPUS, ids=lambda p: p.name)
+def test_jvp_on_corpus(prog):
+    args = prog.args(0)
+    tangents = tuple(jnp.asarray(np.random.RandomState(3).randn(*a.shape), a.dtype) for a in args)
+    close(kt.jvp(prog.fn, args, tangents), jax.jvp(prog.fn, args, tangents), 2e-4)
+
+
+def scalar(x):
+    return jnp.sum(jnp.sin(x) * x * x + jnp.exp(0.2 * x))
+
+
+def test_second_and_third_derivatives():
+    g2 = kt.GradOperation()(lambda x: jnp.sum(kt.GradOperation()(scalar)(x)))
+    close(g2(X), jax.grad(lambda x: jnp.sum(jax.grad(scalar)(x)))(X))
+    g3 = kt.GradOperation()(
+        lambda x: jnp.sum(kt.GradOperation()(lambda z: jnp.sum(kt.GradOperation()(scalar)(z)))(x))
+    )
+    ref3 = jax.grad(lambda x: jnp.sum(jax.grad(lambda z: jnp.sum(jax.grad(scalar)(z)))(x)))
+    close(g3(X), ref3(X), 1e-3)
+
+
+def test_second_derivative_through_closure():
+    def f(x):
+        c = jnp.cos(x)
+        g = lambda v: jnp.sum(v * c * v)
+        return g(x)
+
+    close(kt.hessian(f)(X), jax.hessian(f)(X))
+
+
+def test_jacobians_and_hessian():
+    f = lambda x: jnp.sin(x) * jnp.sum(x * x)
+    close(kt.jacrev(f)(X), jax.jacrev(f)(X))
+    close(kt.jacfwd(f)(X), jax.jacfwd(f)(X))
+    close(kt.hessian(scalar)(X), jax.hessian(scalar)(X), 1e-3)
+    close(kt.hvp(scalar, X, VX), jax.hessian(scalar)(X) @ VX, 1e-3)
+
+
+# -- a primitive JAX cannot differentiate, with only a bprop ---------------------
+class SquareCallback(kt.Primitive):
+    """x**2 on the host; its bprop is the only derivative anyone gives."""
+
+    n_inputs = 1
+
+    def impl(self, x):
+        return jax.pure_callback(
+            lambda v: np.asarray(v) ** 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+        )
+
+
+@kt.bprop_getters.register(SquareCallback)
+def _get_bprop_square_callback(self):
+    def bprop(x, out, dout):
+        return (2.0 * x * dout,)
+
+    return bprop
+
+
+SQUARE = SquareCallback()
+
+
+def uses_callback(x):
+    return jnp.sin(SQUARE(x)) * x
+
+
+def test_callback_primitive_gets_jvp_and_second_derivative():
+    ref = lambda x: jnp.sin(x * x) * x
+    close(kt.jvp(uses_callback, X, VX), jax.jvp(ref, (X,), (VX,)))
+    scalar_cb = lambda x: jnp.sum(uses_callback(x))
+    close(kt.hessian(scalar_cb)(X), jax.hessian(lambda x: jnp.sum(ref(x)))(X), 1e-3)
