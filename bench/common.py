@@ -1,0 +1,41 @@
+"""Shared measuring helpers for the benchmarks.
+
+`compare(contenders, repeats)` runs each contender once (first call:
+transform + trace + compile), checks nothing, then alternates the steady-state
+runs so that machine noise hits all contenders alike, and reports medians.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+
+import jax
+
+
+def timed(fn, args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def compare(contenders: dict, repeats: int) -> dict:
+    """name -> {first_call_s, median_s} for `contenders`: name -> (fn, args)."""
+    results = {name: {"first_call_s": timed(fn, args)} for name, (fn, args) in contenders.items()}
+    samples = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, (fn, args) in contenders.items():
+            samples[name].append(timed(fn, args))
+    for name, times in samples.items():
+        results[name]["median_s"] = statistics.median(times)
+    return results
+
+
+def machine() -> dict:
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "jax": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+    }

@@ -1,0 +1,107 @@
+"""Forward mode by double reverse: `jit(kt.jvp)` against `jit(jax.jvp)`.
+
+Cases: a 3-layer MLP (batch 64, width 256) and a chain of 40 elementwise
+functions on a 4096-vector. Target ratio (kt / jax steady state): at most 1.3.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import k_transform as kt
+from bench.common import compare, machine
+
+REPEATS = 30
+
+
+def mlp(w1, w2, w3, x):
+    h = jnp.tanh(x @ w1)
+    h = jnp.tanh(h @ w2)
+    return h @ w3
+
+
+def chain(x):
+    """40 elementwise functions, written out (jvp through loops is first-order only)."""
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    x = jnp.sin(x)
+    x = jnp.tanh(x) * 0.9
+    x = jnp.exp(x * 0.1)
+    x = jnp.cos(x) + x
+    return x
+
+
+def _case(fn, args, tangents) -> dict:
+    ours = jax.jit(lambda a, t: kt.jvp(fn, a, t))
+    theirs = jax.jit(lambda a, t: jax.jvp(fn, a, t))
+    got, want = ours(args, tangents), theirs(args, tangents)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-3, atol=1e-4)
+    results = compare({"kt": (ours, (args, tangents)), "jax": (theirs, (args, tangents))}, REPEATS)
+    results["ratio"] = results["kt"]["median_s"] / results["jax"]["median_s"]
+    return results
+
+
+def run() -> dict:
+    rng = np.random.RandomState(0)
+
+    def arr(*shape):
+        return jnp.asarray(rng.randn(*shape).astype(np.float32) * 0.1)
+
+    mlp_args = (arr(256, 256), arr(256, 256), arr(256, 10), arr(64, 256))
+    mlp_tangents = tuple(arr(*a.shape) for a in mlp_args)
+    chain_args, chain_tangents = (arr(4096),), (arr(4096),)
+    return {
+        "machine": machine(),
+        "target_ratio": 1.3,
+        "cases": {
+            "mlp": _case(mlp, mlp_args, mlp_tangents),
+            "elementwise_chain_40": _case(chain, chain_args, chain_tangents),
+        },
+    }
+
+
+def summary(results: dict) -> str:
+    lines = ["jvp: jit(kt.jvp) vs jit(jax.jvp), steady-state medians"]
+    for name, r in results["cases"].items():
+        lines.append(
+            f"  {name:24s} kt {r['kt']['median_s'] * 1e3:8.3f} ms  "
+            f"jax {r['jax']['median_s'] * 1e3:8.3f} ms  ratio {r['ratio']:.2f}"
+        )
+    return "\n".join(lines)
