@@ -161,3 +161,36 @@ def test_callback_primitive_gets_jvp_and_second_derivative():
     close(kt.jvp(uses_callback, X, VX), jax.jvp(ref, (X,), (VX,)))
     scalar_cb = lambda x: jnp.sum(uses_callback(x))
     close(kt.hessian(scalar_cb)(X), jax.hessian(lambda x: jnp.sum(ref(x)))(X), 1e-3)
+
+
+def branchy(x, y):
+    if jnp.sum(x) > 0.0:
+        z = jnp.sin(x) * y
+    else:
+        z = x * x - y
+    return z * 2.0 if jnp.max(y) > 1.0 else z
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_jvp_and_second_order_through_if(mode, sign):
+    x, y = X * sign, Y * sign
+    kt.set_mode(mode)
+    try:
+        got = kt.jvp(branchy, (x, y), (VX, VY))
+        scalar_fn = lambda x: jnp.sum(branchy(x, y) ** 2)
+        hess = kt.hessian(scalar_fn)(x)
+    finally:
+        kt.set_mode("graph")
+    close(got, jax.jvp(branchy, (x, y), (VX, VY)))
+    close(hess, jax.hessian(scalar_fn)(x), 1e-3)
+
+
+def test_second_order_through_a_loop_is_a_clear_error():
+    def looped(x):
+        for _ in range(3):
+            x = jnp.sin(x)
+        return jnp.sum(x)
+
+    with pytest.raises(kt.KTransformError, match="second-order differentiation"):
+        kt.hessian(looped)(X)
