@@ -17,7 +17,6 @@ and on each call:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +82,8 @@ def parameters_of(root: FuncGraph) -> list[Parameter]:
                 todo.append(node.value)
             elif isinstance(node.value, Primitive):
                 todo.extend(node.value.subgraphs())
+                for p in node.value.parameters():
+                    found.setdefault(id(p), p)
             elif isinstance(node.value, Parameter):
                 found.setdefault(id(node.value), node.value)
     return list(found.values())
@@ -115,7 +116,7 @@ class CompiledGraph:
         values = tuple(p.data for p in self.params)
         use_jit = _mode["jit"] if self.jit is None else self.jit
         if not use_jit:
-            return self._compute(values, args)
+            return self._write_back(self._compute(values, args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
         key = (len(args), tuple(fixed.items()))
@@ -124,7 +125,7 @@ class CompiledGraph:
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         for _ in range(MAX_RETRACES):
             try:
-                return self._jitted[key](values, traced)
+                return self._write_back(self._jitted[key](values, traced))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raise
@@ -142,8 +143,17 @@ class CompiledGraph:
         return compute
 
     def _compute(self, values, args):
-        with rt.param_scope(self.params, values):
-            return self.run(*args)
+        """(result, {index: new value}) for the Parameters the program assigned."""
+        with rt.param_scope(self.params, values) as scope:
+            result = self.run(*args)
+        index = {id(p): k for k, p in enumerate(self.params)}
+        return result, {index[i]: v for i, v in scope.updates.items() if i in index}
+
+    def _write_back(self, output):
+        result, updates = output
+        for k, value in updates.items():
+            self.params[k].set_data(value)
+        return result
 
     def __repr__(self) -> str:
         return f"<k_transform {self.__kt_graph__.name}>"

@@ -158,6 +158,12 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
         return true_fn(*args) if cond else false_fn(*args)
     if jnp.shape(cond) != ():
         raise KTransformError(f"the condition of an `if` must be a scalar{_describe(where)}")
+    ids = _assigned_in(lambda: (true_fn(*args), false_fn(*args)))
+    if ids:  # Assign in a traced branch: thread the Parameters through lax.cond
+        t, f = _stateful_branch(true_fn, ids), _stateful_branch(false_fn, ids)
+        out, values = switch(cond, t, f, *args, where=where)
+        _write_back(ids, values)
+        return out
     if _has_functions(lambda: true_fn(*args)):  # K of an `if`: (out, bprop)
         return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args))
     t_out = jax.eval_shape(lambda: true_fn(*args))
@@ -474,30 +480,87 @@ def check_grad(grad, x, rule: str):
     return grad
 
 
-# -- parameters -----------------------------------------------------------------
+# -- parameters and state --------------------------------------------------
 # A gradient function binds each Parameter to the (possibly traced) value it
-# was called with; generated code reads parameters through `read_param`.
-_param_scopes: list[dict] = []
+# was called with; generated code reads parameters through `read_param` and
+# writes them with `assign` (`ops.Assign`). Writes update the binding, so
+# later reads in program order see them, and are collected in `updates`,
+# which the caller writes back to the Parameters after the (jitted) call.
+_param_scopes: list[param_scope] = []
 
 
 class param_scope:
-    def __init__(self, params, values):
+    def __init__(self, params=(), values=(), parent: param_scope | None = None):
+        self.params = {id(p): p for p in params}
         self.bindings = {id(p): v for p, v in zip(params, values, strict=True)}
+        if parent is not None:
+            self.params, self.bindings = dict(parent.params), dict(parent.bindings)
+        self.updates: dict[int, object] = {}
 
     def __enter__(self):
-        _param_scopes.append(self.bindings)
+        _param_scopes.append(self)
         return self
 
     def __exit__(self, *exc):
         _param_scopes.pop()
         return False
 
+    def new_values(self) -> dict[int, object]:
+        return dict(self.updates)
+
 
 def read_param(param):
     for scope in reversed(_param_scopes):
-        if id(param) in scope:
-            return scope[id(param)]
+        if id(param) in scope.bindings:
+            return scope.bindings[id(param)]
     return param.data
+
+
+def assign(param, value):
+    """`param = value`, in program order: bound in the current scope, or set."""
+    if not _param_scopes:
+        param.set_data(value)
+        return value
+    scope = _param_scopes[-1]
+    old = scope.bindings.get(id(param), param.data)
+    value = jnp.asarray(value, jnp.result_type(old))
+    scope.params[id(param)] = param
+    scope.bindings[id(param)] = value
+    scope.updates[id(param)] = value
+    return value
+
+
+def _assigned_in(thunk) -> list[int]:
+    """Parameters `thunk` assigns (probed with eval_shape: nothing runs)."""
+    if not _param_scopes:
+        return []
+    found: list[int] = []
+
+    def probe():
+        with param_scope(parent=_param_scopes[-1]) as fork:
+            thunk()
+            found.extend(k for k in fork.updates if k not in found)
+
+    jax.eval_shape(probe)
+    return found
+
+
+def _stateful_branch(fn, ids):
+    """`fn` returning `(out, new values of the parameters ids)` as well."""
+
+    def run(*args):
+        with param_scope(parent=_param_scopes[-1]) as fork:
+            out = fn(*args)
+            return out, tuple(fork.bindings.get(k, fork.params[k].data) for k in ids)
+
+    return run
+
+
+def _write_back(ids, values):
+    scope = _param_scopes[-1]
+    for k, v in zip(ids, values, strict=True):
+        scope.bindings[k] = v
+        scope.updates[k] = v
 
 
 # -- helpers of gradient rules ---------------------------------------------------

@@ -111,6 +111,14 @@ def get_bprop_method_call(self):
     )
 
 
+@bprop_getters.register(ops.Assign)
+def get_bprop_assign(self):
+    # A state update never receives a gradient.
+    if self.param is None:
+        return lambda param, value, out, dout: (None, None)
+    return lambda value, out, dout: (None,)
+
+
 @bprop_getters.register(ops.IndexAdd)
 def get_bprop_index_add(self):
     def bprop(x, index, value, out, dout):
@@ -241,4 +249,12 @@ def get_bprop_control_fprop(self):
     )
 
 
-zero_gradient(prims.Not, prims.Contains, prims.MakeSlice, ops.ZerosLike, ops.OnesLike, dp.ZerosLike, dp.OnesLike)
+zero_gradient(
+    prims.Not,
+    prims.Contains,
+    prims.MakeSlice,
+    ops.ZerosLike,
+    ops.OnesLike,
+    dp.ZerosLike,
+    dp.OnesLike,
+)

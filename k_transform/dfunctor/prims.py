@@ -104,6 +104,9 @@ class ReadParam(_RuntimeCall):
     def __init__(self, param, key: str):
         super().__init__("read_param", param=param, key=key)
 
+    def parameters(self):
+        return [self.param]
+
     def impl(self):
         return rt.read_param(self.param)
 

@@ -632,6 +632,8 @@ class GraphBuilder:
         if isinstance(value, Primitive):
             if kwargs:
                 raise self.fp.unsupported(f"keyword arguments to the primitive {value.name}", e)
+            if hasattr(value, "specialize"):  # constant inputs that become attributes
+                value, args = value.specialize(args)
             return self.apply(value, *args, node=e)
         method = _user_call_method(value)
         if method is not None and is_user_function(getattr(type(value), "bprop", None)):

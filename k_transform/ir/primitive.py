@@ -48,6 +48,10 @@ class Primitive:
         """FuncGraphs this primitive runs (beyond its inputs)."""
         return []
 
+    def parameters(self) -> list:
+        """`kt.Parameter`s this primitive reads or writes (held as attributes)."""
+        return []
+
     def _key(self):
         items = []
         for k, v in sorted(vars(self).items()):

@@ -7,11 +7,11 @@ primitives (`k_transform.ops.mapping`).
 """
 
 from k_transform.ir.primitive import Primitive
-from k_transform.ops import arithmetic, indexing, nn, reduce, shape, structural
+from k_transform.ops import arithmetic, indexing, nn, reduce, shape, state, structural
 from k_transform.ops import math as _math
 from k_transform.ops.arithmetic import BINARY, UNARY
 
-_FAMILIES = (arithmetic, _math, reduce, shape, nn, structural, indexing)
+_FAMILIES = (arithmetic, _math, reduce, shape, nn, structural, indexing, state)
 
 
 def _export() -> list[str]:
