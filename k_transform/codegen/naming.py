@@ -35,6 +35,7 @@ class Namer:
         self.outer = outer
         self.locals_seen: set[str] = set()  # names issued by inner namers
         self.temps = 0
+        self.next_suffix: dict[str, int] = {}  # base -> first suffix worth trying
 
     def _is_free(self, name: str) -> bool:
         return name not in self.taken and (self.outer is None or name not in self.outer.taken)
@@ -49,10 +50,12 @@ class Namer:
         base = sanitize(base) if base else ""
         if not base:
             return self.temp()
-        name, k = base, 0
+        k = self.next_suffix.get(base, 0)
+        name = base if k == 0 else f"{base}_{k}"
         while not self._is_free(name) or name in self.locals_seen:
             k += 1
             name = f"{base}_{k}"
+        self.next_suffix[base] = k + 1
         return self._take(name)
 
     def temp(self) -> str:

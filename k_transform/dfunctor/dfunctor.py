@@ -46,7 +46,7 @@ from k_transform.ops.mapping import primitive_for_value
 _functors: dict[int, DFunctor] = {}
 _prim_fprops: dict[Primitive, FuncGraph] = {}
 _keys: dict[int, str] = {}
-_key_owner: dict[str, int] = {}
+_key_counts: dict[str, int] = {}
 
 
 def k_graph(graph: FuncGraph) -> FuncGraph:
@@ -69,13 +69,11 @@ def _functor(graph: FuncGraph, parent: DFunctor | None) -> DFunctor:
 def fv_key(node: Node) -> str:
     """The env key of a node that is a free variable somewhere (stable text)."""
     if id(node) not in _keys:
-        graph = node.graph
-        index = (graph.parameters + graph.nodes).index(node)
-        key = f"{graph.name}:{index}"
-        while key in _key_owner:
-            key += "'"
-        _keys[id(node)] = key
-        _key_owner[key] = id(node)
+        name = getattr(node, "name", "") or node.debug.name or "v"
+        base = f"{node.graph.name}:{name}"
+        count = _key_counts.get(base, 0)
+        _key_counts[base] = count + 1
+        _keys[id(node)] = base if count == 0 else f"{base}#{count}"
     return _keys[id(node)]
 
 
