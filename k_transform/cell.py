@@ -15,6 +15,8 @@ import operator
 
 import jax.numpy as jnp
 
+from k_transform import runtime as rt
+
 _uids = itertools.count()
 
 
@@ -37,8 +39,13 @@ class Parameter:
         self._data = jnp.asarray(data)
         return self
 
+    def value(self):
+        """The value seen by the running program: inside a gradient call, the
+        (possibly traced) value it was called with, else `data`."""
+        return rt.read_param(self)
+
     def __jax_array__(self):
-        return self._data
+        return self.value()
 
     def __array__(self, dtype=None, copy=None):
         import numpy as np  # noqa: PLC0415 - numpy only for the array protocol
@@ -46,12 +53,12 @@ class Parameter:
         return np.asarray(self._data, dtype=dtype)
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        if name.startswith("__") or name == "_data":
             raise AttributeError(name)
-        return getattr(self._data, name)
+        return getattr(self.value(), name)
 
     def __getitem__(self, index):
-        return self._data[index]
+        return self.value()[index]
 
     def __len__(self):
         return len(self._data)
@@ -62,11 +69,11 @@ class Parameter:
 
 
 def _delegate(op):
-    return lambda self, *args: op(self._data, *args)
+    return lambda self, *args: op(self.value(), *args)
 
 
 def _rdelegate(op):
-    return lambda self, other: op(other, self._data)
+    return lambda self, other: op(other, self.value())
 
 
 for _name, _op in [

@@ -400,6 +400,9 @@ class GraphBuilder:
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
         head = range_args if range_args is not None else [self.expr(s.iter)]
+        if range_args is None and _is_constant_sequence(head[0]):
+            self.unrolled_for(s, head[0])
+            return
         init = [self.read(v, s) for v in carried]
         body_b = self.subgraph("for", s, "body", [])
         body_b.loop_live |= set(carried)
@@ -415,6 +418,15 @@ class GraphBuilder:
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, *head, body, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)
+
+    def unrolled_for(self, s, seq: Constant) -> None:
+        """`for` over a constant tuple or list (sub-Cells, Parameters, numbers):
+        the body is repeated for each item, which stays a constant."""
+        for item in seq.value:
+            self.assign(s.target, self.fp.value_node(item, seq.hint, s), s)
+            self.block(s.body)
+            if self.returned:
+                return
 
     def range_args(self, it) -> list[Node] | None:
         """[start, stop, step] if `it` is a call of the builtin `range`."""
@@ -806,6 +818,10 @@ def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
             params.append(captured.get(name) or b.graph.add_parameter(name))
         b.graph.parameters = params
     return list(order.values())
+
+
+def _is_constant_sequence(node: Node) -> bool:
+    return isinstance(node, Constant) and isinstance(node.value, (tuple, list))
 
 
 def _is_closure(node: Constant) -> bool:
