@@ -4,7 +4,7 @@ The public API (see DESIGN.md). Reads a function's source, builds FuncGraph
 IR, transforms it with the DFunctor, and generates Python that JAX compiles.
 """
 
-from k_transform import ops
+from k_transform import nn, ops
 from k_transform.api import compile, get_ir, get_source
 from k_transform.bprop_registry import bprop_getters
 from k_transform.cell import Cell, Parameter, ParameterTuple
@@ -17,6 +17,7 @@ from k_transform.grad import (
     hvp,
     jacfwd,
     jacrev,
+    jit,
     jvp,
     set_mode,
     stop_gradient,
@@ -43,7 +44,9 @@ __all__ = [
     "hvp",
     "jacfwd",
     "jacrev",
+    "jit",
     "jvp",
+    "nn",
     "ops",
     "set_loop_bound",
     "set_mode",

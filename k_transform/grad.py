@@ -152,6 +152,12 @@ class CompiledGraph:
     def _write_back(self, output):
         result, updates = output
         for k, value in updates.items():
+            if isinstance(value, jax.core.Tracer):
+                raise KTransformError(
+                    f"{self.__kt_graph__.name} assigns the Parameter {self.params[k].name}; "
+                    "a program with state updates cannot run inside your own jax.jit: call it "
+                    "directly (it is compiled already)"
+                )
             self.params[k].set_data(value)
         return result
 
@@ -329,3 +335,10 @@ def hvp(fn, args, v, argnum: int = 0):
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
     tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
     return jvp(grad_fn, args, tangents)[1]
+
+
+def jit(fn) -> CompiledGraph:
+    """`fn` (a function or Cell, e.g. a `TrainOneStepCell`) compiled as one
+    program: Parameters are read when called and their `Assign`ed values
+    written back afterwards; jitted, with Python scalars static."""
+    return CompiledGraph(_primal_graph(fn), fn)

@@ -61,6 +61,27 @@ bprop_getters.register(ops.ReduceMax)(_get_bprop_reduce_extremum)
 bprop_getters.register(ops.ReduceMin)(_get_bprop_reduce_extremum)
 
 
+@bprop_getters.register(ops.ReduceProd)
+def get_bprop_reduce_prod(self):
+    """d prod / d x_i is the product of the others, zeros included: no division by x."""
+    keep_dims = self.keep_dims
+
+    def bprop(x, axis, out, dout):
+        is_zero = x == 0
+        zero = jnp.zeros_like(x)
+        safe = jnp.where(is_zero, jnp.ones_like(x), x)
+        n_zeros = jnp.sum(jnp.where(is_zero, jnp.ones_like(x), zero), axis=axis, keepdims=True)
+        rest = jnp.prod(safe, axis=axis, keepdims=True)  # product of the non-zeros
+        others = jnp.where(
+            is_zero,
+            jnp.where(n_zeros == 1, rest, zero),
+            jnp.where(n_zeros == 0, rest / safe, zero),
+        )
+        return _unreduce(dout, axis, keep_dims) * others, None
+
+    return bprop
+
+
 @bprop_getters.register(ops.LogSumExp)
 def get_bprop_logsumexp(self):
     keep_dims = self.keep_dims
@@ -104,5 +125,38 @@ def get_bprop_batch_matmul(self):
         if tb:
             db = jnp.swapaxes(db, -1, -2)
         return sum_to(da, a), sum_to(db, b)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Dot)
+def get_bprop_dot(self):
+    """`dot(a, b)` contracts a's last axis with b's second-to-last (b's only
+    one when 1-D): as a matrix product of `a` flattened to (-1, n) and `b`
+    with that axis moved first and flattened to (n, -1)."""
+
+    def bprop(a, b, out, dout):
+        if jnp.ndim(a) == 0 or jnp.ndim(b) == 0:
+            return sum_to(dout * b, a), sum_to(dout * a, b)
+        a2 = jnp.reshape(a, (-1, jnp.shape(a)[-1]))
+        if jnp.ndim(b) == 1:
+            db = a2.T @ jnp.ravel(dout)
+            return jnp.expand_dims(dout, -1) * b, db
+        b_moved = jnp.moveaxis(b, -2, 0)
+        b2 = jnp.reshape(b_moved, (jnp.shape(b_moved)[0], -1))
+        g2 = jnp.reshape(dout, (jnp.shape(a2)[0], jnp.shape(b2)[1]))
+        da = jnp.reshape(g2 @ b2.T, jnp.shape(a))
+        db = jnp.moveaxis(jnp.reshape(a2.T @ g2, jnp.shape(b_moved)), 0, -2)
+        return da, db
+
+    return bprop
+
+
+@bprop_getters.register(ops.Outer)
+def get_bprop_outer(self):
+    def bprop(a, b, out, dout):
+        da = jnp.reshape(dout @ jnp.ravel(b), jnp.shape(a))
+        db = jnp.reshape(jnp.ravel(a) @ dout, jnp.shape(b))
+        return da, db
 
     return bprop

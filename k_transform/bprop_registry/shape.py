@@ -36,6 +36,14 @@ def get_bprop_swapaxes(self):
     return bprop
 
 
+@bprop_getters.register(ops.MoveAxis)
+def get_bprop_moveaxis(self):
+    def bprop(x, source, destination, out, dout):
+        return jnp.moveaxis(dout, destination, source), None, None
+
+    return bprop
+
+
 @bprop_getters.register(ops.Reshape)
 def get_bprop_reshape(self):
     def bprop(x, shape, out, dout):

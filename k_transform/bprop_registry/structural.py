@@ -7,6 +7,7 @@ env access, read_param, check_grad), so that K-graphs differentiate again.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from k_transform import ops
@@ -89,6 +90,12 @@ NON_DIFFERENTIABLE_CALLS = (
     jnp.all,
     jnp.any,
     jnp.count_nonzero,
+    jax.nn.one_hot,
+    jax.random.bernoulli,
+    jax.random.normal,
+    jax.random.uniform,
+    jax.random.split,
+    jax.random.PRNGKey,
 )
 
 

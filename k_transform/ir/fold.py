@@ -55,6 +55,13 @@ def fold(prim, args) -> Constant | None:
         return _evaluate(prim.fn, pos, kw)
     if not isinstance(prim, _FOLDABLE_PRIMS):
         return None
+    if isinstance(prim, prims.GetItem) and isinstance(values[0], (tuple, list, dict)):
+        # An item of a constant container is a constant, whatever it holds
+        # (a sub-Cell, a Parameter, an array): `self.layers[2]`, `self.moments[k]`.
+        try:
+            return Constant(values[0][values[1]], NO_DEBUG)
+        except (IndexError, KeyError, TypeError):
+            return None
     return _evaluate(prim.impl, values, {})
 
 

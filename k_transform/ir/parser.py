@@ -363,6 +363,14 @@ class GraphBuilder:
 
     def stmt_If(self, s) -> None:
         cond = self.expr(s.test)
+        if isinstance(cond, Constant) and not isinstance(cond.value, FuncGraph):
+            try:
+                taken = bool(cond.value)
+            except Exception:  # an array constant: decided at run time
+                taken = None
+            if taken is not None:  # a static `if` (a flag, an attribute): only one branch
+                self.block(s.body if taken else s.orelse)
+                return
         tail = _returns_on_every_path(s)
         outputs = [] if tail else self.live_outputs(s, [*s.body, *s.orelse])
         branches = [self.subgraph("if", s, "true"), self.subgraph("if", s, "false")]

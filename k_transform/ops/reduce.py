@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from k_transform.ops.arithmetic import NumpyMatMul
-from k_transform.ops.base import JaxPrimitive
+from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
 
 
@@ -62,6 +62,13 @@ class ReduceMin(_Reduce):
     jax_name = "jnp.min"
 
 
+class ReduceProd(_Reduce):
+    """`jnp.prod(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.prod)
+    jax_name = "jnp.prod"
+
+
 class LogSumExp(_Reduce):
     """`jax.nn.logsumexp(x, axis, keepdims=keep_dims)`."""
 
@@ -109,11 +116,17 @@ class BatchMatMul(JaxPrimitive):
         return f"{a} @ {b}"
 
 
+Dot = elementwise("Dot", jnp.dot, "jnp.dot", 2, "`jnp.dot(a, b)` (numpy.dot semantics).")
+Outer = elementwise(
+    "Outer", jnp.outer, "jnp.outer", 2, "`jnp.outer(a, b)` of the flattened inputs."
+)
+
 _REDUCTIONS = {
     ReduceSum: ((jnp.sum, np.sum), "sum"),
     ReduceMean: ((jnp.mean, np.mean), "mean"),
     ReduceMax: ((jnp.max, jnp.amax, np.max, np.amax), "max"),
     ReduceMin: ((jnp.min, jnp.amin, np.min, np.amin), "min"),
+    ReduceProd: ((jnp.prod, np.prod), "prod"),
 }
 
 
@@ -150,4 +163,12 @@ def _logsumexp(call):
     return LogSumExp(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)]
 
 
-map_functions({NumpyMatMul: (jnp.matmul, np.matmul)}, n=2)
+map_functions(
+    {NumpyMatMul: (jnp.matmul, np.matmul), Dot: (jnp.dot, np.dot), Outer: (jnp.outer, np.outer)},
+    n=2,
+)
+
+
+@register_method("dot")
+def _dot_method(call):
+    return (Dot(), call.args) if len(call.args) == 2 and not call.kwargs else None

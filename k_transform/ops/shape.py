@@ -54,6 +54,7 @@ InvertPermutation = elementwise(
     "InvertPermutation", invert_permutation, "invert_permutation", 1, "Inverse of a permutation."
 )
 SwapAxes = elementwise("SwapAxes", jnp.swapaxes, "jnp.swapaxes", 3, "`(x, axis1, axis2)`.")
+MoveAxis = elementwise("MoveAxis", jnp.moveaxis, "jnp.moveaxis", 3, "`(x, source, destination)`.")
 Reshape = elementwise("Reshape", jnp.reshape, "jnp.reshape", 2, "`(x, shape)`.")
 ExpandDims = elementwise("ExpandDims", jnp.expand_dims, "jnp.expand_dims", 2, "`(x, axis)`.")
 BroadcastTo = elementwise("BroadcastTo", jnp.broadcast_to, "jnp.broadcast_to", 2, "`(x, shape)`.")
@@ -112,7 +113,7 @@ class SplitLike(_AxisPrimitive):
 
 
 map_functions({Shape: (jnp.shape, np.shape), Size: (jnp.size, np.size)})
-map_functions({SwapAxes: (jnp.swapaxes, np.swapaxes)}, n=3)
+map_functions({SwapAxes: (jnp.swapaxes, np.swapaxes), MoveAxis: (jnp.moveaxis, np.moveaxis)}, n=3)
 
 
 # -- library functions ----------------------------------------------------------------

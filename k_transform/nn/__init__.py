@@ -1,0 +1,41 @@
+"""`kt.nn`: MindSpore-style layers, losses, optimizers and training wrappers.
+
+Every layer is a `kt.Cell` whose `construct` is parsed like user code, so its
+gradient comes from the registry rules of the primitives it calls.
+"""
+
+from k_transform.nn.layers import (
+    GELU,
+    CellList,
+    Dense,
+    Dropout,
+    Flatten,
+    LayerNorm,
+    ReLU,
+    SequentialCell,
+    Sigmoid,
+    Tanh,
+)
+from k_transform.nn.loss import MSELoss, SoftmaxCrossEntropyWithLogits
+from k_transform.nn.optim import SGD, Adam, Momentum
+from k_transform.nn.wrap import TrainOneStepCell, WithLossCell
+
+__all__ = [
+    "GELU",
+    "SGD",
+    "Adam",
+    "CellList",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "LayerNorm",
+    "MSELoss",
+    "Momentum",
+    "ReLU",
+    "SequentialCell",
+    "Sigmoid",
+    "SoftmaxCrossEntropyWithLogits",
+    "Tanh",
+    "TrainOneStepCell",
+    "WithLossCell",
+]

@@ -1,0 +1,37 @@
+"""Training wrappers: `WithLossCell` and `TrainOneStepCell`."""
+
+from __future__ import annotations
+
+from k_transform.cell import Cell, ParameterTuple
+from k_transform.grad import GradOperation
+
+
+class WithLossCell(Cell):
+    """`loss_fn(backbone(data), label)`."""
+
+    def __init__(self, backbone, loss_fn):
+        super().__init__()
+        self.backbone = backbone
+        self.loss_fn = loss_fn
+
+    def construct(self, data, label):
+        return self.loss_fn(self.backbone(data), label)
+
+
+class TrainOneStepCell(Cell):
+    """One training step: loss, gradients w.r.t. the optimizer's Parameters,
+    optimizer update. `kt.jit(step)` makes it one compiled program whose
+    Parameter updates are written back after each call."""
+
+    def __init__(self, network, optimizer):
+        super().__init__()
+        self.network = network
+        self.optimizer = optimizer
+        object.__setattr__(self, "weights", ParameterTuple(optimizer.parameters))
+        object.__setattr__(self, "grad_fn", GradOperation(get_by_list=True)(network, self.weights))
+
+    def construct(self, data, label):
+        loss = self.network(data, label)
+        grads = self.grad_fn(data, label)
+        self.optimizer(grads)
+        return loss
