@@ -55,6 +55,8 @@ class Primitive:
     def _key(self):
         items = []
         for k, v in sorted(vars(self).items()):
+            if k == "attrs":  # its entries are attributes already
+                continue
             try:
                 hash(v)
             except TypeError:
