@@ -1,4 +1,5 @@
-"""`make demo`: train a two-layer MLP Cell with gradients from k_transform.
+"""`make demo`: train a two-layer MLP Cell, then a LeNet-style CNN, with
+gradients from k_transform.
 
 Generated data: a noisy smooth function of 4 inputs. `GradOperation(get_by_list=True)`
 gives the gradients of the loss w.r.t. the Cell's Parameters; plain SGD
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import k_transform as kt
+from k_transform import demo_cnn
 
 
 class Dense(kt.Cell):
@@ -78,3 +80,5 @@ def main(steps: int = 400, lr: float = 0.3) -> None:
 
 if __name__ == "__main__":
     main()
+    print("\n" + "=" * 72 + "\nPart 2: a LeNet-style CNN with BatchNorm (k_transform.demo_cnn)\n")
+    demo_cnn.main([])

@@ -20,6 +20,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.cell import Cell, Parameter
@@ -90,8 +91,22 @@ def parameters_of(root: FuncGraph) -> list[Parameter]:
 
 
 def _is_static(x) -> bool:
-    """Python ints, bools, strings and None are static; floats and arrays traced."""
-    return x is None or isinstance(x, (bool, int, str))
+    """Python ints, bools, strings, None, slices, dtypes and tuples of them are
+    static (part of the compile key); floats and arrays are traced."""
+    if isinstance(x, tuple):
+        return all(_is_static(v) for v in x)
+    if isinstance(x, type) or isinstance(x, np.dtype):
+        return True
+    return x is None or x is Ellipsis or isinstance(x, (bool, int, str, slice))
+
+
+def _hashable(x):
+    """A hashable stand-in for a static argument (slices are unhashable)."""
+    if isinstance(x, tuple):
+        return tuple(_hashable(v) for v in x)
+    if isinstance(x, slice):
+        return ("slice", x.start, x.stop, x.step)
+    return x
 
 
 class CompiledGraph:
@@ -119,7 +134,7 @@ class CompiledGraph:
             return self._write_back(self._compute(values, args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
-        key = (len(args), tuple(fixed.items()))
+        key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))
         if key not in self._jitted:
             self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         traced = tuple(a for k, a in enumerate(args) if k not in static)

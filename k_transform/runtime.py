@@ -13,6 +13,7 @@ gives, which Python semantics guarantee is never read.
 from __future__ import annotations
 
 import builtins
+import linecache
 
 import jax
 import jax.numpy as jnp
@@ -148,7 +149,12 @@ def _shape_of(tree):
 
 
 def _describe(where: str) -> str:
-    return f" ({where})" if where else ""
+    """`where` ("file:line") as the tail of an error message, with the line shown."""
+    if not where:
+        return ""
+    path, _, line = where.rpartition(":")
+    text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return f'\n  File "{path}", line {line}' + (f"\n    {text}" if text else "")
 
 
 # -- if ----------------------------------------------------------------------
@@ -165,7 +171,7 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
         _write_back(ids, values)
         return out
     if _has_functions(lambda: true_fn(*args)):  # K of an `if`: (out, bprop)
-        return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args))
+        return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args), where)
     t_out = jax.eval_shape(lambda: true_fn(*args))
     f_out = jax.eval_shape(lambda: false_fn(*args))
     single = not isinstance(t_out, tuple)
@@ -192,10 +198,10 @@ def _has_functions(thunk) -> bool:
 
 def _strip(value, found: list, path=()):
     """`value` with functions replaced by None; their paths appended to `found`."""
+    if value is UNDEFINED:
+        return None
     if callable(value) and not hasattr(value, "shape"):
         found.append(path)
-        return None
-    if value is UNDEFINED:
         return None
     if isinstance(value, (tuple, list)):
         return type(value)(_strip(v, found, (*path, k)) for k, v in enumerate(value))
@@ -221,7 +227,7 @@ def _set(value, path, item):
     return type(value)(items)
 
 
-def cond_unified(cond, true_fn, false_fn):
+def cond_unified(cond, true_fn, false_fn, where: str = ""):
     """`lax.cond` of two thunks, for the K of an `if` under trace.
 
     Structures are unified (None, UNDEFINED and missing dict entries become
@@ -234,40 +240,54 @@ def cond_unified(cond, true_fn, false_fn):
     t_shape = jax.eval_shape(lambda: _strip(true_fn(), t_paths))
     f_shape = jax.eval_shape(lambda: _strip(false_fn(), f_paths))
     if t_paths != f_paths:
-        raise KTransformError("the branches of a traced `if` return functions in different places")
-    shape = _unify(t_shape, f_shape)
+        raise KTransformError(
+            f"the branches of a traced `if` return functions in different places{_describe(where)}"
+        )
+    shape = _unify(t_shape, f_shape, where)
     result = lax.cond(
         jnp.asarray(cond, bool),
         lambda: fit(_strip(true_fn(), []), shape),
         lambda: fit(_strip(false_fn(), []), shape),
     )
     for path in t_paths:
-        result = _set(result, path, _dispatch(cond, true_fn, false_fn, path))
+        result = _set(result, path, _dispatch(cond, true_fn, false_fn, path, where))
     return result
 
 
-def _dispatch(cond, true_fn, false_fn, path):
+def _dispatch(cond, true_fn, false_fn, path, where):
     def closure(*call_args):
         return cond_unified(
             cond,
             lambda: _get(true_fn(), path)(*call_args),
             lambda: _get(false_fn(), path)(*call_args),
+            where,
         )
 
     return closure
 
 
-def _unify(a, b):
+def _unify(a, b, where: str = ""):
     """A structure both `a` and `b` (eval_shape results) fit, None as zero."""
     if a is None:
         return b
     if b is None:
         return a
     if isinstance(a, dict) and isinstance(b, dict):
-        return {k: _unify(a.get(k), b.get(k)) for k in sorted({*a, *b})}
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a)(_unify(x, y) for x, y in zip(a, b, strict=True))
+        return {k: _unify(a.get(k), b.get(k), where) for k in sorted({*a, *b})}
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return type(a)(_unify(x, y, where) for x, y in zip(a, b, strict=True))
+    if getattr(a, "shape", None) != getattr(b, "shape", None) or type(a) is not type(b):
+        raise KTransformError(
+            "the branches of a traced `if` give values of different structure or shape: "
+            f"{_brief(a)} vs {_brief(b)}{_describe(where)}"
+        )
     return a
+
+
+def _brief(shape) -> str:
+    if hasattr(shape, "shape"):
+        return f"{tuple(shape.shape)} {shape.dtype}"
+    return type(shape).__name__
 
 
 def fit(value, shape):
@@ -426,6 +446,8 @@ def add_grad(a, b):
 
 def zeros_like_value(x):
     """The zero gradient of `x` (None where `x` has no gradient)."""
+    if x is UNDEFINED:
+        return None
     if isinstance(x, (tuple, list)):
         return type(x)(zeros_like_value(v) for v in x)
     if isinstance(x, dict):
@@ -566,8 +588,8 @@ def _write_back(ids, values):
 # -- helpers of gradient rules ---------------------------------------------------
 def sum_to(g, like):
     """Sum `g` over the axes broadcasting added to `like`'s shape."""
-    if g is None:
-        return None
+    if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
+        return g  # a tuple, list or dict gradient: shapes already match
     shape = tuple(jnp.shape(like))
     g_shape = tuple(jnp.shape(g))
     if g_shape == shape:

@@ -118,7 +118,8 @@ def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = ""):
 
 
 def _inv_grads(d_inv, inv):
-    return d_inv if d_inv is not None else tuple(None for _ in inv)
+    """Gradients of the loop invariants: zeros when the loop never ran."""
+    return d_inv if d_inv is not None else tuple(rt.zeros_like_value(v) for v in inv)
 
 
 def _traced_while(cond_fn, body_k, carry, inv, where):

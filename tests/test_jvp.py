@@ -84,7 +84,8 @@ def test_jvp_of_cell():
 
 
 STRAIGHT_CORPUS = [
-    p for p in PROGRAMS.values()
+    p
+    for p in PROGRAMS.values()
     if not {"control", "loop", "if", "while", "for", "ops", "container", "library", "subscript"}
     & set(p.tags)
     and all(n in ("x", "y", "z", "w", "m", "m2", "v3") for n in p.arg_names)

@@ -38,9 +38,26 @@ from k_transform.ir import prims
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ir.parser import parse
 
-# Rules tested elsewhere: the DFunctor's own helpers (by grad-of-grad tests)
-# and a Cell's custom bprop (tests/test_api.py).
-INTERNAL = (dp.AddGrad, dp.ZerosLike, dp.OnesLike, prims.CustomBpropCall)
+# Rules tested elsewhere: the DFunctor's own helpers, which only appear in
+# K-graphs (tested by grad-of-grad and jvp tests), a Cell's custom bprop and
+# `Assign` to a Parameter (both need a Cell: tests/test_api.py).
+INTERNAL = (
+    dp.AddGrad,
+    dp.ZerosLike,
+    dp.OnesLike,
+    dp.EnvGet,
+    dp.EnvDel,
+    dp.CheckGrad,
+    dp.ReadParam,
+    dp.InputGrad,
+    dp.TreeVdot,
+    dp.TreeScale,
+    dp.ControlFprop,
+    prims.CustomBpropCall,
+    ops.Assign,
+)
+# Registered only to refuse with a clear message: `test_refusing_rules` checks it.
+REFUSING = {prims.MethodCall: lambda x: x.cumsum()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +76,7 @@ class Arr:
         if self.value is not None:
             return np.asarray(self.value, dtype if self.differentiable else None)
         if self.domain == "real":
-            return rng.randn(*self.shape).astype(dtype)
+            return np.asarray(rng.randn(*self.shape), dtype)
         if self.domain == "positive":
             return rng.uniform(0.5, 2.0, self.shape).astype(dtype)
         if self.domain == "int":
@@ -74,6 +91,7 @@ class Case:
     arrays: tuple
     args: object = None  # fn's arrays -> the primitive's inputs; None: the same
     mode: str = "oracle"  # oracle | zero
+    value: bool = True  # fn returns what the primitive returns (checked)
     rtol: float = 1e-9
     id: str = ""
 
@@ -86,8 +104,12 @@ def case(prim, fn, *arrays, **kw) -> Case:
     return Case(prim, fn, arrays, **kw)
 
 
-R, P = "real", "positive"
-IDX = np.array([2, 0, 2])
+P = "positive"
+SHIFTS = Arr(value=[1, 2, 0], domain="int")
+# int32: generated code keeps a jax copy of this constant made under x64, which
+# an int64 index would carry into the float32 pass (reported).
+UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
+IDX = np.array([2, 0, 2], np.int32)
 GETITEM_GRAD = ops.GetItemGrad()
 SUM_TO = ops.SumTo()
 SPLIT_LIKE = ops.SplitLike(1)
@@ -95,6 +117,38 @@ INVERT_PERMUTATION = ops.InvertPermutation()
 MATMUL_TB = ops.MatMul(transpose_b=True)
 MATMUL_TA = ops.MatMul(transpose_a=True)
 BATCH_MATMUL = ops.BatchMatMul(transpose_a=True, transpose_b=True)
+CONV = ops.Conv2D(stride=2, padding="SAME")
+CONV_GROUPS = ops.Conv2D(stride=(1, 2), padding=1, dilation=(2, 1), group=2)
+CONV_INPUT = ops.Conv2DBackpropInput(stride=2, padding="SAME")
+CONV_FILTER = ops.Conv2DBackpropFilter(stride=2, padding="SAME")
+MAX_POOL = ops.MaxPool(2, 2)
+MAX_POOL_SAME = ops.MaxPool(3, 2, "SAME")
+MAX_POOL_GRAD = ops.MaxPoolGrad(3, 2, "SAME")
+MAX_POOL_GRAD_GRAD = ops.MaxPoolGradGrad(3, 2, "SAME")
+AVG_POOL = ops.AvgPool(2, 2)
+AVG_POOL_PAD = ops.AvgPool((2, 3), 1, 1)
+AVG_POOL_GRAD = ops.AvgPoolGrad(3, 2, "SAME")
+BATCH_NORM = ops.BatchNorm(1e-5)
+KEY = Arr(value=np.array([0, 7], np.uint32), domain="int")
+DROPOUT = ops.Dropout(0.6)
+DROPOUT_GEN_MASK = ops.DropoutGenMask(0.6)
+DROPOUT_DO_MASK = ops.DropoutDoMask(0.6)
+SOFTMAX_CE = ops.SoftmaxCrossEntropyWithLogits()
+CUMSUM_REVERSE = ops.Cumsum(0, reverse=True)
+TILE_GRAD = ops.TileGrad((2, 1, 3))
+GATHER_1 = ops.Gather(1)
+GATHER_GRAD = ops.GatherGrad(0)
+TAKE_ALONG_GRAD = ops.TakeAlongAxisGrad(1)
+SCATTER_ADD = ops.ScatterAdd()
+TRIANGULAR_UNIT = ops.TriangularSolve(lower=True, unit_diagonal=True)
+IDS = Arr(value=np.array([[0, 4], [2, 0]], np.int32), domain="int")
+ALONG = Arr(value=np.array([[0, 3], [1, 1], [2, 0]], np.int32), domain="int")
+ROWS = Arr(value=np.array([0, 2, 0], np.int32), domain="int")
+SEGMENTS = Arr(value=np.array([0, 3, 0, 1, 3], np.int32), domain="int")
+LABELS = Arr(value=np.eye(5)[[1, 0, 4, 2]], domain="real")
+MATRIX = Arr(value=[[4.0, 1.0, 0.5], [0.3, 3.0, 0.2], [0.5, -0.2, 2.0]])
+NEGATIVE_DET = Arr(value=[[0.3, 3.0, 0.2], [4.0, 1.0, 0.5], [0.5, -0.2, 2.0]])
+SPD = Arr(value=[[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
 
 
 def set_row(x, v):
@@ -123,6 +177,7 @@ CASES = [
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (2, 4, 3), id="vec-batch"),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (2, 3, 4), (4,), id="batch-vec"),
     case(ops.NumpyMatMul(), lambda a, b: jnp.matmul(a, b), (2, 3, 4), (4, 5), id="batch-mat"),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (3, 4), (2, 4, 5), id="mat-batch"),
     case(ops.Equal(), lambda x, y: x == y, (3,), (3,), mode="zero"),
     case(ops.NotEqual(), lambda x, y: x != y, (3,), (3,), mode="zero"),
     case(ops.Less(), lambda x, y: x < y, (3,), (3,), mode="zero"),
@@ -131,8 +186,8 @@ CASES = [
     case(ops.GreaterEqual(), lambda x, y: x >= y, (3,), (3,), mode="zero"),
     case(ops.Is(), lambda x: x is None, (3,), args=lambda x: (x, None), mode="zero"),
     case(ops.IsNot(), lambda x: x is not None, (3,), args=lambda x: (x, None), mode="zero"),
-    case(ops.LeftShift(), lambda a, b: a << b, Arr((3,), "int"), Arr(value=[1, 2, 0]), mode="zero"),
-    case(ops.RightShift(), lambda a, b: a >> b, Arr((3,), "int"), Arr(value=[1, 2, 0]), mode="zero"),
+    case(ops.LeftShift(), lambda a, b: a << b, Arr((3,), "int"), SHIFTS, mode="zero"),
+    case(ops.RightShift(), lambda a, b: a >> b, Arr((3,), "int"), SHIFTS, mode="zero"),
     case(ops.BitwiseAnd(), lambda a, b: a & b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
     case(ops.BitwiseOr(), lambda a, b: a | b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
     case(ops.BitwiseXor(), lambda a, b: a ^ b, Arr((3,), "int"), Arr((3,), "int"), mode="zero"),
@@ -189,10 +244,19 @@ CASES = [
     case(ops.ReduceMax(), lambda x: x.max(axis=1), Arr(value=[[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]]), args=lambda x: (x, 1), id="ties"),  # noqa: E501
     case(ops.ReduceMin(), lambda x: jnp.min(x, axis=0), (2, 3), args=lambda x: (x, 0)),
     case(ops.ReduceMin(True), lambda x: x.min(axis=(0, 1), keepdims=True), Arr(value=[[1.0, 3.0], [1.0, 2.0]]), args=lambda x: (x, (0, 1)), id="ties"),  # noqa: E501
+    case(ops.ReduceProd(), lambda x: jnp.prod(x, axis=1), (2, 3), args=lambda x: (x, 1)),
+    case(ops.ReduceProd(True), lambda x: x.prod(keepdims=True), Arr(value=[[0.0, 2.0], [3.0, 0.5]]), args=lambda x: (x, None), id="one-zero"),  # noqa: E501
+    case(ops.ReduceProd(), lambda x: np.prod(x, axis=0), Arr(value=[[0.0, 2.0], [0.0, 0.5], [2.0, 3.0]]), args=lambda x: (x, 0), id="zeros"),  # noqa: E501
     case(ops.LogSumExp(), lambda x: jax.nn.logsumexp(x, axis=1), (2, 3), args=lambda x: (x, 1)),
     case(ops.LogSumExp(), lambda x: jax.nn.logsumexp(x), (2, 3), args=lambda x: (x, None), id="all"),  # noqa: E501
     case(ops.LogSumExp(True), lambda x: jax.nn.logsumexp(x, 0, keepdims=True), (2, 3), args=lambda x: (x, 0), id="keep"),  # noqa: E501
     case(ops.MatMul(), lambda a, b: ops.MatMul()(a, b), (3, 4), (4, 2)),
+    case(ops.Dot(), lambda a, b: jnp.dot(a, b), (3, 4), (4, 2)),
+    case(ops.Dot(), lambda a, b: a.dot(b), (4,), (4,), id="vec"),
+    case(ops.Dot(), lambda a, b: np.dot(a, b), (2, 3, 4), (4,), id="batch-vec"),
+    case(ops.Dot(), lambda a, b: jnp.dot(a, b), (2, 4), (3, 4, 5), id="nd"),
+    case(ops.Dot(), lambda a, b: jnp.dot(a, b), (), (2, 3), id="scalar"),
+    case(ops.Outer(), lambda a, b: jnp.outer(a, b), (3,), (2, 2)),
     case(ops.MatMul(transpose_b=True), lambda a, b: MATMUL_TB(a, b), (3, 4), (2, 4), id="tb"),
     case(ops.MatMul(transpose_a=True), lambda a, b: MATMUL_TA(a, b), (4, 3), (4, 2), id="ta"),
     case(ops.BatchMatMul(), lambda a, b: ops.BatchMatMul()(a, b), (2, 3, 4), (4, 5)),
@@ -200,10 +264,11 @@ CASES = [
     # -- shapes --
     case(ops.Shape(), lambda x: jnp.shape(x), (2, 3), mode="zero"),
     case(ops.Size(), lambda x: jnp.size(x), (2, 3), mode="zero"),
-    case(ops.InvertPermutation(), lambda x: x * INVERT_PERMUTATION((2, 0, 1))[0], (2,), args=lambda x: ((2, 0, 1),), mode="zero"),  # noqa: E501
+    case(ops.InvertPermutation(), lambda x: INVERT_PERMUTATION((2, 0, 1)), (2,), args=lambda x: ((2, 0, 1),), mode="zero"),  # noqa: E501
     case(ops.Transpose(), lambda x: x.T, (2, 3), args=lambda x: (x, None)),
     case(ops.Transpose(), lambda x: jnp.transpose(x, (2, 0, 1)), (2, 3, 4), args=lambda x: (x, (2, 0, 1)), id="perm"),  # noqa: E501
     case(ops.Transpose(), lambda x: x.transpose(1, -1, 0), (2, 3, 4), args=lambda x: (x, (1, -1, 0)), id="method"),  # noqa: E501
+    case(ops.MoveAxis(), lambda x: jnp.moveaxis(x, 0, -1), (2, 3, 4), args=lambda x: (x, 0, -1)),
     case(ops.SwapAxes(), lambda x: jnp.swapaxes(x, 0, 2), (2, 3, 4), args=lambda x: (x, 0, 2)),
     case(ops.Reshape(), lambda x: jnp.reshape(x, (3, -1)), (2, 3), args=lambda x: (x, (3, -1))),
     case(ops.Reshape(), lambda x: x.reshape(6), (2, 3), args=lambda x: (x, 6), id="method"),
@@ -214,18 +279,90 @@ CASES = [
     case(ops.Squeeze(), lambda x: x.squeeze(), (2, 1, 1), id="all"),
     case(ops.BroadcastTo(), lambda x: jnp.broadcast_to(x, (2, 4, 3)), (4, 1), args=lambda x: (x, (2, 4, 3))),  # noqa: E501
     case(ops.Cast(), lambda x: x.astype(jnp.float32), (2, 3), args=lambda x: (x, jnp.float32), rtol=1e-5),  # noqa: E501
-    case(ops.Cast(), lambda x: jnp.asarray(x, jnp.float64), (2, 3), args=lambda x: (x, jnp.float64), id="asarray"),  # noqa: E501
+    case(ops.Cast(), lambda x: jnp.asarray(x, x.dtype), (2, 3), args=lambda x: (x, x.dtype), id="asarray"),  # noqa: E501
     case(ops.Concat(1), lambda x, y: jnp.concatenate((x, y), axis=1), (2, 3), (2, 1), args=lambda x, y: ((x, y),)),  # noqa: E501
     case(ops.Concat(0), lambda x, y: np.concatenate([x, y]), (2, 3), (1, 3), args=lambda x, y: ([x, y],), id="list"),  # noqa: E501
     case(ops.SplitLike(1), lambda g, a, b: SPLIT_LIKE(g, (a, b)), (2, 4), (2, 1), (2, 3), args=lambda g, a, b: (g, (a, b))),  # noqa: E501
     case(ops.Stack(1), lambda x, y: jnp.stack((x, y), axis=1), (2, 3), (2, 3), args=lambda x, y: ((x, y),)),  # noqa: E501
     case(ops.Unstack(1), lambda x: jnp.unstack(x, axis=1), (2, 3)),
+    # -- more elementwise, scans, statistics --
+    case(ops.Atan2(), lambda y, x: jnp.arctan2(y, x), (2, 3), (3,)),
+    case(ops.Tril(), lambda x: jnp.tril(x), (3, 3)),
+    case(ops.Triu(1), lambda x: np.triu(x, 1), (2, 3, 3)),
+    case(ops.Var(), lambda x: jnp.var(x, axis=1), (3, 4), args=lambda x: (x, 1)),
+    case(ops.Var(1, True), lambda x: x.var(axis=0, ddof=1, keepdims=True), (3, 4), args=lambda x: (x, 0), id="ddof"),  # noqa: E501
+    case(ops.Std(), lambda x: jnp.std(x), (3, 4), args=lambda x: (x, None)),
+    case(ops.Cumsum(1), lambda x: jnp.cumsum(x, axis=1), (2, 4)),
+    case(ops.Cumsum(0, True), lambda x: CUMSUM_REVERSE(x), (3, 2), id="reverse"),
+    case(ops.Cumprod(1), lambda x: jnp.cumprod(x, axis=1), (2, 4)),
+    case(ops.Cumprod(1), lambda x: x.cumprod(1), Arr(value=[[0.0, 2.0, 3.0], [1.5, 0.0, 0.0]]), id="zeros"),  # noqa: E501
+    case(ops.Argmax(1), lambda x: jnp.argmax(x, axis=1), (2, 4), mode="zero"),
+    case(ops.Argmin(), lambda x: x.argmin(), (2, 4), mode="zero"),
+    # -- rearrangements --
+    case(ops.Tile((2, 1, 3)), lambda x: jnp.tile(x, (2, 1, 3)), (2, 3)),
+    case(ops.TileGrad((2, 1, 3)), lambda g, x: TILE_GRAD(g, x), (2, 2, 9), (2, 3)),
+    case(ops.Pad(((1, 0), (2, 1))), lambda x: jnp.pad(x, ((1, 0), (2, 1))), (2, 3)),
+    case(ops.Pad(1), lambda x: np.pad(x, 1), (2, 3), id="int"),
+    case(ops.Flip(1), lambda x: jnp.flip(x, 1), (2, 3)),
+    case(ops.Roll(2, 1), lambda x: jnp.roll(x, 2, axis=1), (2, 3)),
+    case(ops.Roll(1), lambda x: jnp.roll(x, 1), (2, 3), id="flat"),
+    case(ops.Split(3, 1), lambda x: jnp.split(x, 3, axis=1), (2, 6)),
+    # -- gathers and scatters --
+    case(ops.Gather(0), lambda p, i: jnp.take(p, i, axis=0), (5, 3), IDS),
+    case(ops.Gather(1), lambda p, i: GATHER_1(p, i), (3, 5), IDS, id="axis1"),
+    case(ops.GatherGrad(0), lambda p, i, g: GATHER_GRAD(p, i, g), (5, 3), IDS, (2, 2, 3)),
+    case(ops.TakeAlongAxis(1), lambda x, i: jnp.take_along_axis(x, i, axis=1), (3, 4), ALONG),
+    case(ops.TakeAlongAxisGrad(1), lambda x, i, g: TAKE_ALONG_GRAD(x, i, g), (3, 4), ALONG, (3, 2)),  # noqa: E501
+    case(ops.ScatterAdd(), lambda x, i, u: SCATTER_ADD(x, i, u), (5, 3), ROWS, (3, 3)),
+    case(ops.UnsortedSegmentSum(4), lambda d, s: jax.ops.segment_sum(d, s, 4), (5, 3), SEGMENTS),
+    # -- linear algebra --
+    case(ops.Einsum("ij,jk->ik"), lambda a, b: jnp.einsum("ij,jk", a, b), (2, 3), (3, 4)),
+    case(ops.Einsum("bij,bkj->bik"), lambda a, b: jnp.einsum("bij,bkj->bik", a, b), (2, 2, 3), (2, 4, 3), id="batch"),  # noqa: E501
+    case(ops.Einsum("ij,k->k"), lambda a, b: np.einsum("ij,k->k", a, b), (2, 3), (4,), id="dropped"),  # noqa: E501
+    case(ops.Inv(), lambda a: jnp.linalg.inv(a), MATRIX, rtol=1e-8),
+    case(ops.Solve(), lambda a, b: jnp.linalg.solve(a, b), MATRIX, (3, 2), rtol=1e-8),
+    case(ops.Solve(), lambda a, b: np.linalg.solve(a, b), MATRIX, (3,), rtol=1e-8, id="vector"),
+    case(ops.Det(), lambda a: jnp.linalg.det(a), MATRIX, rtol=1e-8),
+    case(ops.Slogdet(), lambda a: jnp.linalg.slogdet(a), NEGATIVE_DET, rtol=1e-8),
+    case(ops.Cholesky(), lambda a: jnp.linalg.cholesky(a), SPD, rtol=1e-8),
+    case(ops.TriangularSolve(lower=True), lambda a, b: jax.scipy.linalg.solve_triangular(a, b, lower=True), MATRIX, (3, 2), rtol=1e-8),  # noqa: E501
+    case(ops.TriangularSolve(trans=1), lambda a, b: jax.scipy.linalg.solve_triangular(a, b, trans=1), MATRIX, (3,), rtol=1e-8, id="trans-vector"),  # noqa: E501
+    case(ops.TriangularSolve(True, 0, True), lambda a, b: TRIANGULAR_UNIT(a, b), MATRIX, (3, 2), rtol=1e-8, id="unit"),  # noqa: E501
+    case(ops.Norm(), lambda x: jnp.linalg.norm(x), (2, 3), args=lambda x: (x, None)),
+    case(ops.Norm(True), lambda x: jnp.linalg.norm(x, axis=1, keepdims=True), (2, 3), args=lambda x: (x, 1), id="axis"),  # noqa: E501
+    # -- neural networks --
+    case(ops.SoftmaxCrossEntropyWithLogits(), lambda lg, lb: SOFTMAX_CE(lg, lb), (4, 5), LABELS),
+    case(ops.BatchNorm(1e-5), lambda x, g, b: BATCH_NORM(x, g, b), (4, 3, 2, 2), Arr((3,), P), (3,)),  # noqa: E501
+    case(ops.BatchNorm(1e-5), lambda x, g, b: BATCH_NORM(x, g, b), (5, 3), Arr((3,), P), (3,), id="2d"),  # noqa: E501
+    case(ops.Dropout(0.6), lambda x, k: DROPOUT(x, k), (4, 5), KEY),
+    case(ops.DropoutDoMask(0.6), lambda x, m: DROPOUT_DO_MASK(x, m), (4, 5), Arr((4, 5), "bool")),  # noqa: E501
+    case(ops.DropoutGenMask(0.6), lambda k: DROPOUT_GEN_MASK(k, (2, 3)), KEY, args=lambda k: (k, (2, 3)), mode="zero"),  # noqa: E501
+    case(ops.OneHot(), lambda i: jax.nn.one_hot(i, 4), Arr((3,), "int"), args=lambda i: (i, 4, None), mode="zero"),  # noqa: E501
+    case(ops.Conv2D(stride=2, padding="SAME"), lambda x, w: CONV(x, w), (2, 4, 6, 5), (3, 4, 3, 3)),  # noqa: E501
+    case(ops.Conv2D((1, 1), "VALID"), lambda x, w: jax.lax.conv(x, w, (1, 1), "VALID"), (1, 2, 5, 5), (3, 2, 2, 2), id="lax"),  # noqa: E501
+    case(ops.Conv2D((1, 2), 1, (2, 1), 2), lambda x, w: CONV_GROUPS(x, w), (1, 4, 6, 7), (4, 2, 2, 3), id="groups"),  # noqa: E501
+    case(ops.Conv2DBackpropInput(stride=2, padding="SAME"), lambda g, w: CONV_INPUT(g, w, (2, 4, 6, 5)), (2, 3, 3, 3), (3, 4, 3, 3), args=lambda g, w: (g, w, (2, 4, 6, 5))),  # noqa: E501
+    case(ops.Conv2DBackpropFilter(stride=2, padding="SAME"), lambda g, x: CONV_FILTER(g, x, (3, 4, 3, 3)), (2, 3, 3, 3), (2, 4, 6, 5), args=lambda g, x: (g, x, (3, 4, 3, 3))),  # noqa: E501
+    case(ops.MaxPool(2, 2), lambda x: MAX_POOL(x), (2, 3, 4, 6)),
+    case(ops.MaxPool(3, 2, "SAME"), lambda x: MAX_POOL_SAME(x), (1, 2, 5, 6), id="same"),
+    case(ops.MaxPoolGrad(3, 2, "SAME"), lambda x, g: MAX_POOL_GRAD(x, g), (1, 2, 5, 6), (1, 2, 3, 3)),  # noqa: E501
+    case(ops.MaxPoolGradGrad(3, 2, "SAME"), lambda x, h: MAX_POOL_GRAD_GRAD(x, h), (1, 2, 5, 6), (1, 2, 5, 6)),  # noqa: E501
+    case(ops.AvgPool(2, 2), lambda x: AVG_POOL(x), (2, 3, 4, 6)),
+    case(ops.AvgPool((2, 3), 1, 1), lambda x: AVG_POOL_PAD(x), (1, 2, 4, 5), id="pad"),
+    case(ops.AvgPoolGrad(3, 2, "SAME"), lambda x, g: AVG_POOL_GRAD(x, g), (1, 2, 5, 6), (1, 2, 3, 3)),  # noqa: E501
     # -- syntax and structure --
     case(prims.MakeTuple(), lambda x, y: (x, y), (2,), (3,)),
     case(prims.MakeList(), lambda x, y: [x, y], (2,), (3,)),
+    case(prims.MakeDict(), lambda x, y: {"a": x, "b": y}, (2,), (3,), args=lambda x, y: ("a", x, "b", y)),  # noqa: E501
+    case(prims.LibraryCall(jnp.argsort, "jnp.argsort"), lambda x: jnp.argsort(x), (4,), mode="zero"),  # noqa: E501
+    case(ops.IndexAdd(), lambda x, v: x.at[IDX].add(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
+    case(ops.IndexMultiply(), lambda x, v: x.at[UNIQUE].multiply(v), (3, 2), (2,), args=lambda x, v: (x, UNIQUE, v)),  # noqa: E501
     case(prims.GetItem(), lambda x: x[1:, None, ..., 0], (3, 2, 4), args=lambda x: (x, (slice(1, None), None, Ellipsis, 0))),  # noqa: E501
     case(prims.GetItem(), lambda x: x[IDX], (3, 2), args=lambda x: (x, IDX), id="int-array"),
     case(prims.GetItem(), lambda x: x[::-2, 1], (5, 2), args=lambda x: (x, (slice(None, None, -2), 1)), id="step"),  # noqa: E501
+    # `x[n:]` with a computed start builds the slice at run time (`* 0.0`: only
+    # the slice's own gradient, None, is checked).
+    case(prims.MakeSlice(), lambda x, n: x[n:] * 0.0, (4,), Arr(value=1, domain="int"), args=lambda x, n: (n, None, None), mode="zero", value=False),  # noqa: E501
     case(prims.SetItem(), set_row, (3, 2), (2,), args=lambda x, v: (x, 1, v)),
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
@@ -244,6 +381,34 @@ def _case_id(c: Case) -> str:
 
 
 CASE_PARAMS = [pytest.param(c, id=_case_id(c)) for c in CASES]
+
+
+# Rules left out of the second-order check: SetItem's rule assigns into an
+# array (`dx[index] = ...`), which our parser makes functional but plain
+# Python, the oracle, cannot run; MakeList's rule calls `tuple(dout)`, a
+# library call without a rule (reported; not differentiable yet).
+FIRST_ORDER_ONLY = (prims.SetItem, prims.MakeList)
+
+
+def _first_oracle_case_per_primitive() -> list:
+    seen, params = set(), []
+    for c in CASES:
+        if c.mode == "oracle" and type(c.prim) not in seen:
+            seen.add(type(c.prim))
+            params.append(pytest.param(c, id=_case_id(c)))
+    return params
+
+
+ONE_CASE_PER_PRIMITIVE = _first_oracle_case_per_primitive()
+
+
+@pytest.fixture
+def eager():
+    """Generated code run op by op: Python-valued inputs (axes, slices, dtypes)
+    and Python-valued primitives (`x in s`, `not x`) stay concrete."""
+    kt.set_mode("eager")
+    yield
+    kt.set_mode("graph")
 
 
 @pytest.fixture
@@ -290,13 +455,23 @@ def _assert_close(ours, ref, rtol, what):
 
 
 def test_every_rule_has_a_spec():
+    """Every rule k_transform ships (users' rules registered by other tests aside)."""
     covered = {type(c.prim) for c in CASES}
     missing = [
         cls.__name__
         for cls in kt.bprop_getters.registered()
-        if cls not in covered and cls not in INTERNAL
+        if cls.__module__.startswith("k_transform")
+        and cls not in covered
+        and cls not in INTERNAL
+        and cls not in REFUSING
     ]
     assert not missing, f"registered primitives missing from the spec table: {missing}"
+
+
+@pytest.mark.parametrize("prim_cls", list(REFUSING))
+def test_refusing_rules(prim_cls):
+    with pytest.raises(kt.KTransformError, match="cannot differentiate"):
+        kt.vjp(REFUSING[prim_cls], jnp.ones(3))
 
 
 @pytest.mark.parametrize("c", CASE_PARAMS)
@@ -307,22 +482,25 @@ def test_spelling_maps_to_primitive(c):
         for n in graph.nodes
         if isinstance(n, Apply) and isinstance(n.fn, Constant) and type(n.fn.value) is type(c.prim)
     ]
-    assert c.prim in found, f"{c.fn} applies {found}, not {c.prim!r}"
+    assert any(p.attrs == c.prim.attrs for p in found), f"{c.fn} applies {found}, not {c.prim!r}"
 
 
 @pytest.mark.parametrize("c", CASE_PARAMS)
-def test_rule_against_jax(c, x64):
+def test_rule_against_jax(c, x64, request):
+    if c.mode == "zero":
+        request.getfixturevalue("eager")
     xs = _inputs(c, np.float64)
     rng = np.random.RandomState(1)
     out, vjp_fn = kt.vjp(c.fn, *xs)
-    f, diff = _oracle(c, xs)
-    ref_out, ref_vjp = jax.vjp(f, *[xs[k] for k in diff])
-    _assert_close(out, ref_out, c.rtol, "forward value")
+    if c.value:
+        _assert_close(out, c.prim.impl(*c.impl_inputs(xs)), c.rtol, "forward value")
     if c.mode == "zero":
         grads = vjp_fn(rt.ones_like_value(out))
         for k, g in enumerate(grads):
             assert not np.any(np.asarray(g)), f"gradient of input {k} is not zero"
         return
+    f, diff = _oracle(c, xs)
+    ref_out, ref_vjp = jax.vjp(f, *[xs[k] for k in diff])
     u = _like(ref_out, rng)
     grads = vjp_fn(u)
     assert len(grads) == len(xs)
@@ -337,7 +515,7 @@ def test_rule_against_jax(c, x64):
     assert math.isclose(lhs, rhs, rel_tol=max(c.rtol, 1e-9) * 10, abs_tol=1e-9), (lhs, rhs)
 
 
-@pytest.mark.parametrize("c", [p for p in CASE_PARAMS if p.values[0].mode == "oracle"])
+@pytest.mark.parametrize("c", ONE_CASE_PER_PRIMITIVE)
 def test_gradient_dtype_float32(c):
     xs = _inputs(c, np.float32)
     out, vjp_fn = kt.vjp(c.fn, *xs)
@@ -345,3 +523,42 @@ def test_gradient_dtype_float32(c):
     for k, (a, g) in enumerate(zip(c.arrays, grads, strict=True)):
         if a.differentiable:
             assert jnp.result_type(g) == jnp.result_type(xs[k]), f"input {k}: {g.dtype}"
+
+
+def _is_float_tree(tree) -> bool:
+    leaves = jax.tree.leaves(tree)
+    return bool(leaves) and all(
+        isinstance(v, (jax.Array, np.ndarray)) and jnp.issubdtype(v.dtype, jnp.inexact)
+        for v in leaves
+    )
+
+
+@pytest.mark.parametrize(
+    "c", [p for p in ONE_CASE_PER_PRIMITIVE if type(p.values[0].prim) not in FIRST_ORDER_ONLY]
+)
+def test_rule_differentiates_again(c, x64, eager):
+    """The rule itself, run through `kt.vjp`, agrees with `jax.vjp` of the rule
+    run as plain Python: every primitive a rule uses has a rule (second order)."""
+    xs = _inputs(c, np.float64)
+    inputs = c.impl_inputs(xs)
+    if c.prim.n_inputs is None:
+        inputs = (tuple(inputs),)
+    rng = np.random.RandomState(2)
+    out = c.prim.impl(*c.impl_inputs(xs))
+    args = [*inputs, out, _like(out, rng)]
+    rule = kt.bprop_getters._getter_for(c.prim)(c.prim)
+    diff = [k for k, a in enumerate(args) if _is_float_tree(a)]
+
+    def f(*ds):
+        full = list(args)
+        for k, d in zip(diff, ds, strict=True):
+            full[k] = d
+        return rule(*full)
+
+    ref_out, ref_vjp = jax.vjp(f, *[args[k] for k in diff])
+    ours_out, vjp_fn = kt.vjp(rule, *args)
+    _assert_close(ours_out, ref_out, c.rtol, "rule value")
+    u = _like(ref_out, rng)
+    grads, ref = vjp_fn(u), ref_vjp(u)
+    for j, k in enumerate(diff):
+        _assert_close(grads[k], ref[j], c.rtol, f"second-order gradient of input {k}")

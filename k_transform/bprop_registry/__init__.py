@@ -2,7 +2,10 @@
 
 from k_transform.bprop_registry import (  # noqa: F401
     arithmetic,
+    conv,
     elementwise,
+    gather,
+    linalg,
     nn,
     reduction,
     shape,

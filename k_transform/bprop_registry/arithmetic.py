@@ -90,6 +90,13 @@ def get_bprop_numpy_matmul(self):
             g = jnp.expand_dims(dout, -1)
             dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)
             return sum_to(g * y, x), sum_to(dy, y)
+        if x.ndim > 2 and y.ndim == 2:  # batch @ matrix: one contraction for dy
+            dy = jnp.reshape(x, (-1, jnp.shape(y)[0])).T @ jnp.reshape(dout, (-1, jnp.shape(y)[1]))
+            return dout @ y.T, dy
+        if x.ndim == 2 and y.ndim > 2:  # matrix @ batch: one contraction for dx
+            g = jnp.reshape(jnp.moveaxis(dout, -2, 0), (jnp.shape(x)[0], -1))
+            y2 = jnp.reshape(jnp.moveaxis(y, -2, 0), (jnp.shape(x)[1], -1))
+            return g @ y2.T, x.T @ dout
         dx = dout @ jnp.swapaxes(y, -1, -2)
         dy = jnp.swapaxes(x, -1, -2) @ dout
         return sum_to(dx, x), sum_to(dy, y)

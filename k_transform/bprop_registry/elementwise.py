@@ -123,3 +123,24 @@ def get_bprop_clip(self):
         return sum_to(dx, x), d_lo, d_hi
 
     return bprop
+
+
+@bprop_getters.register(ops.Atan2)
+def get_bprop_atan2(self):
+    def bprop(y, x, out, dout):
+        scale = dout / (x * x + y * y)
+        return sum_to(scale * x, y), sum_to(-scale * y, x)
+
+    return bprop
+
+
+@bprop_getters.register(ops.Tril)
+def get_bprop_tril(self):
+    tril = ops.Tril(self.k)
+    return lambda x, out, dout: (tril(dout),)
+
+
+@bprop_getters.register(ops.Triu)
+def get_bprop_triu(self):
+    triu = ops.Triu(self.k)
+    return lambda x, out, dout: (triu(dout),)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform import ops
+from k_transform.bprop_registry.helpers import zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 
 sum_to = ops.SumTo()
@@ -91,6 +92,58 @@ def get_bprop_logsumexp(self):
         return _unreduce(dout, axis, keep_dims) * weights, None
 
     return bprop
+
+
+@bprop_getters.register(ops.Var)
+def get_bprop_var(self):
+    ddof, keep_dims = self.ddof, self.keep_dims
+
+    def bprop(x, axis, out, dout):
+        count = jnp.size(x) // jnp.size(out)
+        centred = x - jnp.mean(x, axis=axis, keepdims=True)
+        return _unreduce(dout, axis, keep_dims) * centred * (2.0 / (count - ddof)), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Std)
+def get_bprop_std(self):
+    ddof, keep_dims = self.ddof, self.keep_dims
+
+    def bprop(x, axis, out, dout):
+        count = jnp.size(x) // jnp.size(out)
+        centred = x - jnp.mean(x, axis=axis, keepdims=True)
+        scale = _unreduce(dout, axis, keep_dims) / _unreduce(out, axis, keep_dims)
+        return scale * centred / (count - ddof), None
+
+    return bprop
+
+
+@bprop_getters.register(ops.Cumsum)
+def get_bprop_cumsum(self):
+    cumsum_back = ops.Cumsum(self.axis, not self.reverse)
+    return lambda x, out, dout: (cumsum_back(dout),)
+
+
+@bprop_getters.register(ops.Cumprod)
+def get_bprop_cumprod(self):
+    """dx_i = sum_{j >= i} dout_j prod_{k <= j, k != i} x_k, exact with zeros:
+    row i of an (n, n) matrix holds x with x_i replaced by 1, scanned."""
+    axis = self.axis
+    cumprod_rows = ops.Cumprod(-1)
+
+    def bprop(x, out, dout):
+        xm = jnp.moveaxis(x, axis, -1)
+        n = jnp.shape(xm)[-1]
+        rows = jnp.where(jnp.eye(n, dtype=bool), 1.0, jnp.expand_dims(xm, -2))
+        partial = jnp.triu(cumprod_rows(rows))  # [i, j]: prod_{k <= j, k != i}, j >= i
+        g = jnp.sum(partial * jnp.expand_dims(jnp.moveaxis(dout, axis, -1), -2), axis=-1)
+        return (jnp.moveaxis(g, -1, axis),)
+
+    return bprop
+
+
+zero_gradient(ops.Argmax, ops.Argmin)
 
 
 @bprop_getters.register(ops.MatMul)

@@ -124,3 +124,45 @@ def get_bprop_unstack(self):
         return (jnp.stack(dout, axis=axis),)
 
     return bprop
+
+
+def _negate(widths):
+    if isinstance(widths, tuple):
+        return tuple(_negate(w) for w in widths)
+    return -widths
+
+
+@bprop_getters.register(ops.Tile)
+def get_bprop_tile(self):
+    tile_grad = ops.TileGrad(self.reps)
+    return lambda x, out, dout: (tile_grad(dout, x),)
+
+
+@bprop_getters.register(ops.TileGrad)
+def get_bprop_tile_grad(self):
+    tile = ops.Tile(self.reps)
+    return lambda g, x, out, dout: (tile(dout), None)
+
+
+@bprop_getters.register(ops.Pad)
+def get_bprop_pad(self):
+    crop = ops.Pad(_negate(self.paddings))
+    return lambda x, out, dout: (crop(dout),)
+
+
+@bprop_getters.register(ops.Flip)
+def get_bprop_flip(self):
+    flip = ops.Flip(self.axis)
+    return lambda x, out, dout: (flip(dout),)
+
+
+@bprop_getters.register(ops.Roll)
+def get_bprop_roll(self):
+    roll_back = ops.Roll(_negate(self.shift), self.axis)
+    return lambda x, out, dout: (roll_back(dout),)
+
+
+@bprop_getters.register(ops.Split)
+def get_bprop_split(self):
+    axis = self.axis
+    return lambda x, out, dout: (jnp.concatenate(dout, axis=axis),)

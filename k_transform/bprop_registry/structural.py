@@ -134,6 +134,15 @@ def get_bprop_index_add(self):
     return bprop
 
 
+@bprop_getters.register(ops.IndexMultiply)
+def get_bprop_index_multiply(self):
+    def bprop(x, index, value, out, dout):
+        scale = jnp.ones_like(x).at[index].set(value)
+        return dout * scale, None, sum_to(dout[index] * x[index], value)
+
+    return bprop
+
+
 @bprop_getters.register(prims.GetItem)
 def get_bprop_getitem(self):
     def bprop(x, index, out, dout):
@@ -147,7 +156,7 @@ def get_bprop_setitem(self):
     def bprop(x, index, value, out, dout):
         dx = dout
         dx[index] = zeros_like(value)
-        return dx, None, dout[index]
+        return dx, None, sum_to(dout[index], value)  # value may broadcast
 
     return bprop
 

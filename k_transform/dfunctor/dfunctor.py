@@ -33,6 +33,8 @@ receive nothing get zeros of their shape and dtype.
 
 from __future__ import annotations
 
+import weakref
+
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.dfunctor import prims as dp
 from k_transform.dfunctor.inline import inline, outputs
@@ -45,7 +47,7 @@ from k_transform.ops.mapping import primitive_for_value
 
 _functors: dict[int, DFunctor] = {}
 _prim_fprops: dict[Primitive, FuncGraph] = {}
-_keys: dict[int, str] = {}
+_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _key_counts: dict[str, int] = {}
 
 
@@ -68,13 +70,13 @@ def _functor(graph: FuncGraph, parent: DFunctor | None) -> DFunctor:
 
 def fv_key(node: Node) -> str:
     """The env key of a node that is a free variable somewhere (stable text)."""
-    if id(node) not in _keys:
+    if node not in _keys:
         name = getattr(node, "name", "") or node.debug.name or "v"
         base = f"{node.graph.name}:{name}"
         count = _key_counts.get(base, 0)
         _key_counts[base] = count + 1
-        _keys[id(node)] = base if count == 0 else f"{base}#{count}"
-    return _keys[id(node)]
+        _keys[node] = base if count == 0 else f"{base}#{count}"
+    return _keys[node]
 
 
 def param_key(param) -> str:

@@ -8,9 +8,10 @@ After `lower_jumps(fdef)` a function body has only structured control flow:
   contains no `return` or returns on every path: a *tail if*.
 - `continue` ends its loop body: the rest of the body moves into the
   non-continuing branch of the `if` around it.
-- `break` sets a flag `_kt_breakN = True`; the loop test becomes
-  `not _kt_breakN and test`. A `for` with a `break` becomes a `while` over an
-  index, so a broken loop stops iterating.
+- `break` sets a flag `_kt_breakN = True`. A `while` test becomes
+  `not _kt_breakN and test`; a `for` over a range becomes such a `while` over
+  its index, so it stops iterating; a `for` over a sequence (tuple, list,
+  array rows) keeps its structure and guards its body with `if not _kt_breakN`.
 - `return v` inside a loop sets `_kt_ret = v`, `_kt_has_ret = True` and breaks;
   after the loop `if _kt_has_ret: return _kt_ret` continues the lowering.
 
@@ -29,7 +30,7 @@ from collections import Counter
 
 import gast
 
-SPECIAL_NAMES = ("_kt_len", "_kt_undefined", "_kt_range_cond")
+SPECIAL_NAMES = ("_kt_undefined", "_kt_range_cond")
 
 
 def _name(id_: str, ctx=None) -> gast.Name:
@@ -105,6 +106,12 @@ class JumpLowering:
                 s.body = self.lower_block(s.body + copy.deepcopy(rest), loop)
                 s.orelse = self.lower_block(s.orelse + copy.deepcopy(rest), loop)
                 return out + [s]
+            if isinstance(s, gast.If):  # no jump at this level: lower loops inside
+                s.body = self.lower_block(s.body, loop)
+                s.orelse = self.lower_block(s.orelse, loop)
+                out.append(s)
+                todo = rest
+                continue
             if isinstance(s, (gast.While, gast.For)):
                 lowered = self.lower_loop(s)
                 if _is_ret_check(lowered[-1]):
@@ -139,14 +146,24 @@ class JumpLowering:
         brk = self.fresh("break") if has_break else None
         loop = _Loop(brk)
         pre: list = []
+        guard = False
         if brk is not None:
             pre.append(_assign(brk, _const(False), s))
-            if isinstance(s, gast.For):
-                s, setup = self._for_to_while(s)
+            if isinstance(s, gast.For) and _is_range_call(s.iter):
+                s, setup = self._for_to_while(s)  # a range loop stops at the break
                 pre.extend(setup)
-            not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
-            s.test = _located(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
+            guard = isinstance(s, gast.For)
+            if not guard:
+                not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
+                s.test = _located(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
         s.body = self.lower_block(s.body, loop) or [gast.copy_location(gast.Pass(), s)]
+        if guard:
+            # `for item in seq` (a tuple, a list, array rows): after the break the
+            # remaining iterations do nothing, so the loop keeps its structure
+            # (unrolled, Python or lax.scan).
+            not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
+            skip = gast.If(test=_located(not_brk, s), body=s.body, orelse=[])
+            s.body = [_located(skip, s)]
         post = []
         if has_return:
             check = gast.If(
@@ -158,32 +175,18 @@ class JumpLowering:
         return [*pre, s, *post]
 
     def _for_to_while(self, s: gast.For):
-        """`for t in it: body` as a `while` over an index (used when it breaks)."""
-        idx = self.fresh("i")
-        setup: list = []
-        if _is_range_call(s.iter):
-            args = list(s.iter.args)
-            start, stop, step = (
-                (_const(0), args[0], _const(1))
-                if len(args) == 1
-                else (args[0], args[1], args[2] if len(args) == 3 else _const(1))
-            )
-            stop_n, step_n = self.fresh("stop"), self.fresh("step")
-            setup += [_assign(idx, start, s), _assign(stop_n, stop, s), _assign(step_n, step, s)]
-            test = _call("_kt_range_cond", _name(idx), _name(stop_n), _name(step_n))
-            item: gast.expr = _name(idx)
-            advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_name(step_n))
-        else:
-            seq, n = self.fresh("seq"), self.fresh("n")
-            setup += [
-                _assign(seq, s.iter, s),
-                _assign(n, _call("_kt_len", _name(seq)), s),
-                _assign(idx, _const(0), s),
-            ]
-            test = gast.Compare(left=_name(idx), ops=[gast.Lt()], comparators=[_name(n)])
-            item = gast.Subscript(value=_name(seq), slice=_name(idx), ctx=gast.Load())
-            advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_const(1))
-        bind = _located(gast.Assign(targets=[s.target], value=item, type_comment=None), s)
+        """`for t in range(...)` as a `while` over its index (used when it breaks)."""
+        idx, stop_n, step_n = self.fresh("i"), self.fresh("stop"), self.fresh("step")
+        args = list(s.iter.args)
+        start, stop, step = (
+            (_const(0), args[0], _const(1))
+            if len(args) == 1
+            else (args[0], args[1], args[2] if len(args) == 3 else _const(1))
+        )
+        setup = [_assign(idx, start, s), _assign(stop_n, stop, s), _assign(step_n, step, s)]
+        test = _call("_kt_range_cond", _name(idx), _name(stop_n), _name(step_n))
+        advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_name(step_n))
+        bind = _located(gast.Assign(targets=[s.target], value=_name(idx), type_comment=None), s)
         body = [bind, _assign(idx, advance, s), *s.body]
         loop = _located(gast.While(test=test, body=body, orelse=[]), s)
         return loop, setup
@@ -240,14 +243,14 @@ def _contains(stmts, kinds, into_loops: bool) -> bool:
 
 # -- liveness facts ----------------------------------------------------------
 def _walk_scope(node):
-    """Nodes of `node` without entering nested functions or classes."""
+    """Nodes of `node`; nested functions and classes are yielded, not entered."""
     todo = [node]
     while todo:
         n = todo.pop()
         yield n
-        for child in gast.iter_child_nodes(n):
-            if not isinstance(child, _SCOPES):
-                todo.append(child)
+        if isinstance(n, _SCOPES):
+            continue
+        todo.extend(gast.iter_child_nodes(n))
 
 
 def assigned_names(stmts) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from k_transform import runtime as rt
 from k_transform.ir import prims
 from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
@@ -73,6 +75,8 @@ def fold_call(fn, args, kwargs) -> Constant | None:
 
 
 def _is_pure(fn) -> bool:
+    if isinstance(fn, type) and issubclass(fn, np.generic):
+        return True  # np.float32(0.5): a numpy scalar constant
     try:
         if fn in _PURE_BUILTINS:
             return True
@@ -99,7 +103,11 @@ def is_static(value) -> bool:
         return all(is_static(v) for v in value)
     if isinstance(value, slice):
         return all(is_static(v) for v in (value.start, value.stop, value.step))
-    return value is None or value is Ellipsis or isinstance(value, (bool, int, float, str, range))
+    return (
+        value is None
+        or value is Ellipsis
+        or isinstance(value, (bool, int, float, str, range, np.generic))
+    )
 
 
 __all__ = ["fold", "fold_call", "is_static"]

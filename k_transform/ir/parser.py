@@ -102,7 +102,6 @@ _UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert"}
 
 # Names the jump lowering introduces, with how generated code spells them.
 _SPECIALS = {
-    "_kt_len": (len, "len"),
     "_kt_undefined": (rt.UNDEFINED, "_rt.UNDEFINED"),
     "_kt_range_cond": (rt.range_cond, "_rt.range_cond"),
 }

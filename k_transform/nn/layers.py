@@ -1,4 +1,12 @@
-"""Layers: Dense, activations, Flatten, Dropout, LayerNorm, containers."""
+"""Layers: Dense, Conv2d, pooling, BatchNorm2d, Embedding, activations,
+Flatten, Dropout, LayerNorm, containers. Images are NCHW, as in MindSpore.
+
+`self.training` (set by `cell.set_train(True/False)`) is a static flag: the
+parser folds `if self.training:` when it builds a gradient function, so a
+gradient function (or `kt.jit(TrainOneStepCell(...))`) built in training mode
+stays in training mode. Build a fresh one after `set_train(False)` (calling
+the Cell directly, `net(x)`, always reads the current flag).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform import ops
 from k_transform.cell import Cell, Parameter
+from k_transform.ops.state import Assign
+
+ASSIGN = Assign()
 
 
 def _init(shape, fan_in: int, seed: int):
@@ -33,6 +45,120 @@ class Dense(Cell):
         if self.activation is not None:
             y = self.activation(y)
         return y
+
+
+class Conv2d(Cell):
+    """2-D convolution of NCHW images; weight (out, in / group, kh, kw), He-uniform.
+
+    `pad_mode`: "same" (output size ceil(H / stride)), "valid" (no padding),
+    or "pad" (`padding`: an int, (ph, pw) or ((top, bottom), (left, right))).
+    """
+
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        pad_mode="same",
+        padding=0,
+        dilation=1,
+        group=1,
+        has_bias=False,
+        seed=0,
+    ):
+        super().__init__()
+        kh, kw = ops.conv.pair(kernel_size)
+        fan_in = in_channels // group * kh * kw
+        shape = (out_channels, in_channels // group, kh, kw)
+        self.weight = Parameter(_init(shape, fan_in, seed))
+        self.has_bias = has_bias
+        if has_bias:
+            self.bias = Parameter(np.zeros(out_channels, np.float32))
+        if pad_mode not in ("same", "valid", "pad"):
+            raise ValueError(f"pad_mode must be 'same', 'valid' or 'pad', got {pad_mode!r}")
+        pads = padding if pad_mode == "pad" else pad_mode.upper()
+        self.conv = ops.Conv2D(stride, pads, dilation, group)
+
+    def construct(self, x):
+        y = self.conv(x, self.weight)
+        if self.has_bias:
+            y = y + jnp.reshape(self.bias, (1, -1, 1, 1))
+        return y
+
+
+class MaxPool2d(Cell):
+    """Max over kernel_size windows of NCHW images (`pad_mode` "valid" or "same")."""
+
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid"):
+        super().__init__()
+        self.pool = ops.MaxPool(kernel_size, stride, pad_mode.upper())
+
+    def construct(self, x):
+        return self.pool(x)
+
+
+class AvgPool2d(Cell):
+    """Mean over kernel_size windows of NCHW images (`pad_mode` "valid" or "same";
+    padded entries count as zeros)."""
+
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid"):
+        super().__init__()
+        self.pool = ops.AvgPool(kernel_size, stride, pad_mode.upper())
+
+    def construct(self, x):
+        return self.pool(x)
+
+
+class BatchNorm2d(Cell):
+    """Batch normalisation over (N, H, W) per channel of NCHW images.
+
+    Training (`set_train(True)`): normalises with the batch statistics and
+    updates `moving_mean` / `moving_variance` (Parameters with
+    requires_grad=False) as `moving = momentum * moving + (1 - momentum) *
+    batch`, the variance unbiased (n / (n - 1)). Eval: uses the moving
+    statistics. The mode is fixed when a gradient function is built (see the
+    module docstring).
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9):
+        super().__init__()
+        self.gamma = Parameter(np.ones(num_features, np.float32))
+        self.beta = Parameter(np.zeros(num_features, np.float32))
+        self.moving_mean = Parameter(np.zeros(num_features, np.float32), requires_grad=False)
+        self.moving_variance = Parameter(np.ones(num_features, np.float32), requires_grad=False)
+        self.eps = eps
+        self.momentum = momentum
+        self.batch_norm = ops.BatchNorm(eps)
+
+    def construct(self, x):
+        if self.training:
+            y, mean, var = self.batch_norm(x, self.gamma, self.beta)
+            n = jnp.size(x) // jnp.shape(x)[1]
+            m = self.momentum
+            new_mean = self.moving_mean * m + mean * (1.0 - m)
+            new_var = self.moving_variance * m + var * (n / (n - 1) * (1.0 - m))
+            ASSIGN(self.moving_mean, new_mean)
+            ASSIGN(self.moving_variance, new_var)
+            return y
+        scale = self.gamma * jax.lax.rsqrt(self.moving_variance + self.eps)
+        shift = self.beta - self.moving_mean * scale
+        return x * jnp.reshape(scale, (1, -1, 1, 1)) + jnp.reshape(shift, (1, -1, 1, 1))
+
+
+class Embedding(Cell):
+    """`table[ids]`: rows of a (vocab_size, embedding_size) table (normal(0, 1)
+    initial values), gradient scatter-added into the rows looked up."""
+
+    def __init__(self, vocab_size, embedding_size, seed=0):
+        super().__init__()
+        rng = np.random.RandomState(seed)
+        self.embedding_table = Parameter(
+            rng.normal(0.0, 1.0, (vocab_size, embedding_size)).astype(np.float32)
+        )
+
+    def construct(self, ids):
+        return jnp.take(self.embedding_table, ids, axis=0)
 
 
 class ReLU(Cell):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from k_transform.cell import Cell, ParameterTuple
-from k_transform.grad import GradOperation
+from k_transform.grad import value_and_grad
 
 
 class WithLossCell(Cell):
@@ -21,17 +21,18 @@ class WithLossCell(Cell):
 class TrainOneStepCell(Cell):
     """One training step: loss, gradients w.r.t. the optimizer's Parameters,
     optimizer update. `kt.jit(step)` makes it one compiled program whose
-    Parameter updates are written back after each call."""
+    Parameter updates are written back after each call. The network runs
+    once per step (loss and gradients from one pass), so state it assigns
+    (BatchNorm's moving statistics) is updated once."""
 
     def __init__(self, network, optimizer):
         super().__init__()
         self.network = network
         self.optimizer = optimizer
         object.__setattr__(self, "weights", ParameterTuple(optimizer.parameters))
-        object.__setattr__(self, "grad_fn", GradOperation(get_by_list=True)(network, self.weights))
+        object.__setattr__(self, "grad_fn", value_and_grad(network, None, self.weights))
 
     def construct(self, data, label):
-        loss = self.network(data, label)
-        grads = self.grad_fn(data, label)
+        loss, grads = self.grad_fn(data, label)
         self.optimizer(grads)
         return loss

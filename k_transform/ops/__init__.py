@@ -7,11 +7,34 @@ primitives (`k_transform.ops.mapping`).
 """
 
 from k_transform.ir.primitive import Primitive
-from k_transform.ops import arithmetic, indexing, nn, reduce, shape, state, structural
+from k_transform.ops import (
+    arithmetic,
+    conv,
+    gather,
+    indexing,
+    linalg,
+    nn,
+    reduce,
+    shape,
+    state,
+    structural,
+)
 from k_transform.ops import math as _math
 from k_transform.ops.arithmetic import BINARY, UNARY
 
-_FAMILIES = (arithmetic, _math, reduce, shape, nn, structural, indexing, state)
+_FAMILIES = (
+    arithmetic,
+    _math,
+    reduce,
+    linalg,
+    shape,
+    nn,
+    conv,
+    gather,
+    structural,
+    indexing,
+    state,
+)
 
 
 def _export() -> list[str]:

@@ -7,7 +7,9 @@ attributes become keyword arguments of the jax call when `jax_kwargs` names
 them (`ReduceSum(keep_dims=True)` -> `jnp.sum(x, axis, keepdims=True)`).
 
 `elementwise(name, fn, jax_name, n_inputs)` makes the common case, a class
-with no attributes, in one line. Rules live in `k_transform.bprop_registry`.
+with no attributes, in one line. `AttrPrimitive` is for primitives whose
+`impl` is more than one jax call (convolutions, pooling, batch norm).
+Rules live in `k_transform.bprop_registry`.
 """
 
 from __future__ import annotations
@@ -80,3 +82,11 @@ def operator_primitive(name: str, op, symbol: str, n_inputs: int = 2, doc: str =
             "__module__": "k_transform.ops",
         },
     )
+
+
+class AttrPrimitive(Primitive):
+    """A primitive with keyword attributes whose `impl` is a method; generated
+    code calls the instance (`Conv2D(x, w)`), which runs `impl`."""
+
+    def __init__(self, **attrs):
+        super().__init__(type(self).__name__, **attrs)

@@ -25,6 +25,18 @@ class IndexAdd(JaxPrimitive):
         return f"{args[0]}.at[{args[1]}].add({args[2]})"
 
 
+class IndexMultiply(JaxPrimitive):
+    """`x.at[index].multiply(value)`; its gradient assumes distinct indices."""
+
+    n_inputs = 3
+
+    def impl(self, x, index, value):
+        return x.at[index].multiply(value, unique_indices=True)
+
+    def emit(self, e, args):
+        return f"{args[0]}.at[{args[1]}].multiply({args[2]})"
+
+
 def _at_target(node):
     """(x, index) when `node` is `x.at[index]`, else None."""
     if not (isinstance(node, Apply) and isinstance(node.fn, Constant)):
@@ -52,3 +64,4 @@ def _at_update(prim_cls):
 
 register_method("set")(_at_update(prims.SetItem))
 register_method("add")(_at_update(IndexAdd))
+register_method("multiply")(_at_update(IndexMultiply))

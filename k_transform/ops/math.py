@@ -3,7 +3,9 @@ that map onto them (`jnp.sin`, `np.sin`, `math.sin`, `jax.nn.sigmoid`, ...).
 
 Unary functions take one array; `Maximum`, `Minimum` broadcast two;
 `Select(c, x, y)` is `jnp.where(c, x, y)`; `Clip(x, lo, hi)` takes None for
-a missing bound. `math.floor`/`math.ceil` are not mapped: they return ints.
+a missing bound; `Atan2(y, x)` is `jnp.arctan2`; `Tril(k)` / `Triu(k)` keep
+the lower / upper triangle of the last two axes. `math.floor`/`math.ceil`
+are not mapped: they return ints.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
 
-from k_transform.ops.base import elementwise
+from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
 
 Sin = elementwise("Sin", jnp.sin, "jnp.sin")
@@ -45,6 +47,27 @@ Maximum = elementwise("Maximum", jnp.maximum, "jnp.maximum", 2)
 Minimum = elementwise("Minimum", jnp.minimum, "jnp.minimum", 2)
 Select = elementwise("Select", jnp.where, "jnp.where", 3, "`jnp.where(c, x, y)`.")
 Clip = elementwise("Clip", jnp.clip, "jnp.clip", 3, "`jnp.clip(x, lo, hi)`; None: no bound.")
+Atan2 = elementwise("Atan2", jnp.arctan2, "jnp.arctan2", 2, "`jnp.arctan2(y, x)`.")
+
+
+class Tril(JaxPrimitive):
+    """`Tril(k)(x)`: `jnp.tril(x, k)`, zeros above the k-th diagonal."""
+
+    jax_fn = staticmethod(jnp.tril)
+    jax_name = "jnp.tril"
+    jax_kwargs = {"k": "k"}
+    n_inputs = 1
+
+    def __init__(self, k: int = 0):
+        super().__init__(k=k)
+
+
+class Triu(Tril):
+    """`Triu(k)(x)`: `jnp.triu(x, k)`, zeros below the k-th diagonal."""
+
+    jax_fn = staticmethod(jnp.triu)
+    jax_name = "jnp.triu"
+
 
 map_functions(
     {
@@ -77,6 +100,7 @@ map_functions(
     {
         Maximum: (jnp.maximum, np.maximum),
         Minimum: (jnp.minimum, np.minimum),
+        Atan2: (jnp.arctan2, np.arctan2, math.atan2),
     },
     n=2,
 )
@@ -102,3 +126,16 @@ def _clip_method(call):
     if not call.names_ok(("min", "max"), 3):
         return None
     return Clip(), [call.args[0], call.arg(1, "min", NONE), call.arg(2, "max", NONE)]
+
+
+def _triangle(prim_cls):
+    def adapter(call):
+        if not call.names_ok(("m", "k"), 2):
+            return None
+        return prim_cls(call.static(1, "k", 0)), [call.arg(0, "m")]
+
+    return adapter
+
+
+register_function(jnp.tril, np.tril)(_triangle(Tril))
+register_function(jnp.triu, np.triu)(_triangle(Triu))

@@ -3,14 +3,26 @@
 `Softmax(axis)` and `LogSoftmax(axis)` normalise along `axis` (default -1,
 an int or a tuple); `Gelu(approximate)` is `jax.nn.gelu` (tanh form by
 default, like jax). `Sigmoid` and `ReLU` live with the math primitives.
+
+`SoftmaxCrossEntropyWithLogits()(logits, labels)` is the per-example loss
+`-sum(labels * log_softmax(logits))` over the last axis (for labels summing
+to 1, `logsumexp(logits) - sum(labels * logits)`), fused so its gradient
+`softmax(logits) - labels` stays finite for huge logits.
+`BatchNorm(epsilon)(x, gamma, beta)` normalises x (N, C, ...) with the batch
+statistics of each channel and returns `(y, mean, var)` (var biased).
+`Dropout(keep_prob)(x, key)` draws its mask from an explicit `jax.random`
+key; `DropoutGenMask(keep_prob)(key, shape)` and `DropoutDoMask(keep_prob)(x,
+mask)` are its two halves. `OneHot()(indices, depth, dtype)` is
+`jax.nn.one_hot`. Convolutions and pooling are in `k_transform.ops.conv`.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
-from k_transform.ops.base import JaxPrimitive, elementwise
-from k_transform.ops.mapping import map_functions, register_function
+from k_transform.ops.base import AttrPrimitive, JaxPrimitive, elementwise
+from k_transform.ops.mapping import NONE, map_functions, register_function
 
 Softplus = elementwise("Softplus", jax.nn.softplus, "jax.nn.softplus")
 
@@ -67,3 +79,82 @@ def _gelu(call):
     if not call.names_ok(("x", "approximate"), 2):
         return None
     return Gelu(call.static(1, "approximate", True)), [call.arg(0, "x")]
+
+
+class SoftmaxCrossEntropyWithLogits(AttrPrimitive):
+    """`(logits, labels)`: `-sum(labels * log_softmax(logits), -1)`."""
+
+    n_inputs = 2
+
+    def impl(self, logits, labels):
+        return -jnp.sum(labels * jax.nn.log_softmax(logits), axis=-1)
+
+
+def channel_view(x):
+    """x (N, C, ...) as (N, C, rest): statistics reduce axes (0, 2)."""
+    return jnp.reshape(x, (jnp.shape(x)[0], jnp.shape(x)[1], -1))
+
+
+class BatchNorm(AttrPrimitive):
+    """`BatchNorm(epsilon)(x, gamma, beta)` -> (y, batch mean, biased batch var)
+    per channel (axis 1); gamma and beta have shape (C,)."""
+
+    n_inputs = 3
+
+    def __init__(self, epsilon: float = 1e-5):
+        super().__init__(epsilon=epsilon)
+
+    def impl(self, x, gamma, beta):
+        x3 = channel_view(x)
+        mean = jnp.mean(x3, axis=(0, 2))
+        var = jnp.mean(jnp.square(x3 - mean[:, None]), axis=(0, 2))
+        scale = gamma * jax.lax.rsqrt(var + self.epsilon)
+        y3 = (x3 - mean[:, None]) * scale[:, None] + beta[:, None]
+        return jnp.reshape(y3, jnp.shape(x)), mean, var
+
+
+def dropout_mask(key, shape, keep_prob):
+    return jax.random.bernoulli(key, keep_prob, tuple(shape))
+
+
+class DropoutGenMask(AttrPrimitive):
+    """`(key, shape)`: a boolean mask, True with probability keep_prob."""
+
+    n_inputs = 2
+
+    def __init__(self, keep_prob: float = 0.5):
+        super().__init__(keep_prob=keep_prob)
+
+    def impl(self, key, shape):
+        return dropout_mask(key, shape, self.keep_prob)
+
+
+class DropoutDoMask(DropoutGenMask):
+    """`(x, mask)`: `x / keep_prob` where mask, else 0."""
+
+    def impl(self, x, mask):
+        return jnp.where(mask, x / self.keep_prob, jnp.zeros((), jnp.result_type(x)))
+
+
+class Dropout(DropoutGenMask):
+    """`(x, key)`: `DropoutDoMask(x, DropoutGenMask(key, x.shape))`."""
+
+    def impl(self, x, key):
+        mask = dropout_mask(key, jnp.shape(x), self.keep_prob)
+        return jnp.where(mask, x / self.keep_prob, jnp.zeros((), jnp.result_type(x)))
+
+
+def one_hot(indices, depth, dtype=None):
+    if dtype is None:
+        return jax.nn.one_hot(indices, depth)
+    return jax.nn.one_hot(indices, depth, dtype=dtype)
+
+
+OneHot = elementwise("OneHot", one_hot, "one_hot", 3, "`(indices, depth, dtype)`: jax.nn.one_hot.")
+
+
+@register_function(jax.nn.one_hot)
+def _one_hot(call):
+    if not call.names_ok(("x", "num_classes", "dtype"), 3):
+        return None
+    return OneHot(), [call.arg(0, "x"), call.arg(1, "num_classes"), call.arg(2, "dtype", NONE)]

@@ -2,7 +2,10 @@
 
 Reductions take the axis as an input, like MindSpore: `ReduceSum(keep_dims)(x,
 axis)`, axis None (all axes), an int or a tuple; it must be static when
-traced (jax requires it) and gets no gradient.
+traced (jax requires it) and gets no gradient. `Var(ddof, keep_dims)` and
+`Std` follow `jnp.var` / `jnp.std`. Scans and arg-reductions take a static
+`axis` attribute: `Cumsum(axis, reverse)`, `Cumprod(axis)`,
+`Argmax(axis, keep_dims)`, `Argmin(axis, keep_dims)` (integer results).
 """
 
 from __future__ import annotations
@@ -74,6 +77,79 @@ class LogSumExp(_Reduce):
 
     jax_fn = staticmethod(jax.nn.logsumexp)
     jax_name = "jax.nn.logsumexp"
+
+
+class Var(_Reduce):
+    """`Var(ddof, keep_dims)(x, axis)`: `jnp.var(x, axis, ddof=ddof, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.var)
+    jax_name = "jnp.var"
+
+    def __init__(self, ddof: int = 0, keep_dims: bool = False):
+        JaxPrimitive.__init__(self, ddof=ddof, keep_dims=keep_dims)
+
+    def impl(self, x, axis=None):
+        return type(self).jax_fn(x, axis=axis, ddof=self.ddof, keepdims=self.keep_dims)
+
+    def emit(self, e, args):
+        return super().emit(e, args)[:-1] + f", ddof={self.ddof!r})"
+
+
+class Std(Var):
+    """`Std(ddof, keep_dims)(x, axis)`: `jnp.std(x, axis, ddof=ddof, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.std)
+    jax_name = "jnp.std"
+
+
+def cumsum(x, axis: int, reverse: bool = False):
+    """`jnp.cumsum` along `axis`; `reverse`: summing from the end."""
+    if reverse:
+        return jnp.flip(jnp.cumsum(jnp.flip(x, axis), axis), axis)
+    return jnp.cumsum(x, axis)
+
+
+class Cumsum(JaxPrimitive):
+    """`Cumsum(axis, reverse)(x)`: running sums along `axis`."""
+
+    jax_fn = staticmethod(cumsum)
+    jax_name = "cumsum"
+    jax_kwargs = {"axis": "axis", "reverse": "reverse"}
+    n_inputs = 1
+
+    def __init__(self, axis: int = 0, reverse: bool = False):
+        super().__init__(axis=axis, reverse=reverse)
+
+
+class Cumprod(JaxPrimitive):
+    """`Cumprod(axis)(x)`: running products along `axis`."""
+
+    jax_fn = staticmethod(jnp.cumprod)
+    jax_name = "jnp.cumprod"
+    jax_kwargs = {"axis": "axis"}
+    n_inputs = 1
+
+    def __init__(self, axis: int = 0):
+        super().__init__(axis=axis)
+
+
+class Argmax(JaxPrimitive):
+    """`Argmax(axis, keep_dims)(x)`: `jnp.argmax(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.argmax)
+    jax_name = "jnp.argmax"
+    jax_kwargs = {"axis": "axis", "keep_dims": "keepdims"}
+    n_inputs = 1
+
+    def __init__(self, axis=None, keep_dims: bool = False):
+        super().__init__(axis=axis, keep_dims=keep_dims)
+
+
+class Argmin(Argmax):
+    """`Argmin(axis, keep_dims)(x)`: `jnp.argmin(x, axis, keepdims=keep_dims)`."""
+
+    jax_fn = staticmethod(jnp.argmin)
+    jax_name = "jnp.argmin"
 
 
 class MatMul(JaxPrimitive):
@@ -172,3 +248,83 @@ map_functions(
 @register_method("dot")
 def _dot_method(call):
     return (Dot(), call.args) if len(call.args) == 2 and not call.kwargs else None
+
+
+def _variance_adapters(prim_cls) -> tuple:
+    """`fn(a, axis=None, ddof=0, keepdims=False)` and `x.var(axis, ddof=, keepdims=)`."""
+    names = {"a", "axis", "ddof", "keepdims"}
+
+    def function(call):
+        if len(call.args) > 2 or not set(call.kwargs) <= names:
+            return None
+        prim = prim_cls(call.static(4, "ddof", 0), call.static(5, "keepdims", False))
+        return prim, [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+
+    def method(call):
+        if len(call.args) > 2 or not set(call.kwargs) <= names - {"a"}:
+            return None
+        prim = prim_cls(call.static(4, "ddof", 0), call.static(5, "keepdims", False))
+        return prim, [call.args[0], call.arg(1, "axis", NONE)]
+
+    return function, method
+
+
+for _cls, _fns, _method in ((Var, (jnp.var, np.var), "var"), (Std, (jnp.std, np.std), "std")):
+    _function_adapter, _method_adapter = _variance_adapters(_cls)
+    register_function(*_fns)(_function_adapter)
+    register_method(_method)(_method_adapter)
+
+
+def _scan_adapters(prim_cls) -> tuple:
+    """`fn(a, axis)` and `x.method(axis)` with a static int axis (None, the
+    flattened scan, stays a library call)."""
+
+    def function(call):
+        if not call.names_ok(("a", "axis"), 2):
+            return None
+        axis = call.static(1, "axis")
+        return (prim_cls(axis), [call.arg(0, "a")]) if isinstance(axis, int) else None
+
+    def method(call):
+        if not call.names_ok(("axis",), 2):
+            return None
+        axis = call.static(1, "axis")
+        return (prim_cls(axis), [call.args[0]]) if isinstance(axis, int) else None
+
+    return function, method
+
+
+for _cls, _fns, _method in (
+    (Cumsum, (jnp.cumsum, np.cumsum), "cumsum"),
+    (Cumprod, (jnp.cumprod, np.cumprod), "cumprod"),
+):
+    _function_adapter, _method_adapter = _scan_adapters(_cls)
+    register_function(*_fns)(_function_adapter)
+    register_method(_method)(_method_adapter)
+
+
+def _arg_adapters(prim_cls) -> tuple:
+    """`fn(a, axis=None, keepdims=False)` and `x.method(axis=None, keepdims=False)`."""
+
+    def function(call):
+        if not call.names_ok(("a", "axis", "keepdims"), 2):
+            return None
+        prim = prim_cls(call.static(1, "axis"), bool(call.static(3, "keepdims", False)))
+        return prim, [call.arg(0, "a")]
+
+    def method(call):
+        if not call.names_ok(("axis", "keepdims"), 2):
+            return None
+        prim = prim_cls(call.static(1, "axis"), bool(call.static(3, "keepdims", False)))
+        return prim, [call.args[0]]
+
+    return function, method
+
+
+for _cls, _fns, _method in (
+    (Argmax, (jnp.argmax, np.argmax), "argmax"),
+    (Argmin, (jnp.argmin, np.argmin), "argmin"),
+):
+    _function_adapter, _method_adapter = _arg_adapters(_cls)
+    register_function(*_fns)(_function_adapter)
+    register_method(_method)(_method_adapter)

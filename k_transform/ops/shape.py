@@ -6,10 +6,16 @@ shape computed from `x.shape` works; they get no gradient. Axes that jax
 needs at trace time are attributes (`Squeeze(axis)`, `Concat(axis)`).
 `SplitLike` and `Unstack` return tuples: they are the gradients of `Concat`
 and `Stack` (and the other way round).
+
+Rearrangements with static attributes: `Tile(reps)` (its gradient
+`TileGrad(reps)(dout, x)` sums the copies), `Pad(paddings)` (constant zeros;
+negative widths crop, so `Pad(-paddings)` is its gradient), `Flip(axis)`,
+`Roll(shift, axis)` and `Split(sections, axis)` (a tuple, like `jnp.split`).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -110,6 +116,111 @@ class SplitLike(_AxisPrimitive):
     jax_fn = staticmethod(split_like)
     jax_name = "split_like"
     n_inputs = 2
+
+
+def _full_reps(reps, ndim: int) -> tuple:
+    reps = (reps,) if isinstance(reps, int) else tuple(reps)
+    return (1,) * (ndim - len(reps)) + reps
+
+
+def tile_grad(dout, x, reps):
+    """Sum of the `reps` copies of x in `dout` (the adjoint of `jnp.tile`)."""
+    n = max(jnp.ndim(x), len(reps) if not isinstance(reps, int) else 1)
+    reps = _full_reps(reps, n)
+    shape = (1,) * (n - jnp.ndim(x)) + tuple(jnp.shape(x))
+    split = [d for r, k in zip(reps, shape, strict=True) for d in (r, k)]
+    summed = jnp.sum(jnp.reshape(dout, split), axis=tuple(range(0, 2 * n, 2)))
+    return jnp.reshape(summed, jnp.shape(x))
+
+
+def pad(x, paddings):
+    """Zeros around x: `paddings` as `jnp.pad`'s pad_width; negative crops."""
+    widths = np.broadcast_to(np.asarray(paddings, int), (jnp.ndim(x), 2))
+    config = [(int(lo), int(hi), 0) for lo, hi in widths]
+    return jax.lax.pad(x, jnp.zeros((), jnp.result_type(x)), config)
+
+
+def roll(x, shift, axis):
+    return jnp.roll(x, shift, axis)
+
+
+def split(x, sections, axis: int = 0) -> tuple:
+    return tuple(jnp.split(x, sections, axis))
+
+
+class _AttrJax(JaxPrimitive):
+    n_inputs = 1
+
+
+class Tile(_AttrJax):
+    """`Tile(reps)(x)`: `jnp.tile(x, reps)`."""
+
+    jax_fn = staticmethod(jnp.tile)
+    jax_name = "jnp.tile"
+    jax_kwargs = {"reps": "reps"}
+
+    def __init__(self, reps=1):
+        super().__init__(reps=reps if isinstance(reps, int) else tuple(reps))
+
+
+class TileGrad(Tile):
+    """`TileGrad(reps)(dout, x)`: the copies of x in dout summed (x: the shape)."""
+
+    jax_fn = staticmethod(tile_grad)
+    jax_name = "tile_grad"
+    n_inputs = 2
+
+
+class Pad(_AttrJax):
+    """`Pad(paddings)(x)`: zeros around x (`jnp.pad` constant mode)."""
+
+    jax_fn = staticmethod(pad)
+    jax_name = "pad"
+    jax_kwargs = {"paddings": "paddings"}
+
+    def __init__(self, paddings=0):
+        super().__init__(paddings=_nested_tuple(paddings))
+
+
+def _nested_tuple(v):
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return tuple(_nested_tuple(a) for a in v)
+    return int(v)
+
+
+class Flip(_AttrJax):
+    """`Flip(axis)(x)`: `jnp.flip(x, axis)`; None: every axis."""
+
+    jax_fn = staticmethod(jnp.flip)
+    jax_name = "jnp.flip"
+    jax_kwargs = {"axis": "axis"}
+
+    def __init__(self, axis=None):
+        super().__init__(axis=_nested_tuple(axis) if axis is not None else None)
+
+
+class Roll(_AttrJax):
+    """`Roll(shift, axis)(x)`: `jnp.roll(x, shift, axis)`; axis None: flattened."""
+
+    jax_fn = staticmethod(roll)
+    jax_name = "roll"
+    jax_kwargs = {"shift": "shift", "axis": "axis"}
+
+    def __init__(self, shift=0, axis=None):
+        super().__init__(
+            shift=_nested_tuple(shift), axis=_nested_tuple(axis) if axis is not None else None
+        )
+
+
+class Split(_AttrJax):
+    """`Split(sections, axis)(x)`: `jnp.split(x, sections, axis)` as a tuple."""
+
+    jax_fn = staticmethod(split)
+    jax_name = "split"
+    jax_kwargs = {"sections": "sections", "axis": "axis"}
+
+    def __init__(self, sections=1, axis: int = 0):
+        super().__init__(sections=_nested_tuple(sections), axis=axis)
 
 
 map_functions({Shape: (jnp.shape, np.shape), Size: (jnp.size, np.size)})
@@ -228,3 +339,42 @@ def _swapaxes_method(call):
 @register_attribute("T")
 def _transpose_attribute(call):
     return Transpose(), [call.args[0], NONE]
+
+
+@register_function(jnp.tile, np.tile)
+def _tile(call):
+    if not call.names_ok(("A", "reps"), 2):
+        return None
+    return Tile(call.static(1, "reps")), [call.arg(0, "A")]
+
+
+@register_function(jnp.pad, np.pad)
+def _pad(call):
+    """Constant mode with zeros only; other modes stay library calls."""
+    if not call.names_ok(("array", "pad_width", "mode", "constant_values"), 3):
+        return None
+    if call.static(2, "mode", "constant") != "constant" or call.static(3, "constant_values", 0):
+        return None
+    return Pad(call.static(1, "pad_width")), [call.arg(0, "array")]
+
+
+@register_function(jnp.flip, np.flip)
+def _flip(call):
+    if not call.names_ok(("m", "axis"), 2):
+        return None
+    return Flip(call.static(1, "axis")), [call.arg(0, "m")]
+
+
+@register_function(jnp.roll, np.roll)
+def _roll(call):
+    if not call.names_ok(("a", "shift", "axis"), 3):
+        return None
+    return Roll(call.static(1, "shift"), call.static(2, "axis")), [call.arg(0, "a")]
+
+
+@register_function(jnp.split, np.split)
+def _split(call):
+    if not call.names_ok(("ary", "indices_or_sections", "axis"), 3):
+        return None
+    prim = Split(call.static(1, "indices_or_sections"), call.static(2, "axis", 0))
+    return prim, [call.arg(0, "ary")]

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench.run [name ...]` writes bench/results/<name>.json."""

@@ -1,0 +1,163 @@
+"""Gradient time and memory of loops: k_transform vs `jax.grad` of `lax.scan`.
+
+Two programs, each iterating `y <- y + 0.01 * sin(y) * x` n times on a
+float32 vector of SIZE entries, for n in 10, 100, 1,000 and 10,000:
+
+- `while_program(x, stop)`: a `while` whose condition is traced (`t < stop`,
+  stop a traced float), so k_transform stores each iteration's carry in a
+  buffer whose bound grows (x8 over the trip count) and retraces;
+- `for_program(x, n)`: `for _ in range(n)` with a static n (a `lax.scan`
+  under jit once n > 8).
+
+The baseline is `jax.jit(jax.grad(scan_program))`, the same iteration written
+with `lax.scan`. Times are medians over REPEATS calls, alternating between
+the contenders so drift hits all of them alike; `first_call_s` includes
+tracing and compiling (and, for the while loop, the retraces while its bound
+grows). Memory is XLA's compiled-memory estimate (`memory_analysis()` of the
+lowered jitted function: arguments + outputs + temporaries), and the device's
+`peak_bytes_in_use` where the backend reports it (GPU; process-wide, so it
+only ever grows across the run).
+
+    python -m bench.run loops      # writes bench/results/loops.json
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import k_transform as kt
+
+SIZE = 1024
+TRIP_COUNTS = (10, 100, 1_000, 10_000)
+REPEATS = 7
+
+
+def while_program(x, stop):
+    y = x
+    t = stop * 0.0
+    while t < stop:
+        y = y + 0.01 * jnp.sin(y) * x
+        t = t + 1.0
+    return jnp.sum(y * y)
+
+
+def for_program(x, n):
+    y = x
+    for _ in range(n):
+        y = y + 0.01 * jnp.sin(y) * x
+    return jnp.sum(y * y)
+
+
+def scan_program(x, n):
+    def body(y, _):
+        return y + 0.01 * jnp.sin(y) * x, None
+
+    y, _ = lax.scan(body, x, None, length=n)
+    return jnp.sum(y * y)
+
+
+def _timed(fn, args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def _memory(jitted, args) -> dict:
+    stats = jitted.lower(*args).compile().memory_analysis()
+    if stats is None:
+        return {}
+    return {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+        "total_bytes": stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes,
+    }
+
+
+def _device_peak() -> int | None:
+    stats = jax.devices()[0].memory_stats()
+    return None if not stats else stats.get("peak_bytes_in_use")
+
+
+def _contenders(n: int, x):
+    """name -> (gradient function, its arguments, the same jitted for lowering)."""
+    kt_while = kt.GradOperation()(while_program)
+    kt_for = kt.GradOperation()(for_program)
+    scan_grad = jax.jit(jax.grad(scan_program), static_argnums=1)
+    stop = jnp.float32(n)
+    return {
+        "kt_while": (kt_while, (x, stop), jax.jit(kt_while)),
+        "kt_for_range": (kt_for, (x, n), jax.jit(kt_for, static_argnums=1)),
+        "jax_scan": (scan_grad, (x, n), scan_grad),
+    }
+
+
+def bench_trip_count(n: int, x) -> dict:
+    contenders = _contenders(n, x)
+    results = {
+        name: {"first_call_s": _timed(fn, args)} for name, (fn, args, _) in contenders.items()
+    }
+    want = np.asarray(contenders["jax_scan"][0](x, n))
+    for name, (fn, args, _) in contenders.items():
+        np.testing.assert_allclose(np.asarray(fn(*args)), want, rtol=1e-3, atol=1e-4)
+        results[name]["times_s"] = []
+    for _ in range(REPEATS):
+        for name, (fn, args, _) in contenders.items():
+            results[name]["times_s"].append(_timed(fn, args))
+    for name, (_, args, jitted) in contenders.items():
+        r = results[name]
+        r["median_s"] = statistics.median(r["times_s"])
+        r["memory"] = _memory(jitted, args)
+        r["device_peak_bytes"] = _device_peak()
+    base = results["jax_scan"]
+    for name in ("kt_while", "kt_for_range"):
+        r = results[name]
+        r["time_ratio_vs_scan"] = r["median_s"] / base["median_s"]
+        if r["memory"] and base["memory"]:
+            r["memory_ratio_vs_scan"] = r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
+    return results
+
+
+def run() -> dict:
+    kt.set_mode("graph")
+    x = jnp.asarray(np.random.RandomState(0).uniform(-1.0, 1.0, SIZE), jnp.float32)
+    start = time.perf_counter()
+    by_n = {str(n): bench_trip_count(n, x) for n in TRIP_COUNTS}
+    return {
+        "benchmark": "loops",
+        "size": SIZE,
+        "repeats": REPEATS,
+        "device": str(jax.devices()[0]),
+        "jax_version": jax.__version__,
+        "python": platform.python_version(),
+        "wall_s": time.perf_counter() - start,
+        "trip_counts": by_n,
+    }
+
+
+def summary(results: dict) -> str:
+    """A table of the results, for the terminal."""
+    lines = [f"{'n':>6} {'contender':<13} {'median ms':>10} {'first s':>8} {'memory MiB':>11}"]
+    for n, by_name in results["trip_counts"].items():
+        for name, r in by_name.items():
+            mem = r["memory"].get("total_bytes", float("nan")) / 2**20
+            lines.append(
+                f"{n:>6} {name:<13} {r['median_s'] * 1e3:>10.3f} "
+                f"{r['first_call_s']:>8.2f} {mem:>11.2f}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from bench.run import main
+
+    main(["loops"])

@@ -1,0 +1,149 @@
+"""Gathers and scatters with integer index arrays (MindSpore names).
+
+- `Gather(axis)(params, indices)`: `jnp.take(params, indices, axis)` (an
+  embedding lookup); `GatherGrad(axis)(params, indices, dout)` adds `dout`
+  into zeros shaped like params at `indices` (params gives the shape).
+- `TakeAlongAxis(axis)(x, indices)` and its scatter-add adjoint
+  `TakeAlongAxisGrad(axis)(x, indices, dout)`.
+- `ScatterAdd()(x, indices, updates)`: `x.at[indices].add(updates)` along axis 0.
+- `UnsortedSegmentSum(num_segments)(data, segment_ids)`: `jax.ops.segment_sum`.
+
+Indices never get a gradient; repeated indices accumulate.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform.ops.base import JaxPrimitive
+from k_transform.ops.mapping import register_function
+
+
+def take(params, indices, axis: int = 0):
+    return jnp.take(params, indices, axis=axis)
+
+
+def gather_grad(params, indices, dout, axis: int = 0):
+    """Zeros like params with `dout` added at `indices` along `axis`."""
+    index = (slice(None),) * (axis % jnp.ndim(params)) + (indices,)
+    return jnp.zeros_like(params, dtype=jnp.result_type(dout)).at[index].add(dout)
+
+
+def _along_axis_index(x, indices, axis: int) -> tuple:
+    """The full index of `take_along_axis(x, indices, axis)`: an open grid
+    over the other axes and `indices` on `axis`."""
+    axis = axis % jnp.ndim(x)
+    index = []
+    for k, n in enumerate(jnp.shape(indices)):
+        if k == axis:
+            index.append(indices)
+        else:
+            shape = [1] * jnp.ndim(indices)
+            shape[k] = n
+            index.append(jnp.reshape(jnp.arange(n), shape))
+    return tuple(index)
+
+
+def take_along_axis_grad(x, indices, dout, axis: int):
+    zeros = jnp.zeros_like(x, dtype=jnp.result_type(dout))
+    return zeros.at[_along_axis_index(x, indices, axis)].add(dout)
+
+
+def scatter_add(x, indices, updates):
+    return x.at[indices].add(updates)
+
+
+def segment_sum(data, segment_ids, num_segments: int):
+    return jax.ops.segment_sum(data, segment_ids, num_segments)
+
+
+class _AxisIndexing(JaxPrimitive):
+    jax_kwargs = {"axis": "axis"}
+    n_inputs = 2
+
+    def __init__(self, axis: int = 0):
+        super().__init__(axis=axis)
+
+
+class Gather(_AxisIndexing):
+    """`Gather(axis)(params, indices)`: `jnp.take(params, indices, axis)`."""
+
+    jax_fn = staticmethod(take)
+    jax_name = "take"
+
+
+class GatherGrad(_AxisIndexing):
+    """`GatherGrad(axis)(params, indices, dout)`: the adjoint of `Gather`."""
+
+    jax_fn = staticmethod(gather_grad)
+    jax_name = "gather_grad"
+    n_inputs = 3
+
+
+class TakeAlongAxis(_AxisIndexing):
+    """`TakeAlongAxis(axis)(x, indices)`: `jnp.take_along_axis(x, indices, axis)`."""
+
+    jax_fn = staticmethod(jnp.take_along_axis)
+    jax_name = "jnp.take_along_axis"
+
+
+class TakeAlongAxisGrad(_AxisIndexing):
+    """`TakeAlongAxisGrad(axis)(x, indices, dout)`: the adjoint of `TakeAlongAxis`."""
+
+    jax_fn = staticmethod(take_along_axis_grad)
+    jax_name = "take_along_axis_grad"
+    n_inputs = 3
+
+
+class ScatterAdd(JaxPrimitive):
+    """`ScatterAdd()(x, indices, updates)`: `x.at[indices].add(updates)`."""
+
+    jax_fn = staticmethod(scatter_add)
+    jax_name = "scatter_add"
+    n_inputs = 3
+
+
+class UnsortedSegmentSum(JaxPrimitive):
+    """`UnsortedSegmentSum(num_segments)(data, segment_ids)`: sums of the rows
+    of data per segment id (`jax.ops.segment_sum`)."""
+
+    jax_fn = staticmethod(segment_sum)
+    jax_name = "segment_sum"
+    jax_kwargs = {"num_segments": "num_segments"}
+    n_inputs = 2
+
+    def __init__(self, num_segments: int = 1):
+        super().__init__(num_segments=num_segments)
+
+
+@register_function(jnp.take)
+def _take(call):
+    """`jnp.take(a, indices, axis)` with a static int axis."""
+    if not call.names_ok(("a", "indices", "axis"), 3):
+        return None
+    axis = call.static(2, "axis")
+    return (
+        (Gather(axis), [call.arg(0, "a"), call.arg(1, "indices")])
+        if isinstance(axis, int)
+        else None
+    )
+
+
+@register_function(jnp.take_along_axis, np.take_along_axis)
+def _take_along_axis(call):
+    if not call.names_ok(("arr", "indices", "axis"), 3):
+        return None
+    axis = call.static(2, "axis")
+    if not isinstance(axis, int):
+        return None
+    return TakeAlongAxis(axis), [call.arg(0, "arr"), call.arg(1, "indices")]
+
+
+@register_function(jax.ops.segment_sum)
+def _segment_sum(call):
+    if not call.names_ok(("data", "segment_ids", "num_segments"), 3):
+        return None
+    n = call.static(2, "num_segments")
+    return (UnsortedSegmentSum(n), [call.arg(0, "data"), call.arg(1, "segment_ids")]) if n else None

@@ -1,0 +1,141 @@
+"""Linear algebra primitives (real matrices; leading axes batch).
+
+`Inv`, `Solve(a, b)`, `Det`, `Slogdet` (a tuple `(sign, logabsdet)`),
+`Cholesky` (lower factor), `TriangularSolve(lower, trans, unit_diagonal)(a,
+b)` (`jax.scipy.linalg.solve_triangular`; b a vector or a matrix),
+`Norm(keep_dims)(x, axis)` (`jnp.linalg.norm` with the default ord: the
+2-norm of vectors, Frobenius of matrices) and `Einsum(equation)(a, b)` for two
+operands with explicit letters (no `...`, no letter twice in one operand).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+
+from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.ops.mapping import NONE, map_functions, register_function
+
+
+def slogdet(a) -> tuple:
+    sign, logabsdet = jnp.linalg.slogdet(a)
+    return sign, logabsdet
+
+
+Inv = elementwise("Inv", jnp.linalg.inv, "jnp.linalg.inv", 1, "`jnp.linalg.inv(a)`.")
+Solve = elementwise("Solve", jnp.linalg.solve, "jnp.linalg.solve", 2, "`a^-1 b`.")
+Det = elementwise("Det", jnp.linalg.det, "jnp.linalg.det", 1, "`jnp.linalg.det(a)`.")
+Slogdet = elementwise("Slogdet", slogdet, "slogdet", 1, "`(sign, log|det a|)`.")
+Cholesky = elementwise(
+    "Cholesky", jnp.linalg.cholesky, "jnp.linalg.cholesky", 1, "Lower L, a = L L^T."
+)
+
+
+class TriangularSolve(JaxPrimitive):
+    """`TriangularSolve(lower, trans, unit_diagonal)(a, b)`: x with op(a) x = b,
+    op(a) = a (trans 0) or a^T (trans 1), reading one triangle of a."""
+
+    jax_fn = staticmethod(jsl.solve_triangular)
+    jax_name = "jax.scipy.linalg.solve_triangular"
+    jax_kwargs = {"trans": "trans", "lower": "lower", "unit_diagonal": "unit_diagonal"}
+    n_inputs = 2
+
+    def __init__(self, lower: bool = False, trans: int = 0, unit_diagonal: bool = False):
+        trans = {"N": 0, "T": 1, "C": 1}.get(trans, trans)
+        super().__init__(lower=bool(lower), trans=min(int(trans), 1), unit_diagonal=unit_diagonal)
+
+
+class Norm(JaxPrimitive):
+    """`Norm(keep_dims)(x, axis)`: `sqrt(sum(x**2, axis))` (`jnp.linalg.norm`)."""
+
+    jax_fn = staticmethod(jnp.linalg.norm)
+    jax_name = "jnp.linalg.norm"
+    jax_kwargs = {"keep_dims": "keepdims"}
+    n_inputs = 2
+
+    def __init__(self, keep_dims: bool = False):
+        super().__init__(keep_dims=keep_dims)
+
+    def impl(self, x, axis=None):
+        return jnp.linalg.norm(x, axis=axis, keepdims=self.keep_dims)
+
+    def emit(self, e, args):
+        keep = ", keepdims=True" if self.keep_dims else ""
+        return f"{e.ref(jnp.linalg.norm, self.jax_name)}({args[0]}, axis={args[1]}{keep})"
+
+
+def explicit_equation(equation: str) -> str | None:
+    """`equation` with its output spelled out, or None when not a plain
+    two-operand contraction (ellipsis, a repeated letter, not two operands)."""
+    equation = equation.replace(" ", "")
+    if "." in equation:
+        return None
+    inputs, _, output = equation.partition("->")
+    operands = inputs.split(",")
+    if len(operands) != 2 or any(len(set(op)) != len(op) for op in operands):
+        return None
+    if "->" not in equation:
+        letters = "".join(operands)
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return f"{operands[0]},{operands[1]}->{output}"
+
+
+class Einsum(JaxPrimitive):
+    """`Einsum(equation)(a, b)`: `jnp.einsum(equation, a, b)`."""
+
+    n_inputs = 2
+
+    def __init__(self, equation: str = "ij,jk->ik"):
+        explicit = explicit_equation(equation)
+        if explicit is None:
+            raise ValueError(f"Einsum needs two operands without '...' or repeats: {equation!r}")
+        super().__init__(equation=explicit)
+
+    def impl(self, a, b):
+        return jnp.einsum(self.equation, a, b)
+
+    def emit(self, e, args):
+        return f"{e.ref(jnp.einsum, 'jnp.einsum')}({self.equation!r}, {args[0]}, {args[1]})"
+
+
+map_functions(
+    {
+        Inv: (jnp.linalg.inv, np.linalg.inv),
+        Det: (jnp.linalg.det, np.linalg.det),
+        Slogdet: (jnp.linalg.slogdet, np.linalg.slogdet),
+        Cholesky: (jnp.linalg.cholesky, np.linalg.cholesky),
+    }
+)
+map_functions({Solve: (jnp.linalg.solve, np.linalg.solve)}, n=2)
+
+
+@register_function(jsl.solve_triangular)
+def _solve_triangular(call):
+    names = ("a", "b", "trans", "lower", "unit_diagonal")
+    if not call.names_ok(names, 5):
+        return None
+    prim = TriangularSolve(
+        call.static(3, "lower", False),
+        call.static(2, "trans", 0),
+        call.static(4, "unit_diagonal", False),
+    )
+    return prim, [call.arg(0, "a"), call.arg(1, "b")]
+
+
+@register_function(jnp.linalg.norm, np.linalg.norm)
+def _norm(call):
+    """The default ord only; other norms stay library calls."""
+    if not call.names_ok(("x", "ord", "axis", "keepdims"), 4) or call.static(1, "ord") is not None:
+        return None
+    return Norm(call.static(3, "keepdims", False)), [call.arg(0, "x"), call.arg(2, "axis", NONE)]
+
+
+@register_function(jnp.einsum, np.einsum)
+def _einsum(call):
+    if call.kwargs or len(call.args) != 3:
+        return None
+    equation = call.static(0, "subscripts")
+    if not isinstance(equation, str) or explicit_equation(equation) is None:
+        return None
+    return Einsum(equation), call.args[1:]
