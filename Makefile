@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SOURCES := k_transform tests bench
 
-.PHONY: install test lint format demo bench clean
+.PHONY: install test lint format demo bench fuzz clean
 
 install: $(STAMP)
 
@@ -36,6 +36,9 @@ format: install
 
 demo: install
 	$(PY) -m k_transform.demo
+
+fuzz: install
+	KT_FUZZ_EXAMPLES=$${KT_FUZZ_EXAMPLES:-3000} $(PY) -m pytest -q -x tests/test_fuzz.py
 
 bench: install
 	@if [ -f bench/run.py ]; then \

@@ -198,11 +198,12 @@ _BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterati
 
 
 def _grow_loop_bound(exc: Exception) -> bool:
-    """Raise the bound of the loop named in `exc` (x8 over its trip count)."""
+    """Raise the bound of the loop named in `exc` to the power of two above its
+    trip count (at most twice the memory the loop needs; few retraces)."""
     match = _BOUND_MESSAGE.search(str(exc)) if LoopBoundExceeded.MARK in str(exc) else None
     if match is None:
         return False
-    set_loop_bound(int(match["n"]) * 8, match["where"])
+    set_loop_bound(1 << int(match["n"]).bit_length(), match["where"])
     return True
 
 

@@ -612,8 +612,42 @@ def getitem_grad(x, index, dout):
         grads = {k: zeros_like_value(v) for k, v in x.items()}
         grads[index] = dout
         return grads
+    padded = _pad_into(x, index, dout)
+    if padded is not None:
+        return padded
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return zeros.at[index].add(dout)
+
+
+def _pad_into(x, index, dout):
+    """`dout` placed at a basic index (ints, unit-step slices) by `lax.pad`,
+    which XLA fuses (a scatter into zeros is not); None for other indices."""
+    items = index if isinstance(index, tuple) else (index,)
+    shape = jnp.shape(x)
+    if len(items) > len(shape):
+        return None
+    config, expand = [], []
+    for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer, slice)):
+            return None
+        if isinstance(item, slice):
+            start, stop, step = item.indices(n)
+            if step != 1:
+                return None
+            config.append((start, n - max(stop, start), 0))
+        else:
+            i = int(item) % n if -n <= int(item) < n else None
+            if i is None:
+                return None
+            config.append((i, n - i - 1, 0))
+            expand.append(axis)
+    config += [(0, 0, 0)] * (len(shape) - len(config))
+    value = jnp.asarray(dout, jnp.result_type(x))
+    for axis in expand:
+        value = jnp.expand_dims(value, axis)
+    inner = tuple(n - lo - hi for n, (lo, hi, _) in zip(shape, config, strict=True))
+    value = jnp.broadcast_to(value, inner)
+    return lax.pad(value, jnp.zeros((), value.dtype), config)
 
 
 def input_grad(d, arg):
