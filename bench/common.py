@@ -32,6 +32,19 @@ def compare(contenders: dict, repeats: int) -> dict:
     return results
 
 
+def memory(jitted, args) -> dict:
+    """XLA's compile-time memory estimate of `jitted` on `args` (bytes)."""
+    stats = jitted.lower(*args).compile().memory_analysis()
+    if stats is None:
+        return {}
+    parts = {
+        "argument_bytes": stats.argument_size_in_bytes,
+        "output_bytes": stats.output_size_in_bytes,
+        "temp_bytes": stats.temp_size_in_bytes,
+    }
+    return {**parts, "total_bytes": sum(parts.values())}
+
+
 def machine() -> dict:
     return {
         "platform": platform.platform(),

@@ -33,6 +33,7 @@ import numpy as np
 from jax import lax
 
 import k_transform as kt
+from bench.common import memory
 
 SIZE = 1024
 TRIP_COUNTS = (10, 100, 1_000, 10_000)
@@ -69,20 +70,6 @@ def _timed(fn, args) -> float:
     return time.perf_counter() - start
 
 
-def _memory(jitted, args) -> dict:
-    stats = jitted.lower(*args).compile().memory_analysis()
-    if stats is None:
-        return {}
-    return {
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "total_bytes": stats.argument_size_in_bytes
-        + stats.output_size_in_bytes
-        + stats.temp_size_in_bytes,
-    }
-
-
 def _device_peak() -> int | None:
     stats = jax.devices()[0].memory_stats()
     return None if not stats else stats.get("peak_bytes_in_use")
@@ -116,7 +103,7 @@ def bench_trip_count(n: int, x) -> dict:
     for name, (_, args, jitted) in contenders.items():
         r = results[name]
         r["median_s"] = statistics.median(r["times_s"])
-        r["memory"] = _memory(jitted, args)
+        r["memory"] = memory(jitted, args)
         r["device_peak_bytes"] = _device_peak()
     base = results["jax_scan"]
     for name in ("kt_while", "kt_for_range"):

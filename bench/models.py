@@ -37,7 +37,7 @@ import numpy as np
 from jax import lax
 
 import k_transform as kt
-from bench.common import machine, timed
+from bench.common import machine, memory, timed
 
 TIME_BUDGET_S = 8.0  # steady-state timing budget per case (all four contenders)
 MIN_REPEATS, MAX_REPEATS = 7, 200
@@ -206,20 +206,6 @@ def rnn_args(rng, steps, batch=16, hidden=128, inputs=32):
 
 
 # ------------------------------------------------------------------ harness
-
-
-def memory(jitted, args) -> dict:
-    stats = jitted.lower(*args).compile().memory_analysis()
-    if stats is None:
-        return {}
-    return {
-        "argument_bytes": stats.argument_size_in_bytes,
-        "output_bytes": stats.output_size_in_bytes,
-        "temp_bytes": stats.temp_size_in_bytes,
-        "total_bytes": stats.argument_size_in_bytes
-        + stats.output_size_in_bytes
-        + stats.temp_size_in_bytes,
-    }
 
 
 def check_close(got, want, rtol=1e-4, atol=1e-5) -> float:

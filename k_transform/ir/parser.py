@@ -312,13 +312,17 @@ class GraphBuilder:
             self.statement(s)
 
     def statement(self, s) -> None:
-        kind = type(s)
-        if kind in UNSUPPORTED_STATEMENTS:
-            raise self.fp.unsupported(f"`{UNSUPPORTED_STATEMENTS[kind]}`", s)
-        method = getattr(self, "stmt_" + kind.__name__, None)
+        self._visit(s, "stmt_", UNSUPPORTED_STATEMENTS, "statement")
+
+    def _visit(self, node, prefix: str, unsupported: dict, what: str):
+        """Dispatch to the `stmt_*` / `expr_*` method for `node`'s syntax."""
+        kind = type(node)
+        if kind in unsupported:
+            raise self.fp.unsupported(f"`{unsupported[kind]}`", node)
+        method = getattr(self, prefix + kind.__name__, None)
         if method is None:
-            raise self.fp.unsupported(f"the statement `{kind.__name__}`", s)
-        method(s)
+            raise self.fp.unsupported(f"the {what} `{kind.__name__}`", node)
+        return method(node)
 
     def stmt_FunctionDef(self, s) -> None:
         if s.decorator_list:
@@ -513,13 +517,7 @@ class GraphBuilder:
 
     # -- expressions --------------------------------------------------------------
     def expr(self, e) -> Node:
-        kind = type(e)
-        if kind in UNSUPPORTED_EXPRESSIONS:
-            raise self.fp.unsupported(f"`{UNSUPPORTED_EXPRESSIONS[kind]}`", e)
-        method = getattr(self, "expr_" + kind.__name__, None)
-        if method is None:
-            raise self.fp.unsupported(f"the expression `{kind.__name__}`", e)
-        return method(e)
+        return self._visit(e, "expr_", UNSUPPORTED_EXPRESSIONS, "expression")
 
     def expr_BoolOp(self, e) -> Node:
         # `a and b` is `b if a else a`; `a or b` is `a if a else b` (short-circuit).
