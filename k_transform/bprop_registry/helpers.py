@@ -25,6 +25,13 @@ def unary(prim_cls, derivative) -> None:
     bprop_getters.register(prim_cls)(get_bprop)
 
 
+def no_gradient(bprop):
+    """Mark `bprop` as giving no gradient to any input: the DFunctor then skips
+    the node in the backward pass instead of inlining the rule."""
+    bprop.__kt_no_gradient__ = True
+    return bprop
+
+
 def zero_gradient(*prim_classes) -> None:
     """Register "no gradient" for every input of each primitive class."""
     for prim_cls in prim_classes:
@@ -32,12 +39,12 @@ def zero_gradient(*prim_classes) -> None:
 
         def get_bprop(self, n=n):
             if n == 1:
-                return lambda x, out, dout: (None,)
+                return no_gradient(lambda x, out, dout: (None,))
             if n == 2:
-                return lambda x, y, out, dout: (None, None)
+                return no_gradient(lambda x, y, out, dout: (None, None))
             if n == 3:
-                return lambda x, y, z, out, dout: (None, None, None)
-            return lambda xs, out, dout: (None,) * len(xs)
+                return no_gradient(lambda x, y, z, out, dout: (None, None, None))
+            return no_gradient(lambda xs, out, dout: (None,) * len(xs))
 
         get_bprop.__qualname__ = f"zero_gradient({prim_cls.__name__})"
         bprop_getters.register(prim_cls)(get_bprop)

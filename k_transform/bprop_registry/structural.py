@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform import ops
-from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.dfunctor import prims as dp
 from k_transform.errors import KTransformError
@@ -107,7 +107,7 @@ def get_bprop_library_call(self):
             "gradient rule (write it with differentiable operations, or make it a "
             "kt.Primitive with a registered bprop)"
         )
-    return lambda xs, out, dout: (None,) * len(xs)
+    return no_gradient(lambda xs, out, dout: (None,) * len(xs))
 
 
 @bprop_getters.register(prims.MethodCall)
@@ -122,8 +122,8 @@ def get_bprop_method_call(self):
 def get_bprop_assign(self):
     # A state update never receives a gradient.
     if self.param is None:
-        return lambda param, value, out, dout: (None, None)
-    return lambda value, out, dout: (None,)
+        return no_gradient(lambda param, value, out, dout: (None, None))
+    return no_gradient(lambda value, out, dout: (None,))
 
 
 @bprop_getters.register(ops.IndexAdd)
@@ -200,7 +200,7 @@ def get_bprop_getattr(self):
             f"cannot differentiate the attribute `.{self.attr}` of a value: it has no "
             "primitive with a gradient rule"
         )
-    return lambda x, out, dout: (None,)
+    return no_gradient(lambda x, out, dout: (None,))
 
 
 @bprop_getters.register(prims.CustomBpropCall)

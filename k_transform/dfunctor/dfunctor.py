@@ -270,6 +270,8 @@ class DFunctor:
 
     def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
         rule = bprop_getters.bprop_graph(prim, len(node.args), node.debug)
+        if rule.no_gradient:
+            return  # comparisons, shapes, integer results: nothing flows back
         inputs = [self.kval(a) for a in node.args]
         rule_inputs = inputs if prim.n_inputs is not None else [self._pack(inputs)]
         debug = node.debug.named("")
