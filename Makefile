@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest
 
 lint: install
 	$(VENV)/bin/ruff check $(SOURCES)
