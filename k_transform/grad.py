@@ -67,26 +67,16 @@ def _primal_graph(fn) -> FuncGraph:
 
 
 def parameters_of(root: FuncGraph) -> list[Parameter]:
-    """Every Parameter constant in the graphs reachable from `root`."""
+    """Every Parameter the graphs reachable from `root` read or assign."""
     found: dict[int, Parameter] = {}
-    seen: set[int] = set()
-    todo = [root]
-    while todo:
-        graph = todo.pop()
-        if graph.uid in seen:
-            continue
-        seen.add(graph.uid)
+    for graph in root.reachable():
         for node in graph.used_nodes():
-            if not isinstance(node, Constant):
-                continue
-            if isinstance(node.value, FuncGraph):
-                todo.append(node.value)
-            elif isinstance(node.value, Primitive):
-                todo.extend(node.value.subgraphs())
-                for p in node.value.parameters():
+            value = node.value if isinstance(node, Constant) else None
+            if isinstance(value, Primitive):
+                for p in value.parameters():
                     found.setdefault(id(p), p)
-            elif isinstance(node.value, Parameter):
-                found.setdefault(id(node.value), node.value)
+            elif isinstance(value, Parameter):
+                found.setdefault(id(value), value)
     return list(found.values())
 
 

@@ -194,5 +194,23 @@ class FuncGraph:
                     found.setdefault(id(node), node)
         return list(found.values())
 
+    def reachable(self):
+        """This graph and every graph its constants reach (closures, branches,
+        callees, graphs held by primitives), each once."""
+        seen: set[int] = set()
+        todo: list[FuncGraph] = [self]
+        while todo:
+            graph = todo.pop()
+            if graph.uid in seen:
+                continue
+            seen.add(graph.uid)
+            yield graph
+            for node in graph.used_nodes():
+                value = node.value if isinstance(node, Constant) else None
+                if isinstance(value, FuncGraph):
+                    todo.append(value)
+                elif hasattr(value, "subgraphs"):
+                    todo.extend(value.subgraphs())
+
     def __repr__(self) -> str:
         return f"FuncGraph({self.name})"

@@ -22,18 +22,11 @@ class VerifyError(KTransformError):
 
 def verify(root: FuncGraph) -> None:
     """Check `root` and every graph it reaches; raise VerifyError on a fault."""
-    seen: set[int] = set()
-    todo = [root]
-    while todo:
-        graph = todo.pop()
-        if graph.uid in seen:
-            continue
-        seen.add(graph.uid)
-        todo += _verify_graph(graph)
+    for graph in root.reachable():
+        _verify_graph(graph)
 
 
-def _verify_graph(graph: FuncGraph) -> list[FuncGraph]:
-    reached: list[FuncGraph] = []
+def _verify_graph(graph: FuncGraph) -> None:
     defined: set[int] = {id(p) for p in graph.parameters}
     for p in graph.parameters:
         _check(p.graph is graph, f"parameter {p.name} of {graph.name} is owned elsewhere", p)
@@ -42,15 +35,10 @@ def _verify_graph(graph: FuncGraph) -> list[FuncGraph]:
         _check(id(node) not in defined, f"node appears twice in {graph.name}", node)
         for inp in node.inputs:
             _check_input(graph, inp, defined, node)
-            if isinstance(inp, Constant) and isinstance(inp.value, FuncGraph):
-                reached.append(inp.value)
         _check_arity(node)
         defined.add(id(node))
     _check(graph.output is not None, f"graph {graph.name} has no output", graph)
     _check_input(graph, graph.output, defined, graph)
-    if isinstance(graph.output, Constant) and isinstance(graph.output.value, FuncGraph):
-        reached.append(graph.output.value)
-    return reached
 
 
 def _check_input(graph: FuncGraph, inp: Node, defined: set[int], where) -> None:
