@@ -719,8 +719,75 @@ def return_in_loop_in_if(x):
 # ---------------------------------------------------------------------------
 # Found by tests/test_fuzz.py (regressions)
 # ---------------------------------------------------------------------------
-# (none passing yet: `break`/`continue` in a loop nested in an `if` is
-# rejected by the parser; reported with its repro, not added here)
+# Each was a mismatch or a crash found by the fuzzer or while writing this
+# file; the names say what broke.
+REG_M = (
+    (jnp.array([[0.5, 0.2], [0.4, -0.6]], jnp.float32),),
+    (jnp.array([[-0.5, -0.2], [0.4, 0.9]], jnp.float32),),
+)
+
+
+@case(*REG_M)
+def regression_break_in_for_over_rows(m):
+    acc = m[0] * 0.0
+    for row in m:
+        acc = acc + row
+        if jnp.sum(acc) > 0.6:
+            break
+    return jnp.sum(acc)
+
+
+@case(*REG_M)
+def regression_return_in_for_over_rows(m):
+    for row in m:
+        if jnp.sum(row) > 0.0:
+            return jnp.sum(row * row)
+    return jnp.sum(m)
+
+
+@case(*VECS)
+def regression_return_in_for_over_tuple(x):
+    for c in (1.0, 2.0):
+        if jnp.sum(x) * c > 3.0:
+            return jnp.sum(x * c)
+    return jnp.sum(x)
+
+
+@case(*VECS)
+def regression_def_in_both_branches(x):
+    if jnp.sum(x) > 0.0:
+
+        def g(v):
+            return v * x
+
+    else:
+
+        def g(v):
+            return v + x
+
+    return jnp.sum(g(x))
+
+
+@case(*VECS)
+def regression_break_in_loop_inside_if(x):
+    s = x
+    if jnp.sum(x) > -1.5:
+        for _ in range(2):
+            s = s * 2.0
+            if jnp.sum(x) > 0.0:
+                break
+    return jnp.sum(s)
+
+
+@case(*VECS, (jnp.zeros(3, jnp.float32),))
+def regression_while_that_never_runs(x):
+    y = x
+    t = jnp.tanh(x)
+    k = 0
+    while jnp.sum(x) > 0.0 and k < 1:
+        k = k + 1
+        y = t
+    return jnp.sum(y)
 
 
 # ---------------------------------------------------------------------------
