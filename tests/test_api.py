@@ -341,3 +341,20 @@ def test_registration_checks_arity():
 
     with pytest.raises(kt.KTransformError, match="must take the 2 inputs"):
         kt.bprop_getters.register(TwoInputs)(lambda self: lambda x, out, dout: (dout,))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+def test_low_precision_inputs_give_same_dtype_gradients(dtype):
+    def f(x, w):
+        return jnp.sum(jnp.tanh(x @ w) * 0.5)
+
+    x = jnp.asarray(np.random.RandomState(0).randn(4, 3), dtype)
+    w = jnp.asarray(np.random.RandomState(1).randn(3, 2), dtype)
+    dx, dw = kt.GradOperation(get_all=True)(f)(x, w)
+    ref_x, ref_w = jax.grad(f, argnums=(0, 1))(x, w)
+    assert dx.dtype == dtype and dw.dtype == dtype
+    close(
+        (dx.astype(jnp.float32), dw.astype(jnp.float32)),
+        (ref_x.astype(jnp.float32), ref_w.astype(jnp.float32)),
+        2e-2,
+    )
