@@ -30,6 +30,7 @@ from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.parser import parse
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
+from k_transform.ops.state import Assign
 from k_transform.runtime_grad import LoopBoundExceeded, set_loop_bound
 from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
@@ -115,6 +116,11 @@ class CompiledGraph:
         self.run = compile_graph(graph)
         self.__kt_source__ = self.run.__kt_source__
         self.params = parameters_of(graph)
+        self.assigns = any(
+            isinstance(getattr(n.fn, "value", None), Assign)
+            for g in graph.reachable()
+            for n in g.nodes
+        )
         self._jitted: dict[tuple, object] = {}
 
     def __call__(self, *args):
@@ -149,7 +155,7 @@ class CompiledGraph:
 
     def _compute(self, values, args):
         """(result, {index: new value}) for the Parameters the program assigned."""
-        with rt.param_scope(self.params, values) as scope:
+        with rt.param_scope(self.params, values, assigns=self.assigns) as scope:
             result = self.run(*args)
         index = {id(p): k for k, p in enumerate(self.params)}
         return result, {index[i]: v for i, v in scope.updates.items() if i in index}

@@ -401,6 +401,11 @@ def _scan(step, xs, carry, where):
 
 def _settle_carry(body, carry, where):
     """Give UNDEFINED carries a shape, and check the body keeps the carry's type."""
+    if _assigned_in(body, _shape_of(carry)):
+        raise KTransformError(
+            "ops.Assign inside a traced loop is not supported (the state would have to be "
+            f"carried by the loop); assign after the loop{_describe(where)}"
+        )
     carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
     if any(c is UNDEFINED for c in carry):
         carry = _fill_undefined(carry, jax.eval_shape(body, _shape_of(carry)))
@@ -512,11 +517,13 @@ _param_scopes: list[param_scope] = []
 
 
 class param_scope:
-    def __init__(self, params=(), values=(), parent: param_scope | None = None):
+    def __init__(self, params=(), values=(), parent: param_scope | None = None, assigns=True):
         self.params = {id(p): p for p in params}
         self.bindings = {id(p): v for p, v in zip(params, values, strict=True)}
+        self.assigns = assigns  # False: the program has no Assign (nothing to thread)
         if parent is not None:
             self.params, self.bindings = dict(parent.params), dict(parent.bindings)
+            self.assigns = parent.assigns
         self.updates: dict[int, object] = {}
 
     def __enter__(self):
@@ -552,18 +559,18 @@ def assign(param, value):
     return value
 
 
-def _assigned_in(thunk) -> list[int]:
-    """Parameters `thunk` assigns (probed with eval_shape: nothing runs)."""
-    if not _param_scopes:
+def _assigned_in(fn, *args) -> list[int]:
+    """Parameters `fn(*args)` assigns (probed with eval_shape: nothing runs)."""
+    if not _param_scopes or not _param_scopes[-1].assigns:
         return []
     found: list[int] = []
 
-    def probe():
+    def probe(*a):
         with param_scope(parent=_param_scopes[-1]) as fork:
-            thunk()
+            fn(*a)
             found.extend(k for k in fork.updates if k not in found)
 
-    jax.eval_shape(probe)
+    jax.eval_shape(probe, *args)
     return found
 
 

@@ -4,6 +4,7 @@ only on the taken branch, and never a gradient."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import k_transform as kt
 from k_transform import ops
@@ -83,3 +84,20 @@ def test_assign_under_users_jit_of_compiled_program():
     step = kt.compile(net)
     jax.block_until_ready(step(jnp.ones(2)))
     assert float(net.hits.data) == 1.0
+
+
+class AssignInLoop(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.total = kt.Parameter(np.zeros(3, np.float32), requires_grad=False)
+
+    def construct(self, m):
+        for row in m:
+            ASSIGN(self.total, self.total + row)
+        return jnp.sum(m)
+
+
+def test_assign_inside_a_traced_loop_is_a_clear_error():
+    m = jnp.ones((12, 3))  # more rows than the unroll limit: lax.scan
+    with pytest.raises(kt.KTransformError, match="Assign inside a traced loop"):
+        kt.GradOperation()(AssignInLoop())(m)
