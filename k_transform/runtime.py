@@ -593,10 +593,16 @@ def _write_back(ids, values):
 
 
 # -- helpers of gradient rules ---------------------------------------------------
-def sum_to(g, like):
-    """Sum `g` over the axes broadcasting added to `like`'s shape."""
+def sum_to(g, like, tail: bool = False):
+    """Sum `g` over the axes broadcasting added to `like`'s shape.
+
+    For the gradient of a concatenation `a + b` of tuples or lists, `g` is
+    longer than `like`: its first items (or its last, with `tail`) are taken.
+    """
+    if isinstance(g, (tuple, list)) and isinstance(like, (tuple, list)):
+        return type(like)(g[len(g) - len(like) :] if tail else g[: len(like)])
     if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
-        return g  # a tuple, list or dict gradient: shapes already match
+        return g  # a dict gradient, or already shaped
     shape = tuple(jnp.shape(like))
     g_shape = tuple(jnp.shape(g))
     if g_shape == shape:

@@ -13,14 +13,13 @@ from k_transform.bprop_registry.helpers import zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 
 sum_to = ops.SumTo()
+sum_to_tail = ops.SumTo(tail=True)
 
 
 @bprop_getters.register(ops.Add)
 def get_bprop_add(self):
     def bprop(x, y, out, dout):
-        if isinstance(x, (tuple, list)):  # concatenation: split dout back
-            return dout[: len(x)], dout[len(x) :]
-        return sum_to(dout, x), sum_to(dout, y)
+        return sum_to(dout, x), sum_to_tail(dout, y)  # tail: `t1 + t2` of tuples
 
     return bprop
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from k_transform.ir import prims
 from k_transform.ir.control import Switch
-from k_transform.ir.fold import fold
+from k_transform.ir.fold import fold, tuple_item
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 
 MAX_DEPTH = 8
@@ -51,16 +51,6 @@ def _copy(inputs: list[Node], target: FuncGraph, debug, depth: int) -> Node:
         if item is not None:
             return item
     return target.apply(*inputs, debug=debug)
-
-
-def tuple_item(tup: Node, index: Node) -> Node | None:
-    """`tup[index]` when `tup` is a tuple built in the graph and `index` constant."""
-    if not (isinstance(tup, Apply) and isinstance(index, Constant)):
-        return None
-    maker = tup.fn.value if isinstance(tup.fn, Constant) else None
-    if isinstance(maker, prims.MakeTuple) and isinstance(index.value, int):
-        return tup.args[index.value]
-    return None
 
 
 def outputs(out: Node, n: int, target: FuncGraph, debug) -> list[Node]:

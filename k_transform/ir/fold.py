@@ -15,7 +15,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.ir import prims
-from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
+from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.base import OperatorPrimitive
 
@@ -111,3 +111,15 @@ def is_static(value) -> bool:
 
 
 __all__ = ["fold", "fold_call", "is_static"]
+
+
+def tuple_item(tup, index) -> object | None:
+    """`tup[index]` when `tup` is a tuple built in the graph and `index` constant:
+    the item itself (`a, b = x, y` then needs no indexing)."""
+    if not (isinstance(tup, Apply) and isinstance(index, Constant)):
+        return None
+    maker = tup.fn.value if isinstance(tup.fn, Constant) else None
+    if isinstance(maker, prims.MakeTuple) and isinstance(index.value, int):
+        if -len(tup.args) <= index.value < len(tup.args):
+            return tup.args[index.value]
+    return None

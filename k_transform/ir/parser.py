@@ -38,7 +38,7 @@ from k_transform.ir.desugar import (
     exposed_names,
     loaded_names,
 )
-from k_transform.ir.fold import fold, fold_call
+from k_transform.ir.fold import fold, fold_call, tuple_item
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
@@ -240,6 +240,10 @@ class GraphBuilder:
         folded = fold(prim, args)
         if folded is not None:
             return folded
+        if isinstance(prim, prims.GetItem):
+            item = tuple_item(*args)
+            if item is not None:
+                return item
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
         debug = self.debug(node) if node is not None else NO_DEBUG
         return self.graph.apply(fn, *args, debug=debug)

@@ -14,7 +14,23 @@ from k_transform import runtime as rt
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import map_functions
 
-SumTo = elementwise("SumTo", rt.sum_to, "_rt.sum_to", 2, "`g` summed to the shape of `like`.")
+
+class SumTo(JaxPrimitive):
+    """`g` summed to the shape of `like` (`tail`: the end of a concatenation)."""
+
+    jax_fn = staticmethod(rt.sum_to)
+    jax_name = "_rt.sum_to"
+    jax_kwargs = {"tail": "tail"}
+    n_inputs = 2
+
+    def __init__(self, tail: bool = False):
+        super().__init__(tail=tail)
+
+    def emit(self, e, args):
+        tail = ", tail=True" if self.tail else ""
+        return f"{e.ref(rt.sum_to, self.jax_name)}({args[0]}, {args[1]}{tail})"
+
+
 GetItemGrad = elementwise(
     "GetItemGrad", rt.getitem_grad, "_rt.getitem_grad", 3, "Zeros like `x` with `dout` at `index`."
 )
