@@ -34,12 +34,14 @@ CASES = [
 ]
 
 
+def _dtype(x):
+    """The dtype of an array, a Python scalar, or a tuple of arrays."""
+    leaves = jax.tree_util.tree_leaves(x)
+    return jnp.result_type(*[v.dtype if hasattr(v, "dtype") else type(v) for v in leaves])
+
+
 def _float_leaves(tree):
-    return [
-        x
-        for x in jax.tree_util.tree_leaves(tree)
-        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
-    ]
+    return [x for x in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(_dtype(x), jnp.inexact)]
 
 
 @functools.cache
@@ -51,7 +53,7 @@ def cotangent(out):
     rng = np.random.RandomState(0)
 
     def make(x):
-        dtype = jnp.result_type(x)
+        dtype = _dtype(x)
         if jnp.issubdtype(dtype, jnp.inexact):
             return jnp.asarray(rng.randn(*jnp.shape(x)), dtype)
         return np.zeros(jnp.shape(x), jax.dtypes.float0)
@@ -75,7 +77,7 @@ def oracle(prog, args, cot):
 
 
 def _is_float(a):
-    return jnp.issubdtype(jnp.result_type(a), jnp.inexact)
+    return jnp.issubdtype(_dtype(a), jnp.inexact)
 
 
 @pytest.mark.parametrize(("prog", "seed", "mode"), CASES)
