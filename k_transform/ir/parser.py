@@ -418,6 +418,13 @@ class GraphBuilder:
         if range_args is None and _is_constant_sequence(head[0]):
             self.unrolled_for(s, head[0])
             return
+        if range_args is not None and all(isinstance(a, Constant) for a in range_args):
+            indices = range(*(a.value for a in range_args))
+            if len(indices) <= rt.UNROLL_LIMIT:
+                # A short static range: what the runtime would unroll anyway,
+                # unrolled here so the loop differentiates to any order.
+                self.unrolled_for(s, Constant(tuple(indices), self.debug(s)))
+                return
         init = [self.read(v, s) for v in carried]
         body_b = self.subgraph("for", s, "body", [])
         body_b.loop_live |= set(carried)
