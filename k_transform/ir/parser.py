@@ -281,10 +281,13 @@ class GraphBuilder:
             return {n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)}
         return {n: self.parent.expr(d) for n, d in zip(names, args.defaults, strict=True)}
 
-    def nested_function(self, fdef, name: str) -> Constant:
-        """The graph of a nested def or lambda, reading the current bindings."""
+    def nested_function(self, fdef, name: str, on_created=None) -> Constant:
+        """The graph of a nested def or lambda, reading the current bindings.
+        `on_created(value)` runs before the body is parsed (recursion)."""
         graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
         value = Constant(graph, self.debug(fdef, name), name)
+        if on_created is not None:
+            on_created(value)
         sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
         sub.build_function(sub.fdef)
         return value
@@ -298,10 +301,9 @@ class GraphBuilder:
         """
         key = tuple(id(self.vars.get(v)) for v in lazy.reads)
         if key not in lazy.graphs:
-            graph = FuncGraph(lazy.name, parent=self.graph, debug=self.debug(lazy.fdef, lazy.name))
-            lazy.graphs[key] = Constant(graph, self.debug(lazy.fdef, lazy.name), lazy.name)
-            sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(lazy.fdef))
-            sub.build_function(sub.fdef)
+            self.nested_function(
+                lazy.fdef, lazy.name, lambda value: lazy.graphs.update({key: value})
+            )
         return lazy.graphs[key]
 
     def bind_closure(self, name: str, fdef) -> None:
