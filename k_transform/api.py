@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.ir.nodes import FuncGraph
 from k_transform.ir.parser import parse
@@ -9,33 +10,35 @@ from k_transform.ir.printer import print_graph
 from k_transform.ir.verify import verify
 
 
-def _graph_of(fn) -> FuncGraph:
+def graph_of(fn) -> FuncGraph:
+    """The verified FuncGraph of a function, bound method, Cell (its
+    `construct`), graph, or compiled/gradient function (its graph, so
+    gradients of gradients compose)."""
     if isinstance(fn, FuncGraph):
         return fn
-    if hasattr(fn, "__kt_graph__"):
+    if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
-    target = getattr(fn, "construct", None) if not callable(getattr(fn, "__code__", None)) else None
-    graph = parse(target if target is not None and hasattr(target, "__func__") else fn)
+    graph = parse(fn.construct if isinstance(fn, Cell) else fn)
     verify(graph)
     return graph
 
 
 def get_ir(fn) -> str:
     """The printed FuncGraph IR of `fn` (a function, bound method or Cell)."""
-    return print_graph(_graph_of(fn))
+    return print_graph(graph_of(fn))
 
 
 def get_source(fn) -> str:
     """The Python source k_transform generates for `fn`."""
     if hasattr(fn, "__kt_source__"):
         return fn.__kt_source__
-    return emit_source(_graph_of(fn))[0]
+    return emit_source(graph_of(fn))[0]
 
 
 def compile(fn):  # noqa: A001 - the natural name for the round trip
     """`fn` parsed to IR and generated back to Python: same results, eagerly
     and under `jax.jit`. The returned function carries `__kt_graph__`."""
-    graph = _graph_of(fn)
+    graph = graph_of(fn)
     compiled = compile_graph(graph)
     compiled.__kt_graph__ = graph
     return compiled

@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from k_transform import runtime as rt
-from k_transform.cell import Cell, Parameter
+from k_transform.api import graph_of
+from k_transform.cell import Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
-from k_transform.ir.parser import parse
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
@@ -44,27 +44,9 @@ def set_mode(mode: str) -> None:
     _mode["jit"] = mode == "graph"
 
 
-def _target(fn):
-    """The Python callable whose source is parsed for `fn`."""
-    if isinstance(fn, Cell):
-        return fn.construct
-    return fn
-
-
 def stop_gradient(x):
+    """`x`, with no gradient flowing back (the `StopGradient` primitive)."""
     return jax.lax.stop_gradient(x)
-
-
-def _primal_graph(fn) -> FuncGraph:
-    """The verified FuncGraph of a function, bound method, Cell, graph, or of
-    a gradient function (so gradients of gradients compose)."""
-    if isinstance(fn, FuncGraph):
-        return fn
-    if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
-        return fn.__kt_graph__
-    graph = parse(_target(fn))
-    verify(graph)
-    return graph
 
 
 def parameters_of(root: FuncGraph) -> list[Parameter]:
@@ -181,7 +163,7 @@ class GradFunction(CompiledGraph):
 
     def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
         self.spec = spec
-        super().__init__(grad_graph(_primal_graph(fn), spec), fn, jit)
+        super().__init__(grad_graph(graph_of(fn), spec), fn, jit)
 
     def __call__(self, *args):
         if self.spec.sens_param and not args:
@@ -268,7 +250,7 @@ value_and_grad.__kt_static__ = True
 
 def vjp(fn, *inputs):
     """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
-    primal = _primal_graph(fn)
+    primal = graph_of(fn)
     grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
     out = CompiledGraph(primal)(*inputs)
     return out, lambda v: grad_fn(*inputs, v)
@@ -291,7 +273,7 @@ _jvp_cache: dict[int, tuple] = {}
 def _jvp_function(fn) -> CompiledGraph:
     entry = _jvp_cache.get(id(fn))
     if entry is None or entry[0] is not fn:
-        entry = (fn, CompiledGraph(jvp_graph(_primal_graph(fn)), fn))
+        entry = (fn, CompiledGraph(jvp_graph(graph_of(fn)), fn))
         _jvp_cache[id(fn)] = entry
     return entry[1]
 
@@ -311,7 +293,7 @@ def jacrev(fn, argnum: int = 0):
 
     def jacobian(*args):
         grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
-        out = CompiledGraph(_primal_graph(fn))(*args)
+        out = CompiledGraph(graph_of(fn))(*args)
         basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
         rows = jax.vmap(lambda u: grad_fn(*args, u))(basis)
         return rows.reshape(*out.shape, *jnp.shape(args[argnum]))
@@ -353,4 +335,4 @@ def jit(fn) -> CompiledGraph:
     """`fn` (a function or Cell, e.g. a `TrainOneStepCell`) compiled as one
     program: Parameters are read when called and their `Assign`ed values
     written back afterwards; jitted, with Python scalars static."""
-    return CompiledGraph(_primal_graph(fn), fn)
+    return CompiledGraph(graph_of(fn), fn)
