@@ -20,7 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from k_transform import runtime_stack as rs
 from k_transform.errors import KTransformError
+from k_transform.runtime_stack import (  # noqa: F401 (generated code calls _rt.stack_*)
+    stack_new,
+    stack_nonempty,
+    stack_pop,
+    stack_push,
+)
 
 # A traced `for` over a static range (or array rows) with at most this many
 # iterations is unrolled; longer ones become `lax.scan`.
@@ -274,6 +281,12 @@ def _unify(a, b, where: str = ""):
         return a
     if isinstance(a, dict) and isinstance(b, dict):
         return {k: _unify(a.get(k), b.get(k), where) for k in sorted({*a, *b})}
+    if isinstance(a, rs.PyStack) and isinstance(b, rs.PyStack) and a.size == b.size:
+        if not a.size:
+            return a
+        return rs.PyStack(_unify(a.top, b.top, where), _unify(a.rest, b.rest, where), a.size)
+    if isinstance(a, rs.BufStack) and isinstance(b, rs.BufStack):
+        return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
         return type(a)(_unify(x, y, where) for x, y in zip(a, b, strict=True))
     if getattr(a, "shape", None) != getattr(b, "shape", None) or type(a) is not type(b):
@@ -294,6 +307,15 @@ def fit(value, shape):
     """`value` padded with zeros to the structure `shape`."""
     if shape is None:
         return None
+    if isinstance(shape, rs.BufStack):
+        if not isinstance(value, rs.BufStack):
+            value = rs.BufStack(None, None)
+        return rs.BufStack(fit(value.buf, shape.buf), fit(value.n, shape.n))
+    if isinstance(shape, rs.PyStack):
+        if not shape.size:
+            return shape
+        value = value if isinstance(value, rs.PyStack) and value.size else rs.PyStack()
+        return rs.PyStack(fit(value.top, shape.top), fit(value.rest, shape.rest), shape.size)
     if isinstance(shape, dict):
         value = value if isinstance(value, dict) else {}
         return {k: fit(value.get(k), s) for k, s in shape.items()}
@@ -329,8 +351,12 @@ def _check_branch_match(t_out, f_out, where):
 
 
 # -- loops --------------------------------------------------------------------
-def while_loop(cond_fn, body_fn, n_carry, *values, where: str = ""):
-    """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry."""
+def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool = False):
+    """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry.
+
+    `grads`: the carries are gradients (a loop of a derivative): None and
+    missing env entries are zeros, and take the structure the body gives.
+    """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     while True:
         c = cond_fn(*carry, *inv)
@@ -339,15 +365,18 @@ def while_loop(cond_fn, body_fn, n_carry, *values, where: str = ""):
         if not c:
             return carry
         carry = tuple(body_fn(*carry, *inv))
-    carry = _settle_carry(lambda cr: tuple(body_fn(*cr, *inv)), carry, where)
-    return lax.while_loop(
+    step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
+    carry = _settle_carry(step, carry, where, None, grads)
+    out = lax.while_loop(
         lambda cr: jnp.asarray(cond_fn(*cr, *inv), bool),
-        lambda cr: _cast_like(tuple(body_fn(*cr, *inv)), cr),
+        lambda cr: _like_carry(step(cr), cr, grads),
         carry,
     )
+    rs.check_stacks(out, where)
+    return out
 
 
-def for_range(start, stop, step, body_fn, n_carry, *values, where: str = ""):
+def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", grads: bool = False):
     """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
@@ -356,7 +385,8 @@ def for_range(start, stop, step, body_fn, n_carry, *values, where: str = ""):
             for i in indices:
                 carry = tuple(body_fn(i, *carry, *inv))
             return carry
-        return _scan(lambda i, cr: body_fn(i, *cr, *inv), jnp.asarray(indices), carry, where)
+        run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
+        return _scan(run, jnp.asarray(indices), carry, where, grads)
     step_ = jnp.asarray(step)
 
     def cond(state):
@@ -365,14 +395,16 @@ def for_range(start, stop, step, body_fn, n_carry, *values, where: str = ""):
 
     def body(state):
         i, cr = state[0], state[1:]
-        return (i + step_, *_cast_like(tuple(body_fn(i, *cr, *inv)), cr))
+        return (i + step_, *_like_carry(tuple(body_fn(i, *cr, *inv)), cr, grads))
 
-    carry = _settle_carry(lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv)), carry, where)
+    first = lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv))  # noqa: E731
+    carry = _settle_carry(first, carry, where, None, grads)
     out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
+    rs.check_stacks(out[1:], where)
     return out[1:]
 
 
-def for_each(seq, body_fn, n_carry, *values, where: str = ""):
+def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = False):
     """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists, arrays."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
@@ -385,22 +417,26 @@ def for_each(seq, body_fn, n_carry, *values, where: str = ""):
         for k in range(seq.shape[0]):
             carry = tuple(body_fn(seq[k], *carry, *inv))
         return carry
-    return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where)
+    return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where, grads)
 
 
-def _scan(step, xs, carry, where):
+def _scan(step, xs, carry, where, grads=False):
     first = jax.tree_util.tree_map(lambda x: x[0], xs)
-    carry = _settle_carry(lambda cr: tuple(step(first, cr)), carry, where)
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    carry = _settle_carry(lambda cr: tuple(step(first, cr)), carry, where, n, grads)
 
     def body(cr, x):
-        return _cast_like(tuple(step(x, cr)), cr), None
+        return _like_carry(tuple(step(x, cr)), cr, grads), None
 
     out, _ = lax.scan(body, carry, xs)
     return out
 
 
-def _settle_carry(body, carry, where):
-    """Give UNDEFINED carries a shape, and check the body keeps the carry's type."""
+def _settle_carry(body, carry, where, trips=None, grads=False):
+    """The carry a lax loop starts from: UNDEFINED slots get a shape, stacks
+    become buffers with room for `trips` iterations (a `while`: its bound),
+    gradient carries (`grads`) take the structure the body gives; then check
+    the body keeps the carry's type."""
     if _assigned_in(body, _shape_of(carry)):
         raise KTransformError(
             "ops.Assign inside a traced loop is not supported (the state would have to be "
@@ -409,6 +445,24 @@ def _settle_carry(body, carry, where):
     carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
     if any(c is UNDEFINED for c in carry):
         carry = _fill_undefined(carry, jax.eval_shape(body, _shape_of(carry)))
+    room = trips if trips is not None else rs.loop_bound(where)
+    while any(isinstance(c, rs.PyStack) for c in carry):
+        # A stack whose items hold stacks (a loop of a loop's derivative) waits
+        # until those are buffers: its buffer's layout depends on theirs.
+        out = jax.eval_shape(body, carry)
+        ready = [
+            isinstance(c, rs.PyStack) and not _holds_pystack(o.top) for c, o in zip(carry, out)
+        ]
+        if not any(ready):
+            raise KTransformError(
+                f"internal: cannot lay out the stacks of a loop{_describe(where)}"
+            )
+        carry = tuple(rs.promote(c, o.top, room) if r else c for c, o, r in zip(carry, out, ready))
+    for _ in range(4 if grads else 0):  # entries appear as gradients reach them
+        shape = _unify(_shape_of(carry), jax.eval_shape(body, carry), where)
+        if jax.tree_util.tree_structure(shape) == jax.tree_util.tree_structure(carry):
+            break
+        carry = fit(carry, shape)
     out = jax.eval_shape(body, carry)
     for k, (a, b) in enumerate(zip(_shape_of(carry), out, strict=True)):
         a_leaves = jax.tree_util.tree_leaves(a)
@@ -422,6 +476,18 @@ def _settle_carry(body, carry, where):
                 f"{_describe(where)}"
             )
     return carry
+
+
+def _holds_pystack(tree) -> bool:
+    return any(
+        isinstance(x, rs.PyStack)
+        for x in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, rs.PyStack))
+    )
+
+
+def _like_carry(new, old, grads):
+    """The body's result in the carry's dtypes (and structure, for gradients)."""
+    return fit(new, _shape_of(old)) if grads else _cast_like(new, old)
 
 
 def _cast_like(new, old):
@@ -439,6 +505,8 @@ def add_grad(a, b):
         return b
     if b is None:
         return a
+    if rs.is_stack(a):
+        return rs.add_stacks(a, b, add_grad)
     if isinstance(a, dict) and isinstance(b, dict):
         out = dict(a)
         for key, value in b.items():
@@ -453,6 +521,8 @@ def zeros_like_value(x):
     """The zero gradient of `x` (None where `x` has no gradient)."""
     if x is UNDEFINED:
         return None
+    if rs.is_stack(x):
+        return rs.zeros_like_stack(x, zeros_like_value)
     if isinstance(x, (tuple, list)):
         return type(x)(zeros_like_value(v) for v in x)
     if isinstance(x, dict):

@@ -28,36 +28,16 @@ supported yet (the loop K-rules run Python code that is not a graph).
 
 from __future__ import annotations
 
-import logging
-
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from k_transform import runtime as rt
+from k_transform import runtime_stack as rs
 from k_transform.errors import KTransformError
+from k_transform.runtime_stack import LoopBoundExceeded, loop_bound, set_loop_bound
 
-DEFAULT_LOOP_BOUND = 1024
-_bounds: dict[str, int] = {}
-
-
-class LoopBoundExceeded(KTransformError):
-    """A traced `while` ran more iterations than its gradient buffer holds."""
-
-    MARK = "k_transform loop bound exceeded"
-
-
-def loop_bound(where: str) -> int:
-    return _bounds.get(where, DEFAULT_LOOP_BOUND)
-
-
-def set_loop_bound(bound: int, where: str | None = None) -> None:
-    """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
-    global DEFAULT_LOOP_BOUND
-    if where is None:
-        DEFAULT_LOOP_BOUND = int(bound)
-    else:
-        _bounds[where] = int(bound)
+__all__ = ["LoopBoundExceeded", "loop_bound", "set_loop_bound"]
 
 
 def _zeros_of(shape_tree):
@@ -94,7 +74,7 @@ def _python_backward(bprops, d_carry, n_carry, with_items: bool):
     return env, d_items[::-1], d_carry, d_inv
 
 
-def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = ""):
+def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = "", grads: bool = False):
     """K of `while_loop[n_carry](cond_graph, body_graph, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     bprops = []
@@ -106,7 +86,7 @@ def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = ""):
         bprops.append(bp)
     traced = rt.is_tracer(c)
     if traced:
-        carry, traced_bprop = _traced_while(cond_fn, body_k, carry, inv, where)
+        carry, traced_bprop = _traced_while(cond_fn, body_k, carry, inv, where, grads)
 
     def bprop(d_out):
         d_carry, env, d_inv = tuple(d_out), {}, None
@@ -124,56 +104,43 @@ def _inv_grads(d_inv, inv):
     return d_inv if d_inv is not None else tuple(rt.zeros_like_value(v) for v in inv)
 
 
-def _traced_while(cond_fn, body_k, carry, inv, where):
+def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
-    carry = rt._settle_carry(lambda cr: tuple(body_k(*cr, *inv)[0]), carry, where)
+    step = lambda cr: tuple(body_k(*cr, *inv)[0])  # noqa: E731
+    carry = rt._settle_carry(step, carry, where, None, grads)
     bound = loop_bound(where)
     buffer = jax.tree_util.tree_map(
-        lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), carry
+        lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), rs.light(carry)
     )
 
     def body(state):
         k, cr, buf = state
-        buf = jax.tree_util.tree_map(lambda b, v: b.at[k].set(v, mode="drop"), buf, cr)
-        new = rt._cast_like(tuple(body_k(*cr, *inv)[0]), cr)
-        return k + 1, new, buf
+        buf = jax.tree_util.tree_map(lambda b, v: b.at[k].set(v, mode="drop"), buf, rs.light(cr))
+        return k + 1, rt._like_carry(step(cr), cr, grads), buf
 
     def cond(state):
         return jnp.asarray(cond_fn(*state[1], *inv), bool)
 
     n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
-    jax.debug.callback(_check_bound, n, bound, where)
+    jax.debug.callback(rs.check_bound, n, bound, where)
+    rs.check_stacks(final, where)
 
     def bprop(d_carry):
         def step_grad(k, d_cr):
-            cr = jax.tree_util.tree_map(lambda b: b[k], buffer)
+            cr = rs.heavy(jax.tree_util.tree_map(lambda b: b[k], buffer), final)
             return body_k(*cr, *inv)[1](d_cr)
 
+        d_carry = _fill_zeros(d_carry, final)
         return _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic=True)
 
     return final, bprop
 
 
-class _QuietBoundOverflow(logging.Filter):
-    """JAX logs a traceback when a debug callback raises; the bound overflow is
-    expected (gradient functions grow the bound and retrace), so drop it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return LoopBoundExceeded.MARK not in record.getMessage() and not (
-            record.exc_info and LoopBoundExceeded.MARK in str(record.exc_info[1])
-        )
-
-
-logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
-
-
-def _check_bound(n, bound, where):
-    if int(n) > int(bound):
-        raise LoopBoundExceeded(
-            f"{LoopBoundExceeded.MARK}: the traced while loop at {where} ran {int(n)} "
-            f"iterations but stores {int(bound)} for its gradient; raise it with "
-            f"kt.set_loop_bound({int(n) * 2}) (gradient functions do this and retrace)"
-        )
+def _fill_zeros(d_carry, final):
+    """Gradients of a loop's carries, None replaced by zeros like the carry."""
+    return tuple(
+        rt.zeros_like_value(c) if d is None else d for d, c in zip(d_carry, final, strict=True)
+    )
 
 
 def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None):
@@ -217,7 +184,9 @@ def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None)
     return env, d_cr, d_iv, d_items
 
 
-def for_range_fprop(start, stop, step, body_k, n_carry, *values, where: str = ""):
+def for_range_fprop(
+    start, stop, step, body_k, n_carry, *values, where: str = "", grads: bool = False
+):
     """K of `for_range[n_carry](start, stop, step, body_graph, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     static = not any(rt.is_tracer(v) for v in (start, stop, step))
@@ -238,7 +207,7 @@ def for_range_fprop(start, stop, step, body_k, n_carry, *values, where: str = ""
 
         return carry, bprop
     xs = jnp.asarray(indices)
-    final, bprop_scan = _traced_scan(step_k, xs, carry, inv, where)
+    final, bprop_scan = _traced_scan(step_k, xs, carry, inv, where, grads)
 
     def bprop(d_out):
         env, d_carry, d_inv, _ = bprop_scan(tuple(d_out))
@@ -247,7 +216,7 @@ def for_range_fprop(start, stop, step, body_k, n_carry, *values, where: str = ""
     return final, bprop
 
 
-def for_each_fprop(seq, body_k, n_carry, *values, where: str = ""):
+def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool = False):
     """K of `for_each[n_carry](seq, body_graph, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     step_k = lambda item, cr, iv: body_k(item, *cr, *iv)  # noqa: E731
@@ -263,7 +232,7 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = ""):
             return (env, d_seq, None, *d_carry, *_inv_grads(d_inv, inv))
 
         return carry, bprop
-    final, bprop_scan = _traced_scan(step_k, seq, carry, inv, where)
+    final, bprop_scan = _traced_scan(step_k, seq, carry, inv, where, grads)
 
     def bprop(d_out):
         env, d_carry, d_inv, d_items = bprop_scan(tuple(d_out))
@@ -283,23 +252,25 @@ def _stack_items(d_items, seq, is_array):
     return jnp.stack(zeros)
 
 
-def _traced_scan(step_k, xs, carry, inv, where):
+def _traced_scan(step_k, xs, carry, inv, where, grads):
     """Forward `lax.scan` storing carries; returns (carry, bprop)."""
     first = xs[0]
-    carry = rt._settle_carry(lambda cr: tuple(step_k(first, cr, inv)[0]), carry, where)
+    n = xs.shape[0]
+    step = lambda x, cr: tuple(step_k(x, cr, inv)[0])  # noqa: E731
+    carry = rt._settle_carry(lambda cr: step(first, cr), carry, where, n, grads)
 
     def body(cr, x):
-        new = rt._cast_like(tuple(step_k(x, cr, inv)[0]), cr)
-        return new, cr
+        return rt._like_carry(step(x, cr), cr, grads), rs.light(cr)
 
     final, stored = lax.scan(body, carry, xs)
-    n = xs.shape[0]
+    rs.check_stacks(final, where)
 
     def bprop(d_carry):
         def step_grad(k, d_cr):
-            cr = jax.tree_util.tree_map(lambda b: b[k], stored)
+            cr = rs.heavy(jax.tree_util.tree_map(lambda b: b[k], stored), final)
             return step_k(xs[k], cr, inv)[1](d_cr)
 
+        d_carry = _fill_zeros(d_carry, final)
         return _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic=False, items=True)
 
     return final, bprop

@@ -564,8 +564,7 @@ def test_rule_differentiates_again(c, x64, eager):
         _assert_close(grads[k], ref[j], c.rtol, f"second-order gradient of input {k}")
 
 
-# MakeDict's rule loops over its items: second order through loops is not supported.
-JVP_SKIP = (*FIRST_ORDER_ONLY, prims.MakeDict)
+JVP_SKIP = FIRST_ORDER_ONLY
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform import ops
+from k_transform import runtime as rt
 from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.dfunctor import prims as dp
@@ -96,6 +97,7 @@ NON_DIFFERENTIABLE_CALLS = (
     jax.random.uniform,
     jax.random.split,
     jax.random.PRNGKey,
+    rt.range_cond,  # the condition of a `for` over a range lowered to `while`
 )
 
 
@@ -171,10 +173,18 @@ def get_bprop_getitem_grad(self):
 
 @bprop_getters.register(ops.SumTo)
 def get_bprop_sum_to(self):
+    tail = self.tail
+
     def bprop(g, like, out, dout):
+        if isinstance(g, (tuple, list)):  # the items of a concatenation `a + b` that `like` took
+            rest = zeros_value(g[: len(g) - len(like)] if tail else g[len(like) :])
+            return (rest + dout if tail else dout + rest), None
         return _broadcast_like(dout, g), None
 
     return bprop
+
+
+zeros_value = dp.ZerosLike()
 
 
 def _broadcast_like(d, g):
@@ -239,7 +249,14 @@ def get_bprop_env_get(self):
 
 @bprop_getters.register(dp.EnvDel)
 def get_bprop_env_del(self):
-    return lambda env, out, dout: (dout,)
+    # The output holds no entry `key`: a gradient under `key` (another
+    # recursive frame's node has the same key) belongs to someone else.
+    env_del = dp.EnvDel(self.key)
+
+    def bprop(env, out, dout):
+        return (env_del(dout),)
+
+    return bprop
 
 
 @bprop_getters.register(dp.ReadParam)
@@ -274,3 +291,33 @@ zero_gradient(
     dp.ZerosLike,
     dp.OnesLike,
 )
+
+
+# -- stacks (K of loops as IR): push and pop are each other's gradient ----------------
+stack_push = dp.StackPush()
+stack_pop = dp.StackPop()
+
+
+@bprop_getters.register(dp.StackPush)
+def get_bprop_stack_push(self):
+    def bprop(stack, item, out, dout):
+        d_item_rest = stack_pop(dout, item)
+        return d_item_rest[1], d_item_rest[0]
+
+    return bprop
+
+
+@bprop_getters.register(dp.StackPop)
+def get_bprop_stack_pop(self):
+    def bprop(stack, like, out, dout):
+        return stack_push(dout[1], dout[0]), None
+
+    return bprop
+
+
+@bprop_getters.register(dp.StackNew)
+def get_bprop_stack_new(self):
+    return no_gradient(lambda out, dout: ())
+
+
+zero_gradient(dp.StackNonEmpty)

@@ -41,6 +41,8 @@ class ModuleEmitter:
         self.emitted: set[int] = set()
         self.comments = comments
         self._effects: dict[int, bool] = {}
+        self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
+        self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
 
     # -- globals ------------------------------------------------------------------
     def ref(self, value, hint: str = "") -> str:
@@ -78,13 +80,24 @@ class ModuleEmitter:
                 continue
             self.emitted.add(graph.uid)
             namer = Namer(outer=self.module_names)
-            chunks.append("\n".join(self.emit_graph(graph, namer, {}, 0)))
+            fname = self.copies.get(graph.uid)
+            chunks.append("\n".join(self.emit_graph(graph, namer, {}, 0, fname)))
         return "\n\n\n".join(chunks) + "\n", name
 
     # -- one graph --------------------------------------------------------------------
-    def emit_graph(self, graph: FuncGraph, namer: Namer, names: dict, depth: int) -> list[str]:
+    def emit_graph(
+        self, graph: FuncGraph, namer: Namer, names: dict, depth: int, fname: str | None = None
+    ) -> list[str]:
         """The `def` of `graph`; `names` maps nodes of enclosing graphs too."""
-        fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
+        self.scope.append(graph)
+        try:
+            return self._emit_graph(graph, namer, names, depth, fname)
+        finally:
+            self.scope.pop()
+
+    def _emit_graph(self, graph, namer, names, depth, fname) -> list[str]:
+        if fname is None:
+            fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
         params = [self._name_node(p, namer, names) for p in graph.parameters]
         defaults = getattr(graph, "defaults", {})
         for k, p in enumerate(graph.parameters):
@@ -144,12 +157,18 @@ class ModuleEmitter:
             return names[id(node)]
         value = node.value
         if isinstance(value, FuncGraph):
-            if value.uid in self.graph_names:
+            if value.parent is None:
+                self.pending.append(value)
+                return self.graph_name(value, self.module_names)
+            if value.uid in self.graph_names and any(g is value.parent for g in self.scope):
                 return self.graph_names[value.uid]
-            # Not nested here: a top-level graph, or a closed one (no free
-            # variables) from elsewhere, such as a branch of an inlined rule.
-            self.pending.append(value)
-            return self.graph_name(value, self.module_names)
+            # Not nested here: a closed graph (no free variables) from elsewhere,
+            # such as a branch of an inlined rule or a loop body that K of a
+            # loop calls (k_transform.dfunctor.loops): a module-level copy.
+            if value.uid not in self.copies:
+                self.copies[value.uid] = self.module_names.fresh(value.name)
+                self.pending.append(value)
+            return self.copies[value.uid]
         literal = _literal(value)
         if literal is not None:
             return literal

@@ -36,6 +36,7 @@ from __future__ import annotations
 import weakref
 
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.dfunctor import loops
 from k_transform.dfunctor import prims as dp
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
@@ -172,10 +173,13 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
-        if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
+        if isinstance(fn, dp.ControlFprop):  # a loop's K, differentiated again
+            lowered = Constant(loops.lowered(node), node.debug, "loop_k")
+            pair = self.fprop.apply(self.kval(lowered), *args, debug=node.debug)
+        elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             return
-        if isinstance(fn, ControlPrimitive):
+        elif isinstance(fn, ControlPrimitive):
             # Graph slots: K-graphs where the gradient needs them, else primal.
             args = [
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
@@ -257,7 +261,7 @@ class DFunctor:
         if id(node) in self.bp:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug)
             d_fn = self._item(self.bprop, result, 0, node.debug)
-            if isinstance(fn, (FuncGraph, ControlPrimitive)):
+            if isinstance(fn, (FuncGraph, ControlPrimitive, dp.ControlFprop)):
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)

@@ -152,8 +152,47 @@ class ControlFprop(Primitive):
         super().__init__(f"{control.name}_fprop", control=control)
 
     def impl(self, *args):
-        return getattr(rtg, self.name)(*args, where=self.control.where)
+        return getattr(rtg, self.name)(*args, **self.control.options())
 
     def emit(self, e, args):
         parts = self.control.call_parts(args)
         return self.control._emit_call(e, self.name, parts, rtg, "_rtg")
+
+
+# -- stacks: K of loops written as IR (k_transform.dfunctor.loops) ----------------
+class StackNew(_RuntimeCall):
+    """An empty stack (`k_transform.runtime_stack`)."""
+
+    n_inputs = 0
+    rt_name = "stack_new"
+
+    def __init__(self):
+        super().__init__("stack_new")
+
+
+class StackPush(_RuntimeCall):
+    """`stack` with `item` on top."""
+
+    n_inputs = 2
+    rt_name = "stack_push"
+
+    def __init__(self):
+        super().__init__("stack_push")
+
+
+class StackPop(_RuntimeCall):
+    """`(top, rest)`; a zero (None) gradient stack pops zeros like `like`."""
+
+    n_inputs = 2
+    rt_name = "stack_pop"
+
+    def __init__(self):
+        super().__init__("stack_pop")
+
+
+class StackNonEmpty(_RuntimeCall):
+    n_inputs = 1
+    rt_name = "stack_nonempty"
+
+    def __init__(self):
+        super().__init__("stack_nonempty")

@@ -52,10 +52,25 @@ class ControlPrimitive(Primitive):
         """How many parameters the graph at `slot` takes, given `n_args` inputs."""
         raise NotImplementedError
 
+    def options(self) -> dict:
+        """Keyword arguments of the runtime helper: `where`, and `grads` when set."""
+        out = {"where": self.where} if self.where else {}
+        if self.attrs.get("grads"):
+            out["grads"] = True
+        return out
+
     def _emit_call(self, e, fn: str, parts: list[str], module=rt, alias: str = "_rt") -> str:
-        if self.where:
-            parts = [*parts, f"where={self.where!r}"]
+        parts = [*parts, *(f"{k}={v!r}" for k, v in self.options().items())]
         return f"{e.ref(module, alias)}.{fn}({', '.join(parts)})"
+
+
+class LoopPrimitive(ControlPrimitive):
+    """A loop; `grads=True` marks a loop whose carries are gradients (a loop of
+    a derivative, see `k_transform.dfunctor.loops`): None is zero there."""
+
+    def __init__(self, name: str, n_carry: int, where: str, grads: bool):
+        flags = {"grads": True} if grads else {}
+        super().__init__(name, n_carry=n_carry, where=where, **flags)
 
 
 class Switch(ControlPrimitive):
@@ -78,55 +93,55 @@ class Switch(ControlPrimitive):
         return rt.switch(cond, true_fn, false_fn, *args, where=self.where)
 
 
-class WhileLoop(ControlPrimitive):
+class WhileLoop(LoopPrimitive):
     graph_slots = (0, 1)
     k_slots = (1,)
     nondiff_slots = (0, 1)
 
-    def __init__(self, n_carry: int, where: str = ""):
-        super().__init__("while_loop", n_carry=n_carry, where=where)
+    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
+        super().__init__("while_loop", n_carry, where, grads)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2
 
     def impl(self, cond_fn, body_fn, *values):
-        return rt.while_loop(cond_fn, body_fn, self.n_carry, *values, where=self.where)
+        return rt.while_loop(cond_fn, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:2], str(self.n_carry), *args[2:]]
 
 
-class ForRange(ControlPrimitive):
+class ForRange(LoopPrimitive):
     graph_slots = (3,)
     k_slots = (3,)
     nondiff_slots = (0, 1, 2, 3)
 
-    def __init__(self, n_carry: int, where: str = ""):
-        super().__init__("for_range", n_carry=n_carry, where=where)
+    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
+        super().__init__("for_range", n_carry, where, grads)
 
     def graph_arity(self, slot, n_args):
         return n_args - 4 + 1
 
     def impl(self, start, stop, step, body_fn, *values):
-        return rt.for_range(start, stop, step, body_fn, self.n_carry, *values, where=self.where)
+        return rt.for_range(start, stop, step, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:4], str(self.n_carry), *args[4:]]
 
 
-class ForEach(ControlPrimitive):
+class ForEach(LoopPrimitive):
     graph_slots = (1,)
     k_slots = (1,)
     nondiff_slots = (1,)
 
-    def __init__(self, n_carry: int, where: str = ""):
-        super().__init__("for_each", n_carry=n_carry, where=where)
+    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
+        super().__init__("for_each", n_carry, where, grads)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2 + 1
 
     def impl(self, seq, body_fn, *values):
-        return rt.for_each(seq, body_fn, self.n_carry, *values, where=self.where)
+        return rt.for_each(seq, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:2], str(self.n_carry), *args[2:]]

@@ -1,0 +1,247 @@
+"""Stacks of per-iteration values, and the bound of traced `while` loops.
+
+K of a loop written as IR (`k_transform.dfunctor.loops`, used when a loop is
+differentiated a second time) pushes each iteration's carry on a stack in
+its forward loop and pops them in its reverse loop. A stack is a value:
+`stack_push` and `stack_pop` return new stacks. Two representations:
+
+- `PyStack`, a cons cell `(top, rest)`, while loops run in Python (concrete
+  conditions): O(1) push and pop, items of any kind (Python ints stay ints).
+- `BufStack`, one buffer of `cap` slots per leaf of the item and a count `n`,
+  once a loop runs under `lax` (traced). Runtime loops promote a `PyStack`
+  carry when they enter `lax` (`runtime._settle_carry`), with room for the
+  trip count (`for`) or for `loop_bound(where)` (`while`); `check_stacks`
+  reports a push past the end as `LoopBoundExceeded`, and gradient functions
+  then raise that loop's bound and retrace.
+
+The gradient of a stack is a stack: push's bprop pops the output gradient,
+pop's bprop pushes. A zero `PyStack` gradient may end in None (zeros of
+unknown length): cons lists line up at their top, so adding them works. A
+zero `BufStack` gradient keeps its primal's count, so positions line up.
+
+Our generated loops only push or only pop a given stack, so a slot below
+`n` is never overwritten while it is below `n`: every version of a stack in
+one loop shares the final buffer. `light`/`heavy` use this to store a
+loop's stacks per iteration as counts only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from k_transform.errors import KTransformError
+
+DEFAULT_LOOP_BOUND = 1024
+_bounds: dict[str, int] = {}
+
+
+class LoopBoundExceeded(KTransformError):
+    """A traced `while` ran more iterations than its gradient buffer holds."""
+
+    MARK = "k_transform loop bound exceeded"
+
+
+def loop_bound(where: str) -> int:
+    return _bounds.get(where, DEFAULT_LOOP_BOUND)
+
+
+def set_loop_bound(bound: int, where: str | None = None) -> None:
+    """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
+    global DEFAULT_LOOP_BOUND
+    if where is None:
+        DEFAULT_LOOP_BOUND = int(bound)
+    else:
+        _bounds[where] = int(bound)
+
+
+class _QuietBoundOverflow(logging.Filter):
+    """JAX logs a traceback when a debug callback raises; the bound overflow is
+    expected (gradient functions grow the bound and retrace), so drop it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return LoopBoundExceeded.MARK not in record.getMessage() and not (
+            record.exc_info and LoopBoundExceeded.MARK in str(record.exc_info[1])
+        )
+
+
+logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
+
+
+def check_bound(n, bound, where):
+    """Raise LoopBoundExceeded when a loop at `where` ran `n` > `bound` times."""
+    if int(n) > int(bound):
+        raise LoopBoundExceeded(
+            f"{LoopBoundExceeded.MARK}: the traced while loop at {where} ran {int(n)} "
+            f"iterations but stores {int(bound)} for its gradient; raise it with "
+            f"kt.set_loop_bound({int(n) * 2}) (gradient functions do this and retrace)"
+        )
+
+
+# -- the two representations ----------------------------------------------------
+class PyStack:
+    """A cons cell: `top` on `rest` (a PyStack, or None: zeros below)."""
+
+    __slots__ = ("top", "rest", "size")
+
+    def __init__(self, top=None, rest=None, size: int = 0):
+        self.top, self.rest, self.size = top, rest, size
+
+    def items(self) -> list:
+        """The items, bottom first."""
+        out, s = [], self
+        while isinstance(s, PyStack) and s.size > 0:
+            out.append(s.top)
+            s = s.rest
+        return out[::-1]
+
+
+class BufStack:
+    """`n` items in `buf`, a tree of arrays with a leading axis of `cap` slots."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, buf, n):
+        self.buf, self.n = buf, n
+
+
+jax.tree_util.register_pytree_node(
+    PyStack,
+    lambda s: ((s.top, s.rest), s.size) if s.size else ((), 0),
+    lambda size, kids: PyStack(*kids, size) if size else PyStack(),
+)
+jax.tree_util.register_pytree_node(
+    BufStack, lambda s: ((s.buf, s.n), None), lambda _, kids: BufStack(*kids)
+)
+
+
+def is_stack(x) -> bool:
+    return isinstance(x, (PyStack, BufStack))
+
+
+# -- primitives' implementations ----------------------------------------------------
+def stack_new():
+    return PyStack()
+
+
+def stack_nonempty(s):
+    return s.n > 0 if isinstance(s, BufStack) else s.size > 0
+
+
+def stack_push(s, item):
+    if isinstance(s, BufStack):
+        from k_transform.runtime import fit
+
+        item = fit(item, jax.tree_util.tree_map(_slot_shape, s.buf))
+        buf = jax.tree_util.tree_map(
+            lambda b, v: b.at[s.n].set(jnp.asarray(v, b.dtype), mode="drop"), s.buf, item
+        )
+        return BufStack(buf, s.n + 1)
+    if s is None:  # a zero gradient stack
+        return PyStack(item, None, 1)
+    return PyStack(item, s, s.size + 1)
+
+
+def stack_pop(s, like=None):
+    """`(top item, the rest)`; a None (zero) gradient stack pops zeros like `like`."""
+    if isinstance(s, BufStack):
+        k = s.n - 1
+        at = jnp.maximum(k, 0)
+        item = jax.tree_util.tree_map(lambda b: lax.dynamic_index_in_dim(b, at, 0, False), s.buf)
+        return item, BufStack(s.buf, k)
+    if s is None:
+        from k_transform.runtime import zeros_like_value
+
+        return zeros_like_value(like), None
+    if s.size == 0:
+        raise KTransformError("internal: pop from an empty stack")
+    return s.top, s.rest
+
+
+def _slot_shape(b):
+    return jax.ShapeDtypeStruct(b.shape[1:], b.dtype)
+
+
+# -- gradients of stacks ------------------------------------------------------
+def zeros_like_stack(s, zeros_like):
+    if isinstance(s, BufStack):
+        return BufStack(jax.tree_util.tree_map(jnp.zeros_like, s.buf), s.n)
+    return None  # zeros of any length
+
+
+def add_stacks(a, b, add):
+    if isinstance(a, BufStack) and isinstance(b, BufStack):
+        return BufStack(add(a.buf, b.buf), jnp.maximum(a.n, b.n))
+    if not (isinstance(a, PyStack) and isinstance(b, PyStack)):
+        raise KTransformError("internal: adding gradients of stacks of different kinds")
+    tops = []
+    while a is not None and b is not None and a.size and b.size:
+        tops.append(add(a.top, b.top))
+        a, b = a.rest, b.rest
+    out = a if b is None or not b.size else b
+    for top in reversed(tops):
+        out = stack_push(out, top)
+    return out
+
+
+# -- entering lax ------------------------------------------------------------------
+def promote(s: PyStack, item_shape, extra: int) -> BufStack:
+    """`s` as a BufStack with room for `extra` more items of `item_shape`."""
+    items = s.items()
+    cap = len(items) + int(extra)
+    buf = jax.tree_util.tree_map(lambda sd: jnp.zeros((cap, *sd.shape), sd.dtype), item_shape)
+    from k_transform.runtime import UNDEFINED
+
+    for k, item in enumerate(items):  # an UNDEFINED (never read) slot stays zero
+        item = _in_layout(item, item_shape)
+        buf = jax.tree_util.tree_map(
+            lambda b, v, k=k: b if v is UNDEFINED else b.at[k].set(jnp.asarray(v, b.dtype)),
+            buf,
+            item,
+        )
+    return BufStack(buf, jnp.asarray(len(items), jnp.int32))
+
+
+def _in_layout(value, shape):
+    """`value` with the PyStacks it holds made buffers laid out as in `shape`."""
+    if isinstance(value, PyStack) and isinstance(shape, BufStack):
+        slots = jax.tree_util.tree_leaves(shape.buf)[0].shape[0]
+        inner = jax.tree_util.tree_map(_slot_shape, shape.buf)
+        return promote(value, inner, slots - value.size)
+    if isinstance(value, (tuple, list)) and isinstance(shape, (tuple, list)):
+        return type(value)(_in_layout(v, s) for v, s in zip(value, shape, strict=True))
+    return value
+
+
+def check_stacks(carry, where: str) -> None:
+    """After a lax loop: report a stack that was pushed past its capacity."""
+    for c in carry:
+        if isinstance(c, BufStack):
+            cap = jax.tree_util.tree_leaves(c.buf)[0].shape[0]
+            jax.debug.callback(check_bound, c.n, cap, where)
+
+
+# -- storing a loop's carries per iteration -----------------------------------------
+def light(tree):
+    """`tree` with each BufStack replaced by its count (see the module docstring)."""
+    if isinstance(tree, BufStack):
+        return tree.n
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(light(t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: light(v) for k, v in tree.items()}
+    return tree
+
+
+def heavy(stored, like):
+    """Undo `light`, taking buffers from `like` (the loop's final carry)."""
+    if isinstance(like, BufStack):
+        return BufStack(like.buf, stored)
+    if isinstance(like, (tuple, list)):
+        return type(like)(heavy(s, x) for s, x in zip(stored, like, strict=True))
+    if isinstance(like, dict):
+        return {k: heavy(stored[k], x) for k, x in like.items()}
+    return stored

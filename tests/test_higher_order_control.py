@@ -1,0 +1,215 @@
+"""Forward mode and higher derivatives through `if`, `while` and `for`.
+
+Every control-flow program of tests/test_grad_control.py (pairs and triples
+of if/while/for, break/continue/return, closures in loops, recursion) is
+checked against JAX on the same function: `kt.jvp` against `jax.jvp`, the
+second derivative (a Hessian-vector product by reverse over reverse) and
+the third derivative against nested `jax.grad`, eagerly (loops run in
+Python) and jitted (traced loops run under `lax`, storing their carries on
+buffer stacks, see k_transform/dfunctor/loops.py).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from tests.test_grad_control import CASES
+
+import k_transform as kt
+from k_transform import runtime_stack
+
+G = kt.GradOperation()
+
+
+@pytest.fixture
+def restore_mode():
+    yield
+    kt.set_mode("graph")
+
+
+def scalar_program(c, args):
+    """(g, f, x): g(x) is the program at x with its other (static) arguments
+    bound; f(x) = sum(g(x))."""
+    x, rest = args[0], args[1:]
+    fn = c.fn
+    if rest:
+        other = rest[0]
+
+        def g(x):
+            return fn(x, other)
+
+    else:
+        g = fn
+
+    def f(x):
+        return jnp.sum(g(x))
+
+    return g, f, x
+
+
+def tangent(x, seed=0):
+    return jnp.asarray(np.random.RandomState(seed).randn(*x.shape), x.dtype)
+
+
+def close(got, want, tol):
+    got, want = np.asarray(got), np.asarray(want)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * (1.0 + np.max(np.abs(want))))
+
+
+def check_jvp_and_second_order(c, args):
+    g, f, x = scalar_program(c, args)
+    v = tangent(x)
+    close(kt.jvp(g, x, v)[1], jax.jvp(g, (x,), (v,))[1], 1e-4)
+
+    def d2(x):
+        return jnp.sum(G(f)(x) * v)
+
+    close(G(d2)(x), jax.grad(lambda x: jnp.sum(jax.grad(f)(x) * v))(x), 1e-4)
+
+
+def check_third_order(c, args):
+    g, f, x = scalar_program(c, args)
+    v = tangent(x, 1)
+
+    def d2(x):
+        return jnp.sum(G(f)(x) * v)
+
+    def d3(x):
+        return jnp.sum(G(d2)(x) * v)
+
+    ref2 = lambda x: jnp.sum(jax.grad(f)(x) * v)  # noqa: E731
+    want = jax.grad(lambda x: jnp.sum(jax.grad(ref2)(x) * v))(x)
+    close(G(d3)(x), want, 1e-3)
+
+
+EAGER = sorted(CASES)
+GRAPH = sorted(n for n, c in CASES.items() if c.graph)
+
+
+@pytest.mark.parametrize("name", EAGER)
+def test_jvp_and_second_order_eager(name, restore_mode):
+    kt.set_mode("eager")
+    for args in CASES[name].inputs[:2]:
+        check_jvp_and_second_order(CASES[name], args)
+
+
+@pytest.mark.parametrize("name", GRAPH)
+def test_jvp_and_second_order_jitted(name, restore_mode):
+    for args in CASES[name].inputs[:2]:
+        check_jvp_and_second_order(CASES[name], args)
+
+
+@pytest.mark.parametrize("name", EAGER)
+def test_third_order_eager(name, restore_mode):
+    kt.set_mode("eager")
+    check_third_order(CASES[name], CASES[name].inputs[0])
+
+
+@pytest.mark.parametrize("name", GRAPH)
+def test_third_order_jitted(name, restore_mode):
+    check_third_order(CASES[name], CASES[name].inputs[0])
+
+
+# -- long and data-dependent loops under jit -------------------------------------------
+def newton_cube_root(a):
+    """Newton steps until converged: a traced, data-dependent trip count."""
+    x = a
+    err = jnp.max(jnp.abs(x * x * x - a))
+    while err > 1e-5:
+        x = x - (x * x * x - a) / (3.0 * x * x)
+        err = jnp.max(jnp.abs(x * x * x - a))
+    return jnp.sum(jnp.sin(x) * a)
+
+
+def test_hessian_and_jvp_through_a_data_dependent_while():
+    a = jnp.array([1.5, 2.0, 3.0, 0.7], jnp.float32)
+    # jax differentiates the same Python loop eagerly (concrete conditions)
+    close(kt.hessian(newton_cube_root)(a), jax.hessian(newton_cube_root)(a), 1e-3)
+    v = tangent(a)
+    want = jax.jvp(newton_cube_root, (a,), (v,))[1]
+    close(kt.jvp(newton_cube_root, a, v)[1], want, 1e-4)
+
+
+def long_for(x):
+    for k in range(40):  # a lax.scan under jit
+        x = jnp.sin(x) * 1.02 + 0.01 * k
+    return jnp.sum(x * x)
+
+
+def long_while(x):
+    i = 0.0
+    while i < 40.0:  # traced counter: a lax.while_loop under jit
+        x = jnp.sin(x) * 1.02 + 0.01 * i
+        i = i + 1.0
+    return jnp.sum(x * x)
+
+
+def rows_sum(m):
+    total = 0.0
+    for row in m:  # 12 rows: a lax.scan under jit
+        total = total + jnp.sum(jnp.tanh(row) * row)
+    return total
+
+
+@pytest.mark.parametrize("fn", [long_for, long_while])
+def test_second_order_through_long_traced_loops(fn):
+    x = jnp.array([0.3, -0.8, 1.1], jnp.float32)
+    close(kt.hessian(fn)(x), jax.hessian(long_for)(x), 1e-3)
+    v = tangent(x)
+    close(kt.jvp(fn, x, v)[1], jax.jvp(long_for, (x,), (v,))[1], 1e-4)
+
+
+def test_second_order_through_a_scan_over_rows():
+    m = jnp.asarray(np.random.RandomState(2).randn(12, 3), jnp.float32)
+    close(kt.hessian(rows_sum)(m), jax.hessian(rows_sum)(m), 1e-4)
+
+
+def test_second_order_loop_grows_its_bound_and_retraces():
+    """A traced while longer than the stack bound: the gradient function
+    raises the loop's bound and retraces; the result is still exact."""
+    old = runtime_stack.DEFAULT_LOOP_BOUND
+    runtime_stack.set_loop_bound(8)
+    try:
+        x = jnp.array([0.3, -0.8, 1.1], jnp.float32)
+        close(kt.hessian(long_while)(x), jax.hessian(long_for)(x), 1e-3)
+    finally:
+        runtime_stack.set_loop_bound(old)
+
+
+# -- Parameters read inside a loop -------------------------------------------------------
+class Recurrent(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        rng = np.random.RandomState(4)
+        self.w = kt.Parameter(jnp.asarray(rng.randn(3, 3) * 0.5, jnp.float32), name="w")
+
+    def construct(self, x):
+        h = x
+        for _ in range(12):
+            h = jnp.tanh(h @ self.w)
+        return jnp.sum(h * h)
+
+
+def test_grad_of_parameter_gradient_through_a_loop():
+    net = Recurrent()
+    params = kt.ParameterTuple(net.trainable_params())
+    x = jnp.array([[0.5, -0.2, 0.9]], jnp.float32)
+    w = net.w.data
+
+    def ref(x, w):
+        h = x
+        for _ in range(12):
+            h = jnp.tanh(h @ w)
+        return jnp.sum(h * h)
+
+    grad_w = kt.GradOperation(get_by_list=True)(net, params)
+
+    def mixed(x):
+        return jnp.sum(grad_w(x)[0])
+
+    want = jax.grad(lambda x: jnp.sum(jax.grad(ref, argnums=1)(x, w)))(x)
+    close(G(mixed)(x), want, 1e-4)
+    v = tangent(x)
+    close(kt.jvp(net, x, v)[1], jax.jvp(lambda x: ref(x, w), (x,), (v,))[1], 1e-4)
