@@ -451,13 +451,17 @@ def _settle_carry(body, carry, where, trips=None, grads=False):
         # until those are buffers: its buffer's layout depends on theirs.
         out = jax.eval_shape(body, carry)
         ready = [
-            isinstance(c, rs.PyStack) and not _holds_pystack(o.top) for c, o in zip(carry, out)
+            isinstance(c, rs.PyStack) and not _holds_pystack(o.top)
+            for c, o in zip(carry, out, strict=True)
         ]
         if not any(ready):
             raise KTransformError(
                 f"internal: cannot lay out the stacks of a loop{_describe(where)}"
             )
-        carry = tuple(rs.promote(c, o.top, room) if r else c for c, o, r in zip(carry, out, ready))
+        carry = tuple(
+            rs.promote(c, o.top, room) if r else c
+            for c, o, r in zip(carry, out, ready, strict=True)
+        )
     for _ in range(4 if grads else 0):  # entries appear as gradients reach them
         shape = _unify(_shape_of(carry), jax.eval_shape(body, carry), where)
         if jax.tree_util.tree_structure(shape) == jax.tree_util.tree_structure(carry):

@@ -22,8 +22,11 @@ Traced loops (under `jax.jit`) cannot return closures, so:
   catch it, raise the bound (x8) and retrace; under a user's own `jax.jit`
   the error says to call `kt.set_loop_bound(...)`.
 
-Loops are differentiated once: grad of grad and jvp through a loop are not
-supported yet (the loop K-rules run Python code that is not a graph).
+These helpers are Python, not graphs, so the DFunctor cannot transform them
+again: for grad of grad and jvp through a loop it uses K of the loop written
+as IR instead (`k_transform.dfunctor.loops`). Stacks in a loop's carry
+(`k_transform.runtime_stack`, from that IR) are stored per iteration as
+their counts only (`light`/`heavy`).
 """
 
 from __future__ import annotations

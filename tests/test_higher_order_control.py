@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from tests.test_grad_control import CASES
 
 import k_transform as kt
 from k_transform import runtime_stack
+from tests.test_grad_control import CASES
 
 G = kt.GradOperation()
 

@@ -52,7 +52,10 @@ INTERNAL = (
     dp.InputGrad,
     dp.TreeVdot,
     dp.TreeScale,
-    dp.ControlFprop,
+    dp.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
+    dp.StackPush,
+    dp.StackPop,
+    dp.StackNonEmpty,
     prims.CustomBpropCall,
     ops.Assign,
 )

@@ -274,14 +274,6 @@ def get_bprop_tree_scale(self):
     return lambda tree, s, out, dout: (tree_scale(dout, s), tree_vdot(dout, tree))
 
 
-@bprop_getters.register(dp.ControlFprop)
-def get_bprop_control_fprop(self):
-    raise KTransformError(
-        "second-order differentiation (grad of grad, jvp) through traced or concrete "
-        f"control flow ({self.control.name}) is not supported yet"
-    )
-
-
 zero_gradient(
     prims.Not,
     prims.Contains,
