@@ -526,7 +526,7 @@ def zeros_like_value(x):
     if x is UNDEFINED:
         return None
     if rs.is_stack(x):
-        return rs.zeros_like_stack(x, zeros_like_value)
+        return rs.zeros_like_stack(x)
     if isinstance(x, (tuple, list)):
         return type(x)(zeros_like_value(v) for v in x)
     if isinstance(x, dict):

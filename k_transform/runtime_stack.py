@@ -166,7 +166,7 @@ def _slot_shape(b):
 
 
 # -- gradients of stacks ------------------------------------------------------
-def zeros_like_stack(s, zeros_like):
+def zeros_like_stack(s):
     if isinstance(s, BufStack):
         return BufStack(jax.tree_util.tree_map(jnp.zeros_like, s.buf), s.n)
     return None  # zeros of any length
