@@ -32,6 +32,7 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
 from k_transform.ir import control, prims
+from k_transform.ir.closures import ClosureSite, nonlocal_names, thread_nonlocal_calls
 from k_transform.ir.desugar import (
     JumpLowering,
     assigned_names,
@@ -53,7 +54,6 @@ UNSUPPORTED_STATEMENTS = {
     gast.AsyncFor: "async for",
     gast.AsyncFunctionDef: "async def",
     gast.Global: "global",
-    gast.Nonlocal: "nonlocal",
     gast.Delete: "del",
     gast.ClassDef: "class definition",
     gast.Import: "import",
@@ -194,6 +194,9 @@ class GraphBuilder:
         self.load_counts = parent.load_counts if closed else None
         self.returned = False
         self.loop_live: set[str] = set(parent.loop_live) if closed else set()
+        self.nonlocals: tuple[str, ...] = parent.nonlocals if closed else ()
+        self.defaults_given: dict[str, Node] | None = None  # a nested def's, from its site
+        self.escaped: dict[int, list] = {}  # node id -> closures that left a subgraph
 
     # -- names ----------------------------------------------------------------
     def lookup(self, name: str, node) -> Node:
@@ -201,9 +204,17 @@ class GraphBuilder:
             value = self.vars[name]
             return self.materialize(value) if isinstance(value, LazyClosure) else value
         if self.closed:
+            raw = self.parent.peek(name)
+            if isinstance(raw, LazyClosure):  # rebuilt here, over this graph's bindings
+                self.vars[name] = raw
+                return self.materialize(raw)
             outer = self.parent.lookup(name, node)
             if isinstance(outer, Constant) and not _is_closure(outer):
                 return outer
+            site = _site_of(outer)
+            if site is not None and self.within(site.scope):
+                self.vars[name] = self.materialize(site)
+                return self.vars[name]
             param = self.graph.add_parameter(name, self.fp.source.debug(node))
             self.captures[name] = outer
             self.vars[name] = param
@@ -221,6 +232,25 @@ class GraphBuilder:
                 ) from None
         return self.fp.resolve_global(name, node)
 
+    def peek(self, name: str):
+        """The binding `name` has here, without capturing it (None: global)."""
+        builder = self
+        while builder is not None:
+            value = builder.vars.get(name)
+            if value is not None and not (builder.closed and name in builder.captures):
+                return value
+            builder = builder.parent
+        return None
+
+    def within(self, scope: GraphBuilder) -> bool:
+        """Whether this builder sees `scope`'s variables (is it or inside it)."""
+        builder = self
+        while builder is not None:
+            if builder is scope:
+                return True
+            builder = builder.parent
+        return False
+
     def read(self, name: str, node) -> Node:
         try:
             return self.lookup(name, node)
@@ -231,6 +261,7 @@ class GraphBuilder:
         if isinstance(value, Apply) and not value.debug.name:
             value.debug = value.debug.named(name)
         self.vars[name] = value
+        self.escaped.pop(id(value), None)
 
     def debug(self, node, name: str = ""):
         return self.fp.source.debug(node, name)
@@ -258,8 +289,10 @@ class GraphBuilder:
             raise self.fp.unsupported("*args, **kwargs or keyword-only parameters", fdef)
         if getattr(fdef, "decorator_list", None) and self.parent is not None:
             raise self.fp.unsupported("a decorator on a nested function", fdef)
+        thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
         self.locals = set(assigned_names(fdef.body)) | {a.id for a in args.args}
+        self.nonlocals = self.declare_nonlocals(fdef)
         self.load_counts = loaded_names(fdef)
         names = [a.id for a in args.args]
         self.graph.param_names = names
@@ -279,36 +312,96 @@ class GraphBuilder:
         if self.parent is None:
             values = self.fp.fn.__defaults__ or ()
             return {n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)}
-        return {n: self.parent.expr(d) for n, d in zip(names, args.defaults, strict=True)}
+        return dict(self.defaults_given or {})
 
-    def nested_function(self, fdef, name: str, on_created=None) -> Constant:
-        """The graph of a nested def or lambda, reading the current bindings.
-        `on_created(value)` runs before the body is parsed (recursion)."""
+    def declare_nonlocals(self, fdef) -> tuple[str, ...]:
+        """`nonlocal` names: bound on entry to their value in the enclosing scope."""
+        names = nonlocal_names(fdef)
+        for name in names:
+            if self.parent is None or name not in self.parent.locals:
+                raise self.fp.error(
+                    f"`nonlocal {name}`: {name!r} must be a variable of the function that "
+                    "directly encloses this one",
+                    fdef,
+                )
+            self.vars[name] = self.parent.lookup(name, fdef)
+        return names
+
+    def eval_defaults(self, fdef) -> dict[str, Node]:
+        """A def's default values, evaluated where the def statement runs."""
+        args = fdef.args
+        names = [a.id for a in args.args][len(args.args) - len(args.defaults) :]
+        return {n: self.expr(d) for n, d in zip(names, args.defaults, strict=True)}
+
+    def nested_function(self, site: ClosureSite, key: tuple) -> Constant:
+        """The graph of a nested def or lambda over the current bindings, cached
+        in `site` under `key` before its body is parsed (recursion)."""
+        fdef, name = site.fdef, site.name
         graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
+        graph.kt_site, graph.kt_key = site, key
         value = Constant(graph, self.debug(fdef, name), name)
-        if on_created is not None:
-            on_created(value)
+        site.graphs[key] = value
         sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
+        sub.defaults_given = site.defaults
         sub.build_function(sub.fdef)
         return value
 
-    def materialize(self, lazy: LazyClosure) -> Constant:
-        """A named closure as a graph over the bindings its body reads now.
+    def materialize(self, site: ClosureSite) -> Constant:
+        """A closure as a graph over the bindings its body reads now.
 
         Python closures see a variable's value when they run, not when they
         are defined; a closure is therefore built when it is used, and again
-        if a variable it reads has been reassigned since.
+        if a variable it reads has been reassigned since
+        (`k_transform.ir.closures`).
         """
-        key = tuple(id(self.vars.get(v)) for v in lazy.reads)
-        if key not in lazy.graphs:
-            self.nested_function(
-                lazy.fdef, lazy.name, lambda value: lazy.graphs.update({key: value})
-            )
-        return lazy.graphs[key]
+        key = self.closure_key(site)
+        if key not in site.graphs:
+            self.nested_function(site, key)
+        return site.graphs[key]
+
+    def closure_key(self, site: ClosureSite) -> tuple:
+        """This builder and the bindings of the names `site` reads, transitively."""
+        ids, todo, seen = [], list(site.reads), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            value = self.peek(name)
+            ids.append((name, id(value)))
+            if isinstance(value, LazyClosure):
+                todo.extend(value.reads)
+            elif _site_of(value) is not None:
+                todo.extend(_site_of(value).reads)
+        return (id(self), tuple(sorted(ids)))
+
+    def current(self, value: Node) -> Node:
+        """A closure value as Python sees it here: rebuilt over the current
+        bindings of its defining scope when one it reads has changed."""
+        site = _site_of(value)
+        if site is None:
+            return self.current_items(value)
+        self.check_escaped(value)
+        if not self.within(site.scope) or self.closure_key(site) == value.value.kt_key:
+            return value
+        return self.materialize(site)
+
+    def current_items(self, value: Node) -> Node:
+        """A tuple or list built here whose items include closures, refreshed."""
+        maker = value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
+        if not isinstance(maker, (prims.MakeTuple, prims.MakeList)):
+            return value
+        items = [self.current(a) for a in value.args]
+        if all(a is b for a, b in zip(items, value.args, strict=True)):
+            return value
+        return self.apply(maker, *items)
+
+    def check_escaped(self, value: Node) -> None:
+        return None
 
     def bind_closure(self, name: str, fdef) -> None:
-        reads = [v for v in loaded_names(fdef) if v in self.locals or v in self.vars]
-        self.vars[name] = LazyClosure(fdef, name, reads)
+        site = ClosureSite(fdef, name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
+        self.vars[name] = site
 
     # -- statements --------------------------------------------------------------------
     def block(self, stmts) -> None:
@@ -336,8 +429,16 @@ class GraphBuilder:
         self.bind_closure(s.name, s)
 
     def stmt_Return(self, s) -> None:
-        self.graph.output = self.expr(s.value) if s.value is not None else self.const(None, s)
+        value = self.expr(s.value) if s.value is not None else self.const(None, s)
+        value = self.current(value)
+        if self.nonlocals:  # a closure that rebinds `nonlocal` names returns them too
+            values = [self.read(n, s) for n in self.nonlocals]
+            value = self.apply(prims.MakeTuple(), value, *values, node=s)
+        self.graph.output = value
         self.returned = True
+
+    def stmt_Nonlocal(self, s) -> None:
+        return None  # handled by `declare_nonlocals` when the def is built
 
     def stmt_Assign(self, s) -> None:
         if isinstance(s.value, gast.Lambda) and all(isinstance(t, gast.Name) for t in s.targets):
@@ -564,7 +665,8 @@ class GraphBuilder:
 
     def expr_Lambda(self, e) -> Node:
         name = f"{self.fdef_name()}_lambda{self.debug(e).line}"
-        return self.nested_function(_lambda_def(e, "<lambda>"), name)
+        fdef = _lambda_def(e, "<lambda>")
+        return self.materialize(ClosureSite(fdef, name, self, self.eval_defaults(fdef), ()))
 
     def expr_IfExp(self, e) -> Node:
         cond = self.expr(e.test)
@@ -625,9 +727,9 @@ class GraphBuilder:
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
             callee = self.expr(e.func)
-        args = [self.expr(a) for a in e.args]
-        kwargs = {k.arg: self.expr(k.value) for k in e.keywords}
-        return self.call(callee, args, kwargs, e)
+        args = [self.current(self.expr(a)) for a in e.args]
+        kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
+        return self.call(self.current(callee), args, kwargs, e)
 
     def method_call(self, receiver: Node, e) -> Node:
         args = [self.expr(a) for a in e.args]
@@ -655,7 +757,8 @@ class GraphBuilder:
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
-            return self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
+            result = self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
+            return self.thread_nonlocals(value, result, e)
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             graph = Constant(parse(value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
@@ -690,6 +793,16 @@ class GraphBuilder:
         hint = callee.hint or getattr(value, "__name__", "fn")
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def thread_nonlocals(self, graph: FuncGraph, result: Node, e) -> Node:
+        """The result of calling `graph`; the `nonlocal` names it rebinds are
+        bound here to the values it returns with its result."""
+        site = getattr(graph, "kt_site", None)
+        if site is None or not site.writes:
+            return result
+        for k, name in enumerate(site.writes):
+            self.bind(name, self.apply(prims.GetItem(), result, self.const(k + 1, e), node=e))
+        return self.apply(prims.GetItem(), result, self.const(0, e), node=e)
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
@@ -793,14 +906,14 @@ class GraphBuilder:
         return self.index(e)
 
 
-class LazyClosure:
-    """A nested def (or named lambda) not yet built; see `materialize`."""
+LazyClosure = ClosureSite  # a named nested def bound but not yet built
 
-    def __init__(self, fdef, name: str, reads: list[str]):
-        self.fdef = fdef
-        self.name = name
-        self.reads = reads  # enclosing variables its body may read
-        self.graphs: dict[tuple, Constant] = {}
+
+def _site_of(value) -> ClosureSite | None:
+    """The closure site of a closure value (a Constant nested-function graph)."""
+    if isinstance(value, Constant) and isinstance(value.value, FuncGraph):
+        return getattr(value.value, "kt_site", None)
+    return None
 
 
 def _lambda_def(e, name: str):
