@@ -272,9 +272,13 @@ class GraphBuilder:
         if folded is not None:
             return folded
         if isinstance(prim, prims.GetItem):
-            item = tuple_item(*args)
+            item = tuple_item(*args) or _closure_item(*args)
             if item is not None:
                 return item
+        if isinstance(prim, ops.BINARY["add"]):
+            joined = _join_closures(*args)
+            if joined is not None:
+                return self.apply(*joined)
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
         debug = self.debug(node) if node is not None else NO_DEBUG
         return self.graph.apply(fn, *args, debug=debug)
@@ -462,7 +466,39 @@ class GraphBuilder:
     def stmt_Expr(self, s) -> None:
         if isinstance(s.value, gast.Constant) and isinstance(s.value.value, str):
             return  # a docstring
+        if self.append_closure(s.value):
+            return
         self.expr(s.value)
+
+    def append_closure(self, e) -> bool:
+        """`fs.append(f)` of a closure to a list built here and bound only to
+        `fs`: `fs` is rebound to the longer list, whose items stay known
+        closures (called later, they see the bindings of that time)."""
+        if not (
+            isinstance(e, gast.Call)
+            and isinstance(e.func, gast.Attribute)
+            and e.func.attr == "append"
+            and isinstance(e.func.value, gast.Name)
+            and len(e.args) == 1
+            and not e.keywords
+        ):
+            return False
+        name = e.func.value.id
+        old = self.vars.get(name)
+        if not (_is_maker(old, prims.MakeList) and old.graph is self.graph) or self.aliased(old):
+            return False
+        item = self.expr(e.args[0])
+        if _site_of(item) is None:  # only closures; other items keep the list method
+            self.apply(prims.MethodCall("append", ()), self.read(name, e), item, node=e)
+            return True
+        self.bind(name, self.apply(prims.MakeList(), *old.args, item, node=e))
+        return True
+
+    def aliased(self, node: Node) -> bool:
+        """Whether `node` is used by another node or bound to two names."""
+        if sum(v is node for v in self.vars.values()) > 1:
+            return True
+        return any(node in n.inputs for n in self.graph.nodes)
 
     def stmt_Pass(self, s) -> None:
         return None
@@ -907,6 +943,51 @@ class GraphBuilder:
 
 
 LazyClosure = ClosureSite  # a named nested def bound but not yet built
+
+
+def _is_maker(node, maker_type) -> bool:
+    return (
+        isinstance(node, Apply)
+        and isinstance(node.fn, Constant)
+        and isinstance(node.fn.value, maker_type)
+    )
+
+
+def _items(node) -> list | None:
+    """The item nodes of a tuple or list built in the graph (or constant)."""
+    if _is_maker(node, (prims.MakeTuple, prims.MakeList)):
+        return list(node.args)
+    if isinstance(node, Constant) and isinstance(node.value, (tuple, list)):
+        return [Constant(v, node.debug) for v in node.value]
+    return None
+
+
+def _closure_item(seq, index) -> Node | None:
+    """`seq[index]` when `seq` is a list built in the graph, the index constant
+    and the item a closure (which must stay known to be rebuilt at its call)."""
+    if not (_is_maker(seq, prims.MakeList) and isinstance(index, Constant)):
+        return None
+    if isinstance(index.value, int) and -len(seq.args) <= index.value < len(seq.args):
+        item = seq.args[index.value]
+        return item if _site_of(item) is not None else None
+    return None
+
+
+def _join_closures(left, right):
+    """`left + right` of two tuples (or two lists) holding closures, as one maker."""
+    a, b = _items(left), _items(right)
+    if a is None or b is None or not any(_site_of(v) is not None for v in a + b):
+        return None
+    kinds = {_sequence_kind(left), _sequence_kind(right)}
+    if len(kinds) != 1:
+        return None  # list + tuple: Python's TypeError, raised at run time
+    return (prims.MakeList() if kinds == {list} else prims.MakeTuple(), *a, *b)
+
+
+def _sequence_kind(node) -> type:
+    if isinstance(node, Constant):
+        return type(node.value)
+    return list if _is_maker(node, prims.MakeList) else tuple
 
 
 def _site_of(value) -> ClosureSite | None:
