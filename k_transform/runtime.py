@@ -171,6 +171,30 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
         return true_fn(*args) if cond else false_fn(*args)
     if jnp.shape(cond) != ():
         raise KTransformError(f"the condition of an `if` must be a scalar{_describe(where)}")
+    try:
+        return _traced_switch(cond, true_fn, false_fn, args, where)
+    except RecursionError:
+        raise KTransformError(
+            f"recursion in {_enclosing_def(where)!r} does not end under jax.jit: both branches "
+            "of an `if` on a traced value are traced, so a base case chosen by a traced "
+            "condition never stops the recursion; recurse on a Python int (static), write a "
+            f"loop, or run in eager mode{_describe(where)}"
+        ) from None
+
+
+def _enclosing_def(where: str) -> str:
+    """The name of the `def` around line `where` ("file:line"), read from the source."""
+    path, _, line = where.rpartition(":")
+    if not line.isdigit():
+        return "<unknown>"
+    for k in range(int(line), 0, -1):
+        text = linecache.getline(path, k).strip()
+        if text.startswith("def "):
+            return text[4:].split("(")[0]
+    return "<unknown>"
+
+
+def _traced_switch(cond, true_fn, false_fn, args, where: str):
     ids = _assigned_in(lambda: (true_fn(*args), false_fn(*args)))
     if ids:  # Assign in a traced branch: thread the Parameters through lax.cond
         t, f = _stateful_branch(true_fn, ids), _stateful_branch(false_fn, ids)
