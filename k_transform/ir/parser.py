@@ -261,7 +261,6 @@ class GraphBuilder:
         if isinstance(value, Apply) and not value.debug.name:
             value.debug = value.debug.named(name)
         self.vars[name] = value
-        self.escaped.pop(id(value), None)
 
     def debug(self, node, name: str = ""):
         return self.fp.source.debug(node, name)
@@ -382,10 +381,10 @@ class GraphBuilder:
     def current(self, value: Node) -> Node:
         """A closure value as Python sees it here: rebuilt over the current
         bindings of its defining scope when one it reads has changed."""
+        self.check_escaped(value)
         site = _site_of(value)
         if site is None:
             return self.current_items(value)
-        self.check_escaped(value)
         if not self.within(site.scope) or self.closure_key(site) == value.value.kt_key:
             return value
         return self.materialize(site)
@@ -401,7 +400,46 @@ class GraphBuilder:
         return self.apply(maker, *items)
 
     def check_escaped(self, value: Node) -> None:
-        return None
+        """Refuses a closure that left a branch if a variable it reads has
+        been rebound since: it cannot be rebuilt over the new binding."""
+        builder = self
+        while builder is not None and id(value) not in builder.escaped:
+            builder = builder.parent
+        if builder is None:
+            return
+        site, key, node = builder.escaped[id(value)]
+        if self.closure_key(site)[1] != key:
+            raise self.fp.error(
+                f"the closure {site.name!r} is defined inside an `if` on a traced value and "
+                "reads a variable rebound after that `if`; k_transform cannot rebind it "
+                "there (define the closure after the `if`, or pass the value as an argument)",
+                node,
+            )
+
+    def note_escaping(self, names: list[str], branches: list, s) -> None:
+        """Records the closures that leave `branches` as the values of `names`."""
+        for k, name in enumerate(names):
+            for b in branches:
+                site = _site_of(b.graph.output.args[k]) if _is_maker(b.graph.output, prims.MakeTuple) else None
+                if site is not None:
+                    self.escaped[id(self.vars[name])] = (site, self.closure_key(site)[1], s)
+
+    def refuse_carried_closures(self, body: GraphBuilder, carried: list[str], s) -> None:
+        """A closure carried out of a loop body that runs as a loop (not unrolled)
+        would have to see the bindings of a later time: refused."""
+        for name in carried:
+            value = body.peek(name)
+            items = _items(value) or []
+            sites = [_site_of(v) for v in [value, *items]]
+            if isinstance(value, ClosureSite):
+                sites.append(value)
+            for site in filter(None, sites):
+                raise self.fp.error(
+                    f"the closure {site.name!r} is created in the body of a loop that is not "
+                    "unrolled and used after its iteration; k_transform cannot rebind its "
+                    "variables there (define it outside the loop, or use a static range)",
+                    s,
+                )
 
     def bind_closure(self, name: str, fdef) -> None:
         site = ClosureSite(fdef, name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
@@ -484,13 +522,19 @@ class GraphBuilder:
         ):
             return False
         name = e.func.value.id
-        old = self.vars.get(name)
-        if not (_is_maker(old, prims.MakeList) and old.graph is self.graph) or self.aliased(old):
-            return False
+        receiver = self.read(name, e)
         item = self.expr(e.args[0])
         if _site_of(item) is None:  # only closures; other items keep the list method
-            self.apply(prims.MethodCall("append", ()), self.read(name, e), item, node=e)
+            self.apply(prims.MethodCall("append", ()), receiver, item, node=e)
             return True
+        old = self.vars.get(name)
+        if not (_is_maker(old, prims.MakeList) and old.graph is self.graph) or self.aliased(old):
+            raise self.fp.error(
+                f"appending the closure {_site_of(item).name!r} to {name!r}: k_transform keeps "
+                "closures in a list only for a list built in the same block and bound to one "
+                "name (build the list with `+`, or outside a traced loop)",
+                e,
+            )
         self.bind(name, self.apply(prims.MakeList(), *old.args, item, node=e))
         return True
 
@@ -532,6 +576,7 @@ class GraphBuilder:
             self.returned = True
         else:
             self.bind_outputs(outputs, result, s)
+            self.note_escaping(outputs, branches, s)
 
     def stmt_While(self, s) -> None:
         carried = self.carried(s, s.body, s.test)
@@ -541,6 +586,7 @@ class GraphBuilder:
         body_b = self.subgraph("while", s, "body", carried)
         body_b.loop_live |= set(carried)
         body_b.block(s.body)
+        self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([cond_b, body_b])
         prim = control.WhileLoop(len(carried), self.where(s))
@@ -572,6 +618,7 @@ class GraphBuilder:
             body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
         body_b.assign(s.target, item, s)
         body_b.block(s.body)
+        self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
         where, n = self.where(s), len(carried)
