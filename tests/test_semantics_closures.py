@@ -1,0 +1,294 @@
+"""Closures keep Python's semantics (issue 11), checked against jax.grad.
+
+Each program is ordinary Python; the oracle is `jax.grad` (and the value) of
+the SAME function run by JAX on concrete arrays. k_transform runs it eagerly
+and jitted. Covered: default values evaluated at the def, late binding (a
+closure reads a variable when called: after a loop, through an alias, a
+container, a factory, another function), `nonlocal` threaded through direct
+calls, and the constructs refused with a KTransformError (never a wrong
+number): closures escaping a traced loop or a traced `if` when their
+variables are rebound, escaping `nonlocal` writers, unbounded recursion on a
+traced condition under jit.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from k_transform.errors import KTransformError
+
+X = jnp.asarray([0.5, 1.2, -0.3], jnp.float32)
+XN = jnp.asarray([-0.4, -1.1, 0.2], jnp.float32)
+
+
+def check(fn, *inputs):
+    for x in inputs:
+        want_value, want_grad = fn(x), jax.grad(fn)(x)
+        for jit in (False, True):
+            value, grad = _run(fn, x, jit)
+            np.testing.assert_allclose(value, want_value, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(grad, want_grad, rtol=1e-5, atol=1e-6)
+
+
+def _run(fn, x, jit):
+    kt.set_mode("graph" if jit else "eager")
+    try:
+        return kt.value_and_grad(fn)(x)
+    finally:
+        kt.set_mode("graph")
+
+
+def refused(fn, *words):
+    for jit in (False, True):
+        kt.set_mode("graph" if jit else "eager")
+        try:
+            with pytest.raises(KTransformError) as info:
+                kt.value_and_grad(fn)(X)
+        finally:
+            kt.set_mode("graph")
+        message = str(info.value)
+        for w in words:
+            assert w in message, message
+        assert "line" in message
+
+
+# -- 1. default values are evaluated where the def runs ----------------------
+def default_then_rebound(x):
+    a = x * 2.0
+    def g(v, c=a):  # noqa: E306
+        return v * c
+    a = jnp.sin(x)
+    return jnp.sum(g(x) + a)
+
+
+def lambda_defaults_in_loop(x):
+    fs = []
+    for i in range(3):
+        fs.append(lambda v, i=i: v * (i + 1.0))
+    return jnp.sum(fs[0](x) + fs[1](x) * 2.0 + fs[2](jnp.sin(x)))
+
+
+def test_regression_default_at_definition():
+    check(default_then_rebound, X, XN)
+
+
+def test_regression_default_in_loop_idiom():
+    check(lambda_defaults_in_loop, X)
+
+
+# -- 2. late binding -------------------------------------------------------------
+def lambdas_after_static_loop(x):
+    fs = []
+    for i in range(3):
+        fs.append(lambda v: v * (i + 1.0))  # noqa: B023 (late binding is the point)
+    return jnp.sum(fs[0](x) + fs[1](jnp.cos(x)))
+
+
+def defs_in_tuple_after_loop(x):
+    fs = ()
+    for i in range(3):
+        def f(v):  # noqa: E306
+            return jnp.sin(v) * i  # noqa: B023
+        fs = fs + (f,)
+    return jnp.sum(fs[0](x) * x)
+
+
+def alias_then_rebind(x):
+    a = x * 2.0
+    def g(v):  # noqa: E306
+        return v * a
+    h = g
+    box = [g]
+    a = jnp.sin(x)
+    return jnp.sum(h(x) + box[0](x * x))
+
+
+def _make_scaler(c):
+    def g(v):
+        return v * c
+    h = g
+    c = jnp.tanh(c) * 3.0
+    return h
+
+
+def factory_final_bindings(x):
+    g = _make_scaler(x)
+    return jnp.sum(g(x))
+
+
+def _apply(f, v):
+    return f(v) + f(v * 0.5)
+
+
+def passed_to_function(x):
+    a = x * 2.0
+    g = lambda v: v * a  # noqa: E731
+    a = jnp.cos(x)
+    return jnp.sum(_apply(g, x))
+
+
+def rebound_inside_if(x):
+    a = x * 2.0
+    def g(v):  # noqa: E306
+        return v * a
+    if jnp.sum(x) > 0.0:
+        a = jnp.sin(x)
+        y = g(x)
+    else:
+        y = g(x) * 2.0
+    return jnp.sum(y)
+
+
+def closure_out_of_if(x):
+    a = x * 2.0
+    if jnp.sum(x) > 0.0:
+        g = lambda v: v * a  # noqa: E731
+    else:
+        g = lambda v: v + a  # noqa: E731
+    return jnp.sum(g(x))
+
+
+def free_variable_gradient(x):
+    w = jnp.sin(x)
+    g = lambda v: jnp.sum(v * w)  # noqa: E731
+    w = w * x
+    return g(x) * 2.0
+
+
+def test_regression_late_binding_after_static_loop():
+    check(lambdas_after_static_loop, X)
+    check(defs_in_tuple_after_loop, X)
+
+
+def test_regression_late_binding_alias_and_container():
+    check(alias_then_rebind, X, XN)
+
+
+def test_regression_factory_sees_final_bindings():
+    check(factory_final_bindings, X)
+
+
+def test_regression_closure_passed_to_function():
+    check(passed_to_function, X)
+
+
+def test_regression_closure_rebound_inside_if():
+    check(rebound_inside_if, X, XN)
+    check(closure_out_of_if, X, XN)
+
+
+def test_regression_free_variable_gradient_late():
+    check(free_variable_gradient, X)
+
+
+# -- nonlocal -----------------------------------------------------------------------
+def nonlocal_accumulator(x):
+    acc = x * 0.0
+    def add(v):  # noqa: E306
+        nonlocal acc
+        acc = acc + v
+    add(x)
+    add(jnp.sin(x))
+    return jnp.sum(acc * x)
+
+
+def nonlocal_counter_in_loops(x):
+    n = 0
+    acc = x
+    def step(v):  # noqa: E306
+        nonlocal n, acc
+        n = n + 1
+        acc = acc * v
+        return jnp.sum(acc)
+    for _ in range(3):
+        step(jnp.cos(x))
+    total = step(x)
+    return total * n
+
+
+def nonlocal_traced_loop_and_if(x):
+    acc = x * 0.0
+    def add(v):  # noqa: E306
+        nonlocal acc
+        acc = acc + v
+    while jnp.sum(acc) < 2.0:
+        add(jnp.abs(x) + 0.1)
+    if jnp.sum(x) > 0.0:
+        add(x * x)
+    return jnp.sum(acc * x)
+
+
+def test_regression_nonlocal_direct_calls():
+    check(nonlocal_accumulator, X)
+    check(nonlocal_counter_in_loops, X)
+    check(nonlocal_traced_loop_and_if, X, XN)
+
+
+def nonlocal_escapes(x):
+    acc = x
+    def add(v):  # noqa: E306
+        nonlocal acc
+        acc = acc + v
+    fs = [add]
+    fs[0](x)
+    return jnp.sum(acc)
+
+
+def test_regression_nonlocal_escape_refused():
+    refused(nonlocal_escapes, "'add'", "nonlocal", "fs = [add]")
+
+
+# -- refused: closures that cannot be rebound ------------------------------------------
+def closure_escapes_traced_loop(x):
+    i = 0.0
+    f = lambda v: v  # noqa: E731
+    while jnp.sum(x) * i < 3.0:
+        def f(v):
+            return v * i  # noqa: B023
+        i = i + 1.0
+    return jnp.sum(f(x))
+
+
+def closure_out_of_if_then_rebound(x):
+    a = x * 2.0
+    if jnp.sum(x) > 0.0:
+        g = lambda v: v * a  # noqa: E731
+    else:
+        g = lambda v: v + a  # noqa: E731
+    a = jnp.sin(x)
+    return jnp.sum(g(x))
+
+
+def test_regression_closure_escaping_traced_loop_refused():
+    refused(closure_escapes_traced_loop, "'f'", "loop")
+
+
+def test_regression_closure_escaping_if_then_rebound_refused():
+    refused(closure_out_of_if_then_rebound, "'g'", "if")
+
+
+# -- 3. recursion on a traced base case ---------------------------------------------------
+def _halve(x):
+    if jnp.sum(jnp.abs(x)) < 1.0:
+        return jnp.sum(x * x)
+    return _halve(x * 0.5) + jnp.sum(jnp.sin(x))
+
+
+def traced_recursion(x):
+    return _halve(x * 3.0)
+
+
+def test_regression_traced_recursion_refused_under_jit():
+    with pytest.raises(KTransformError) as info:
+        kt.value_and_grad(traced_recursion)(X)
+    message = str(info.value)
+    assert "'_halve'" in message and "line" in message and "if jnp.sum" in message
+    check_eager_only(traced_recursion)
+
+
+def check_eager_only(fn):
+    value, grad = _run(fn, X, jit=False)
+    np.testing.assert_allclose(value, fn(X), rtol=1e-5)
+    np.testing.assert_allclose(grad, jax.grad(fn)(X), rtol=1e-5)
