@@ -57,8 +57,10 @@ def refused(fn, *words):
 # -- 1. default values are evaluated where the def runs ----------------------
 def default_then_rebound(x):
     a = x * 2.0
+
     def g(v, c=a):  # noqa: E306
         return v * c
+
     a = jnp.sin(x)
     return jnp.sum(g(x) + a)
 
@@ -89,16 +91,20 @@ def lambdas_after_static_loop(x):
 def defs_in_tuple_after_loop(x):
     fs = ()
     for i in range(3):
+
         def f(v):  # noqa: E306
             return jnp.sin(v) * i  # noqa: B023
+
         fs = fs + (f,)
     return jnp.sum(fs[0](x) * x)
 
 
 def alias_then_rebind(x):
     a = x * 2.0
+
     def g(v):  # noqa: E306
         return v * a
+
     h = g
     box = [g]
     a = jnp.sin(x)
@@ -108,6 +114,7 @@ def alias_then_rebind(x):
 def _make_scaler(c):
     def g(v):
         return v * c
+
     h = g
     c = jnp.tanh(c) * 3.0
     return h
@@ -131,8 +138,10 @@ def passed_to_function(x):
 
 def rebound_inside_if(x):
     a = x * 2.0
+
     def g(v):  # noqa: E306
         return v * a
+
     if jnp.sum(x) > 0.0:
         a = jnp.sin(x)
         y = g(x)
@@ -186,9 +195,11 @@ def test_regression_free_variable_gradient_late():
 # -- nonlocal -----------------------------------------------------------------------
 def nonlocal_accumulator(x):
     acc = x * 0.0
+
     def add(v):  # noqa: E306
         nonlocal acc
         acc = acc + v
+
     add(x)
     add(jnp.sin(x))
     return jnp.sum(acc * x)
@@ -197,11 +208,13 @@ def nonlocal_accumulator(x):
 def nonlocal_counter_in_loops(x):
     n = 0
     acc = x
+
     def step(v):  # noqa: E306
         nonlocal n, acc
         n = n + 1
         acc = acc * v
         return jnp.sum(acc)
+
     for _ in range(3):
         step(jnp.cos(x))
     total = step(x)
@@ -210,9 +223,11 @@ def nonlocal_counter_in_loops(x):
 
 def nonlocal_traced_loop_and_if(x):
     acc = x * 0.0
+
     def add(v):  # noqa: E306
         nonlocal acc
         acc = acc + v
+
     while jnp.sum(acc) < 2.0:
         add(jnp.abs(x) + 0.1)
     if jnp.sum(x) > 0.0:
@@ -228,9 +243,11 @@ def test_regression_nonlocal_direct_calls():
 
 def nonlocal_escapes(x):
     acc = x
+
     def add(v):  # noqa: E306
         nonlocal acc
         acc = acc + v
+
     fs = [add]
     fs[0](x)
     return jnp.sum(acc)
@@ -245,8 +262,10 @@ def closure_escapes_traced_loop(x):
     i = 0.0
     f = lambda v: v  # noqa: E731
     while jnp.sum(x) * i < 3.0:
-        def f(v):
+
+        def f(v):  # noqa: F811 (rebinding f is the point)
             return v * i  # noqa: B023
+
         i = i + 1.0
     return jnp.sum(f(x))
 
@@ -292,3 +311,25 @@ def check_eager_only(fn):
     value, grad = _run(fn, X, jit=False)
     np.testing.assert_allclose(value, fn(X), rtol=1e-5)
     np.testing.assert_allclose(grad, jax.grad(fn)(X), rtol=1e-5)
+
+
+def late_bound_scalar(x):
+    a = x * 2.0
+    g = lambda v: jnp.sin(v * a)  # noqa: E731
+    a = jnp.cos(x)
+    return g(x) * x
+
+
+def test_regression_second_order_and_jvp_through_late_closure():
+    x = jnp.float32(0.7)
+    want = jax.grad(jax.grad(late_bound_scalar))(x)
+    for jit in (False, True):
+        kt.set_mode("graph" if jit else "eager")
+        try:
+            got = kt.grad(kt.grad(late_bound_scalar))(x)
+            out, tangent = kt.jvp(late_bound_scalar, x, jnp.float32(1.0))
+        finally:
+            kt.set_mode("graph")
+        np.testing.assert_allclose(got, want, rtol=1e-4)
+        _, want_tangent = jax.jvp(late_bound_scalar, (x,), (jnp.float32(1.0),))
+        np.testing.assert_allclose(tangent, want_tangent, rtol=1e-5)

@@ -86,7 +86,9 @@ def _check_direct_calls(fdef, writers: dict, error) -> None:
             for inner in gast.walk(node):
                 if isinstance(inner, gast.Name) and inner.id in writers and inner is not node:
                     if not (isinstance(node, gast.FunctionDef) and node.name == inner.id):
-                        raise error(_escape_message(inner.id, "used inside another function"), inner)
+                        raise error(
+                            _escape_message(inner.id, "used inside another function"), inner
+                        )
         if isinstance(node, gast.Name) and node.id in writers and isinstance(node.ctx, gast.Load):
             if id(node) not in called:
                 raise error(_escape_message(node.id, "used other than by a direct call"), node)
@@ -109,7 +111,10 @@ def _mark_block(stmts, writers: dict, error) -> list:
         out.append(s)
         names = _called_writes(s, writers, error)
         for v in names:
-            load, store = gast.Name(v, gast.Load(), None, None), gast.Name(v, gast.Store(), None, None)
+            load, store = (
+                gast.Name(v, gast.Load(), None, None),
+                gast.Name(v, gast.Store(), None, None),
+            )
             out.append(gast.copy_location(gast.Assign(targets=[store], value=load), s))
     return out
 

@@ -391,7 +391,9 @@ class GraphBuilder:
 
     def current_items(self, value: Node) -> Node:
         """A tuple or list built here whose items include closures, refreshed."""
-        maker = value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
+        maker = (
+            value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
+        )
         if not isinstance(maker, (prims.MakeTuple, prims.MakeList)):
             return value
         items = [self.current(a) for a in value.args]
@@ -420,7 +422,11 @@ class GraphBuilder:
         """Records the closures that leave `branches` as the values of `names`."""
         for k, name in enumerate(names):
             for b in branches:
-                site = _site_of(b.graph.output.args[k]) if _is_maker(b.graph.output, prims.MakeTuple) else None
+                site = (
+                    _site_of(b.graph.output.args[k])
+                    if _is_maker(b.graph.output, prims.MakeTuple)
+                    else None
+                )
                 if site is not None:
                     self.escaped[id(self.vars[name])] = (site, self.closure_key(site)[1], s)
 
