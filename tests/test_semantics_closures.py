@@ -333,3 +333,39 @@ def test_regression_second_order_and_jvp_through_late_closure():
         np.testing.assert_allclose(got, want, rtol=1e-4)
         _, want_tangent = jax.jvp(late_bound_scalar, (x,), (jnp.float32(1.0),))
         np.testing.assert_allclose(tangent, want_tangent, rtol=1e-5)
+
+
+def container_read_in_branch(x):
+    a = x * 2.0
+    g = lambda v: v * a  # noqa: E731
+    box = [g, x]
+    if jnp.sum(x) > 0.0:
+        a = jnp.sin(x)
+        y = box[0](x) + box[1]
+    else:
+        y = box[0](x * x)
+    return jnp.sum(y)
+
+
+def nested_recursion_and_shadowing(x):
+    a = x * 2.0
+
+    def g(v):
+        return v * a
+
+    def p(v, n):
+        a = v + 100.0  # a local of p: g still reads the enclosing `a`
+        if n == 0:
+            return g(v) + a * 0.0
+        return p(v * x, n - 1)
+
+    a = jnp.cos(x)
+    return jnp.sum(p(x, 3))
+
+
+def test_regression_closure_container_read_in_branch():
+    check(container_read_in_branch, X, XN)
+
+
+def test_regression_nested_recursion_keeps_lexical_scope():
+    check(nested_recursion_and_shadowing, X)

@@ -205,20 +205,20 @@ class GraphBuilder:
             return self.materialize(value) if isinstance(value, LazyClosure) else value
         if self.closed:
             raw = self.parent.peek(name)
-            if isinstance(raw, LazyClosure):  # rebuilt here, over this graph's bindings
-                self.vars[name] = raw
+            if isinstance(raw, LazyClosure) and self.view_of(raw) is self:
+                self.vars[name] = raw  # rebuilt here, over this graph's bindings
                 return self.materialize(raw)
             outer = self.parent.lookup(name, node)
             if isinstance(outer, Constant) and not _is_closure(outer):
                 return outer
             site = _site_of(outer)
-            if site is not None and self.within(site.scope):
+            if site is not None and self.view_of(site) is self:
                 self.vars[name] = self.materialize(site)
                 return self.vars[name]
             param = self.graph.add_parameter(name, self.fp.source.debug(node))
             self.captures[name] = outer
-            self.vars[name] = param
-            return param
+            self.vars[name] = self.with_closures_rebuilt(outer, param)
+            return self.vars[name]
         if name in self.locals:
             raise _Unbound(name)
         if self.parent is not None:
@@ -232,6 +232,22 @@ class GraphBuilder:
                 ) from None
         return self.fp.resolve_global(name, node)
 
+    def with_closures_rebuilt(self, outer: Node, param: Node) -> Node:
+        """A captured tuple or list holding closures of this function, rebuilt
+        here: its closures over this graph's bindings (they are called here,
+        maybe after a rebinding), its other items read from the parameter."""
+        sites = [_site_of(v) for v in _items(outer) or []]
+        if not any(site is not None and self.view_of(site) is self for site in sites):
+            return param
+        items = []
+        for k, site in enumerate(sites):
+            if site is not None and self.view_of(site) is self:
+                items.append(self.materialize(site))
+            else:
+                items.append(self.apply(prims.GetItem(), param, Constant(k)))
+        maker = prims.MakeList() if _sequence_kind(outer) is list else prims.MakeTuple()
+        return self.apply(maker, *items)
+
     def peek(self, name: str):
         """The binding `name` has here, without capturing it (None: global)."""
         builder = self
@@ -242,14 +258,20 @@ class GraphBuilder:
             builder = builder.parent
         return None
 
-    def within(self, scope: GraphBuilder) -> bool:
-        """Whether this builder sees `scope`'s variables (is it or inside it)."""
+    def view_of(self, site: ClosureSite) -> GraphBuilder | None:
+        """The builder, this one or an enclosing one, where the variables of
+        `site`'s defining function have their current bindings: the nearest
+        one in the same Python function as the def (linked to it by branch
+        and loop graphs only). None: `site` is not defined around here."""
         builder = self
         while builder is not None:
-            if builder is scope:
-                return True
+            frame = builder
+            while frame is not site.scope and frame.closed:
+                frame = frame.parent
+            if frame is site.scope:
+                return builder
             builder = builder.parent
-        return False
+        return None
 
     def read(self, name: str, node) -> Node:
         try:
@@ -385,9 +407,10 @@ class GraphBuilder:
         site = _site_of(value)
         if site is None:
             return self.current_items(value)
-        if not self.within(site.scope) or self.closure_key(site) == value.value.kt_key:
+        view = self.view_of(site)
+        if view is None or view.closure_key(site)[1] == value.value.kt_key[1]:
             return value
-        return self.materialize(site)
+        return view.materialize(site)
 
     def current_items(self, value: Node) -> Node:
         """A tuple or list built here whose items include closures, refreshed."""
