@@ -369,3 +369,21 @@ def test_regression_closure_container_read_in_branch():
 
 def test_regression_nested_recursion_keeps_lexical_scope():
     check(nested_recursion_and_shadowing, X)
+
+
+def conditional_lambda_then_rebound(x):
+    a = x * 2.0
+    g = (lambda v: v * a) if jnp.sum(x) > 0.0 else (lambda v: v + a)  # noqa: E731
+    a = jnp.sin(x)
+    return jnp.sum(g(x))
+
+
+def conditional_lambda(x):
+    a = x * 2.0
+    g = (lambda v: v * a) if jnp.sum(x) > 0.0 else (lambda v: v + a)  # noqa: E731
+    return jnp.sum(g(x))
+
+
+def test_regression_conditional_lambda():
+    check(conditional_lambda, X, XN)
+    refused(conditional_lambda_then_rebound, "lambda", "rebound", "g = (lambda v")

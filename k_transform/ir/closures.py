@@ -23,9 +23,13 @@ rebinds, so that branches and loops carry them.
 
 from __future__ import annotations
 
+import copy
+
 import gast
 
+from k_transform.ir import prims
 from k_transform.ir.desugar import loaded_names
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 
 _SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
 _DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
@@ -45,6 +49,303 @@ class ClosureSite:
         body_reads = loaded_names(gast.Module(body=fdef.body, type_ignores=[]))
         self.reads = [v for v in body_reads if v not in params or v in writes]
         self.graphs: dict[tuple, object] = {}  # key -> Constant of the built graph
+
+
+class ClosureScope:
+    """The closure half of `k_transform.ir.parser.GraphBuilder` (a mixin: it
+    uses the builder's `fp`, `graph`, `parent`, `closed`, `vars`, `captures`,
+    `locals`, `nonlocals`, `escaped`, `expr`, `read`, `bind` and `apply`)."""
+
+    # -- definitions -----------------------------------------------------------
+    def bind_closure(self, name: str, fdef) -> None:
+        site = ClosureSite(fdef, name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
+        self.vars[name] = site
+
+    def eval_defaults(self, fdef) -> dict[str, Node]:
+        """A def's default values, evaluated where the def statement runs."""
+        args = fdef.args
+        names = [a.id for a in args.args][len(args.args) - len(args.defaults) :]
+        return {n: self.expr(d) for n, d in zip(names, args.defaults, strict=True)}
+
+    def declare_nonlocals(self, fdef) -> tuple[str, ...]:
+        """`nonlocal` names: bound on entry to their value in the enclosing scope."""
+        names = nonlocal_names(fdef)
+        for name in names:
+            if self.parent is None or name not in self.parent.locals:
+                raise self.fp.error(
+                    f"`nonlocal {name}`: {name!r} must be a variable of the function that "
+                    "directly encloses this one",
+                    fdef,
+                )
+            self.vars[name] = self.parent.lookup(name, fdef)
+        return names
+
+    def nested_function(self, site: ClosureSite, key: tuple) -> Constant:
+        """The graph of a nested def or lambda over the current bindings, cached
+        in `site` under `key` before its body is parsed (recursion)."""
+        fdef, name = site.fdef, site.name
+        graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
+        graph.kt_site, graph.kt_key = site, key
+        value = Constant(graph, self.debug(fdef, name), name)
+        site.graphs[key] = value
+        sub = type(self)(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
+        sub.defaults_given = site.defaults
+        sub.build_function(sub.fdef)
+        return value
+
+    def materialize(self, site: ClosureSite) -> Constant:
+        """A closure as a graph over the bindings its body reads now.
+
+        Python closures see a variable's value when they run, not when they
+        are defined; a closure is therefore built when it is used, and again
+        if a variable it reads has been reassigned since
+        (`k_transform.ir.closures`).
+        """
+        key = self.closure_key(site)
+        if key not in site.graphs:
+            self.nested_function(site, key)
+        return site.graphs[key]
+
+    # -- bindings --------------------------------------------------------------
+    def peek(self, name: str):
+        """The binding `name` has here, without capturing it (None: global)."""
+        builder = self
+        while builder is not None:
+            value = builder.vars.get(name)
+            if value is not None and not (builder.closed and name in builder.captures):
+                return value
+            builder = builder.parent
+        return None
+
+    def view_of(self, site: ClosureSite) -> ClosureScope | None:
+        """The builder, this one or an enclosing one, where the variables of
+        `site`'s defining function have their current bindings: the nearest
+        one in the same Python function as the def (linked to it by branch
+        and loop graphs only). None: `site` is not defined around here."""
+        builder = self
+        while builder is not None:
+            frame = builder
+            while frame is not site.scope and frame.closed:
+                frame = frame.parent
+            if frame is site.scope:
+                return builder
+            builder = builder.parent
+        return None
+
+    def closure_key(self, site: ClosureSite) -> tuple:
+        """This builder and the bindings of the names `site` reads, transitively."""
+        ids, todo, seen = [], list(site.reads), set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            value = self.peek(name)
+            ids.append((name, id(value)))
+            if isinstance(value, ClosureSite):
+                todo.extend(value.reads)
+            elif site_of(value) is not None:
+                todo.extend(site_of(value).reads)
+        return (id(self), tuple(sorted(ids)))
+
+    # -- uses ------------------------------------------------------------------
+    def current(self, value: Node) -> Node:
+        """A closure value as Python sees it here: rebuilt over the current
+        bindings of its defining scope when one it reads has changed."""
+        self.check_escaped(value)
+        site = site_of(value)
+        if site is None:
+            return self.current_items(value)
+        view = self.view_of(site)
+        if view is None or view.closure_key(site)[1] == value.value.kt_key[1]:
+            return value
+        return view.materialize(site)
+
+    def current_items(self, value: Node) -> Node:
+        """A tuple or list built here whose items include closures, refreshed."""
+        maker = (
+            value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
+        )
+        if not isinstance(maker, (prims.MakeTuple, prims.MakeList)):
+            return value
+        items = [self.current(a) for a in value.args]
+        if all(a is b for a, b in zip(items, value.args, strict=True)):
+            return value
+        return self.apply(maker, *items)
+
+    def with_closures_rebuilt(self, outer: Node, param: Node) -> Node:
+        """A captured tuple or list holding closures of this function, rebuilt
+        here: its closures over this graph's bindings (they are called here,
+        maybe after a rebinding), its other items read from the parameter."""
+        sites = [site_of(v) for v in sequence_items(outer) or []]
+        if not any(site is not None and self.view_of(site) is self for site in sites):
+            return param
+        items = []
+        for k, site in enumerate(sites):
+            if site is not None and self.view_of(site) is self:
+                items.append(self.materialize(site))
+            else:
+                items.append(self.apply(prims.GetItem(), param, Constant(k)))
+        maker = prims.MakeList() if sequence_kind(outer) is list else prims.MakeTuple()
+        return self.apply(maker, *items)
+
+    def thread_nonlocals(self, graph: FuncGraph, result: Node, e) -> Node:
+        """The result of calling `graph`; the `nonlocal` names it rebinds are
+        bound here to the values it returns with its result."""
+        site = getattr(graph, "kt_site", None)
+        if site is None or not site.writes:
+            return result
+        for k, name in enumerate(site.writes):
+            self.bind(name, self.apply(prims.GetItem(), result, self.const(k + 1, e), node=e))
+        return self.apply(prims.GetItem(), result, self.const(0, e), node=e)
+
+    def append_closure(self, e) -> bool:
+        """`fs.append(f)` of a closure to a list built here and bound only to
+        `fs`: `fs` is rebound to the longer list, whose items stay known
+        closures (called later, they see the bindings of that time). False:
+        not the append of a closure (the list method runs as usual)."""
+        if not (_is_append(e) and self.names_closure(e.args[0])):
+            return False
+        name = e.func.value.id
+        item = self.current(self.expr(e.args[0]))
+        old = self.vars.get(name)
+        if not (is_maker(old, prims.MakeList) and old.graph is self.graph) or self.aliased(old):
+            raise self.fp.error(
+                f"appending the closure {site_of(item).name!r} to {name!r}: k_transform keeps "
+                "closures in a list only for a list built in the same block and bound to one "
+                "name (build the list with `+`, or outside a traced loop)",
+                e,
+            )
+        self.bind(name, self.apply(prims.MakeList(), *old.args, item, node=e))
+        return True
+
+    def names_closure(self, e) -> bool:
+        """Whether expression `e` is a lambda or a name bound to a closure here."""
+        if isinstance(e, gast.Lambda):
+            return True
+        if not isinstance(e, gast.Name):
+            return False
+        value = self.peek(e.id)
+        return isinstance(value, ClosureSite) or site_of(value) is not None
+
+    def aliased(self, node: Node) -> bool:
+        """Whether `node` is used by another node or bound to two names."""
+        if sum(v is node for v in self.vars.values()) > 1:
+            return True
+        return any(node in n.inputs for n in self.graph.nodes)
+
+    # -- closures leaving a branch or a loop -----------------------------------
+    def check_escaped(self, value: Node) -> None:
+        """Refuses a closure that left a branch if a variable it reads has
+        been rebound since: it cannot be rebuilt over the new binding."""
+        builder = self
+        while builder is not None and id(value) not in builder.escaped:
+            builder = builder.parent
+        if builder is None:
+            return
+        for site, key, node in builder.escaped[id(value)]:
+            if self.closure_key(site)[1] != key:
+                raise self.fp.error(
+                    f"the closure {site.name!r} is defined inside an `if` on a traced value "
+                    "and reads a variable rebound after that `if`; k_transform cannot rebind it "
+                    "there (define the closure after the `if`, or pass the value as an argument)",
+                    node,
+                )
+
+    def note_escaping(self, names: list[str], branches: list, s) -> None:
+        """Records the closures that leave `branches` as the values of `names`."""
+        for k, name in enumerate(names):
+            outputs = [b.graph.output for b in branches]
+            values = [o.args[k] for o in outputs if is_maker(o, prims.MakeTuple)]
+            self.note_escaping_value(self.vars[name], values, s)
+
+    def note_escaping_value(self, node: Node, values: list[Node], s) -> None:
+        """`node` is one of `values` (branch results): the closures among them,
+        with the bindings they read here, are checked again where it is used."""
+        sites = [site for site in map(site_of, values) if site is not None]
+        if sites:
+            self.escaped[id(node)] = [(site, self.closure_key(site)[1], s) for site in sites]
+
+    def refuse_carried_closures(self, body: ClosureScope, carried: list[str], s) -> None:
+        """A closure carried out of a loop body that runs as a loop (not unrolled)
+        would have to see the bindings of a later time: refused."""
+        for name in carried:
+            value = body.peek(name)
+            items = sequence_items(value) or []
+            sites = [site_of(v) for v in [value, *items]]
+            if isinstance(value, ClosureSite):
+                sites.append(value)
+            for site in filter(None, sites):
+                raise self.fp.error(
+                    f"the closure {site.name!r} is created in the body of a loop that is not "
+                    "unrolled and used after its iteration; k_transform cannot rebind its "
+                    "variables there (define it outside the loop, or use a static range)",
+                    s,
+                )
+
+
+def _is_append(e) -> bool:
+    """`name.append(one_argument)`."""
+    return (
+        isinstance(e, gast.Call)
+        and isinstance(e.func, gast.Attribute)
+        and e.func.attr == "append"
+        and isinstance(e.func.value, gast.Name)
+        and len(e.args) == 1
+        and not e.keywords
+    )
+
+
+def site_of(value) -> ClosureSite | None:
+    """The closure site of a closure value (a Constant nested-function graph)."""
+    if isinstance(value, Constant) and isinstance(value.value, FuncGraph):
+        return getattr(value.value, "kt_site", None)
+    return None
+
+
+def is_maker(node, maker_type) -> bool:
+    return (
+        isinstance(node, Apply)
+        and isinstance(node.fn, Constant)
+        and isinstance(node.fn.value, maker_type)
+    )
+
+
+def sequence_items(node) -> list | None:
+    """The item nodes of a tuple or list built in the graph (or constant)."""
+    if is_maker(node, (prims.MakeTuple, prims.MakeList)):
+        return list(node.args)
+    if isinstance(node, Constant) and isinstance(node.value, (tuple, list)):
+        return [Constant(v, node.debug) for v in node.value]
+    return None
+
+
+def sequence_kind(node) -> type:
+    if isinstance(node, Constant):
+        return type(node.value)
+    return list if is_maker(node, prims.MakeList) else tuple
+
+
+def closure_item(seq, index) -> Node | None:
+    """`seq[index]` when `seq` is a list built in the graph, the index constant
+    and the item a closure (which must stay known to be rebuilt at its call)."""
+    if not (is_maker(seq, prims.MakeList) and isinstance(index, Constant)):
+        return None
+    if isinstance(index.value, int) and -len(seq.args) <= index.value < len(seq.args):
+        item = seq.args[index.value]
+        return item if site_of(item) is not None else None
+    return None
+
+
+def join_closures(left, right):
+    """`left + right` of two tuples (or two lists) holding closures, as one maker."""
+    a, b = sequence_items(left), sequence_items(right)
+    if a is None or b is None or not any(site_of(v) is not None for v in a + b):
+        return None
+    kinds = {sequence_kind(left), sequence_kind(right)}
+    if len(kinds) != 1:
+        return None  # list + tuple: Python's TypeError, raised at run time
+    return (prims.MakeList() if kinds == {list} else prims.MakeTuple(), *a, *b)
 
 
 def nonlocal_names(fdef) -> tuple[str, ...]:

@@ -32,7 +32,14 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
 from k_transform.ir import control, prims
-from k_transform.ir.closures import ClosureSite, nonlocal_names, thread_nonlocal_calls
+from k_transform.ir.closures import (
+    ClosureScope,
+    ClosureSite,
+    closure_item,
+    join_closures,
+    site_of,
+    thread_nonlocal_calls,
+)
 from k_transform.ir.desugar import (
     JumpLowering,
     assigned_names,
@@ -179,7 +186,7 @@ class FunctionParser:
         return Constant(value, self.source.debug(node), hint)
 
 
-class GraphBuilder:
+class GraphBuilder(ClosureScope):
     """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
 
     def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):
@@ -211,7 +218,7 @@ class GraphBuilder:
             outer = self.parent.lookup(name, node)
             if isinstance(outer, Constant) and not _is_closure(outer):
                 return outer
-            site = _site_of(outer)
+            site = site_of(outer)
             if site is not None and self.view_of(site) is self:
                 self.vars[name] = self.materialize(site)
                 return self.vars[name]
@@ -231,47 +238,6 @@ class GraphBuilder:
                     node,
                 ) from None
         return self.fp.resolve_global(name, node)
-
-    def with_closures_rebuilt(self, outer: Node, param: Node) -> Node:
-        """A captured tuple or list holding closures of this function, rebuilt
-        here: its closures over this graph's bindings (they are called here,
-        maybe after a rebinding), its other items read from the parameter."""
-        sites = [_site_of(v) for v in _items(outer) or []]
-        if not any(site is not None and self.view_of(site) is self for site in sites):
-            return param
-        items = []
-        for k, site in enumerate(sites):
-            if site is not None and self.view_of(site) is self:
-                items.append(self.materialize(site))
-            else:
-                items.append(self.apply(prims.GetItem(), param, Constant(k)))
-        maker = prims.MakeList() if _sequence_kind(outer) is list else prims.MakeTuple()
-        return self.apply(maker, *items)
-
-    def peek(self, name: str):
-        """The binding `name` has here, without capturing it (None: global)."""
-        builder = self
-        while builder is not None:
-            value = builder.vars.get(name)
-            if value is not None and not (builder.closed and name in builder.captures):
-                return value
-            builder = builder.parent
-        return None
-
-    def view_of(self, site: ClosureSite) -> GraphBuilder | None:
-        """The builder, this one or an enclosing one, where the variables of
-        `site`'s defining function have their current bindings: the nearest
-        one in the same Python function as the def (linked to it by branch
-        and loop graphs only). None: `site` is not defined around here."""
-        builder = self
-        while builder is not None:
-            frame = builder
-            while frame is not site.scope and frame.closed:
-                frame = frame.parent
-            if frame is site.scope:
-                return builder
-            builder = builder.parent
-        return None
 
     def read(self, name: str, node) -> Node:
         try:
@@ -293,11 +259,11 @@ class GraphBuilder:
         if folded is not None:
             return folded
         if isinstance(prim, prims.GetItem):
-            item = tuple_item(*args) or _closure_item(*args)
+            item = tuple_item(*args) or closure_item(*args)
             if item is not None:
                 return item
         if isinstance(prim, ops.BINARY["add"]):
-            joined = _join_closures(*args)
+            joined = join_closures(*args)
             if joined is not None:
                 return self.apply(*joined)
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
@@ -338,141 +304,6 @@ class GraphBuilder:
             values = self.fp.fn.__defaults__ or ()
             return {n: self.fp.value_node(v, n, args) for n, v in zip(names, values, strict=True)}
         return dict(self.defaults_given or {})
-
-    def declare_nonlocals(self, fdef) -> tuple[str, ...]:
-        """`nonlocal` names: bound on entry to their value in the enclosing scope."""
-        names = nonlocal_names(fdef)
-        for name in names:
-            if self.parent is None or name not in self.parent.locals:
-                raise self.fp.error(
-                    f"`nonlocal {name}`: {name!r} must be a variable of the function that "
-                    "directly encloses this one",
-                    fdef,
-                )
-            self.vars[name] = self.parent.lookup(name, fdef)
-        return names
-
-    def eval_defaults(self, fdef) -> dict[str, Node]:
-        """A def's default values, evaluated where the def statement runs."""
-        args = fdef.args
-        names = [a.id for a in args.args][len(args.args) - len(args.defaults) :]
-        return {n: self.expr(d) for n, d in zip(names, args.defaults, strict=True)}
-
-    def nested_function(self, site: ClosureSite, key: tuple) -> Constant:
-        """The graph of a nested def or lambda over the current bindings, cached
-        in `site` under `key` before its body is parsed (recursion)."""
-        fdef, name = site.fdef, site.name
-        graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
-        graph.kt_site, graph.kt_key = site, key
-        value = Constant(graph, self.debug(fdef, name), name)
-        site.graphs[key] = value
-        sub = GraphBuilder(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
-        sub.defaults_given = site.defaults
-        sub.build_function(sub.fdef)
-        return value
-
-    def materialize(self, site: ClosureSite) -> Constant:
-        """A closure as a graph over the bindings its body reads now.
-
-        Python closures see a variable's value when they run, not when they
-        are defined; a closure is therefore built when it is used, and again
-        if a variable it reads has been reassigned since
-        (`k_transform.ir.closures`).
-        """
-        key = self.closure_key(site)
-        if key not in site.graphs:
-            self.nested_function(site, key)
-        return site.graphs[key]
-
-    def closure_key(self, site: ClosureSite) -> tuple:
-        """This builder and the bindings of the names `site` reads, transitively."""
-        ids, todo, seen = [], list(site.reads), set()
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            value = self.peek(name)
-            ids.append((name, id(value)))
-            if isinstance(value, LazyClosure):
-                todo.extend(value.reads)
-            elif _site_of(value) is not None:
-                todo.extend(_site_of(value).reads)
-        return (id(self), tuple(sorted(ids)))
-
-    def current(self, value: Node) -> Node:
-        """A closure value as Python sees it here: rebuilt over the current
-        bindings of its defining scope when one it reads has changed."""
-        self.check_escaped(value)
-        site = _site_of(value)
-        if site is None:
-            return self.current_items(value)
-        view = self.view_of(site)
-        if view is None or view.closure_key(site)[1] == value.value.kt_key[1]:
-            return value
-        return view.materialize(site)
-
-    def current_items(self, value: Node) -> Node:
-        """A tuple or list built here whose items include closures, refreshed."""
-        maker = (
-            value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
-        )
-        if not isinstance(maker, (prims.MakeTuple, prims.MakeList)):
-            return value
-        items = [self.current(a) for a in value.args]
-        if all(a is b for a, b in zip(items, value.args, strict=True)):
-            return value
-        return self.apply(maker, *items)
-
-    def check_escaped(self, value: Node) -> None:
-        """Refuses a closure that left a branch if a variable it reads has
-        been rebound since: it cannot be rebuilt over the new binding."""
-        builder = self
-        while builder is not None and id(value) not in builder.escaped:
-            builder = builder.parent
-        if builder is None:
-            return
-        site, key, node = builder.escaped[id(value)]
-        if self.closure_key(site)[1] != key:
-            raise self.fp.error(
-                f"the closure {site.name!r} is defined inside an `if` on a traced value and "
-                "reads a variable rebound after that `if`; k_transform cannot rebind it "
-                "there (define the closure after the `if`, or pass the value as an argument)",
-                node,
-            )
-
-    def note_escaping(self, names: list[str], branches: list, s) -> None:
-        """Records the closures that leave `branches` as the values of `names`."""
-        for k, name in enumerate(names):
-            for b in branches:
-                site = (
-                    _site_of(b.graph.output.args[k])
-                    if _is_maker(b.graph.output, prims.MakeTuple)
-                    else None
-                )
-                if site is not None:
-                    self.escaped[id(self.vars[name])] = (site, self.closure_key(site)[1], s)
-
-    def refuse_carried_closures(self, body: GraphBuilder, carried: list[str], s) -> None:
-        """A closure carried out of a loop body that runs as a loop (not unrolled)
-        would have to see the bindings of a later time: refused."""
-        for name in carried:
-            value = body.peek(name)
-            items = _items(value) or []
-            sites = [_site_of(v) for v in [value, *items]]
-            if isinstance(value, ClosureSite):
-                sites.append(value)
-            for site in filter(None, sites):
-                raise self.fp.error(
-                    f"the closure {site.name!r} is created in the body of a loop that is not "
-                    "unrolled and used after its iteration; k_transform cannot rebind its "
-                    "variables there (define it outside the loop, or use a static range)",
-                    s,
-                )
-
-    def bind_closure(self, name: str, fdef) -> None:
-        site = ClosureSite(fdef, name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
-        self.vars[name] = site
 
     # -- statements --------------------------------------------------------------------
     def block(self, stmts) -> None:
@@ -536,42 +367,6 @@ class GraphBuilder:
         if self.append_closure(s.value):
             return
         self.expr(s.value)
-
-    def append_closure(self, e) -> bool:
-        """`fs.append(f)` of a closure to a list built here and bound only to
-        `fs`: `fs` is rebound to the longer list, whose items stay known
-        closures (called later, they see the bindings of that time)."""
-        if not (
-            isinstance(e, gast.Call)
-            and isinstance(e.func, gast.Attribute)
-            and e.func.attr == "append"
-            and isinstance(e.func.value, gast.Name)
-            and len(e.args) == 1
-            and not e.keywords
-        ):
-            return False
-        name = e.func.value.id
-        receiver = self.read(name, e)
-        item = self.expr(e.args[0])
-        if _site_of(item) is None:  # only closures; other items keep the list method
-            self.apply(prims.MethodCall("append", ()), receiver, item, node=e)
-            return True
-        old = self.vars.get(name)
-        if not (_is_maker(old, prims.MakeList) and old.graph is self.graph) or self.aliased(old):
-            raise self.fp.error(
-                f"appending the closure {_site_of(item).name!r} to {name!r}: k_transform keeps "
-                "closures in a list only for a list built in the same block and bound to one "
-                "name (build the list with `+`, or outside a traced loop)",
-                e,
-            )
-        self.bind(name, self.apply(prims.MakeList(), *old.args, item, node=e))
-        return True
-
-    def aliased(self, node: Node) -> bool:
-        """Whether `node` is used by another node or bound to two names."""
-        if sum(v is node for v in self.vars.values()) > 1:
-            return True
-        return any(node in n.inputs for n in self.graph.nodes)
 
     def stmt_Pass(self, s) -> None:
         return None
@@ -789,7 +584,9 @@ class GraphBuilder:
             builder.graph.output = builder.expr(part)
         args = close_graphs(branches)
         graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
-        return self.apply(control.Switch(self.where(e)), cond, *graphs, *args, node=e)
+        result = self.apply(control.Switch(self.where(e)), cond, *graphs, *args, node=e)
+        self.note_escaping_value(result, [b.graph.output for b in branches], e)
+        return result
 
     def expr_Dict(self, e) -> Node:
         if any(k is None for k in e.keys):
@@ -906,16 +703,6 @@ class GraphBuilder:
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
-    def thread_nonlocals(self, graph: FuncGraph, result: Node, e) -> Node:
-        """The result of calling `graph`; the `nonlocal` names it rebinds are
-        bound here to the values it returns with its result."""
-        site = getattr(graph, "kt_site", None)
-        if site is None or not site.writes:
-            return result
-        for k, name in enumerate(site.writes):
-            self.bind(name, self.apply(prims.GetItem(), result, self.const(k + 1, e), node=e))
-        return self.apply(prims.GetItem(), result, self.const(0, e), node=e)
-
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
         names = getattr(graph, "param_names", None)
@@ -1019,58 +806,6 @@ class GraphBuilder:
 
 
 LazyClosure = ClosureSite  # a named nested def bound but not yet built
-
-
-def _is_maker(node, maker_type) -> bool:
-    return (
-        isinstance(node, Apply)
-        and isinstance(node.fn, Constant)
-        and isinstance(node.fn.value, maker_type)
-    )
-
-
-def _items(node) -> list | None:
-    """The item nodes of a tuple or list built in the graph (or constant)."""
-    if _is_maker(node, (prims.MakeTuple, prims.MakeList)):
-        return list(node.args)
-    if isinstance(node, Constant) and isinstance(node.value, (tuple, list)):
-        return [Constant(v, node.debug) for v in node.value]
-    return None
-
-
-def _closure_item(seq, index) -> Node | None:
-    """`seq[index]` when `seq` is a list built in the graph, the index constant
-    and the item a closure (which must stay known to be rebuilt at its call)."""
-    if not (_is_maker(seq, prims.MakeList) and isinstance(index, Constant)):
-        return None
-    if isinstance(index.value, int) and -len(seq.args) <= index.value < len(seq.args):
-        item = seq.args[index.value]
-        return item if _site_of(item) is not None else None
-    return None
-
-
-def _join_closures(left, right):
-    """`left + right` of two tuples (or two lists) holding closures, as one maker."""
-    a, b = _items(left), _items(right)
-    if a is None or b is None or not any(_site_of(v) is not None for v in a + b):
-        return None
-    kinds = {_sequence_kind(left), _sequence_kind(right)}
-    if len(kinds) != 1:
-        return None  # list + tuple: Python's TypeError, raised at run time
-    return (prims.MakeList() if kinds == {list} else prims.MakeTuple(), *a, *b)
-
-
-def _sequence_kind(node) -> type:
-    if isinstance(node, Constant):
-        return type(node.value)
-    return list if _is_maker(node, prims.MakeList) else tuple
-
-
-def _site_of(value) -> ClosureSite | None:
-    """The closure site of a closure value (a Constant nested-function graph)."""
-    if isinstance(value, Constant) and isinstance(value.value, FuncGraph):
-        return getattr(value.value, "kt_site", None)
-    return None
 
 
 def _lambda_def(e, name: str):
