@@ -17,6 +17,8 @@ allowed because the graph is cached before its body is parsed). The steps:
    (`k_transform.ir.control`). Their graphs are *closed*: a read of an
    enclosing variable adds a parameter (a capture). Branch outputs and loop
    carries are the variables assigned inside that are read elsewhere.
+5. Nested defs and lambdas keep Python's closure semantics (late binding,
+   definition-time defaults, `nonlocal`): `k_transform.ir.closures`.
 """
 
 from __future__ import annotations
