@@ -387,3 +387,18 @@ def conditional_lambda(x):
 def test_regression_conditional_lambda():
     check(conditional_lambda, X, XN)
     refused(conditional_lambda_then_rebound, "lambda", "rebound", "g = (lambda v")
+
+
+def closure_as_default(x):
+    a = x * 2.0
+    g = lambda v: v * a  # noqa: E731
+
+    def k(v, f=g):
+        return f(v) + 1.0
+
+    a = jnp.sin(x)
+    return jnp.sum(k(x) * x)
+
+
+def test_regression_closure_as_default_value():
+    check(closure_as_default, X)

@@ -115,9 +115,12 @@ class DFunctor:
             self.k[id(p)] = self.fprop.add_parameter(p.name, p.debug)
         defaults = getattr(self.primal, "defaults", {})
         # Constant defaults carry over; a default computed by an enclosing
-        # function is only used by dynamic calls, which pass all arguments.
+        # function (or a closure) is only used by dynamic calls, which pass
+        # all arguments.
         self.fprop.defaults = {
-            name: self.kval(node) for name, node in defaults.items() if isinstance(node, Constant)
+            name: self.kval(node)
+            for name, node in defaults.items()
+            if isinstance(node, Constant) and not isinstance(node.value, FuncGraph)
         }
         for node in self.primal.nodes:
             self.map_morphism(node)

@@ -726,7 +726,7 @@ class GraphBuilder(ClosureScope):
             if name in bound:
                 out.append(bound[name])
             elif name in graph.defaults:
-                out.append(graph.defaults[name])
+                out.append(self.current(graph.defaults[name]))
             else:
                 raise self.fp.error(f"{graph.name}() missing argument {name!r}", e)
         return out
