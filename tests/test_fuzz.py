@@ -29,6 +29,8 @@ other tests.
 import os
 import zlib
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -93,3 +95,41 @@ def test_fuzz_matches_jax(construct, fuzz_dir, summary):
 
     run()
     assert not mine.failures, mine.failure_report()
+
+
+# -- the fuzzer itself --------------------------------------------------------------------
+@pytest.mark.parametrize("construct", list(generator.CONSTRUCTS))
+def test_generator_every_class_renders_python(construct):
+    """Both texts of every class compile; they differ only where an array
+    is assigned into (the oracle spells it with `.at`)."""
+
+    @settings(max_examples=5, derandomize=True, database=None)
+    @given(program=generator.programs((construct,)))
+    def run(program):
+        assert program.construct == construct
+        compile(program.kt_source, "kt", "exec")
+        compile(program.oracle_source, "oracle", "exec")
+        if program.oracle_source != program.kt_source:
+            assert ".at[" in program.oracle_source
+
+    run()
+
+
+def _program(kt_body: str, oracle_body: str, construct: str = "control") -> generator.Program:
+    head = "import jax.numpy as jnp\n\n\ndef f(x):\n"
+    return generator.Program(construct, head + kt_body, head + oracle_body)
+
+
+def test_check_classifies_outcomes(fuzz_dir):
+    """A right program passes, a wrong one is a mismatch, an unsupported
+    one is a refusal; float64 stays scoped to the check."""
+    x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
+    right = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.sin(x))\n")
+    wrong = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.cos(x))\n")
+    unsupported = "    try:\n        y = x\n    finally:\n        y = x\n    return jnp.sum(y)\n"
+    refused = _program(unsupported, "    return jnp.sum(x)\n")
+    plan = check.Plan(higher=True, jit=True)
+    assert check.check(right, x, v, fuzz_dir, plan).kind == "ok"
+    assert check.check(wrong, x, v, fuzz_dir, plan).kind == "mismatch"
+    assert check.check(refused, x, v, fuzz_dir, plan).kind == "refused"
+    assert jnp.zeros(1).dtype == jnp.float32
