@@ -38,7 +38,7 @@ demo: install
 	$(PY) -m k_transform.demo
 
 fuzz: install
-	KT_FUZZ_EXAMPLES=$${KT_FUZZ_EXAMPLES:-3000} $(PY) -m pytest -q -x tests/test_fuzz.py
+	KT_FUZZ_EXAMPLES=$${KT_FUZZ_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_fuzz.py
 
 bench: install
 	@if [ -f bench/run.py ]; then \

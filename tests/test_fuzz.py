@@ -1,31 +1,47 @@
-"""Differential fuzzing: random programs, k_transform vs `jax.grad`.
+"""Differential fuzzing: random programs, k_transform vs JAX, in float64.
 
-`tests/fuzz/generator.py` draws small programs as source text (nested
-`if`/`while`/`for`, `break`, `continue`, early `return`, closures, helper
-calls; data-dependent conditions; loops always terminate). Each is written to
-a file, imported, and its k_transform gradient compared with eager `jax.grad`
-at two inputs: in eager mode for every program, and also in graph (jit) mode
-for one program in `GRAPH_EVERY` (compiling dominates the run time).
+`tests/fuzz/generator.py` draws small programs as source text, each built
+around one construct class (`generator.CONSTRUCTS`: control flow, closures,
+defaults, `nonlocal`, list and array mutation, `.at` updates, slices,
+comprehensions, `enumerate`/`zip`, starred unpacking, recursion, static int
+arguments, (2, 3) matrices); there is one test per class. `tests/fuzz/check.py`
+compares value and gradient with JAX's eagerly for every program, jvp and a
+Hessian-vector product for one program in `HIGHER_EVERY`, and kt's graph mode
+and `jax.jit` of kt's gradient for one in `GRAPH_EVERY` (compiling and
+transforming again dominate the run time).
 
-`make test` runs 300 deterministic examples. For a long random run:
+A `KTransformError` counts as a refusal (fine); a mismatch, any other
+exception, or a failure of JAX itself on the program (a generator bug) fails
+the class's test, which runs all its examples first and then reports the
+smallest failing program. The table of outcomes by class is printed at the end
+of the module.
+
+`make test` runs `EXAMPLES` deterministic programs (shared among the classes).
+For a long random run (`make fuzz`):
 
     KT_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz.py
 
-A failing program is printed in full (hypothesis shrinks it first); turn it
-into a named regression test in tests/test_grad_control.py.
+`KT_FUZZ_CONSTRUCTS=a,b` / `KT_FUZZ_SKIP=a,b` restrict the classes drawn.
+Turn a failing program into a named regression test next to the construct's
+other tests.
 """
 
 import os
 import zlib
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz import generator
+from tests.fuzz import check, generator
 
-EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "300"))
-GRAPH_EVERY = int(os.environ.get("KT_FUZZ_GRAPH_EVERY", "5"))
+EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "68"))
+GRAPH_EVERY = int(os.environ.get("KT_FUZZ_GRAPH_EVERY", "4"))
+HIGHER_EVERY = int(os.environ.get("KT_FUZZ_HIGHER_EVERY", "2"))
+CLASSES = generator.enabled_constructs()
+PER_CLASS = max(1, -(-EXAMPLES // len(CLASSES)))
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +49,87 @@ def fuzz_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz_programs")
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    report_multiple_bugs=False,
-    derandomize="KT_FUZZ_EXAMPLES" not in os.environ,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(program=generator.programs(), args=st.lists(generator.inputs(), min_size=2, max_size=2))
-def test_fuzz_grad_matches_jax(program, args, fuzz_dir):
-    graph = zlib.crc32(program.source.encode()) % GRAPH_EVERY == 0
-    modes = ("eager", "graph") if graph else ("eager",)
-    generator.check(program, args, fuzz_dir, modes)
+@pytest.fixture(scope="module")
+def summary(pytestconfig):
+    """Outcomes of every class; the table is printed past pytest's capture."""
+    result = check.Summary()
+    yield result
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\nfuzz: {PER_CLASS} programs per class\n{result.table()}", flush=True)
+
+
+def cases(construct: str):
+    @st.composite
+    def case(draw):
+        program = draw(generator.programs((construct,)))
+        x = draw(generator.inputs(program.input_shape))
+        v = draw(generator.inputs(program.input_shape))
+        return program, x, v
+
+    return case()
+
+
+def plan_for(program: generator.Program) -> check.Plan:
+    h = zlib.crc32(program.kt_source.encode())
+    return check.Plan(higher=(h // 8) % HIGHER_EVERY == 0, jit=h % GRAPH_EVERY == 0)
+
+
+@pytest.mark.parametrize("construct", CLASSES)
+def test_fuzz_matches_jax(construct, fuzz_dir, summary):
+    mine = check.Summary()
+
+    @settings(
+        max_examples=PER_CLASS,
+        deadline=None,
+        database=None,
+        derandomize="KT_FUZZ_EXAMPLES" not in os.environ,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=cases(construct))
+    def run(case):
+        program, x, v = case
+        outcome = check.check(program, x, v, fuzz_dir, plan_for(program))
+        mine.record(program, outcome)
+        summary.record(program, outcome)
+
+    run()
+    assert not mine.failures, mine.failure_report()
+
+
+# -- the fuzzer itself --------------------------------------------------------------------
+@pytest.mark.parametrize("construct", list(generator.CONSTRUCTS))
+def test_generator_every_class_renders_python(construct):
+    """Both texts of every class compile; they differ only where an array
+    is assigned into (the oracle spells it with `.at`)."""
+
+    @settings(max_examples=5, derandomize=True, database=None)
+    @given(program=generator.programs((construct,)))
+    def run(program):
+        assert program.construct == construct
+        compile(program.kt_source, "kt", "exec")
+        compile(program.oracle_source, "oracle", "exec")
+        if program.oracle_source != program.kt_source:
+            assert ".at[" in program.oracle_source
+
+    run()
+
+
+def _program(kt_body: str, oracle_body: str, construct: str = "control") -> generator.Program:
+    head = "import jax.numpy as jnp\n\n\ndef f(x):\n"
+    return generator.Program(construct, head + kt_body, head + oracle_body)
+
+
+def test_check_classifies_outcomes(fuzz_dir):
+    """A right program passes, a wrong one is a mismatch, an unsupported
+    one is a refusal; float64 stays scoped to the check."""
+    x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
+    right = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.sin(x))\n")
+    wrong = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.cos(x))\n")
+    unsupported = "    try:\n        y = x\n    finally:\n        y = x\n    return jnp.sum(y)\n"
+    refused = _program(unsupported, "    return jnp.sum(x)\n")
+    plan = check.Plan(higher=True, jit=True)
+    assert check.check(right, x, v, fuzz_dir, plan).kind == "ok"
+    assert check.check(wrong, x, v, fuzz_dir, plan).kind == "mismatch"
+    assert check.check(refused, x, v, fuzz_dir, plan).kind == "refused"
+    assert jnp.zeros(1).dtype == jnp.float32

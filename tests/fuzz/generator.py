@@ -1,37 +1,39 @@
 """Random small programs as Python source, for differential testing.
 
-`programs()` is a hypothesis strategy of `Program`s: module source text with
-one entry point `f(x)` (x: a float32 vector of shape (3,)) and some helper
-functions. Programs use arithmetic, `jnp.sin/cos/tanh`, `jnp.exp` of bounded
-arguments, `if`/`elif`/`else`, `while` (always bounded by a counter),
-`for` over ranges (short ones are unrolled under jit, `range(10)` is scanned),
-over tuples of floats and over the rows of a stacked array, `break`,
-`continue`, early `return`, closures (defined inside loops and branches and
-called there) and calls to module-level helpers. Conditions are data
-dependent. Every value a program assigns is a vector of shape (3,), so that
-both branches of a traced `if` and every loop carry keep one shape.
+`programs()` is a hypothesis strategy of `Program`s. A program is module
+source text with one entry point `f(x)` (x: float64, shape (3,), or (2, 3) for
+some `shapes` programs; `f(x, n)` with `n` a static Python int for `int_arg`
+programs) and some helper functions. Each program exercises one *construct
+class* (`Program.construct`) on top of the control-flow base: arithmetic,
+`jnp.sin/cos/tanh`, `jnp.exp` of bounded arguments, `if`/`elif`/`else`,
+`while` (always bounded by a counter), `for` over ranges, tuples and rows,
+`break`, `continue`, early `return`, closures and module-level helpers.
+Conditions are data dependent. Every variable the base statements assign is a
+vector of shape (3,), so both branches of a traced `if` and every loop carry
+keep one shape.
 
-`check(program, args, tmp_dir, modes)` writes the source to a real file
-(k_transform reads functions with `inspect.getsource`), imports it, and
-compares `kt.GradOperation()(f)` in each mode with `jax.grad(f)` run eagerly.
+`CONSTRUCTS` is the table of construct classes (see `constructs.py` for what
+each generates); a class set to False is never drawn. `KT_FUZZ_CONSTRUCTS`
+(comma separated) restricts a run to some classes, `KT_FUZZ_SKIP` drops some.
 
-Constructs k_transform is known to mishandle are not generated while the
-matching `KNOWN_BUG_*` flag is set (see the flag's comment for the repro).
+One program description renders two texts: `kt_source`, what k_transform is
+given, and `oracle_source`, the same program for `jax.grad` (they differ only
+where JAX arrays are immutable: `out[i] = v` is spelled `out = out.at[i].set(v)`).
+
+Constructs k_transform is known to mishandle inside the base are not generated
+while the matching `KNOWN_BUG_*` flag is set (see the flag's comment).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
-import sys
-from pathlib import Path
+import os
 
-import jax
 import numpy as np
 from hypothesis import strategies as st
 
-import k_transform as kt
+from tests.fuzz.constructs import Alt, Constructs, Line
 
 # `break` / early `return` inside `for v in <tuple>` or `for row in <array>`:
 # eager and graph fail with "no bprop is registered for len" (array rows), and
@@ -41,26 +43,70 @@ KNOWN_BUG_EXIT_IN_FOR_EACH = True
 # "the statement `Break` is not supported by k_transform" (eager and graph).
 KNOWN_BUG_EXIT_IN_LOOP_IN_IF = True
 
-RTOL = 1e-4
-ATOL = 1e-5
-MAX_STATEMENTS = 7
-MAX_DEPTH = 3
+# Construct classes: name -> generated (True) or not. Every class is on by
+# default; the integrator turns one off only with a comment naming the bug.
+CONSTRUCTS: dict[str, bool] = {
+    "control": True,  # if/while/for/break/continue/return, closures, helpers (the base)
+    "closure_loop": True,  # closures made in loops, called in and after the loop
+    "closure_factory": True,  # closures returned by factory functions
+    "default_arg": True,  # `def g(v, c=a)` then `a` reassigned
+    "late_rebind": True,  # a closure reads a variable reassigned after its `def`
+    "nonlocal": True,  # `nonlocal` counters and accumulators
+    "list_append": True,  # `lst.append` in straight code and loops, stack/sum
+    "list_setitem": True,  # `lst[k] = v`, then stack/sum
+    "array_setitem": True,  # `out[i] = v`, `out[a:b] = v`, `out[i] *= v` in loops/branches
+    "at_update": True,  # `x.at[i].set/add/multiply`
+    "slices": True,  # `y[1:]`, `y[::-1]`, `y[:2]`
+    "comprehension": True,  # list / generator comprehensions, `sum(...)`
+    "enumerate_zip": True,  # `enumerate`, `zip`
+    "starred": True,  # `h, *rest = xs`, `g(*vs)`, `def g(*vs)`
+    "recursion": True,  # recursion, static depth (works) or traced test (refused)
+    "int_arg": True,  # `f(x, n)`, `n` a static Python int
+    "shapes": True,  # (3,) and (2, 3): broadcasting, axis reductions, `@`
+}
+
+RTOL = 1e-6
+MAX_STATEMENTS = int(os.environ.get("KT_FUZZ_MAX_STATEMENTS", "4"))  # base statements
+MAX_DEPTH = 2
 CONSTANTS = (-1.5, -0.5, -0.25, 0.0, 0.3, 0.5, 1.0, 2.0)  # thresholds, tuple items
 MULTIPLIERS = (-1.5, -0.5, 0.3, 0.5, 1.5, 2.0)
 UNARY = ("jnp.sin({})", "jnp.cos({})", "jnp.tanh({})", "jnp.exp(jnp.tanh({}))")
 BINARY = ("({} + {})", "({} - {})", "({} * {})", "({} / (1.0 + ({}) ** 2))")
 
 
+def enabled_constructs() -> list[str]:
+    """The classes this run draws from: `CONSTRUCTS`, narrowed by the environment."""
+    only = [c for c in os.environ.get("KT_FUZZ_CONSTRUCTS", "").split(",") if c]
+    skip = {c for c in os.environ.get("KT_FUZZ_SKIP", "").split(",") if c}
+    for name in [*only, *skip]:
+        if name not in CONSTRUCTS:
+            raise ValueError(f"unknown construct class {name!r}; known: {sorted(CONSTRUCTS)}")
+    names = [c for c, on in CONSTRUCTS.items() if on and (not only or c in only)]
+    return [c for c in names if c not in skip]
+
+
 @dataclasses.dataclass(frozen=True)
 class Program:
-    source: str
+    construct: str
+    kt_source: str
+    oracle_source: str
+    int_arg: int | None = None  # `f(x, n)` is called with this n
+    input_shape: tuple[int, ...] = (3,)
+    refusal_names: tuple[str, ...] = ()  # a KTransformError must name one of these
 
     @property
     def key(self) -> str:
-        return hashlib.sha1(self.source.encode()).hexdigest()[:12]
+        return hashlib.sha1(self.kt_source.encode()).hexdigest()[:12]
 
-    def __repr__(self) -> str:  # hypothesis prints this for a failing example
-        return f"Program(source=\n{self.source})"
+    def __repr__(self) -> str:
+        text = f"Program[{self.construct}](kt_source=\n{self.kt_source}"
+        if self.oracle_source != self.kt_source:
+            text += f"\noracle_source=\n{self.oracle_source}"
+        return text + ")"
+
+
+def render(lines: list[Line], oracle: bool) -> str:
+    return "\n".join(line.pick(oracle) if isinstance(line, Alt) else line for line in lines)
 
 
 @dataclasses.dataclass
@@ -85,14 +131,21 @@ class _Scope:
         )
 
 
-class _Writer:
-    """Draws one program, statement by statement."""
+class _Writer(Constructs):
+    """Draws one program, statement by statement; `construct` picks the class
+    whose statements (`c_<construct>` in `Constructs`) are mixed in."""
 
-    def __init__(self, draw):
+    def __init__(self, draw, construct: str):
         self.draw = draw
-        self.helpers: list[str] = []
+        self.construct = construct
+        self.control = construct == "control" or CONSTRUCTS["control"]
+        self.helpers: list[list[Line]] = []
         self.budget = MAX_STATEMENTS
+        self.max_depth = MAX_DEPTH
         self.counter = 0
+        self.int_arg: int | None = None
+        self.input_shape: tuple[int, ...] = (3,)
+        self.refusal_names: list[str] = []  # functions a KTransformError must name
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -104,20 +157,23 @@ class _Writer:
     def chance(self, p_in_8: int) -> bool:
         return self.draw(st.integers(0, 7)) < p_in_8
 
+    def integer(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, hi))
+
     # -- expressions -----------------------------------------------------------
     def leaf(self, scope: _Scope) -> str:
         name = self.choice(scope.vectors)
-        kind = self.draw(st.integers(0, 3))
+        kind = self.integer(0, 3)
         if kind == 0 and scope.scalars:
             return f"{self.choice(scope.scalars)} * {name}"
         if kind == 1:
             return f"{self.choice(MULTIPLIERS)} * {name}"
         if kind == 2 and "x" in scope.vectors:
-            return f"x[{self.draw(st.integers(0, 2))}] * {name}"
+            return f"x[{self.integer(0, 2)}] * {name}"
         return name
 
     def vector(self, scope: _Scope, depth: int = 2) -> str:
-        kind = self.draw(st.integers(0, 3)) if depth > 0 else 0
+        kind = self.integer(0, 3) if depth > 0 else 0
         if kind == 0:
             return self.leaf(scope)
         if kind == 1:
@@ -127,19 +183,21 @@ class _Writer:
             return self.choice(BINARY).format(a, b)
         return f"0.2 * jnp.sum({self.vector(scope, depth - 1)}) * {self.leaf(scope)}"
 
+    def scalar(self, scope: _Scope, depth: int = 1) -> str:
+        """A float64 scalar expression."""
+        e = self.vector(scope, depth)
+        return self.choice((f"jnp.sum({e})", f"({e})[{self.integer(0, 2)}]", f"jnp.mean({e})"))
+
     def condition(self, scope: _Scope, conjunction: bool = True) -> str:
-        kind = self.draw(st.integers(0, 2))
-        e = self.vector(scope, 1)
-        scalar = (f"jnp.sum({e})", f"({e})[{self.draw(st.integers(0, 2))}]", f"jnp.mean({e})")[kind]
-        cond = f"{scalar} {self.choice(('>', '<'))} {self.choice(CONSTANTS)}"
+        cond = f"{self.scalar(scope)} {self.choice(('>', '<'))} {self.choice(CONSTANTS)}"
         if conjunction and self.chance(1):
             return f"{cond} and {self.condition(scope, False)}"
         return cond
 
     # -- statements --------------------------------------------------------------
-    def block(self, scope: _Scope, depth: int, indent: str, min_len: int = 1) -> list[str]:
-        lines: list[str] = []
-        n = self.draw(st.integers(min_len, 3))
+    def block(self, scope: _Scope, depth: int, indent: str, min_len: int = 1) -> list[Line]:
+        lines: list[Line] = []
+        n = self.integer(min_len, 3)
         for _ in range(n):
             if self.budget <= 0 and len(lines) >= min_len:
                 break
@@ -147,16 +205,18 @@ class _Writer:
             lines += self.statement(scope, depth, indent)
         return lines
 
-    def statement(self, scope: _Scope, depth: int, indent: str) -> list[str]:
-        kinds = ["assign", "assign", "local", "closure", "helper"]
-        if depth < MAX_DEPTH:
+    def statement(self, scope: _Scope, depth: int, indent: str) -> list[Line]:
+        kinds = ["assign", "assign", "local", "construct"]
+        if self.control:
+            kinds += ["closure", "helper"]
+        if self.control and depth < MAX_DEPTH:
             kinds += ["if", "if", "range", "while", "tuple", "rows"]
         loop_exits = scope.loop and not (scope.loop_in_if and KNOWN_BUG_EXIT_IN_LOOP_IN_IF)
-        if loop_exits:
+        if self.control and loop_exits:
             kinds += ["continue"]
-        if loop_exits and (scope.loop != "each" or not KNOWN_BUG_EXIT_IN_FOR_EACH):
+        if loop_exits and self.control and (scope.loop != "each" or not KNOWN_BUG_EXIT_IN_FOR_EACH):
             kinds += ["break"]
-        if not (scope.in_each and KNOWN_BUG_EXIT_IN_FOR_EACH):
+        if self.control and not (scope.in_each and KNOWN_BUG_EXIT_IN_FOR_EACH):
             kinds += ["return"]
         return getattr(self, "s_" + self.choice(kinds))(scope, depth, indent)
 
@@ -166,6 +226,13 @@ class _Writer:
     def rhs(self, scope: _Scope) -> str:
         e = self.vector(scope)
         return f"jnp.tanh({e})" if scope.loop else e
+
+    def bounded(self, scope: _Scope, e: str) -> str:
+        """`e`, squashed when it is assigned inside a loop."""
+        return f"jnp.tanh({e})" if scope.loop else e
+
+    def s_construct(self, scope, depth, indent):
+        return getattr(self, "c_" + self.construct)(scope, depth, indent)
 
     def s_assign(self, scope, depth, indent):
         return [f"{indent}{self.target(scope)} = {self.rhs(scope)}"]
@@ -203,10 +270,10 @@ class _Writer:
                 f"        v = {self.vector(inner)}",
             ]
         else:
-            n = self.draw(st.integers(1, 3))
+            n = self.integer(1, 3)
             body += [f"    for j in range({n}):", f"        v = jnp.tanh({self.vector(inner)})"]
         body.append(f"    return {self.vector(inner)}")
-        self.helpers.append("\n".join(body))
+        self.helpers.append(body)
         a, b = self.vector(scope, 1), self.choice(scope.vectors)
         return [f"{indent}{self.target(scope)} = {name}({a}, {b})"]
 
@@ -238,7 +305,7 @@ class _Writer:
 
     def s_rows(self, scope, depth, indent):
         r = self.fresh("r")
-        rows = ", ".join(self.vector(scope, 1) for _ in range(self.draw(st.integers(1, 3))))
+        rows = ", ".join(self.vector(scope, 1) for _ in range(self.integer(1, 3)))
         inner = scope.child("each")
         inner.vectors.append(r)
         header = f"{indent}for {r} in jnp.stack(({rows},)):"
@@ -246,7 +313,7 @@ class _Writer:
 
     def s_while(self, scope, depth, indent):
         k = self.fresh("k")
-        bound = self.draw(st.integers(1, 6))
+        bound = self.integer(1, 6)
         cond = f"{k} < {bound}"
         if self.chance(6):
             cond = f"{self.condition(scope)} and {cond}"
@@ -265,51 +332,48 @@ class _Writer:
             f"{indent}    return jnp.sum({self.vector(scope)})",
         ]
 
+    # -- the entry point -----------------------------------------------------------
+    def entry(self) -> list[Line]:
+        """`def f(...)`: a prologue, a block with at least one statement of the
+        class at top level, and `return <scalar>`."""
+        scope = _Scope(["x", "y", "z"], ["y", "z"], [])
+        body = self.prologue(scope)
+        body += self.block(scope, 0, "    ", min_len=0)
+        body += self.s_construct(scope, 0, "    ")
+        body += self.block(scope, 0, "    ", min_len=0)
+        body.append(f"    return jnp.sum({self.vector(scope)}) + jnp.sum(y * z)")
+        params = "x" if self.int_arg is None else "x, n"
+        return [f"def f({params}):", *body]
+
+    def prologue(self, scope: _Scope) -> list[Line]:
+        lines: list[Line] = []
+        if self.construct == "int_arg":
+            self.int_arg = self.integer(0, 3)
+            scope.scalars.append("(n + 0.5)")
+        if self.construct == "shapes" and self.chance(4):  # the input is a (2, 3) matrix
+            self.input_shape = (2, 3)
+            lines = ["    m = x", "    x = x[0] * 0.5 + jnp.sum(x, axis=0) * 0.25"]
+        return lines + ["    y = x * 0.5 + 0.1", "    z = jnp.sin(x)"]
+
 
 @st.composite
-def programs(draw) -> Program:
-    w = _Writer(draw)
-    scope = _Scope(["x", "y", "z"], ["y", "z"], [])
-    body = ["    y = x * 0.5 + 0.1", "    z = jnp.sin(x)"]
-    body += w.block(scope, 0, "    ")
-    body.append(f"    return jnp.sum({w.vector(scope)}) + jnp.sum(y * z)")
-    parts = ["import jax.numpy as jnp", *w.helpers, "def f(x):\n" + "\n".join(body)]
-    return Program("\n\n\n".join(parts) + "\n")
+def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
+    names = list(constructs) if constructs is not None else enabled_constructs()
+    w = _Writer(draw, draw(st.sampled_from(names)))
+    entry = w.entry()
+    if w.int_arg is not None:  # jvp and hvp differentiate `f1(x)`, n fixed
+        entry += ["", "", "def f1(x):", f"    return f(x, {w.int_arg})"]
+    parts = [["import jax.numpy as jnp"], *w.helpers, entry]
+    texts = ["\n\n\n".join(render(p, oracle) for p in parts) + "\n" for oracle in (False, True)]
+    return Program(
+        w.construct, texts[0], texts[1], w.int_arg, w.input_shape, tuple(w.refusal_names)
+    )
 
 
-def inputs() -> st.SearchStrategy:
-    """A float32 vector of shape (3,), entries in [-2, 2]."""
-    value = st.floats(-2.0, 2.0, allow_nan=False, width=32)
-    return st.lists(value, min_size=3, max_size=3).map(lambda v: np.asarray(v, np.float32))
-
-
-def load(program: Program, tmp_dir: Path):
-    """`f` of the program, imported from a real file under `tmp_dir`."""
-    name = f"kt_fuzz_{program.key}"
-    if name in sys.modules:
-        return sys.modules[name].f
-    path = tmp_dir / f"{name}.py"
-    path.write_text(program.source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module.f
-
-
-def check(program: Program, args: list[np.ndarray], tmp_dir: Path, modes: tuple[str, ...]):
-    """Assert kt's gradient equals eager `jax.grad` for each input and mode."""
-    f = load(program, tmp_dir)
-    wants = [np.asarray(jax.grad(f)(a)) for a in args]
-    try:
-        for mode in modes:
-            kt.set_mode(mode)
-            grad_f = kt.GradOperation()(f)
-            for a, want in zip(args, wants, strict=True):
-                got = np.asarray(grad_f(a))
-                atol = ATOL * max(1.0, float(np.max(np.abs(want), initial=0.0)))
-                np.testing.assert_allclose(
-                    got, want, rtol=RTOL, atol=atol, err_msg=f"mode={mode} x={a!r}"
-                )
-    finally:
-        kt.set_mode("graph")
+def inputs(shape: tuple[int, ...]) -> st.SearchStrategy:
+    """A float64 array of `shape`, entries in [-2, 2]."""
+    size = int(np.prod(shape))
+    value = st.floats(-2.0, 2.0, allow_nan=False)
+    return st.lists(value, min_size=size, max_size=size).map(
+        lambda v: np.asarray(v, np.float64).reshape(shape)
+    )

@@ -1,0 +1,409 @@
+"""The construct classes of the fuzzer: one `c_<class>` method each.
+
+`Constructs` is mixed into the generator's writer (`generator._Writer`), which
+supplies `vector`, `scalar`, `condition`, `target`, `bounded`, `fresh`,
+`choice`, `chance`, `integer`, the control statements `s_*` and `helpers`.
+Each `c_<class>(scope, depth, indent)` returns the lines of a few statements
+that use the construct and end by assigning some vector of the scope, so the
+construct's values reach the program's result. The lines are source text, or
+an `Alt` where k_transform's text and the JAX oracle's text differ (item
+assignment into an array).
+
+Shapes: every value a statement leaves in the scope is a float64 vector of
+shape (3,); matrices, lists and counters stay local to their statements.
+Names a construct introduces are fresh (`fresh(prefix)`), so constructs nest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Alt:
+    """One line, spelled differently for k_transform and for the JAX oracle."""
+
+    kt: str
+    oracle: str
+
+    def pick(self, oracle: bool) -> str:
+        return self.oracle if oracle else self.kt
+
+
+Line = str | Alt
+
+BASE_STATEMENTS = ("if", "range", "while", "tuple", "rows", "closure", "helper")
+
+
+class Constructs:
+    """Statement generators per construct class (a mixin of the writer)."""
+
+    def inner_scope(self, scope, vectors, scalars=()):
+        """A scope for the body of a nested `def`: `vectors` plus the
+        enclosing readable names (free variables)."""
+        return type(scope)([*vectors, *scope.vectors], [], [*scope.scalars, *scalars])
+
+    def vec(self, scope, depth: int = 1) -> str:
+        return self.vector(scope, depth)
+
+    def assign_result(self, scope, indent: str, e: str) -> str:
+        return f"{indent}{self.target(scope)} = {self.bounded(scope, e)}"
+
+    # -- control: today's base statements ------------------------------------------
+    def c_control(self, scope, depth, indent):
+        kinds = BASE_STATEMENTS if depth < self.max_depth else ("closure", "helper")
+        return getattr(self, "s_" + self.choice(kinds))(scope, depth, indent)
+
+    # -- closures ------------------------------------------------------------------------
+    def c_closure_loop(self, scope, depth, indent):
+        """A closure defined in a loop (reading the loop index and scope
+        variables rebound later in the body), called in and after the loop."""
+        i, g = self.fresh("i"), self.fresh("g")
+        inner = scope.child("range")
+        inner.scalars.append(f"({i} + 1.0)")
+        body = self.inner_scope(inner, ["v"])
+        lines = [
+            f"{indent}for {i} in range({self.integer(1, 3)}):",
+            f"{indent}    def {g}(v):",
+            f"{indent}        return {self.vec(body, 2)}",
+        ]
+        if self.chance(4):
+            lines.append(self.assign_result(inner, indent + "    ", self.vec(inner)))
+        lines.append(self.assign_result(inner, indent + "    ", f"{g}({self.vec(inner)})"))
+        if self.chance(5):
+            lines.append(self.assign_result(scope, indent, f"{g}({self.vec(scope)})"))
+        return lines
+
+    def c_closure_factory(self, scope, depth, indent):
+        """`make(a, b)` returns a closure over its arguments (a module-level
+        factory, or one nested in `f` that also reads `f`'s variables); the
+        closure is called directly, in a loop, and made in a loop."""
+        make, g = self.fresh("make"), self.fresh("g")
+        nested = self.chance(4)
+        outer = self.inner_scope(scope, ["a", "b"]) if nested else type(scope)(["a", "b"], [], [])
+        body = type(outer)(["v", *outer.vectors], [], list(outer.scalars))
+        pad = indent if nested else ""
+        factory = [
+            f"{pad}def {make}(a, b):",
+            f"{pad}    def {g}(v):",
+            f"{pad}        return {self.vec(body, 2)}",
+            f"{pad}    return {g}",
+        ]
+        lines = factory if nested else []
+        if not nested:
+            self.helpers.append(factory)
+        h = self.fresh("h")
+        call = f"{make}({self.vec(scope)}, {self.vec(scope)})"
+        kind = self.integer(0, 2)
+        if kind == 0:
+            return lines + [
+                f"{indent}{h} = {call}",
+                self.assign_result(scope, indent, f"{h}({self.vec(scope)})"),
+            ]
+        i = self.fresh("i")
+        inner = scope.child("range")
+        inner.scalars.append(f"({i} + 1.0)")
+        lines.append(f"{indent}for {i} in range({self.integer(1, 3)}):")
+        if kind == 1:  # made before the loop, called in it
+            lines.insert(len(lines) - 1, f"{indent}{h} = {call}")
+        else:  # made in the loop
+            lines.append(f"{indent}    {h} = {make}({self.vec(inner)}, {self.vec(inner)})")
+        lines.append(self.assign_result(inner, indent + "    ", f"{h}({self.vec(inner)})"))
+        return lines
+
+    def c_default_arg(self, scope, depth, indent):
+        """`def g(v, c=a)` captures `a`'s value now; `a` is then reassigned."""
+        g, a = self.fresh("g"), self.target(scope)
+        body = type(scope)(["v", "c"], [], [])
+        call = f"{g}({self.vec(scope)})"
+        if self.chance(2):
+            call = f"{g}({self.vec(scope)}, {self.vec(scope)})"
+        return [
+            f"{indent}def {g}(v, c={a}):",
+            f"{indent}    return ({self.vec(body, 2)}) * c",
+            f"{indent}{a} = {self.bounded(scope, self.vec(scope))}",
+            self.assign_result(scope, indent, call),
+        ]
+
+    def c_late_rebind(self, scope, depth, indent):
+        """A closure reads `a`, which is reassigned (maybe in a branch) after
+        the `def` and before the call: the call sees the new value."""
+        g, a = self.fresh("g"), self.target(scope)
+        body = self.inner_scope(scope, ["v"])
+        lines = [f"{indent}def {g}(v):", f"{indent}    return ({self.vec(body, 2)}) * {a}"]
+        rebind = f"{a} = {self.bounded(scope, self.vec(scope))}"
+        if self.chance(4):
+            lines += [f"{indent}if {self.condition(scope)}:", f"{indent}    {rebind}"]
+        else:
+            lines.append(indent + rebind)
+        return lines + [self.assign_result(scope, indent, f"{g}({self.vec(scope)})")]
+
+    def c_nonlocal(self, scope, depth, indent):
+        """A `nonlocal` accumulator (a vector) or counter (a Python int),
+        updated by calls in straight code, loops and branches."""
+        acc, fn = self.fresh("acc"), self.fresh("add")
+        counter = self.chance(3)
+        start, update = ("0", f"{acc} += 1") if counter else ("0.0 * x", f"{acc} = {acc} + v")
+        lines = [
+            f"{indent}{acc} = {start}",
+            f"{indent}def {fn}(v):",
+            f"{indent}    nonlocal {acc}",
+            f"{indent}    {update}",
+            f"{indent}    return v * 0.5",
+        ]
+        where = self.integer(0, 2)
+        call = f"{self.target(scope)} = {fn}({self.vec(scope)})"
+        if where == 0:
+            lines += [indent + call, f"{indent}{fn}({self.vec(scope)})"]
+        elif where == 1:
+            i = self.fresh("i")
+            lines += [f"{indent}for {i} in range({self.integer(1, 3)}):", f"{indent}    {call}"]
+        else:
+            lines += [f"{indent}if {self.condition(scope)}:", f"{indent}    {call}"]
+        use = (
+            f"{self.vec(scope)} * ({acc} + 1.0)"
+            if counter
+            else f"jnp.tanh({acc}) + {self.vec(scope)}"
+        )
+        return lines + [self.assign_result(scope, indent, use)]
+
+    # -- lists ------------------------------------------------------------------------------
+    def use_list(self, scope, indent: str, lst: str) -> str:
+        e = self.choice(
+            (
+                f"jnp.sum(jnp.stack({lst}), axis=0)",
+                f"sum({lst})",
+                f"jnp.stack({lst})[{self.integer(-1, 0)}]",
+                f"jnp.mean(jnp.stack({lst}), axis=0) * {self.vec(scope, 0)}",
+            )
+        )
+        return self.assign_result(scope, indent, f"0.5 * {e}")
+
+    def c_list_append(self, scope, depth, indent):
+        """`lst.append` in straight code, in a `for`, in a data-dependent `if`."""
+        lst, i = self.fresh("lst"), self.fresh("i")
+        inner = scope.child("range")
+        inner.scalars.append(f"({i} + 1.0)")
+        lines = [f"{indent}{lst} = [{self.vec(scope)}]"]
+        if self.chance(4):
+            lines.append(f"{indent}{lst}.append({self.vec(scope)})")
+        lines.append(f"{indent}for {i} in range({self.integer(1, 3)}):")
+        item = f"jnp.tanh({self.vec(inner)})"
+        if self.chance(2):  # the list's length depends on the data
+            lines += [
+                f"{indent}    if {self.condition(inner)}:",
+                f"{indent}        {lst}.append({item})",
+            ]
+        else:
+            lines.append(f"{indent}    {lst}.append({item})")
+        return lines + [self.use_list(scope, indent, lst)]
+
+    def c_list_setitem(self, scope, depth, indent):
+        """`lst[k] = v` with constant and loop indices, then stack / sum."""
+        lst, i = self.fresh("lst"), self.fresh("i")
+        items = ", ".join(self.vec(scope, 0) for _ in range(3))
+        lines = [f"{indent}{lst} = [{items}]"]
+        lines.append(f"{indent}{lst}[{self.integer(-3, 2)}] = {self.vec(scope)}")
+        if self.chance(4):
+            inner = scope.child("range")
+            inner.scalars.append(f"({i} + 1.0)")
+            lines += [
+                f"{indent}for {i} in range({self.integer(1, 3)}):",
+                f"{indent}    {lst}[{i}] = jnp.tanh({lst}[{i}] * {self.vec(inner, 0)})",
+            ]
+        return lines + [self.use_list(scope, indent, lst)]
+
+    # -- arrays -----------------------------------------------------------------------------
+    def setitem(self, indent: str, out: str, index: str, value: str, op: str = "") -> Alt:
+        """`out[index] (op)= value`, and the oracle's `.at[index]` spelling."""
+        method = {"": "set", "+": "add", "*": "multiply"}[op]
+        return Alt(
+            f"{indent}{out}[{index}] {op}= {value}",
+            f"{indent}{out} = {out}.at[{index}].{method}({value})",
+        )
+
+    def c_array_setitem(self, scope, depth, indent):
+        """Item and slice assignment into a fresh array, in loops and branches."""
+        out, i = self.fresh("out"), self.fresh("i")
+        fresh = self.choice(("jnp.zeros(3)", f"1.0 * {self.vec(scope, 0)}", "jnp.ones_like(x)"))
+        lines: list[Line] = [f"{indent}{out} = {fresh}"]
+        inner = scope.child("range")
+        inner.scalars.append(f"({i} + 1.0)")
+        lines.append(f"{indent}for {i} in range({self.integer(1, 3)}):")
+        value = f"jnp.tanh({self.scalar(inner)} + 0.5 * {out}[{i} - 1])"
+        if self.chance(4):
+            cond = self.condition(inner)
+            lines += [f"{indent}    if {cond}:", self.setitem(indent + "        ", out, i, value)]
+            lines += [f"{indent}    else:", self.setitem(indent + "        ", out, i, value, "+")]
+        else:
+            lines.append(self.setitem(indent + "    ", out, i, value, self.choice(("", "+", "*"))))
+        a = self.integer(0, 1)
+        b = self.integer(a + 1, 3)
+        if self.chance(5):
+            lines.append(self.setitem(indent, out, f"{a}:{b}", f"({self.vec(scope)})[{a}:{b}]"))
+        if self.chance(3):
+            k = self.integer(0, 2)
+            lines.append(self.setitem(indent, out, str(k), f"jnp.tanh({self.scalar(scope)})", "*"))
+        return lines + [self.assign_result(scope, indent, f"{out} * {self.vec(scope, 0)}")]
+
+    def c_at_update(self, scope, depth, indent):
+        """`v.at[i].set/add/multiply(...)` with constant, slice and loop indices."""
+        method = self.choice(("set", "add", "multiply"))
+        t = self.target(scope)
+        if self.chance(4):
+            i = self.fresh("i")
+            inner = scope.child("range")
+            inner.scalars.append(f"({i} + 1.0)")
+            value = f"jnp.tanh({self.scalar(inner)})"
+            return [
+                f"{indent}for {i} in range({self.integer(1, 3)}):",
+                f"{indent}    {t} = {t}.at[{i}].{method}({value})",
+            ]
+        if self.chance(4):
+            a = self.integer(0, 1)
+            b = self.integer(a + 1, 3)
+            index, value = f"{a}:{b}", f"({self.vec(scope)})[{a}:{b}]"
+        else:
+            index, value = str(self.integer(-3, 2)), self.scalar(scope)
+        src = self.vec(scope, 0)
+        return [self.assign_result(scope, indent, f"{src}.at[{index}].{method}({value})")]
+
+    def c_slices(self, scope, depth, indent):
+        """Basic slices of vectors, with steps and negative bounds."""
+        v, w = f"({self.vec(scope)})", f"({self.vec(scope, 0)})"
+        e = self.choice(
+            (
+                f"jnp.concatenate([{v}[1:], {v}[:1]]) * {w}",
+                f"{v}[::-1] * {w}",
+                f"{w} * jnp.sum({v}[:2]) + {v}[-1]",
+                f"jnp.concatenate([{v}[:1] * 2.0, {v}[1:]])",
+                f"{w} * jnp.sum({v}[-2:] * {v}[:-1])",
+                f"{w} * ({v}[::2] @ {v}[1::-1])",
+            )
+        )
+        return [self.assign_result(scope, indent, e)]
+
+    # -- comprehensions, iteration helpers, starred --------------------------------------
+    def c_comprehension(self, scope, depth, indent):
+        vs = ", ".join(self.vec(scope, 0) for _ in range(self.integer(1, 3)))
+        w, k = self.vec(scope, 0), self.fresh("k")
+        body = self.inner_scope(scope, ["r"])
+        e = self.choice(
+            (
+                f"sum(v * {w} for v in ({vs},))",
+                f"jnp.sum(jnp.stack([jnp.sin(r) * {w} for r in jnp.stack(({vs},))]), axis=0)",
+                f"sum([{w} * ({k} + 1.0) for {k} in range(3) if {k} != 1])",
+                f"jnp.mean(jnp.stack([jnp.tanh({self.vec(body)}) for r in ({vs},)]), axis=0)",
+            )
+        )
+        return [self.assign_result(scope, indent, f"0.5 * {e}")]
+
+    def c_enumerate_zip(self, scope, depth, indent):
+        t, k = self.target(scope), self.fresh("k")
+        a_s = ", ".join(self.vec(scope, 0) for _ in range(2))
+        b_s = ", ".join(self.vec(scope, 0) for _ in range(2))
+        header = self.choice(
+            (
+                f"for {k}, (a, b) in enumerate(zip(({a_s}), ({b_s}))):",
+                f"for {k}, a in enumerate(jnp.stack(({a_s}))):",
+                f"for {k}, (a, b) in enumerate(zip(({a_s}), jnp.stack(({b_s})))):",
+            )
+        )
+        b = "b" if "(a, b)" in header else "a"
+        return [
+            f"{indent}{header}",
+            f"{indent}    {t} = jnp.tanh(a * {b} + ({k} + 0.5) * {t})",
+        ]
+
+    def c_starred(self, scope, depth, indent):
+        items = ", ".join(self.vec(scope, 0) for _ in range(self.integer(2, 4)))
+        h, rest = self.fresh("h"), self.fresh("rest")
+        kind = self.integer(0, 3)
+        if kind == 0:
+            lines = [f"{indent}{h}, *{rest} = ({items})"]
+        elif kind == 1:
+            lines = [f"{indent}*{rest}, {h} = ({items})"]
+        elif kind == 2:
+            lines = [f"{indent}{h}, *{rest} = jnp.stack(({items}))"]
+        else:
+            g = self.fresh("g")
+            lines = [
+                f"{indent}def {g}(*vs):",
+                f"{indent}    return sum(vs) * 0.5",
+                f"{indent}{rest} = ({items})",
+                f"{indent}{h} = {g}(*{rest}) + {g}({self.vec(scope, 0)})",
+            ]
+        return lines + [self.assign_result(scope, indent, f"{h} + 0.5 * sum({rest})")]
+
+    # -- recursion, static ints, shapes ---------------------------------------------------
+    def c_recursion(self, scope, depth, indent):
+        """A recursive helper: a static depth (works) or a traced test
+        (k_transform refuses it with an error naming the function)."""
+        rec = self.fresh("rec")
+        body = type(scope)(["v"], [], [])
+        step = f"jnp.tanh({self.vec(body)})"
+        if self.chance(4):
+            head = ["    if d == 0:", "        return v", f"    return {rec}({step}, d - 1)"]
+            call = f"{rec}({self.vec(scope)}, {self.integer(0, 3)})"
+        else:
+            self.refusal_names.append(rec)
+            cond = self.condition(body, False)
+            head = [
+                f"    if d < 4 and {cond}:",
+                f"        return {rec}({step}, d + 1)",
+                "    return v",
+            ]
+            call = f"{rec}({self.vec(scope)}, 0)"
+        self.helpers.append([f"def {rec}(v, d):", *head])
+        return [self.assign_result(scope, indent, call)]
+
+    def c_int_arg(self, scope, depth, indent):
+        """`n`, the entry point's static Python int, in `range`, arithmetic,
+        `while` bounds and static branches."""
+        t, i = self.target(scope), self.fresh("i")
+        kind = self.integer(0, 3)
+        if kind == 0:
+            return [
+                f"{indent}for {i} in range(n):",
+                f"{indent}    {t} = jnp.tanh({t} * 0.5 + ({i} + 1.0) * {self.vec(scope)})",
+            ]
+        if kind == 1:
+            return [self.assign_result(scope, indent, f"{self.vec(scope)} * (n + 1) / (n + 2.0)")]
+        if kind == 2:
+            return [
+                f"{indent}{i} = 0",
+                f"{indent}while {i} < n + 1:",
+                f"{indent}    {i} = {i} + 1",
+                f"{indent}    {t} = jnp.tanh({t} * n + {self.vec(scope)})",
+            ]
+        return [
+            f"{indent}if n > 1:",
+            self.assign_result(scope, indent + "    ", f"{self.vec(scope)} * n"),
+            f"{indent}else:",
+            self.assign_result(scope, indent + "    ", f"{self.vec(scope)} - n"),
+        ]
+
+    def c_shapes(self, scope, depth, indent):
+        """A (2, 3) matrix (the input, or stacked vectors): broadcasting
+        against (3,), reductions over either axis, `@`, `.T`, `keepdims`."""
+        m = self.fresh("m")
+        src = (
+            "m"
+            if self.input_shape == (2, 3)
+            else f"jnp.stack(({self.vec(scope)}, {self.vec(scope)}))"
+        )
+        lines = [f"{indent}{m} = {src} * {self.vec(scope, 0)}"]
+        if self.chance(4):
+            lines.append(f"{indent}{m} = {m} / (1.0 + jnp.sum({m} ** 2, axis=1, keepdims=True))")
+        w = f"({self.vec(scope, 0)})"
+        e = self.choice(
+            (
+                f"jnp.sum({m}, axis=0) * {w}",
+                f"jnp.mean({m}, axis=1) @ {m}",
+                f"0.2 * {m}.T @ ({m} @ {w})",
+                f"{w} * jnp.tanh(jnp.sum({m} @ {w}))",
+                f"{m}[1] + jnp.sum({m}[:, 0]) * {w}",
+                f"jnp.tanh(jnp.sum({m} * {m}[0], axis=0))",
+            )
+        )
+        return lines + [self.assign_result(scope, indent, e)]
