@@ -91,6 +91,8 @@ def fstring(template: str, *values):
 
 def setitem(x, index, value):
     """`x[index] = value` without mutation: arrays via `.at[].set`, else a copy."""
+    if isinstance(x, tuple):
+        raise TypeError("'tuple' object does not support item assignment")
     if isinstance(x, (list, dict)):
         new = x.copy()
         new[index] = value
@@ -100,6 +102,70 @@ def setitem(x, index, value):
         new[index] = value
         return new
     return jnp.asarray(x).at[index].set(value)
+
+
+def _need_list(x, method: str):
+    if not isinstance(x, list):
+        raise KTransformError(
+            f"`.{method}(...)` on a {type(x).__name__} is not supported by k_transform "
+            "(only on lists)"
+        )
+
+
+def list_append(lst, value):
+    """`lst.append(value)` without mutation: the new list."""
+    _need_list(lst, "append")
+    return [*lst, value]
+
+
+def list_extend(lst, seq):
+    """`lst.extend(seq)` without mutation (a list or tuple `seq`)."""
+    _need_list(lst, "extend")
+    if not isinstance(seq, (list, tuple)):
+        raise KTransformError(
+            f"list.extend of a {type(seq).__name__} is not supported (extend with a list or tuple)"
+        )
+    return [*lst, *seq]
+
+
+def list_insert(lst, index, value):
+    """`lst.insert(index, value)` without mutation."""
+    _need_list(lst, "insert")
+    new = list(lst)
+    new.insert(index, value)
+    return new
+
+
+def list_delete(lst, index):
+    """The list `lst.pop(index)` leaves, without mutation."""
+    _need_list(lst, "pop")
+    new = list(lst)
+    new.pop(index)
+    return new
+
+
+def insert_position(n: int, index: int) -> int:
+    """Where `insert(index, v)` puts `v` in a list of length `n`."""
+    return min(max(index + n, 0), n) if index < 0 else min(index, n)
+
+
+def pop_position(n: int, index: int) -> int:
+    """The position `pop(index)` removes from a list of length `n`."""
+    return index + n if index < 0 else index
+
+
+def copy_value(x):
+    """`x.copy()`: a list, dict or numpy array copied; jax arrays are immutable."""
+    if isinstance(x, (list, dict, np.ndarray)):
+        return x.copy()
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    raise TypeError(f"{type(x).__name__!r} object has no attribute 'copy'")
+
+
+def to_list(x):
+    """`list(x)`: a new list of the items (array rows) of `x`."""
+    return list(x)
 
 
 def print_(*args, **kwargs):
