@@ -93,6 +93,11 @@ def setitem(x, index, value):
     """`x[index] = value` without mutation: arrays via `.at[].set`, else a copy."""
     if isinstance(x, tuple):
         raise TypeError("'tuple' object does not support item assignment")
+    if isinstance(x, list) and is_tracer(index):
+        raise KTransformError(
+            "a list item assignment `lst[i] = v` with a traced index `i` (a list cannot be "
+            "indexed by a traced value: use an array, or a static index)"
+        )
     if isinstance(x, (list, dict)):
         new = x.copy()
         new[index] = value

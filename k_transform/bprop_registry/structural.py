@@ -159,6 +159,8 @@ def get_bprop_getitem(self):
 @bprop_getters.register(prims.SetItem)
 def get_bprop_setitem(self):
     def bprop(x, index, value, out, dout):
+        if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
+            dout = list(dout)
         dx = set_item(dout, index, zeros_like(value))
         return dx, None, sum_to(dout[index], value)  # value may broadcast
 
@@ -169,7 +171,8 @@ def get_bprop_setitem(self):
 @bprop_getters.register(prims.ListAppend)
 def get_bprop_list_append(self):
     def bprop(lst, value, out, dout):
-        return dout[: len(lst)], dout[len(lst)]
+        d = list(dout)
+        return d[: len(lst)], d[len(lst)]
 
     return bprop
 
@@ -177,8 +180,9 @@ def get_bprop_list_append(self):
 @bprop_getters.register(prims.ListExtend)
 def get_bprop_list_extend(self):
     def bprop(lst, seq, out, dout):
-        rest = dout[len(lst) :]
-        return dout[: len(lst)], (tuple(rest) if isinstance(seq, tuple) else rest)
+        d = list(dout)
+        rest = d[len(lst) :]
+        return d[: len(lst)], (tuple(rest) if isinstance(seq, tuple) else rest)
 
     return bprop
 
@@ -187,7 +191,8 @@ def get_bprop_list_extend(self):
 def get_bprop_list_insert(self):
     def bprop(lst, index, value, out, dout):
         j = rt.insert_position(len(lst), index)
-        return dout[:j] + dout[j + 1 :], None, dout[j]
+        d = list(dout)
+        return d[:j] + d[j + 1 :], None, d[j]
 
     return bprop
 
@@ -196,7 +201,8 @@ def get_bprop_list_insert(self):
 def get_bprop_list_delete(self):
     def bprop(lst, index, out, dout):
         j = rt.pop_position(len(lst), index)
-        return dout[:j] + [zeros_value(lst[j])] + dout[j:], None
+        d = list(dout)
+        return d[:j] + [zeros_value(lst[j])] + d[j:], None
 
     return bprop
 
