@@ -228,9 +228,7 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool =
     is_array = hasattr(seq, "shape") and not isinstance(seq, (tuple, list))
     forward = lambda item, cr: tuple(step_k(item, cr, inv)[0])  # noqa: E731
     small = (
-        not is_array
-        or seq.shape[0] <= rt.UNROLL_LIMIT
-        or rt.changes_structure(forward, seq, carry)
+        not is_array or seq.shape[0] <= rt.UNROLL_LIMIT or rt.changes_structure(forward, seq, carry)
     )
     if small or not rt.any_traced((seq, carry, inv)):
         items = list(seq) if not is_array else [seq[k] for k in range(seq.shape[0])]
