@@ -450,3 +450,16 @@ def sort_in_place(x):
 
 def test_regression_in_place_sort_refused(mode):
     refused(sort_in_place, X4, match=r"in-place method call `lst.sort\(\.\.\.\)`")
+
+
+def test_regression_library_functions_named_like_list_methods():
+    """`jnp.append(x, v)`, `np.sort(x)`, `jnp.insert` are functions, not mutations
+    of a module (checked by the round trip: they have no gradient rule)."""
+
+    def fn(x):
+        y = jnp.append(x, x[0] * 2.0)
+        y = jnp.insert(y, 1, x[2])
+        return np.sort(np.asarray([3.0, 1.0])) * jnp.sum(y)
+
+    np.testing.assert_allclose(kt.compile(fn)(X4), fn(X4), rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(kt.compile(fn))(X4), fn(X4), rtol=1e-6)

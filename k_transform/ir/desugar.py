@@ -273,15 +273,16 @@ def mutation_base(node) -> gast.Name | None:
     return None
 
 
-def assigned_names(stmts) -> list[str]:
+def assigned_names(stmts, mutations: bool = True) -> list[str]:
     """Names stored by `stmts` (not inside nested functions), first-store order.
-    A mutated variable (`a[i] = v`, `a.append(v)`) counts as stored."""
+    With `mutations`, a mutated variable (`a[i] = v`, `a.append(v)`) counts as
+    stored (it may also be a module: `np.sort(x)`; callers keep local names)."""
     seen: dict[str, None] = {}
     for s in stmts:
         for n in _walk_scope(s):
             if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
                 seen.setdefault(n.id, None)
-            elif mutation_base(n) is not None:
+            elif mutations and mutation_base(n) is not None:
                 seen.setdefault(mutation_base(n).id, None)
             elif isinstance(n, (gast.FunctionDef, gast.ClassDef)):
                 seen.setdefault(n.name, None)

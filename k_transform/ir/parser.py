@@ -264,7 +264,7 @@ class GraphBuilder:
         JumpLowering(self.fp.unsupported).lower_function(fdef)
         constants = {args.args[0].id} if bound_self is not None and args.args else set()
         check_mutations(fdef, [a.id for a in args.args], self.fp.error, constants)
-        self.locals = set(assigned_names(fdef.body)) | {a.id for a in args.args}
+        self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in args.args}
         self.load_counts = loaded_names(fdef)
         names = [a.id for a in args.args]
         self.graph.param_names = names
@@ -643,6 +643,13 @@ class GraphBuilder:
         rebound to the new list (`k_transform.ir.mutation` checks no other
         reference sees the old one); the call's value is Python's."""
         name, method = e.func.value.id, e.func.attr
+        if name not in self.locals:
+            raise self.fp.error(
+                f"`{name}.{method}(...)` mutates {name!r}, a variable of an enclosing function "
+                "or a global; k_transform cannot carry that change back (return the new value "
+                "instead)",
+                e,
+            )
         if method in REFUSED_MUTATORS:
             raise self.fp.unsupported(f"the in-place method call `{name}.{method}(...)`", e)
         arity = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1)}[method]
