@@ -463,3 +463,33 @@ def test_regression_library_functions_named_like_list_methods():
 
     np.testing.assert_allclose(kt.compile(fn)(X4), fn(X4), rtol=1e-6)
     np.testing.assert_allclose(jax.jit(kt.compile(fn))(X4), fn(X4), rtol=1e-6)
+
+
+def alias_then_list_augassign(x):
+    lst = [x[0]]
+    other = lst
+    lst += [x[1]]
+    return jnp.sum(jnp.stack(other))
+
+
+def alias_then_list_augassign_var(x):
+    lst = [x[0]]
+    more = [x[1], x[2]]
+    other = lst
+    lst += more
+    return jnp.sum(jnp.stack(other))
+
+
+@pytest.mark.parametrize("fn", [alias_then_list_augassign, alias_then_list_augassign_var])
+def test_regression_list_augmented_assignment_is_mutation(mode, fn):
+    refused(fn, X4, match=r"`lst \+= \.\.\.` \(a list extended in place\) mutates 'lst'")
+
+
+def test_regression_list_augmented_assignment_unaliased(mode):
+    def fn(x):
+        lst = [x[0]]
+        for i in range(3):
+            lst += [x[i + 1] * lst[-1]]
+        return jnp.sum(jnp.stack(lst))
+
+    check(fn, fn, X4)

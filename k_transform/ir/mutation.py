@@ -63,6 +63,7 @@ class _Facts(gast.NodeVisitor):
         self.aliases: list[_Event] = []
         self.iterated: list[_Event] = []  # `for _ in a`: the loop node as `loops[-1]`
         self.closure_reads: dict[str, set[str]] = {}  # def name -> names it reads
+        self.lists: set[str] = set()  # names bound to a list: `+=` extends them in place
 
     def run(self, stmts) -> None:
         for s in stmts:
@@ -111,8 +112,9 @@ class _Facts(gast.NodeVisitor):
             return
         targets = s.targets if isinstance(s, gast.Assign) else [s.target]
         if isinstance(s, gast.AugAssign):
-            if isinstance(s.target, gast.Name) and isinstance(value, (gast.List, gast.ListComp)):
-                self.mutations.append(_Event(s.target.id, s, self.index, self.loops))
+            name = s.target.id if isinstance(s.target, gast.Name) else None
+            if name in self.lists or (name and isinstance(value, (gast.List, gast.ListComp))):
+                self.mutations.append(_Event(name, s, self.index, self.loops))
             self.alias_calls(s, s)
             return
         for target in targets:
@@ -128,6 +130,8 @@ class _Facts(gast.NodeVisitor):
             same = isinstance(value, gast.Name) and value.id == target.id  # `a = a`
             fresh = value is not None and (same or self.is_fresh(value))
             entry = (fresh, s, self.index, self.depth == 0)
+            if _is_list_value(value):
+                self.lists.add(target.id)
             self.bindings.setdefault(target.id, []).append(entry)
         elif isinstance(target, (gast.Tuple, gast.List)):
             items = value.elts if isinstance(value, (gast.Tuple, gast.List)) else None
@@ -258,6 +262,12 @@ def _nested_in_list(m: _Event, facts: _Facts) -> bool:
         ):
             return True
     return any(isinstance(e.node, gast.Call) and e.name == m.name for e in facts.mutations)
+
+
+def _is_list_value(e) -> bool:
+    if isinstance(e, (gast.List, gast.ListComp)):
+        return True
+    return isinstance(e, gast.Call) and isinstance(e.func, gast.Name) and e.func.id == "list"
 
 
 def _describe(node) -> str:

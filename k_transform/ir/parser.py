@@ -17,6 +17,10 @@ allowed because the graph is cached before its body is parsed). The steps:
    (`k_transform.ir.control`). Their graphs are *closed*: a read of an
    enclosing variable adds a parameter (a capture). Branch outputs and loop
    carries are the variables assigned inside that are read elsewhere.
+5. Mutation (`a[i] = v`, `lst.append(v)`, ...) rebinds the variable to the
+   updated value, so it counts as an assignment for carries and outputs;
+   `k_transform.ir.mutation` first refuses mutations another reference
+   could observe.
 """
 
 from __future__ import annotations
