@@ -350,6 +350,19 @@ def nested_list_item(x):
     return grid[1][0]
 
 
+def nested_dict_item(x):
+    out = jnp.zeros(4)
+    d = {"k": out}
+    d["k"][0] = x[0]
+    return jnp.sum(out)
+
+
+def item_method_call(x):
+    rows = [[x[0]], [x[1]]]
+    rows[0].append(x[2])
+    return jnp.sum(jnp.stack(rows[0]))
+
+
 @pytest.mark.parametrize(
     "fn, match",
     [
@@ -362,7 +375,9 @@ def nested_list_item(x):
         (mutate_loop_target, "may be shared"),
         (mutate_param, "mutates the argument 'x'"),
         (iterate_while_growing, "another reference"),
-        (nested_list_item, "item of the list"),
+        (nested_list_item, "item of the container"),
+        (nested_dict_item, "item of the container"),
+        (item_method_call, r"in-place method call `.append\(\.\.\.\)` on an item"),
     ],
 )
 def test_regression_mutation_of_aliased_object_refused(mode, fn, match):

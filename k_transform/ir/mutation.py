@@ -211,7 +211,8 @@ def _check_one(m: _Event, facts: _Facts, error) -> None:
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):
         raise error(
-            f"{what} mutates an item of the list {m.name!r}, which other references may share",
+            f"{what} mutates an item of the container {m.name!r}, which other references may "
+            "share (for an array, index it as `a[i, j] = v`)",
             m.node,
         )
     for fresh, node, _, _ in facts.bindings.get(m.name, []):
@@ -249,19 +250,26 @@ def _rebound_before(m: _Event, facts: _Facts) -> bool:
 
 
 def _nested_in_list(m: _Event, facts: _Facts) -> bool:
-    """`a[i][j] = v` where `a` may be a list (its items are objects of their own)."""
+    """`a[i][j] = v` where `a` may be a container (a list, dict or tuple, even
+    a shallow `.copy()` of one), whose items are objects of their own; an
+    array (`jnp.zeros(...)`, arithmetic) is fine."""
     if not isinstance(m.node.value, gast.Subscript):
         return False
-    listy = (gast.List, gast.ListComp)
+    containers = (gast.List, gast.ListComp, gast.Dict, gast.DictComp, gast.Tuple)
     for _, node, _, _ in facts.bindings.get(m.name, []):
         value = getattr(node, "value", None)
-        if isinstance(value, listy) or (
-            isinstance(value, gast.Call)
-            and isinstance(value.func, gast.Name)
-            and value.func.id == "list"
-        ):
+        if isinstance(value, containers) or _is_list_value(value) or _is_copy(value):
             return True
     return any(isinstance(e.node, gast.Call) and e.name == m.name for e in facts.mutations)
+
+
+def _is_copy(e) -> bool:
+    if not isinstance(e, gast.Call):
+        return False
+    func = e.func
+    return (isinstance(func, gast.Name) and func.id in _FRESH_BUILTINS) or (
+        isinstance(func, gast.Attribute) and func.attr == "copy"
+    )
 
 
 def _is_list_value(e) -> bool:

@@ -37,6 +37,7 @@ from k_transform import runtime as rt
 from k_transform.errors import KTransformError
 from k_transform.ir import control, prims
 from k_transform.ir.desugar import (
+    LIST_MUTATORS,
     REFUSED_MUTATORS,
     JumpLowering,
     assigned_names,
@@ -52,6 +53,7 @@ from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 _cache: dict[tuple, FuncGraph] = {}
+MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -633,6 +635,10 @@ class GraphBuilder:
                 return self.mutating_call(e, receiver)
         if isinstance(e.func, gast.Attribute):
             receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant) and e.func.attr in MUTATORS:
+                raise self.fp.unsupported(
+                    f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
+                )
             if not isinstance(receiver, Constant):
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
