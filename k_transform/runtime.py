@@ -173,6 +173,11 @@ def to_list(x):
     return list(x)
 
 
+def to_tuple(x):
+    """`tuple(x)`: a tuple of the items (array rows) of `x`."""
+    return tuple(x)
+
+
 def print_(*args, **kwargs):
     if not any_traced(args) and not any(isinstance(a, Formatted) for a in args):
         builtins.print(*args, **kwargs)

@@ -145,6 +145,22 @@ def test_regression_list_mutation_kept(mode, fn, x):
     check(fn, fn, x)
 
 
+@pytest.mark.parametrize("fn", [append_straight, extend_insert_pop, list_copy])
+def test_regression_list_mutation_second_order(mode, fn):
+    """The list rules are differentiable again: Hessians match jax.hessian."""
+    np.testing.assert_allclose(kt.hessian(fn)(X4), jax.hessian(fn)(X4), rtol=1e-4, atol=1e-5)
+
+
+def test_regression_tuple_of_list_differentiable(mode):
+    def fn(x):
+        lst = [x[0], x[1] * x[2]]
+        lst.append(x[3])
+        t = tuple(lst)
+        return t[0] * t[1] + t[2] ** 2
+
+    check(fn, fn, X4)
+
+
 def grows_in_traced_while(x):
     outs = []
     s = jnp.sum(x)

@@ -22,6 +22,8 @@ getitem_grad = ops.GetItemGrad()
 sum_to = ops.SumTo()
 zeros_like = ops.ZerosLike()
 set_item = prims.SetItem()
+to_list = prims.Copy("list")
+to_tuple = prims.Copy("tuple")
 
 
 @bprop_getters.register(prims.MakeTuple)
@@ -160,7 +162,7 @@ def get_bprop_getitem(self):
 def get_bprop_setitem(self):
     def bprop(x, index, value, out, dout):
         if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
-            dout = list(dout)
+            dout = to_list(dout)
         dx = set_item(dout, index, zeros_like(value))
         return dx, None, sum_to(dout[index], value)  # value may broadcast
 
@@ -171,7 +173,7 @@ def get_bprop_setitem(self):
 @bprop_getters.register(prims.ListAppend)
 def get_bprop_list_append(self):
     def bprop(lst, value, out, dout):
-        d = list(dout)
+        d = to_list(dout)
         return d[: len(lst)], d[len(lst)]
 
     return bprop
@@ -180,9 +182,9 @@ def get_bprop_list_append(self):
 @bprop_getters.register(prims.ListExtend)
 def get_bprop_list_extend(self):
     def bprop(lst, seq, out, dout):
-        d = list(dout)
+        d = to_list(dout)
         rest = d[len(lst) :]
-        return d[: len(lst)], (tuple(rest) if isinstance(seq, tuple) else rest)
+        return d[: len(lst)], (to_tuple(rest) if isinstance(seq, tuple) else rest)
 
     return bprop
 
@@ -191,7 +193,7 @@ def get_bprop_list_extend(self):
 def get_bprop_list_insert(self):
     def bprop(lst, index, value, out, dout):
         j = rt.insert_position(len(lst), index)
-        d = list(dout)
+        d = to_list(dout)
         return d[:j] + d[j + 1 :], None, d[j]
 
     return bprop
@@ -201,7 +203,7 @@ def get_bprop_list_insert(self):
 def get_bprop_list_delete(self):
     def bprop(lst, index, out, dout):
         j = rt.pop_position(len(lst), index)
-        d = list(dout)
+        d = to_list(dout)
         return d[:j] + [zeros_value(lst[j])] + d[j:], None
 
     return bprop
@@ -211,10 +213,10 @@ def get_bprop_list_delete(self):
 def get_bprop_copy(self):
     def bprop(x, out, dout):
         if isinstance(x, tuple):
-            return (tuple(dout),)
+            return (to_tuple(dout),)
         if isinstance(x, list):
-            return (list(dout),)
-        if isinstance(dout, list):  # `list(array)`: its rows
+            return (to_list(dout),)
+        if isinstance(dout, (list, tuple)):  # `list(array)`: its rows
             return (jnp.stack(dout),)
         return (dout,)
 

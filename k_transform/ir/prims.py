@@ -309,17 +309,18 @@ class ListDelete(Primitive):
 
 
 class Copy(Primitive):
-    """`x.copy()` of an array or list, and `list(x)` of a list, tuple or array:
-    a new object (mutating it never shows through `x`)."""
+    """`x.copy()` of an array or list (`kind` "copy"), and `list(x)` / `tuple(x)`
+    of a list, tuple or array (`kind` "list" / "tuple"): a new object, so
+    mutating it never shows through `x`."""
 
     n_inputs = 1
 
-    def __init__(self, to_list: bool = False):
-        super().__init__("to_list" if to_list else "copy", to_list=to_list)
+    def __init__(self, kind: str = "copy"):
+        super().__init__({"copy": "copy", "list": "to_list", "tuple": "to_tuple"}[kind], kind=kind)
 
     def impl(self, x):
-        return rt.to_list(x) if self.to_list else rt.copy_value(x)
+        return getattr(rt, self.name if self.kind != "copy" else "copy_value")(x)
 
     def emit(self, e, args):
-        fn = "to_list" if self.to_list else "copy_value"
+        fn = self.name if self.kind != "copy" else "copy_value"
         return f"{e.ref(rt, '_rt')}.{fn}({args[0]})"
