@@ -91,6 +91,13 @@ def fstring(template: str, *values):
 
 def setitem(x, index, value):
     """`x[index] = value` without mutation: arrays via `.at[].set`, else a copy."""
+    if isinstance(x, tuple):
+        raise TypeError("'tuple' object does not support item assignment")
+    if isinstance(x, list) and is_tracer(index):
+        raise KTransformError(
+            "a list item assignment `lst[i] = v` with a traced index `i` (a list cannot be "
+            "indexed by a traced value: use an array, or a static index)"
+        )
     if isinstance(x, (list, dict)):
         new = x.copy()
         new[index] = value
@@ -100,6 +107,75 @@ def setitem(x, index, value):
         new[index] = value
         return new
     return jnp.asarray(x).at[index].set(value)
+
+
+def _need_list(x, method: str):
+    if not isinstance(x, list):
+        raise KTransformError(
+            f"`.{method}(...)` on a {type(x).__name__} is not supported by k_transform "
+            "(only on lists)"
+        )
+
+
+def list_append(lst, value):
+    """`lst.append(value)` without mutation: the new list."""
+    _need_list(lst, "append")
+    return [*lst, value]
+
+
+def list_extend(lst, seq):
+    """`lst.extend(seq)` without mutation (a list or tuple `seq`)."""
+    _need_list(lst, "extend")
+    if not isinstance(seq, (list, tuple)):
+        raise KTransformError(
+            f"list.extend of a {type(seq).__name__} is not supported (extend with a list or tuple)"
+        )
+    return [*lst, *seq]
+
+
+def list_insert(lst, index, value):
+    """`lst.insert(index, value)` without mutation."""
+    _need_list(lst, "insert")
+    new = list(lst)
+    new.insert(index, value)
+    return new
+
+
+def list_delete(lst, index):
+    """The list `lst.pop(index)` leaves, without mutation."""
+    _need_list(lst, "pop")
+    new = list(lst)
+    new.pop(index)
+    return new
+
+
+def insert_position(n: int, index: int) -> int:
+    """Where `insert(index, v)` puts `v` in a list of length `n`."""
+    return min(max(index + n, 0), n) if index < 0 else min(index, n)
+
+
+def pop_position(n: int, index: int) -> int:
+    """The position `pop(index)` removes from a list of length `n`."""
+    return index + n if index < 0 else index
+
+
+def copy_value(x):
+    """`x.copy()`: a list, dict or numpy array copied; jax arrays are immutable."""
+    if isinstance(x, (list, dict, np.ndarray)):
+        return x.copy()
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    raise TypeError(f"{type(x).__name__!r} object has no attribute 'copy'")
+
+
+def to_list(x):
+    """`list(x)`: a new list of the items (array rows) of `x`."""
+    return list(x)
+
+
+def to_tuple(x):
+    """`tuple(x)`: a tuple of the items (array rows) of `x`."""
+    return tuple(x)
 
 
 def print_(*args, **kwargs):
@@ -313,6 +389,12 @@ def _unify(a, b, where: str = ""):
         return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
         return type(a)(_unify(x, y, where) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        raise KTransformError(
+            f"the branches of a traced `if` give a {type(a).__name__} of length {len(a)} vs "
+            f"{len(b)} (a list grown in one branch only): under jit both branches must give "
+            f"the same structure{_describe(where)}"
+        )
     if getattr(a, "shape", None) != getattr(b, "shape", None) or type(a) is not type(b):
         raise KTransformError(
             "the branches of a traced `if` give values of different structure or shape: "
@@ -405,7 +487,9 @@ def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", gra
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
         indices = range(int(start), int(stop), int(step))
-        if not any_traced((carry, inv)) or len(indices) <= UNROLL_LIMIT:
+        run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
+        small = len(indices) <= UNROLL_LIMIT or changes_structure(run, indices, carry)
+        if not any_traced((carry, inv)) or small:
             for i in indices:
                 carry = tuple(body_fn(i, *carry, *inv))
             return carry
@@ -437,11 +521,25 @@ def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = Fals
         return carry
     if jnp.ndim(seq) == 0:
         raise KTransformError(f"cannot iterate over a 0-d array{_describe(where)}")
-    if not any_traced((seq, carry, inv)) or seq.shape[0] <= UNROLL_LIMIT:
+    run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
+    small = seq.shape[0] <= UNROLL_LIMIT or changes_structure(run, seq, carry)
+    if not any_traced((seq, carry, inv)) or small:
         for k in range(seq.shape[0]):
             carry = tuple(body_fn(seq[k], *carry, *inv))
         return carry
     return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where, grads)
+
+
+def changes_structure(step, xs, carry) -> bool:
+    """Whether `step(xs[0], carry)` gives a carry of another structure: a list
+    the body appends to. Such a loop cannot be a lax loop; its callers, whose
+    trip count is static, unroll it instead."""
+    lists = jax.tree_util.tree_leaves(carry, is_leaf=lambda v: isinstance(v, list))
+    if not any(isinstance(v, list) for v in lists) or len(xs) == 0:
+        return False
+    first = xs[0] if not isinstance(xs, range) else xs.start
+    out = jax.eval_shape(lambda cr: step(first, cr), _shape_of(carry))
+    return jax.tree_util.tree_structure(out) != jax.tree_util.tree_structure(_shape_of(carry))
 
 
 def _scan(step, xs, carry, where, grads=False):
@@ -498,6 +596,13 @@ def _settle_carry(body, carry, where, trips=None, grads=False):
         same = len(a_leaves) == len(b_leaves) and all(
             x.shape == y.shape for x, y in zip(a_leaves, b_leaves, strict=True)
         )
+        if not same and isinstance(a, list):
+            raise KTransformError(
+                f"loop variable {k} is a list whose length changes inside a traced loop "
+                f"({len(a)} items become {len(b) if isinstance(b, list) else b}): a lax loop "
+                "cannot carry it. Give the loop a static trip count (`for i in range(n)` with "
+                f"a Python int `n`) or preallocate an array and assign items{_describe(where)}"
+            )
         if not same:
             raise KTransformError(
                 f"loop variable {k} changes shape inside a traced loop: {a} becomes {b}"

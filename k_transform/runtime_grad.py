@@ -200,7 +200,9 @@ def for_range_fprop(
         )
     indices = range(int(start), int(stop), int(step))
     step_k = lambda i, cr, iv: body_k(i, *cr, *iv)  # noqa: E731
-    if not rt.any_traced((carry, inv)) or len(indices) <= rt.UNROLL_LIMIT:
+    forward = lambda i, cr: tuple(step_k(i, cr, inv)[0])  # noqa: E731
+    small = len(indices) <= rt.UNROLL_LIMIT or rt.changes_structure(forward, indices, carry)
+    if not rt.any_traced((carry, inv)) or small:
         carry, bprops = _run_python_loop(step_k, indices, carry, inv)
 
         def bprop(d_out):
@@ -224,7 +226,10 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool =
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     step_k = lambda item, cr, iv: body_k(item, *cr, *iv)  # noqa: E731
     is_array = hasattr(seq, "shape") and not isinstance(seq, (tuple, list))
-    small = not is_array or seq.shape[0] <= rt.UNROLL_LIMIT
+    forward = lambda item, cr: tuple(step_k(item, cr, inv)[0])  # noqa: E731
+    small = (
+        not is_array or seq.shape[0] <= rt.UNROLL_LIMIT or rt.changes_structure(forward, seq, carry)
+    )
     if small or not rt.any_traced((seq, carry, inv)):
         items = list(seq) if not is_array else [seq[k] for k in range(seq.shape[0])]
         carry, bprops = _run_python_loop(step_k, items, carry, inv)

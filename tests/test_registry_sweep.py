@@ -155,8 +155,33 @@ SPD = Arr(value=[[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
 
 
 def set_row(x, v):
-    x[1] = v
-    return x
+    y = x.copy()  # mutating the argument itself is refused (the caller holds it)
+    y[1] = v
+    return y
+
+
+def list_append(x, y):
+    lst = [x]
+    lst.append(y)
+    return lst
+
+
+def list_extend(x, y, z):
+    lst = [x]
+    lst.extend((y, z))
+    return lst
+
+
+def list_insert(x, y, z):
+    lst = [x, y]
+    lst.insert(-1, z)
+    return lst
+
+
+def list_pop(x, y, z):
+    lst = [x, y, z]
+    lst.pop(1)
+    return lst
 
 
 def contains(x):
@@ -367,6 +392,13 @@ CASES = [
     # the slice's own gradient, None, is checked).
     case(prims.MakeSlice(), lambda x, n: x[n:] * 0.0, (4,), Arr(value=1, domain="int"), args=lambda x, n: (n, None, None), mode="zero", value=False),  # noqa: E501
     case(prims.SetItem(), set_row, (3, 2), (2,), args=lambda x, v: (x, 1, v)),
+    case(prims.ListAppend(), list_append, (2,), (3,), args=lambda x, y: ([x], y)),
+    case(prims.ListExtend(), list_extend, (2,), (3,), (1,), args=lambda x, y, z: ([x], (y, z))),
+    case(prims.ListInsert(), list_insert, (2,), (3,), (1,), args=lambda x, y, z: ([x, y], -1, z)),
+    case(prims.ListDelete(), list_pop, (2,), (3,), (1,), args=lambda x, y, z: ([x, y, z], 1)),
+    case(prims.Copy(), lambda x: x.copy(), (2, 3)),
+    case(prims.Copy("list"), lambda x: list(x), (3, 2), id="list-rows"),
+    case(prims.Copy("tuple"), lambda x, y: tuple([x, y]), (2,), (3,), args=lambda x, y: ([x, y],), id="tuple"),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
     case(ops.StopGradient(), lambda x: jax.lax.stop_gradient(x), (2, 3)),

@@ -21,6 +21,9 @@ from k_transform.ir import prims
 getitem_grad = ops.GetItemGrad()
 sum_to = ops.SumTo()
 zeros_like = ops.ZerosLike()
+set_item = prims.SetItem()
+to_list = prims.Copy("list")
+to_tuple = prims.Copy("tuple")
 
 
 @bprop_getters.register(prims.MakeTuple)
@@ -97,6 +100,8 @@ NON_DIFFERENTIABLE_CALLS = (
     jax.random.uniform,
     jax.random.split,
     jax.random.PRNGKey,
+    rt.insert_position,
+    rt.pop_position,
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
 )
 
@@ -156,9 +161,64 @@ def get_bprop_getitem(self):
 @bprop_getters.register(prims.SetItem)
 def get_bprop_setitem(self):
     def bprop(x, index, value, out, dout):
-        dx = dout
-        dx[index] = zeros_like(value)
+        if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
+            dout = to_list(dout)
+        dx = set_item(dout, index, zeros_like(value))
         return dx, None, sum_to(dout[index], value)  # value may broadcast
+
+    return bprop
+
+
+# -- list mutation, made functional (the parser rebinds the list) ---------
+@bprop_getters.register(prims.ListAppend)
+def get_bprop_list_append(self):
+    def bprop(lst, value, out, dout):
+        d = to_list(dout)
+        return d[: len(lst)], d[len(lst)]
+
+    return bprop
+
+
+@bprop_getters.register(prims.ListExtend)
+def get_bprop_list_extend(self):
+    def bprop(lst, seq, out, dout):
+        d = to_list(dout)
+        rest = d[len(lst) :]
+        return d[: len(lst)], (to_tuple(rest) if isinstance(seq, tuple) else rest)
+
+    return bprop
+
+
+@bprop_getters.register(prims.ListInsert)
+def get_bprop_list_insert(self):
+    def bprop(lst, index, value, out, dout):
+        j = rt.insert_position(len(lst), index)
+        d = to_list(dout)
+        return d[:j] + d[j + 1 :], None, d[j]
+
+    return bprop
+
+
+@bprop_getters.register(prims.ListDelete)
+def get_bprop_list_delete(self):
+    def bprop(lst, index, out, dout):
+        j = rt.pop_position(len(lst), index)
+        d = to_list(dout)
+        return d[:j] + [zeros_value(lst[j])] + d[j:], None
+
+    return bprop
+
+
+@bprop_getters.register(prims.Copy)
+def get_bprop_copy(self):
+    def bprop(x, out, dout):
+        if isinstance(x, tuple):
+            return (to_tuple(dout),)
+        if isinstance(x, list):
+            return (to_list(dout),)
+        if isinstance(dout, (list, tuple)):  # `list(array)`: its rows
+            return (jnp.stack(dout),)
+        return (dout,)
 
     return bprop
 

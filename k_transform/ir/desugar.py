@@ -253,13 +253,37 @@ def _walk_scope(node):
         todo.extend(gast.iter_child_nodes(n))
 
 
-def assigned_names(stmts) -> list[str]:
-    """Names stored by `stmts` (not inside nested functions), first-store order."""
+# Methods that mutate their receiver: the parser makes the first four
+# functional (it rebinds the receiver); the others are refused.
+LIST_MUTATORS = ("append", "extend", "insert", "pop")
+REFUSED_MUTATORS = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
+
+
+def mutation_base(node) -> gast.Name | None:
+    """The variable a mutation writes: `a` of `a[i] = v`, `a[i][j] = v` and
+    `a.append(v)`; None for other nodes."""
+    if isinstance(node, gast.Subscript) and isinstance(node.ctx, gast.Store):
+        while isinstance(node, gast.Subscript):
+            node = node.value
+        return node if isinstance(node, gast.Name) else None
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
+        receiver = node.func.value
+        if node.func.attr in LIST_MUTATORS + REFUSED_MUTATORS and isinstance(receiver, gast.Name):
+            return receiver
+    return None
+
+
+def assigned_names(stmts, mutations: bool = True) -> list[str]:
+    """Names stored by `stmts` (not inside nested functions), first-store order.
+    With `mutations`, a mutated variable (`a[i] = v`, `a.append(v)`) counts as
+    stored (it may also be a module: `np.sort(x)`; callers keep local names)."""
     seen: dict[str, None] = {}
     for s in stmts:
         for n in _walk_scope(s):
             if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store):
                 seen.setdefault(n.id, None)
+            elif mutations and mutation_base(n) is not None:
+                seen.setdefault(mutation_base(n).id, None)
             elif isinstance(n, (gast.FunctionDef, gast.ClassDef)):
                 seen.setdefault(n.name, None)
         if isinstance(s, (gast.FunctionDef, gast.ClassDef)):

@@ -19,6 +19,10 @@ allowed because the graph is cached before its body is parsed). The steps:
    carries are the variables assigned inside that are read elsewhere.
 5. Nested defs and lambdas keep Python's closure semantics (late binding,
    definition-time defaults, `nonlocal`): `k_transform.ir.closures`.
+6. Mutation (`a[i] = v`, `lst.append(v)`, ...) rebinds the variable to the
+   updated value, so it counts as an assignment for carries and outputs;
+   `k_transform.ir.mutation` first refuses mutations another reference
+   could observe.
 """
 
 from __future__ import annotations
@@ -43,18 +47,23 @@ from k_transform.ir.closures import (
     thread_nonlocal_calls,
 )
 from k_transform.ir.desugar import (
+    LIST_MUTATORS,
+    REFUSED_MUTATORS,
     JumpLowering,
     assigned_names,
     exposed_names,
     loaded_names,
+    mutation_base,
 )
 from k_transform.ir.fold import fold, fold_call, tuple_item
+from k_transform.ir.mutation import check_mutations
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 _cache: dict[tuple, FuncGraph] = {}
+MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -284,7 +293,9 @@ class GraphBuilder(ClosureScope):
             raise self.fp.unsupported("a decorator on a nested function", fdef)
         thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
-        self.locals = set(assigned_names(fdef.body)) | {a.id for a in args.args}
+        constants = {args.args[0].id} if bound_self is not None and args.args else set()
+        check_mutations(fdef, [a.id for a in args.args], self.fp.error, constants)
+        self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in args.args}
         self.nonlocals = self.declare_nonlocals(fdef)
         self.load_counts = loaded_names(fdef)
         names = [a.id for a in args.args]
@@ -631,8 +642,16 @@ class GraphBuilder(ClosureScope):
             raise self.fp.unsupported("star-unpacking into a call (`f(*args)`)", e)
         if any(k.arg is None for k in e.keywords):
             raise self.fp.unsupported("`**kwargs` unpacking into a call", e)
+        if mutation_base(e) is not None:
+            receiver = self.read(e.func.value.id, e)
+            if not (isinstance(receiver, Constant) and not isinstance(receiver.value, list)):
+                return self.mutating_call(e, receiver)
         if isinstance(e.func, gast.Attribute):
             receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant) and e.func.attr in MUTATORS:
+                raise self.fp.unsupported(
+                    f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
+                )
             if not isinstance(receiver, Constant):
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
@@ -642,10 +661,41 @@ class GraphBuilder(ClosureScope):
         kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
         return self.call(self.current(callee), args, kwargs, e)
 
+    def mutating_call(self, e, lst: Node) -> Node:
+        """`lst.append(v)`, `.extend(s)`, `.insert(i, v)`, `.pop(i)`: `lst` is
+        rebound to the new list (`k_transform.ir.mutation` checks no other
+        reference sees the old one); the call's value is Python's."""
+        name, method = e.func.value.id, e.func.attr
+        if name not in self.locals:
+            raise self.fp.error(
+                f"`{name}.{method}(...)` mutates {name!r}, a variable of an enclosing function "
+                "or a global; k_transform cannot carry that change back (return the new value "
+                "instead)",
+                e,
+            )
+        if method in REFUSED_MUTATORS:
+            raise self.fp.unsupported(f"the in-place method call `{name}.{method}(...)`", e)
+        arity = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1)}[method]
+        if e.keywords or not arity[0] <= len(e.args) <= arity[1]:
+            raise self.fp.error(f"wrong arguments to `{name}.{method}(...)`", e)
+        args = [self.expr(a) for a in e.args]
+        result = self.const(None, e)
+        if method == "pop":
+            index = args[0] if args else self.const(-1, e)
+            result = self.apply(prims.GetItem(), lst, index, node=e)
+            new = self.apply(prims.ListDelete(), lst, index, node=e)
+        else:
+            prim = {"append": prims.ListAppend, "extend": prims.ListExtend}.get(method)
+            new = self.apply((prim or prims.ListInsert)(), lst, *args, node=e)
+        self.bind(name, new)
+        return result
+
     def method_call(self, receiver: Node, e) -> Node:
         args = [self.expr(a) for a in e.args]
         kwnames = tuple(k.arg for k in e.keywords)
         kwvals = [self.expr(k.value) for k in e.keywords]
+        if e.func.attr == "copy" and not args and not kwvals:
+            return self.apply(prims.Copy(), receiver, node=e)
         adapted = adapt_method(
             e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
         )
@@ -692,6 +742,9 @@ class GraphBuilder(ClosureScope):
                 pos = [a.value for a in args]
                 instance = value(*pos, **{k: v.value for k, v in kwargs.items()})
                 return Constant(instance, self.debug(e), callee.hint)
+        if (value is list or value is tuple) and len(args) == 1 and not kwargs:
+            if not isinstance(args[0], Constant):  # a new list / tuple of the items
+                return self.apply(prims.Copy(value.__name__), args[0], node=e)
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)

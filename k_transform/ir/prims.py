@@ -242,3 +242,85 @@ class CustomBpropCall(Primitive):
 
     def subgraphs(self):
         return [self.graph]
+
+
+# -- list mutation, made functional ------------------------------------------
+# `lst.append(v)` and its kin rebind `lst` to the updated copy (the parser
+# writes `lst = list_append(lst, v)`); see `k_transform.ir.mutation`.
+class ListAppend(Primitive):
+    """`lst.append(v)`: the new list `lst + [v]`."""
+
+    n_inputs = 2
+
+    def __init__(self):
+        super().__init__("list_append")
+
+    def impl(self, lst, value):
+        return rt.list_append(lst, value)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.list_append({', '.join(args)})"
+
+
+class ListExtend(Primitive):
+    """`lst.extend(seq)` (and `lst += seq`): the new list `lst + list(seq)`."""
+
+    n_inputs = 2
+
+    def __init__(self):
+        super().__init__("list_extend")
+
+    def impl(self, lst, seq):
+        return rt.list_extend(lst, seq)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.list_extend({', '.join(args)})"
+
+
+class ListInsert(Primitive):
+    """`lst.insert(i, v)`: the new list with `v` at position `i`."""
+
+    n_inputs = 3
+
+    def __init__(self):
+        super().__init__("list_insert")
+
+    def impl(self, lst, index, value):
+        return rt.list_insert(lst, index, value)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.list_insert({', '.join(args)})"
+
+
+class ListDelete(Primitive):
+    """What `lst.pop(i)` leaves: the new list without item `i` (the parser
+    reads the popped item first, with `getitem`)."""
+
+    n_inputs = 2
+
+    def __init__(self):
+        super().__init__("list_delete")
+
+    def impl(self, lst, index):
+        return rt.list_delete(lst, index)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.list_delete({', '.join(args)})"
+
+
+class Copy(Primitive):
+    """`x.copy()` of an array or list (`kind` "copy"), and `list(x)` / `tuple(x)`
+    of a list, tuple or array (`kind` "list" / "tuple"): a new object, so
+    mutating it never shows through `x`."""
+
+    n_inputs = 1
+
+    def __init__(self, kind: str = "copy"):
+        super().__init__({"copy": "copy", "list": "to_list", "tuple": "to_tuple"}[kind], kind=kind)
+
+    def impl(self, x):
+        return getattr(rt, self.name if self.kind != "copy" else "copy_value")(x)
+
+    def emit(self, e, args):
+        fn = self.name if self.kind != "copy" else "copy_value"
+        return f"{e.ref(rt, '_rt')}.{fn}({args[0]})"
