@@ -771,3 +771,42 @@ def tree_scale(tree, s):
     if isinstance(tree, dict):
         return {k: tree_scale(v, s) for k, v in tree.items()}
     return None if tree is None else tree * s
+
+
+# -- iteration helpers (comprehensions, zip/enumerate/reversed, `for` over `.items()`) --
+def indices(n) -> tuple:
+    """`(0, 1, ..., n - 1)`: the positions a comprehension or `zip` visits."""
+    if is_tracer(n):
+        raise KTransformError("cannot iterate a traced number of times into a Python list")
+    return tuple(range(int(n)))
+
+
+def seq_len(seq) -> int:
+    """`len(seq)`; the rows of an array (its static leading dimension)."""
+    if isinstance(seq, dict):
+        raise KTransformError(
+            "iterating a dict here is not supported: iterate `d.keys()`, `d.values()` "
+            "or `d.items()`"
+        )
+    if hasattr(seq, "shape") and jnp.ndim(seq) == 0:
+        raise KTransformError("cannot iterate over a 0-d array")
+    return len(seq)
+
+
+def zip_length(*lengths) -> int:
+    """How many items `zip` yields, given its iterables' lengths: the shortest."""
+    return min(lengths)
+
+
+def dict_keys(d) -> tuple:
+    """The keys of a dict, in order (`for k, v in d.items()`)."""
+    if not isinstance(d, dict):
+        raise KTransformError(f"`.keys()`/`.values()`/`.items()` of a {type(d).__name__}")
+    return tuple(d.keys())
+
+
+def to_int(x):
+    """`int(x)`: Python's for a concrete value, truncation to int32 for a traced one."""
+    if is_tracer(x):
+        return jnp.trunc(x).astype(jnp.int32)
+    return int(x)

@@ -98,6 +98,11 @@ NON_DIFFERENTIABLE_CALLS = (
     jax.random.split,
     jax.random.PRNGKey,
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
+    rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
+    rt.seq_len,
+    rt.zip_length,
+    rt.dict_keys,
+    rt.to_int,
 )
 
 

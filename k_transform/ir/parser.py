@@ -31,7 +31,7 @@ import gast
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
-from k_transform.ir import control, prims
+from k_transform.ir import control, prims, sugar
 from k_transform.ir.desugar import (
     JumpLowering,
     assigned_names,
@@ -40,6 +40,7 @@ from k_transform.ir.desugar import (
 )
 from k_transform.ir.fold import fold, fold_call, tuple_item
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
+from k_transform.ir.parse_sugar import SugarBuilder
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
@@ -64,10 +65,7 @@ UNSUPPORTED_EXPRESSIONS = {
     gast.Yield: "yield",
     gast.YieldFrom: "yield from",
     gast.Await: "await",
-    gast.ListComp: "list comprehension",
     gast.SetComp: "set comprehension",
-    gast.DictComp: "dict comprehension",
-    gast.GeneratorExp: "generator expression",
     gast.Set: "set literal",
     gast.NamedExpr: "assignment expression (:=)",
 }
@@ -179,7 +177,7 @@ class FunctionParser:
         return Constant(value, self.source.debug(node), hint)
 
 
-class GraphBuilder:
+class GraphBuilder(SugarBuilder):
     """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
 
     def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):
@@ -414,6 +412,9 @@ class GraphBuilder:
     def stmt_For(self, s) -> None:
         if s.orelse:
             raise self.fp.unsupported("`for ... else`", s)
+        if self.iterates_by_position(s.iter):
+            self.indexed_for(s)
+            return
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
         head = range_args if range_args is not None else [self.expr(s.iter)]
@@ -451,6 +452,24 @@ class GraphBuilder:
             self.block(s.body)
             if self.returned:
                 return
+
+    def positional_loop(self, s, positions: Node, view: _View) -> None:
+        """`for i in positions: target = view.item(i); body` as a `for_each`."""
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        init = [self.read(v, s) for v in carried]
+        body_b = self.subgraph("for", s, "body", [])
+        body_b.loop_live |= set(carried)
+        position = body_b.graph.add_parameter("position", self.debug(s.target))
+        for v in carried:
+            body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+        body_b.assign(s.target, view.item(body_b, position), s)
+        body_b.block(s.body)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([body_b])
+        prim = control.ForEach(len(carried), self.where(s))
+        body = Constant(body_b.graph, hint="body")
+        result = self.apply(prim, positions, body, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
 
     def range_args(self, it) -> list[Node] | None:
         """[start, stop, step] if `it` is a call of the builtin `range`."""
@@ -514,7 +533,8 @@ class GraphBuilder:
             self.bind(target.id, value)
         elif isinstance(target, (gast.Tuple, gast.List)):
             if any(isinstance(e, gast.Starred) for e in target.elts):
-                raise self.fp.unsupported("starred assignment (`a, *b = ...`)", s)
+                self.assign_starred(target, value, s)
+                return
             for k, elt in enumerate(target.elts):
                 item = self.apply(prims.GetItem(), value, self.const(k, s), node=s)
                 self.assign(elt, item, s)
@@ -614,10 +634,13 @@ class GraphBuilder:
         return graphs
 
     def expr_Call(self, e) -> Node:
-        if any(isinstance(a, gast.Starred) for a in e.args):
-            raise self.fp.unsupported("star-unpacking into a call (`f(*args)`)", e)
-        if any(k.arg is None for k in e.keywords):
-            raise self.fp.unsupported("`**kwargs` unpacking into a call", e)
+        builtin = self.iterable_builtin(e)
+        if builtin is not None:
+            return builtin
+        if any(isinstance(a, gast.Starred) for a in e.args) or any(
+            k.arg is None for k in e.keywords
+        ):
+            return self.unpacking_call(e)
         if isinstance(e.func, gast.Attribute):
             receiver = self.expr(e.func.value)
             if not isinstance(receiver, Constant):
@@ -784,9 +807,13 @@ class GraphBuilder:
         return self.read(e.id, e)
 
     def expr_List(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeList())
         return self.apply(prims.MakeList(), *[self.expr(x) for x in e.elts], node=e)
 
     def expr_Tuple(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeTuple())
         return self.apply(prims.MakeTuple(), *[self.expr(x) for x in e.elts], node=e)
 
     def expr_Slice(self, e) -> Node:

@@ -1,0 +1,417 @@
+"""Parser methods for iteration sugar and unpacking (mixed into `GraphBuilder`).
+
+- Comprehensions and the builtins that consume an iterable (`sum`, `min`,
+  `max`, `list`, `tuple`) become nested functions (`k_transform.ir.sugar`)
+  called at once: their variables do not leak, as in Python 3.
+- `for` over `zip(...)`, `enumerate(...)`, `reversed(...)`, `d.items()`,
+  `d.keys()`, `d.values()` (and every `for` of a comprehension) iterates by
+  position: a *view* gives the number of items and how to read item `i`
+  (`seq[i]`, a tuple of items for `zip`, `(start + i, seq[i])` for
+  `enumerate`, `seq[n - 1 - i]` for `reversed`). When the length is known
+  while parsing (constants, tuple and list literals) the loop is unrolled;
+  otherwise it is a `for_each` over `_rt.indices(n)`, a tuple of Python ints,
+  which run time unrolls (lengths are static under `jax.jit`: a tuple's, or
+  an array's leading dimension). `zip` stops at the shortest, as Python's.
+- Starred assignment (`h, *rest = xs`), star-unpacking in tuple and list
+  literals (`(*a, b)`) and in calls (`f(*args, **kwargs)`).
+
+A construct whose Python semantics cannot be kept raises `KTransformError`
+naming it: iterating a traced number of times (at run time), `zip`,
+`enumerate` or `reversed` used as a value (a one-shot iterator), `min`/`max`
+with `key=`/`default=`, `isinstance` of a traced value, unpacking into a
+call a sequence or dict whose length or keys are not known while parsing.
+"""
+
+from __future__ import annotations
+
+import gast
+import jax.numpy as jnp
+
+from k_transform import ops
+from k_transform import runtime as rt
+from k_transform.ir import control, prims, sugar
+from k_transform.ir.nodes import Apply, Constant, Node
+
+_DICT_VIEWS = ("items", "keys", "values")
+
+
+class _View:
+    """An iterable read by position: `length` (a node) and `item(builder, i)`."""
+
+    def __init__(self, length: Node, item):
+        self.length = length
+        self.item = item
+
+
+def _maker(node: Node):
+    return node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+
+
+def _call_of(fn, name: str):
+    return prims.LibraryCall(fn, f"_rt.{name}")
+
+
+class SugarBuilder:
+    """The methods of `GraphBuilder` for the constructs in the module docstring."""
+
+    # -- comprehensions ----------------------------------------------------------
+    def expr_ListComp(self, e) -> Node:
+        return self.comprehension(e, "listcomp")
+
+    def expr_GeneratorExp(self, e) -> Node:
+        return self.comprehension(e, "genexpr")
+
+    def expr_DictComp(self, e) -> Node:
+        return self.comprehension(e, "dictcomp")
+
+    def comprehension(self, e, kind: str) -> Node:
+        if any(g.is_async for g in e.generators):
+            raise self.fp.unsupported("an async comprehension", e)
+        return self.run_sugar(sugar.comprehension(e, self.sugar_name(kind, e)), e)
+
+    def sugar_name(self, kind: str, e) -> str:
+        return f"{self.fdef_name()}_{kind}{self.debug(e).line}"
+
+    def run_sugar(self, fdef, e) -> Node:
+        """Parse the nested function `fdef` here and call it with no arguments."""
+        return self.call(self.nested_function(fdef, fdef.name), [], {}, e)
+
+    def hide(self, node: Node):
+        """`node` stored under a hidden name; returns how a builder reads it."""
+        if isinstance(node, Constant):
+            return lambda b: node
+        name = self.hidden_name(node)
+        return lambda b: b.lookup(name, None)
+
+    def hidden_name(self, node: Node) -> str:
+        """Bind `node` to a fresh name user code cannot spell the same way."""
+        count = getattr(self.fp, "hidden_count", 0)
+        self.fp.hidden_count = count + 1
+        name = f"_kt_seq{count}"
+        self.vars[name] = node
+        return name
+
+    # -- iterating by position -----------------------------------------------------
+    def iterates_by_position(self, it) -> bool:
+        if not isinstance(it, gast.Call):
+            return False
+        if isinstance(it.func, gast.Attribute):
+            return it.func.attr in _DICT_VIEWS and not it.args and not it.keywords
+        if not isinstance(it.func, gast.Name):
+            return False
+        if it.func.id == sugar.ITERATE:
+            return True
+        fn = self.read(it.func.id, it)
+        return isinstance(fn, Constant) and any(fn.value is f for f in (zip, enumerate, reversed))
+
+    def indexed_for(self, s) -> None:
+        it = s.iter
+        if isinstance(it.func, gast.Name) and it.func.id == sugar.ITERATE:
+            it = it.args[0]
+        view = self.view(it)
+        if isinstance(view.length, Constant):
+            for k in range(view.length.value):
+                self.assign(s.target, view.item(self, self.const(k, s)), s)
+                self.block(s.body)
+                if self.returned:
+                    return
+            return
+        positions = self.apply(_call_of(rt.indices, "indices"), view.length, node=s)
+        self.positional_loop(s, positions, view)
+
+    def view(self, it) -> _View:
+        fn = None
+        if isinstance(it, gast.Call) and isinstance(it.func, gast.Name):
+            callee = self.read(it.func.id, it)
+            fn = callee.value if isinstance(callee, Constant) else None
+        if isinstance(it, gast.Call) and (
+            any(isinstance(a, gast.Starred) for a in it.args)
+            or any(k.arg is None for k in it.keywords)
+        ):
+            fn = None
+        if fn is zip:
+            return self.zip_view(it)
+        if fn is enumerate:
+            return self.enumerate_view(it)
+        if fn is reversed and len(it.args) == 1 and not it.keywords:
+            return self.reversed_view(it)
+        if self.iterates_by_position(it) and isinstance(it.func, gast.Attribute):
+            return self.dict_view(it)
+        return self.sequence_view(self.expr(it), it)
+
+    def zip_view(self, it) -> _View:
+        if it.keywords:
+            raise self.fp.unsupported("keyword arguments to zip()", it)
+        parts = [self.view(a) for a in it.args]
+        lengths = [p.length for p in parts]
+        if all(isinstance(n, Constant) for n in lengths):
+            length = self.const(min((n.value for n in lengths), default=0), it)
+        else:
+            length = self.apply(_call_of(rt.zip_length, "zip_length"), *lengths, node=it)
+
+        def item(b, i):
+            return b.apply(prims.MakeTuple(), *[p.item(b, i) for p in parts], node=it)
+
+        return _View(length, item)
+
+    def enumerate_view(self, it) -> _View:
+        if len(it.args) not in (1, 2) or any(k.arg != "start" for k in it.keywords):
+            raise self.fp.error("enumerate() takes an iterable and an optional start", it)
+        inner = self.view(it.args[0])
+        start_e = it.args[1] if len(it.args) == 2 else next((k.value for k in it.keywords), None)
+        start = self.hide(self.expr(start_e) if start_e is not None else self.const(0, it))
+
+        def item(b, i):
+            index = b.apply(ops.BINARY["add"](), start(b), i, node=it)
+            return b.apply(prims.MakeTuple(), index, inner.item(b, i), node=it)
+
+        return _View(inner.length, item)
+
+    def reversed_view(self, it) -> _View:
+        inner = self.view(it.args[0])
+        last = self.apply(ops.BINARY["sub"](), inner.length, self.const(1, it), node=it)
+        read_last = self.hide(last)
+
+        def item(b, i):
+            return inner.item(b, b.apply(ops.BINARY["sub"](), read_last(b), i, node=it))
+
+        return _View(inner.length, item)
+
+    def dict_view(self, it) -> _View:
+        d = self.expr(it.func.value)
+        keys = self.apply(_call_of(rt.dict_keys, "dict_keys"), d, node=it)
+        read_d, read_keys = self.hide(d), self.hide(keys)
+        kind = it.func.attr
+
+        def item(b, i):
+            key = b.apply(prims.GetItem(), read_keys(b), i, node=it)
+            if kind == "keys":
+                return key
+            value = b.apply(prims.GetItem(), read_d(b), key, node=it)
+            return value if kind == "values" else b.apply(prims.MakeTuple(), key, value, node=it)
+
+        return _View(self.length_of(keys, it), item)
+
+    def sequence_view(self, seq: Node, it) -> _View:
+        if isinstance(seq, Constant) and isinstance(seq.value, dict):
+            seq = Constant(tuple(seq.value), seq.debug, seq.hint)  # iterating a dict: its keys
+        read = self.hide(seq)
+
+        def item(b, i):
+            return b.apply(prims.GetItem(), read(b), i, node=it)
+
+        return _View(self.length_of(seq, it), item)
+
+    def length_of(self, seq: Node, e) -> Node:
+        """`len(seq)`: a constant when known while parsing."""
+        if isinstance(seq, Constant) and isinstance(seq.value, (tuple, list, range, str)):
+            return self.const(len(seq.value), e)
+        if isinstance(_maker(seq), (prims.MakeTuple, prims.MakeList)):
+            return self.const(len(seq.args), e)
+        return self.apply(_call_of(rt.seq_len, "seq_len"), seq, node=e)
+
+    def static_items(self, seq: Node) -> list[Node] | None:
+        """The items of `seq` as nodes, when its length is known while parsing."""
+        if isinstance(seq, Constant) and isinstance(seq.value, (tuple, list)):
+            return [Constant(v, seq.debug) for v in seq.value]
+        if isinstance(_maker(seq), (prims.MakeTuple, prims.MakeList)):
+            return list(seq.args)
+        return None
+
+    # -- builtins ---------------------------------------------------------------------
+    def iterable_builtin(self, e) -> Node | None:
+        """A call of a builtin in `_BUILTINS`, or None for any other call."""
+        if not isinstance(e.func, gast.Name):
+            return None
+        if e.func.id == sugar.ITERATE:
+            raise self.fp.unsupported(f"the name {sugar.ITERATE}", e)
+        fn = self.read(e.func.id, e)
+        if not isinstance(fn, Constant) or isinstance(fn.value, (dict, list)):
+            return None
+        try:
+            method = _BUILTINS.get(fn.value)
+        except TypeError:  # an unhashable value
+            return None
+        unpacks = any(isinstance(a, gast.Starred) for a in e.args) or any(
+            k.arg is None for k in e.keywords
+        )
+        if method is None or unpacks:
+            return None
+        return getattr(self, method)(e, fn)
+
+    def builtin_sum(self, e, fn) -> Node:
+        kw = {k.arg: k.value for k in e.keywords}
+        if len(e.args) not in (1, 2) or set(kw) - {"start"} or (len(e.args) == 2 and kw):
+            raise self.fp.error("sum() takes an iterable and an optional start", e)
+        start = e.args[1] if len(e.args) == 2 else kw.get("start", gast.Constant(0, None))
+        return self.run_sugar(sugar.total(e.args[0], start, self.sugar_name("sum", e), e), e)
+
+    def builtin_extreme(self, e, fn) -> Node:
+        is_max = fn.value is max
+        if e.keywords:
+            raise self.fp.unsupported(f"{fn.value.__name__}() with key= or default=", e)
+        if not e.args:
+            raise self.fp.error(f"{fn.value.__name__}() expects at least one argument", e)
+        it = e.args[0] if len(e.args) == 1 else gast.Tuple(elts=list(e.args), ctx=gast.Load())
+        name = self.sugar_name(fn.value.__name__, e)
+        return self.run_sugar(sugar.extreme(sugar.locate(it, e), is_max, name, e), e)
+
+    def builtin_collect(self, e, fn) -> Node:
+        as_list = fn.value is list
+        if e.keywords or len(e.args) > 1:
+            raise self.fp.error(f"{fn.value.__name__}() takes at most one argument", e)
+        if not e.args:
+            return self.apply(prims.MakeList() if as_list else prims.MakeTuple(), node=e)
+        name = self.sugar_name(fn.value.__name__, e)
+        return self.run_sugar(sugar.collect(e.args[0], as_list, name, e), e)
+
+    def builtin_iterator(self, e, fn) -> Node:
+        raise self.fp.unsupported(
+            f"{fn.value.__name__}(...) used as a value (a one-shot iterator): iterate it in "
+            "a `for` or a comprehension, or make it a list with list(...)",
+            e,
+        )
+
+    def builtin_scalar(self, e, fn) -> Node:
+        """`abs`, `float`, `int`, `round`, `isinstance`: folded on constants;
+        on a traced value `abs` is `jnp.abs`, `float` a cast to the float type
+        (gradient 1), `int` truncation (gradient 0), `round` `jnp.round`."""
+        args = [self.expr(a) for a in e.args]
+        kwargs = {k.arg: self.expr(k.value) for k in e.keywords}
+        value = fn.value
+        if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]) or len(args) != 1:
+            if value is isinstance and not isinstance(args[0], Constant):
+                raise self.fp.unsupported("isinstance() of a traced value", e)
+            return self.call(fn, args, kwargs, e)
+        if kwargs or value is isinstance:
+            raise self.fp.unsupported(f"{value.__name__}() of a traced value", e)
+        if value is float:
+            return self.apply(ops.Cast(), args[0], Constant(float, hint="float"), node=e)
+        if value is int:
+            return self.apply(_call_of(rt.to_int, "to_int"), args[0], node=e)
+        target = jnp.abs if value is abs else jnp.round
+        return self.call(self.fp.value_node(target, f"jnp.{target.__name__}", e), args, {}, e)
+
+    # -- unpacking -------------------------------------------------------------------
+    def unpacking_call(self, e) -> Node:
+        """`f(*args, **kwargs)` with sequences and dicts known while parsing."""
+        if isinstance(e.func, gast.Attribute):
+            receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant):
+                raise self.fp.unsupported("star-unpacking into a method call on a value", e)
+            callee = self.attribute_of(receiver, e.func.attr, e.func)
+        else:
+            callee = self.expr(e.func)
+        args: list[Node] = []
+        for a in e.args:
+            if not isinstance(a, gast.Starred):
+                args.append(self.expr(a))
+                continue
+            items = self.static_items(self.expr(a.value))
+            if items is None:
+                raise self.fp.unsupported(
+                    "`f(*args)` with a sequence whose length is not known while parsing", e
+                )
+            args += items
+        kwargs: dict[str, Node] = {}
+        for k in e.keywords:
+            if k.arg is not None:
+                kwargs[k.arg] = self.expr(k.value)
+                continue
+            for key, value in self.static_dict(self.expr(k.value), e):
+                if key in kwargs:
+                    raise self.fp.error(f"got multiple values for keyword argument {key!r}", e)
+                kwargs[key] = value
+        return self.call(callee, args, kwargs, e)
+
+    def static_dict(self, d: Node, e) -> list[tuple[str, Node]]:
+        if isinstance(d, Constant) and isinstance(d.value, dict):
+            return [(k, Constant(v, d.debug)) for k, v in d.value.items()]
+        if isinstance(_maker(d), prims.MakeDict):
+            keys, values = d.args[0::2], d.args[1::2]
+            if all(isinstance(k, Constant) and isinstance(k.value, str) for k in keys):
+                return [(k.value, v) for k, v in zip(keys, values, strict=True)]
+        raise self.fp.unsupported(
+            "`f(**kwargs)` with a dict whose keys are not known while parsing", e
+        )
+
+    def starred_literal(self, e, maker) -> Node:
+        """`(*a, b)` / `[*a, b]`: runs of items, concatenated."""
+        as_list = isinstance(maker, prims.MakeList)
+        chunks: list[Node] = []
+        run: list[Node] = []
+        for x in e.elts:
+            if not isinstance(x, gast.Starred):
+                run.append(self.expr(x))
+                continue
+            seq = self.expr(x.value)
+            items = self.static_items(seq)
+            if items is not None:
+                run += items
+                continue
+            chunks.append(self.apply(maker, *run, node=e))
+            run = []
+            hidden = sugar.name(self.hidden_name(seq))
+            fdef = sugar.collect(sugar.locate(hidden, x), as_list, self.sugar_name("unpack", e), x)
+            chunks.append(self.run_sugar(fdef, x))
+        chunks.append(self.apply(maker, *run, node=e))
+        result = chunks[0]
+        for chunk in chunks[1:]:
+            result = self.apply(ops.BINARY["add"](), result, chunk, node=e)
+        return result
+
+    def assign_starred(self, target, value: Node, s) -> None:
+        """`a, *b, c = value`: `b` is a list, as in Python."""
+        elts = target.elts
+        k = next(j for j, x in enumerate(elts) if isinstance(x, gast.Starred))
+        n_after = len(elts) - k - 1
+        items = self.static_items(value)
+        if items is not None:
+            if len(items) < len(elts) - 1:
+                raise self.fp.error(
+                    f"not enough values to unpack (expected at least {len(elts) - 1}, "
+                    f"got {len(items)})",
+                    s,
+                )
+            middle = self.apply(prims.MakeList(), *items[k : len(items) - n_after], node=s)
+            parts = [*items[:k], middle, *items[len(items) - n_after :]]
+            for x, part in zip(elts, parts, strict=True):
+                self.assign(x.value if isinstance(x, gast.Starred) else x, part, s)
+            return
+        self.check_unpack_length(value, len(elts) - 1, s)
+        for j, x in enumerate(elts):
+            if j != k:
+                index = self.const(j if j < k else j - len(elts), s)
+                self.assign(x, self.apply(prims.GetItem(), value, index, node=s), s)
+        hidden = self.hidden_name(value)
+        upper = gast.Constant(value=-n_after if n_after else None, kind=None)
+        rest = gast.Subscript(
+            value=sugar.name(hidden),
+            slice=gast.Slice(lower=gast.Constant(value=k, kind=None), upper=upper, step=None),
+            ctx=gast.Load(),
+        )
+        fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
+        self.assign(elts[k].value, self.run_sugar(fdef, s), s)
+
+    def check_unpack_length(self, value: Node, at_least: int, s) -> None:
+        length = self.apply(_call_of(rt.seq_len, "seq_len"), value, node=s)
+        enough = self.apply(ops.BINARY["ge"](), length, self.const(at_least, s), node=s)
+        message = self.const(f"not enough values to unpack (expected at least {at_least})", s)
+        self.apply(prims.Assert(), enough, message, node=s)
+
+
+_BUILTINS = {
+    sum: "builtin_sum",
+    min: "builtin_extreme",
+    max: "builtin_extreme",
+    list: "builtin_collect",
+    tuple: "builtin_collect",
+    zip: "builtin_iterator",
+    enumerate: "builtin_iterator",
+    reversed: "builtin_iterator",
+    abs: "builtin_scalar",
+    float: "builtin_scalar",
+    int: "builtin_scalar",
+    round: "builtin_scalar",
+    isinstance: "builtin_scalar",
+}
