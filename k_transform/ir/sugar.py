@@ -92,7 +92,9 @@ def comprehension(e, fn_name: str) -> gast.FunctionDef:
         init = gast.Dict(keys=[], values=[])
         target = gast.Subscript(value=name(_ACC), slice=e.key, ctx=gast.Store())
         step = _assign(target, e.value)
-    body = [step]
+    # `_kt_acc = _kt_acc` (a no-op) makes the accumulator a stored name, which
+    # is what makes a loop carry it (a subscript assignment alone does not).
+    body = [step, _assign(name(_ACC, True), name(_ACC))]
     for gen in reversed(e.generators):
         for cond in reversed(gen.ifs):
             body = [gast.If(test=cond, body=body, orelse=[])]
