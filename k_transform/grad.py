@@ -16,6 +16,8 @@ and on each call:
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 
 import jax
@@ -24,7 +26,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.api import graph_of
-from k_transform.cell import Parameter
+from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -163,12 +165,48 @@ class GradFunction(CompiledGraph):
 
     def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
         self.spec = spec
+        self._by_keywords: dict[tuple, GradFunction] = {}
         super().__init__(grad_graph(graph_of(fn), spec), fn, jit)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
+        if kwargs or getattr(graph_of(self.fn), "signature", None) is not None:
+            return self._keyword_call(args, kwargs)
         return super().__call__(*args)
+
+    def _keyword_call(self, args: tuple, kwargs: dict):
+        """Keyword arguments are passed, not differentiated (MindSpore's and
+        JAX's semantics): "all" means the positional inputs only."""
+        sens = args[-1:] if self.spec.sens_param else ()
+        inputs = args[: len(args) - len(sens)]
+        flat = _bind_keywords(self.fn, inputs, kwargs)
+        spec = self.spec
+        if spec.inputs == "all":
+            spec = dataclasses.replace(spec, inputs=tuple(range(len(inputs))))
+        key = (spec.inputs, len(flat))
+        if key not in self._by_keywords:
+            self._by_keywords[key] = GradFunction(self.fn, spec, self.jit)
+        return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
+
+
+def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple:
+    """`args` and `kwargs` as the positional arguments of `fn`'s graph."""
+    target = fn.construct if isinstance(fn, Cell) else fn
+    try:
+        sig = inspect.signature(target)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise KTransformError(f"calling {getattr(target, '__name__', target)}: {exc}") from None
+    bound.apply_defaults()
+    flat = []
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise KTransformError(
+                "keyword arguments to the gradient of a function with *args or **kwargs"
+            )
+        flat.append(bound.arguments[name])
+    return tuple(flat)
 
 
 MAX_RETRACES = 6

@@ -40,7 +40,12 @@ from k_transform.ir.desugar import (
 )
 from k_transform.ir.fold import fold, fold_call, tuple_item
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
-from k_transform.ir.parse_sugar import SugarBuilder
+from k_transform.ir.parse_sugar import (
+    Signature,
+    SignatureBinding,
+    SugarBuilder,
+    signature_params,
+)
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
@@ -177,7 +182,7 @@ class FunctionParser:
         return Constant(value, self.source.debug(node), hint)
 
 
-class GraphBuilder(SugarBuilder):
+class GraphBuilder(SugarBuilder, SignatureBinding):
     """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
 
     def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):
@@ -252,22 +257,25 @@ class GraphBuilder(SugarBuilder):
     # -- functions ----------------------------------------------------------------
     def build_function(self, fdef, bound_self=None) -> None:
         args = fdef.args
-        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise self.fp.unsupported("*args, **kwargs or keyword-only parameters", fdef)
         if getattr(fdef, "decorator_list", None) and self.parent is not None:
             raise self.fp.unsupported("a decorator on a nested function", fdef)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
-        self.locals = set(assigned_names(fdef.body)) | {a.id for a in args.args}
+        params = signature_params(args)
+        self.locals = set(assigned_names(fdef.body)) | {a.id for a in params}
         self.load_counts = loaded_names(fdef)
-        names = [a.id for a in args.args]
+        names = [a.id for a in params]
         self.graph.param_names = names
-        for k, arg in enumerate(args.args):
+        for k, arg in enumerate(params):
             if k == 0 and bound_self is not None:
                 self.vars[arg.id] = Constant(bound_self, self.debug(arg), arg.id)
                 self.graph.param_names = names[1:]
                 continue
             self.vars[arg.id] = self.graph.add_parameter(arg.id, self.debug(arg))
-        self.graph.defaults = self._defaults(args)
+        if params == args.args:
+            self.graph.defaults = self._defaults(args)
+        else:
+            self.graph.signature = Signature(args, bound_self is not None)
+            self.graph.defaults = self.signature_defaults(args)
         self.block(fdef.body)
 
     def _defaults(self, args) -> dict[str, Node]:
@@ -717,6 +725,8 @@ class GraphBuilder(SugarBuilder):
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
         names = getattr(graph, "param_names", None)
+        if getattr(graph, "signature", None) is not None:
+            return self.bind_signature(graph, args, kwargs, e)
         if names is None:  # a graph still being parsed (recursion): positional only
             if kwargs:
                 raise self.fp.unsupported("keyword arguments in a recursive call", e)
