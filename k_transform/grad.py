@@ -203,7 +203,8 @@ def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple:
     for name, p in sig.parameters.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise KTransformError(
-                "keyword arguments to the gradient of a function with *args or **kwargs"
+                "the gradient of a function with *args or **kwargs parameters: "
+                "differentiate a wrapper with named parameters"
             )
         flat.append(bound.arguments[name])
     return tuple(flat)
