@@ -810,3 +810,14 @@ def to_int(x):
     if is_tracer(x):
         return jnp.trunc(x).astype(jnp.int32)
     return int(x)
+
+
+def static_filter(cond, where: str = ""):
+    """A comprehension's `if` filter: concrete, or the list's length would
+    depend on data (which a traced program cannot give a Python list)."""
+    if is_tracer(cond) or any_traced(cond):
+        raise KTransformError(
+            "a comprehension filter (`if` in a comprehension) on a traced value: the "
+            f"result's length would depend on data{_describe(where)}; use jnp.where"
+        )
+    return cond

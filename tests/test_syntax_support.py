@@ -166,7 +166,7 @@ def test_regression_range_static_args(mode):
 
 def scalar_builtins(x, xs):
     m = max(xs) * min(x, 2.0) + max(a * x for a in xs) - min(xs[0], xs[1], x)
-    a = abs(x - 3.0) + float(x) * 2.0 + round(1.6) + int(2.7)
+    a = abs(x - 3.0) + float(2) * x + round(1.6) + int(2.7)
     flag = 1.0 if isinstance(xs, tuple) else 0.0
     return m + a + sum(xs, 10.0) * flag + len(list(xs)) + tuple(xs)[1]
 

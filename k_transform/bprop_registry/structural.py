@@ -103,6 +103,7 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.zip_length,
     rt.dict_keys,
     rt.to_int,
+    rt.static_filter,
 )
 
 

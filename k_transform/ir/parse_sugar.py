@@ -225,6 +225,10 @@ class SugarBuilder:
             return None
         if e.func.id == sugar.ITERATE:
             raise self.fp.unsupported(f"the name {sugar.ITERATE}", e)
+        if e.func.id == sugar.FILTER:
+            where = self.const(self.where(e), e)
+            cond = self.expr(e.args[0])
+            return self.apply(_call_of(rt.static_filter, "static_filter"), cond, where, node=e)
         fn = self.read(e.func.id, e)
         if not isinstance(fn, Constant) or isinstance(fn.value, (dict, list)):
             return None
@@ -279,11 +283,11 @@ class SugarBuilder:
         args = [self.expr(a) for a in e.args]
         kwargs = {k.arg: self.expr(k.value) for k in e.keywords}
         value = fn.value
+        if value is isinstance:
+            return self.isinstance_call(fn, args, e)
         if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]) or len(args) != 1:
-            if value is isinstance and not isinstance(args[0], Constant):
-                raise self.fp.unsupported("isinstance() of a traced value", e)
             return self.call(fn, args, kwargs, e)
-        if kwargs or value is isinstance:
+        if kwargs:
             raise self.fp.unsupported(f"{value.__name__}() of a traced value", e)
         if value is float:
             return self.apply(ops.Cast(), args[0], Constant(float, hint="float"), node=e)
@@ -291,6 +295,21 @@ class SugarBuilder:
             return self.apply(_call_of(rt.to_int, "to_int"), args[0], node=e)
         target = jnp.abs if value is abs else jnp.round
         return self.call(self.fp.value_node(target, f"jnp.{target.__name__}", e), args, {}, e)
+
+    def isinstance_call(self, fn, args: list[Node], e) -> Node:
+        """`isinstance(x, cls)`: folded on constants; decided at run time for
+        containers and arrays; refused for Python scalar types on a run-time
+        value (a float argument is traced: it is an array there)."""
+        if len(args) != 2 or not isinstance(args[1], Constant):
+            raise self.fp.error("isinstance() takes a value and a constant class", e)
+        if isinstance(args[0], Constant):
+            return self.call(fn, args, {}, e)
+        classes = args[1].value if isinstance(args[1].value, tuple) else (args[1].value,)
+        if any(isinstance(c, type) and issubclass(c, (int, float, complex)) for c in classes):
+            raise self.fp.unsupported(
+                "isinstance() of a traced value against a Python number type", e
+            )
+        return self.apply(prims.LibraryCall(isinstance, "isinstance"), *args, node=e)
 
     # -- unpacking -------------------------------------------------------------------
     def unpacking_call(self, e) -> Node:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import gast
 
 ITERATE = "_kt_iterate"  # the marker of a `for` that iterates by position
+FILTER = "_kt_filter"  # the marker of a comprehension's `if`: must be concrete
 _ACC = "_kt_acc"
 _FIRST = "_kt_first"
 _ITEM = "_kt_item"
@@ -97,7 +98,8 @@ def comprehension(e, fn_name: str) -> gast.FunctionDef:
     body = [step, _assign(name(_ACC, True), name(_ACC))]
     for gen in reversed(e.generators):
         for cond in reversed(gen.ifs):
-            body = [gast.If(test=cond, body=body, orelse=[])]
+            test = gast.Call(func=name(FILTER), args=[cond], keywords=[])
+            body = [gast.If(test=test, body=body, orelse=[])]
         body = [_for(gen.target, gen.iter, body)]
     return _function(fn_name, [_assign(name(_ACC, True), init), *body], e)
 
