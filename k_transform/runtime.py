@@ -798,6 +798,13 @@ def zip_length(*lengths) -> int:
     return min(lengths)
 
 
+def zip_strict_length(*lengths) -> int:
+    """`zip(..., strict=True)`: the common length; unequal lengths raise, as Python's."""
+    if len(set(lengths)) > 1:
+        raise KTransformError(f"zip(strict=True) of iterables of lengths {list(lengths)}")
+    return min(lengths)
+
+
 def dict_keys(d) -> tuple:
     """The keys of a dict, in order (`for k, v in d.items()`)."""
     if not isinstance(d, dict):

@@ -48,7 +48,7 @@ def stack_of_rows(x):
 
 
 def weighted_sum(x, xs, ws):
-    return x * sum(a * b for a, b in zip(xs, ws))  # zip stops at the shortest
+    return x * sum(a * b for a, b in zip(xs, ws, strict=False))  # stops at the shortest
 
 
 def doubled_dict(x):
@@ -128,7 +128,7 @@ def enumerate_reversed(x):
 
 def zip_loop(x, xs):
     s = 0.0
-    for a, (k, b) in zip(xs, enumerate(x)):
+    for a, (k, b) in zip(xs, enumerate(x), strict=False):
         s = s + a * k * jnp.sum(b)
     return s
 
@@ -300,8 +300,11 @@ def test_regression_cumsum_without_axis(mode):
 
 # -- what cannot keep Python's semantics --------------------------------------------------
 def zip_as_value(x):
-    z = zip(x, x)
-    return x
+    return jnp.sum(jnp.stack(zip(x, x, strict=True)))
+
+
+def zip_strict_unequal(x):
+    return sum(a * b for a, b in zip(x, (1.0, 2.0), strict=True))
 
 
 def min_with_key(x):
@@ -335,6 +338,12 @@ def test_refused_constructs_are_named(fn, words):
     message = str(info.value)
     assert words in message
     assert fn.__code__.co_filename in message
+
+
+def test_regression_zip_strict(mode):
+    check(zip_strict_unequal, jnp.array([1.0, 2.0]))
+    with pytest.raises(kt.KTransformError, match="strict"):
+        kt.compile(zip_strict_unequal)(jnp.ones(3))
 
 
 def test_gradient_of_varargs_function_refused():

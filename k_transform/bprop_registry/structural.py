@@ -101,6 +101,7 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
     rt.seq_len,
     rt.zip_length,
+    rt.zip_strict_length,
     rt.dict_keys,
     rt.to_int,
     rt.static_filter,

@@ -29,13 +29,13 @@ import jax.numpy as jnp
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.ir import control, prims, sugar
+from k_transform.ir import prims, sugar
 from k_transform.ir.nodes import Apply, Constant, Node
 
 _DICT_VIEWS = ("items", "keys", "values")
 
 
-class _View:
+class View:
     """An iterable read by position: `length` (a node) and `item(builder, i)`."""
 
     def __init__(self, length: Node, item):
@@ -119,7 +119,7 @@ class SugarBuilder:
         positions = self.apply(_call_of(rt.indices, "indices"), view.length, node=s)
         self.positional_loop(s, positions, view)
 
-    def view(self, it) -> _View:
+    def view(self, it) -> View:
         fn = None
         if isinstance(it, gast.Call) and isinstance(it.func, gast.Name):
             callee = self.read(it.func.id, it)
@@ -139,22 +139,34 @@ class SugarBuilder:
             return self.dict_view(it)
         return self.sequence_view(self.expr(it), it)
 
-    def zip_view(self, it) -> _View:
-        if it.keywords:
-            raise self.fp.unsupported("keyword arguments to zip()", it)
+    def zip_view(self, it) -> View:
+        strict = self.zip_strict(it)
         parts = [self.view(a) for a in it.args]
         lengths = [p.length for p in parts]
         if all(isinstance(n, Constant) for n in lengths):
-            length = self.const(min((n.value for n in lengths), default=0), it)
+            values = [n.value for n in lengths]
+            if strict and len(set(values)) > 1:
+                raise self.fp.error(f"zip(strict=True) of lengths {values}", it)
+            length = self.const(min(values, default=0), it)
         else:
-            length = self.apply(_call_of(rt.zip_length, "zip_length"), *lengths, node=it)
+            helper = _call_of(rt.zip_strict_length, "zip_strict_length") if strict else None
+            helper = helper or _call_of(rt.zip_length, "zip_length")
+            length = self.apply(helper, *lengths, node=it)
 
         def item(b, i):
             return b.apply(prims.MakeTuple(), *[p.item(b, i) for p in parts], node=it)
 
-        return _View(length, item)
+        return View(length, item)
 
-    def enumerate_view(self, it) -> _View:
+    def zip_strict(self, it) -> bool:
+        if any(k.arg != "strict" for k in it.keywords):
+            raise self.fp.error("zip() takes only the keyword argument strict", it)
+        flags = [self.expr(k.value) for k in it.keywords]
+        if not all(isinstance(f, Constant) for f in flags):
+            raise self.fp.unsupported("zip(strict=...) with a value known only when run", it)
+        return any(bool(f.value) for f in flags)
+
+    def enumerate_view(self, it) -> View:
         if len(it.args) not in (1, 2) or any(k.arg != "start" for k in it.keywords):
             raise self.fp.error("enumerate() takes an iterable and an optional start", it)
         inner = self.view(it.args[0])
@@ -165,9 +177,9 @@ class SugarBuilder:
             index = b.apply(ops.BINARY["add"](), start(b), i, node=it)
             return b.apply(prims.MakeTuple(), index, inner.item(b, i), node=it)
 
-        return _View(inner.length, item)
+        return View(inner.length, item)
 
-    def reversed_view(self, it) -> _View:
+    def reversed_view(self, it) -> View:
         inner = self.view(it.args[0])
         last = self.apply(ops.BINARY["sub"](), inner.length, self.const(1, it), node=it)
         read_last = self.hide(last)
@@ -175,9 +187,9 @@ class SugarBuilder:
         def item(b, i):
             return inner.item(b, b.apply(ops.BINARY["sub"](), read_last(b), i, node=it))
 
-        return _View(inner.length, item)
+        return View(inner.length, item)
 
-    def dict_view(self, it) -> _View:
+    def dict_view(self, it) -> View:
         d = self.expr(it.func.value)
         keys = self.apply(_call_of(rt.dict_keys, "dict_keys"), d, node=it)
         read_d, read_keys = self.hide(d), self.hide(keys)
@@ -190,9 +202,9 @@ class SugarBuilder:
             value = b.apply(prims.GetItem(), read_d(b), key, node=it)
             return value if kind == "values" else b.apply(prims.MakeTuple(), key, value, node=it)
 
-        return _View(self.length_of(keys, it), item)
+        return View(self.length_of(keys, it), item)
 
-    def sequence_view(self, seq: Node, it) -> _View:
+    def sequence_view(self, seq: Node, it) -> View:
         if isinstance(seq, Constant) and isinstance(seq.value, dict):
             seq = Constant(tuple(seq.value), seq.debug, seq.hint)  # iterating a dict: its keys
         read = self.hide(seq)
@@ -200,7 +212,7 @@ class SugarBuilder:
         def item(b, i):
             return b.apply(prims.GetItem(), read(b), i, node=it)
 
-        return _View(self.length_of(seq, it), item)
+        return View(self.length_of(seq, it), item)
 
     def length_of(self, seq: Node, e) -> Node:
         """`len(seq)`: a constant when known while parsing."""
@@ -467,7 +479,8 @@ class SignatureBinding:
         kw_pairs = [(a.id, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
         if self.parent is None:
             values = self.fp.fn.__defaults__ or ()
-            out = {n: self.fp.value_node(v, n, args) for n, v in zip(pos_names, values, strict=True)}
+            pairs = zip(pos_names, values, strict=True)
+            out = {n: self.fp.value_node(v, n, args) for n, v in pairs}
             for n, v in (self.fp.fn.__kwdefaults__ or {}).items():
                 out[n] = self.fp.value_node(v, n, args)
             return out

@@ -31,7 +31,7 @@ import gast
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.errors import KTransformError
-from k_transform.ir import control, prims, sugar
+from k_transform.ir import control, prims
 from k_transform.ir.desugar import (
     JumpLowering,
     assigned_names,
@@ -44,6 +44,7 @@ from k_transform.ir.parse_sugar import (
     Signature,
     SignatureBinding,
     SugarBuilder,
+    View,
     signature_params,
 )
 from k_transform.ir.primitive import Primitive
@@ -461,7 +462,7 @@ class GraphBuilder(SugarBuilder, SignatureBinding):
             if self.returned:
                 return
 
-    def positional_loop(self, s, positions: Node, view: _View) -> None:
+    def positional_loop(self, s, positions: Node, view: View) -> None:
         """`for i in positions: target = view.item(i); body` as a `for_each`."""
         carried = self.carried(s, s.body, s.iter, target=s.target)
         init = [self.read(v, s) for v in carried]
