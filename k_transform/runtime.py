@@ -805,6 +805,18 @@ def zip_strict_length(*lengths) -> int:
     return min(lengths)
 
 
+def keys_within(d, names: tuple) -> bool:
+    """Whether every key of `d` is one of `names` (`f(**d)` without `**kwargs`)."""
+    return all(k in names for k in d)
+
+
+def as_sequence(x, kind: str):
+    """`list(x)` or `tuple(x)` (`kind`) of a tuple or list; None stays None."""
+    if x is None:
+        return None
+    return list(x) if kind == "list" else tuple(x)
+
+
 def dict_keys(d) -> tuple:
     """The keys of a dict, in order (`for k, v in d.items()`)."""
     if not isinstance(d, dict):

@@ -60,7 +60,7 @@ INTERNAL = (
     ops.Assign,
 )
 # Registered only to refuse with a clear message: `test_refusing_rules` checks it.
-REFUSING = {prims.MethodCall: lambda x: x.cumsum()}
+REFUSING = {prims.MethodCall: lambda x: x.cumprod()}  # flattened: no rule
 
 
 @dataclasses.dataclass(frozen=True)

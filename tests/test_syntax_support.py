@@ -118,6 +118,17 @@ def test_regression_traced_filter_eager_or_refused():
         kt.grad(traced_filter)(x)
 
 
+def second_order(x):
+    ys = [jnp.sin(r) * r for r in reversed(x)]
+    return sum(jnp.sum(y) for y in ys) + jnp.sum(jnp.stack(ys) ** 3)
+
+
+def test_regression_comprehension_second_order(mode):
+    close(kt.hessian(second_order)(X), jax.hessian(second_order)(X))
+    v = jnp.ones_like(X)
+    close(kt.jvp(second_order, X, v), jax.jvp(second_order, (X,), (v,)))
+
+
 # -- iteration builtins ----------------------------------------------------------------
 def enumerate_reversed(x):
     s = 0.0
@@ -266,6 +277,45 @@ def test_regression_variadic_and_keyword_only_parameters(mode):
     check(signatures, 1.5)
 
 
+def _pair(a, b):
+    return a * b
+
+
+def _head_times_rest(a, *rest):
+    return a * sum(rest)
+
+
+def forwarding(x):
+    def wrap(*args, **kwargs):
+        return _pair(*args) + _head_times_rest(*args) + _head_times_rest(x, *args, **kwargs)
+
+    return wrap(x, 2.0)
+
+
+class Inner(kt.Cell):
+    def construct(self, a, b):
+        return jnp.sin(a) * b
+
+
+class Forward(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+
+    def construct(self, *inputs):
+        return self.inner(*inputs)
+
+
+def cell_forwarding(x):
+    return Forward()(x, 3.0)
+
+
+def test_regression_forwarding_varargs(mode):
+    check(forwarding, 1.5)
+    net = Forward()
+    close(kt.grad(net)(1.5, 3.0), jax.grad(lambda x, y: jnp.sin(x) * y)(1.5, 3.0))
+
+
 def signature_error(x):
     return _posonly(a=x, b=2.0)
 
@@ -346,6 +396,9 @@ def test_regression_zip_strict(mode):
         kt.compile(zip_strict_unequal)(jnp.ones(3))
 
 
-def test_gradient_of_varargs_function_refused():
-    with pytest.raises(kt.KTransformError, match=r"\*args"):
-        kt.grad(varargs_gradient)(1.0, 2.0)
+def test_regression_gradient_of_varargs_function(mode):
+    f = varargs_gradient
+    close(kt.grad(f)(1.0, 2.0), jax.grad(f)(1.0, 2.0))
+    close(kt.grad(f, grad_position=1)(1.0, 2.0), jax.grad(f, argnums=1)(1.0, 2.0))
+    want = jax.grad(f, argnums=(0, 1))(1.0, 2.0)
+    close(kt.GradOperation(get_all=True)(f)(1.0, 2.0), want)

@@ -39,6 +39,16 @@ def get_bprop_make_list(self):
     return bprop
 
 
+@bprop_getters.register(prims.AsSequence)
+def get_bprop_as_sequence(self):
+    back = prims.AsSequence("tuple" if self.kind == "list" else "list")
+
+    def bprop(x, out, dout):
+        return (back(dout),)
+
+    return bprop
+
+
 @bprop_getters.register(prims.MakeDict)
 def get_bprop_make_dict(self):
     def bprop(kv, out, dout):
@@ -103,6 +113,7 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.zip_length,
     rt.zip_strict_length,
     rt.dict_keys,
+    rt.keys_within,
     rt.to_int,
     rt.static_filter,
 )

@@ -35,6 +35,13 @@ from k_transform.ir.nodes import Apply, Constant, Node
 _DICT_VIEWS = ("items", "keys", "values")
 
 
+def _keys_not_in(d, names: tuple):
+    """`for _kt_k in d if _kt_k not in names` (a comprehension generator)."""
+    names_e = gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in names], ctx=gast.Load())
+    test = gast.Compare(left=sugar.name("_kt_k"), ops=[gast.NotIn()], comparators=[names_e])
+    return gast.comprehension(target=sugar.name("_kt_k", True), iter=d, ifs=[test], is_async=0)
+
+
 class View:
     """An iterable read by position: `length` (a node) and `item(builder, i)`."""
 
@@ -237,6 +244,8 @@ class SugarBuilder:
             return None
         if e.func.id == sugar.ITERATE:
             raise self.fp.unsupported(f"the name {sugar.ITERATE}", e)
+        if e.func.id == sugar.AS_LIST:
+            return self.apply(prims.AsSequence("list"), self.expr(e.args[0]), node=e)
         if e.func.id == sugar.FILTER:
             where = self.const(self.where(e), e)
             cond = self.expr(e.args[0])
@@ -312,11 +321,14 @@ class SugarBuilder:
         """`isinstance(x, cls)`: folded on constants; decided at run time for
         containers and arrays; refused for Python scalar types on a run-time
         value (a float argument is traced: it is an array there)."""
-        if len(args) != 2 or not isinstance(args[1], Constant):
-            raise self.fp.error("isinstance() takes a value and a constant class", e)
-        if isinstance(args[0], Constant):
+        if len(args) != 2:
+            raise self.fp.error("isinstance() takes a value and a class", e)
+        if all(isinstance(a, Constant) for a in args):
             return self.call(fn, args, {}, e)
-        classes = args[1].value if isinstance(args[1].value, tuple) else (args[1].value,)
+        items = self.static_items(args[1]) or [args[1]]
+        classes = [c.value for c in items if isinstance(c, Constant)]
+        for c in list(classes):
+            classes += list(c) if isinstance(c, tuple) else []
         if any(isinstance(c, type) and issubclass(c, (int, float, complex)) for c in classes):
             raise self.fp.unsupported(
                 "isinstance() of a traced value against a Python number type", e
@@ -334,34 +346,124 @@ class SugarBuilder:
         else:
             callee = self.expr(e.func)
         args: list[Node] = []
-        for a in e.args:
+        tail = None  # a last `*seq` whose length is known only when run
+        for k, a in enumerate(e.args):
             if not isinstance(a, gast.Starred):
                 args.append(self.expr(a))
                 continue
-            items = self.static_items(self.expr(a.value))
+            seq = self.expr(a.value)
+            items = self.static_items(seq)
+            if items is None and k == len(e.args) - 1:
+                tail = seq
+                continue
             if items is None:
                 raise self.fp.unsupported(
                     "`f(*args)` with a sequence whose length is not known while parsing", e
                 )
             args += items
         kwargs: dict[str, Node] = {}
-        for k in e.keywords:
+        unknown = None  # a last `**d` whose keys are known only when run
+        for j, k in enumerate(e.keywords):
             if k.arg is not None:
                 kwargs[k.arg] = self.expr(k.value)
                 continue
-            for key, value in self.static_dict(self.expr(k.value), e):
+            d = self.expr(k.value)
+            pairs = self.static_dict(d, e, refuse=j < len(e.keywords) - 1)
+            if pairs is None:
+                unknown = d
+            for key, value in pairs or ():
                 if key in kwargs:
                     raise self.fp.error(f"got multiple values for keyword argument {key!r}", e)
                 kwargs[key] = value
+        if unknown is not None:
+            filled = len(args) + (1 << 30 if tail is not None else 0)
+            kwargs = self.keywords_from(callee, unknown, filled, kwargs, e)
+        if tail is not None:
+            return self.call_with_tail(callee, args, tail, kwargs, e)
         return self.call(callee, args, kwargs, e)
 
-    def static_dict(self, d: Node, e) -> list[tuple[str, Node]]:
+    def call_with_tail(self, callee: Node, args: list[Node], seq: Node, kwargs, e) -> Node:
+        """`f(a, *seq)` for a user function `f` and a `seq` of unknown length:
+        `seq[0], seq[1], ...` fill the remaining positional parameters (its
+        length is checked when run) and the rest is `f`'s `*args`."""
+        graph = self.callee_graph(callee)
+        sig = getattr(graph, "signature", None)
+        positional = sig.positional if sig is not None else getattr(graph, "param_names", None)
+        if graph is None or positional is None:
+            raise self.fp.unsupported(
+                "`f(*args)` with a sequence whose length is not known while parsing, "
+                "into a function that is not a user function",
+                e,
+            )
+        n = max(len(positional) - len(args), 0)
+        if any(k in positional[len(args) :] for k in kwargs):
+            raise self.fp.unsupported("keywords for parameters `*args` may fill", e)
+        items = [self.apply(prims.GetItem(), seq, self.const(j, e), node=e) for j in range(n)]
+        star = sig.vararg is not None if sig is not None else False
+        self.check_length(seq, n, e, exact=not star)
+        fn = Constant(graph, self.debug(e), callee.hint)
+        if not star:
+            return self.apply(fn, *self.bind_call(graph, [*args, *items], kwargs, e), node=e)
+        rest = gast.Subscript(
+            value=sugar.name(self.hidden_name(seq)),
+            slice=gast.Slice(lower=gast.Constant(value=n, kind=None), upper=None, step=None),
+            ctx=gast.Load(),
+        )
+        fdef = sugar.collect(sugar.locate(rest, e), False, self.sugar_name("unpack", e), e)
+        bound = self.bind_signature(graph, [*args, *items], kwargs, e, self.run_sugar(fdef, e))
+        return self.apply(fn, *bound, node=e)
+
+    def keywords_from(self, callee: Node, d: Node, filled: int, kwargs: dict, e) -> dict:
+        """`f(**d)` for a user function `f` and a dict `d` whose keys are known
+        only when run: each parameter `f` takes by keyword (after the `filled`
+        positional ones) is `d[name] if name in d else <its default>`; the
+        other keys go to `f`'s `**kwargs`, or, without one, are refused."""
+        graph = self.callee_graph(callee)
+        sig = getattr(graph, "signature", None)
+        positional = sig.positional[sig.n_posonly :] if sig else getattr(graph, "param_names", [])
+        if graph is None or positional is None:
+            raise self.fp.unsupported(
+                "`f(**kwargs)` with a dict whose keys are not known while parsing, "
+                "into a function that is not a user function",
+                e,
+            )
+        names = [*positional[max(filled - (sig.n_posonly if sig else 0), 0) :]]
+        names = [n for n in [*names, *(sig.kwonly if sig else [])] if n not in kwargs]
+        hidden = sugar.name(self.hidden_name(d))
+        out = dict(kwargs)
+        for n in names:
+            key = gast.Constant(value=n, kind=None)
+            read = gast.Subscript(value=hidden, slice=key, ctx=gast.Load())
+            default = graph.defaults.get(n)
+            if default is None:
+                out[n] = self.expr(sugar.locate(read, e))
+                continue
+            found = gast.Compare(left=key, ops=[gast.In()], comparators=[hidden])
+            other = sugar.name(self.hidden_name(default))
+            pick = gast.IfExp(test=found, body=read, orelse=other)
+            out[n] = self.expr(sugar.locate(pick, e))
+        taken = self.const(tuple([*names, *kwargs]), e)
+        if sig is not None and sig.kwarg is not None:
+            rest = gast.DictComp(
+                key=sugar.name("_kt_k"),
+                value=gast.Subscript(value=hidden, slice=sugar.name("_kt_k"), ctx=gast.Load()),
+                generators=[_keys_not_in(hidden, taken.value)],
+            )
+            out["**"] = self.expr(sugar.locate(rest, e))
+            return out
+        within = self.apply(_call_of(rt.keys_within, "keys_within"), d, taken, node=e)
+        self.apply(prims.Assert(), within, self.const("unexpected keyword argument", e), node=e)
+        return out
+
+    def static_dict(self, d: Node, e, refuse: bool = True) -> list[tuple[str, Node]] | None:
         if isinstance(d, Constant) and isinstance(d.value, dict):
             return [(k, Constant(v, d.debug)) for k, v in d.value.items()]
         if isinstance(_maker(d), prims.MakeDict):
             keys, values = d.args[0::2], d.args[1::2]
             if all(isinstance(k, Constant) and isinstance(k.value, str) for k in keys):
                 return [(k.value, v) for k, v in zip(keys, values, strict=True)]
+        if not refuse:
+            return None
         raise self.fp.unsupported(
             "`f(**kwargs)` with a dict whose keys are not known while parsing", e
         )
@@ -409,7 +511,7 @@ class SugarBuilder:
             for x, part in zip(elts, parts, strict=True):
                 self.assign(x.value if isinstance(x, gast.Starred) else x, part, s)
             return
-        self.check_unpack_length(value, len(elts) - 1, s)
+        self.check_length(value, len(elts) - 1, s)
         for j, x in enumerate(elts):
             if j != k:
                 index = self.const(j if j < k else j - len(elts), s)
@@ -424,10 +526,13 @@ class SugarBuilder:
         fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
         self.assign(elts[k].value, self.run_sugar(fdef, s), s)
 
-    def check_unpack_length(self, value: Node, at_least: int, s) -> None:
+    def check_length(self, value: Node, n: int, s, exact: bool = False) -> None:
+        """Assert (when run) that `value` has `n` items (`exact`) or at least `n`."""
         length = self.apply(_call_of(rt.seq_len, "seq_len"), value, node=s)
-        enough = self.apply(ops.BINARY["ge"](), length, self.const(at_least, s), node=s)
-        message = self.const(f"not enough values to unpack (expected at least {at_least})", s)
+        op = ops.BINARY["eq" if exact else "ge"]()
+        enough = self.apply(op, length, self.const(n, s), node=s)
+        expected = f"{n}" if exact else f"at least {n}"
+        message = self.const(f"wrong number of values to unpack (expected {expected})", s)
         self.apply(prims.Assert(), enough, message, node=s)
 
 
@@ -488,7 +593,9 @@ class SignatureBinding:
         out.update({n: self.parent.expr(d) for n, d in kw_pairs if d is not None})
         return out
 
-    def bind_signature(self, graph, args: list[Node], kwargs: dict[str, Node], e) -> list[Node]:
+    def bind_signature(self, graph, args: list[Node], kwargs: dict[str, Node], e, star=None):
+        """Arguments for `graph`'s parameters; `star`: a tuple node given as
+        the rest of the positional arguments (after `args`)."""
         sig: Signature = graph.signature
         name = graph.name
         if len(args) > len(sig.positional) and sig.vararg is None:
@@ -499,6 +606,7 @@ class SignatureBinding:
             )
         bound = dict(zip(sig.positional, args, strict=False))
         extra: list[Node] = []
+        star_star = kwargs.pop("**", None)
         for k, v in kwargs.items():
             if k in sig.positional[sig.n_posonly :] or k in sig.kwonly:
                 if k in bound:
@@ -510,11 +618,21 @@ class SignatureBinding:
                 raise self.fp.error(f"{name}() got an unexpected keyword argument {k!r}", e)
         out = [self.bound_or_default(graph, n, bound, e) for n in sig.positional]
         if sig.vararg is not None:
-            out.append(self.apply(prims.MakeTuple(), *args[len(sig.positional) :], node=e))
+            rest = self.apply(prims.MakeTuple(), *args[len(sig.positional) :], node=e)
+            if star is not None:
+                rest = self.apply(ops.BINARY["add"](), rest, star, node=e)
+            out.append(rest)
         out += [self.bound_or_default(graph, n, bound, e) for n in sig.kwonly]
         if sig.kwarg is not None:
-            out.append(self.apply(prims.MakeDict(), *extra, node=e))
+            given = self.apply(prims.MakeDict(), *extra, node=e)
+            out.append(given if star_star is None else self.merged(given, star_star, e))
         return out
+
+    def merged(self, a: Node, b: Node, e) -> Node:
+        """`{**a, **b}` (`a` built here, its keys constants)."""
+        for key, value in zip(a.args[0::2], a.args[1::2], strict=True) if a.args else ():
+            b = self.apply(prims.SetItem(), b, key, value, node=e)
+        return b
 
     def bound_or_default(self, graph, name: str, bound: dict, e) -> Node:
         if name in bound:

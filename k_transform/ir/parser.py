@@ -723,6 +723,19 @@ class GraphBuilder(SugarBuilder, SignatureBinding):
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
+    def callee_graph(self, callee: Node) -> FuncGraph | None:
+        """The graph a call of `callee` runs: a user function, method or Cell."""
+        value = callee.value if isinstance(callee, Constant) else None
+        graph = getattr(value, "__kt_graph__", None)
+        if isinstance(value, FuncGraph) or isinstance(graph, FuncGraph):
+            return value if isinstance(value, FuncGraph) else graph
+        if isinstance(value, types.MethodType) and is_user_function(value.__func__):
+            return parse(value)
+        method = _user_call_method(value)
+        if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
+            return parse(method, bound_self=value)
+        return None
+
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
         names = getattr(graph, "param_names", None)

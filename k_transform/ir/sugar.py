@@ -4,14 +4,17 @@ Python 3 runs a comprehension as a nested function called at once; so does
 k_transform. `[elt for t in it if c]` becomes
 
     def <listcomp>():
-        _kt_acc = []
+        _kt_acc = ()
         for t in _kt_iterate(it):
-            if c:
-                _kt_acc = _kt_acc + [elt]
-        return _kt_acc
+            if _kt_filter(c):
+                _kt_acc = _kt_acc + (elt,)
+        return _kt_as_list(_kt_acc)
 
-(a generator expression accumulates a tuple, a dict comprehension assigns
-`_kt_acc[key] = value`). Its variables stay inside it, as in Python; it
+(a generator expression returns the tuple; a dict comprehension assigns
+`_kt_acc[key] = value`). `_kt_filter` refuses a condition traced when run
+(the length would depend on data); `_kt_as_list` is `prims.AsSequence`:
+tuples, not lists, are concatenated (their rules differentiate to any order).
+Its variables stay inside it, as in Python; it
 reads the enclosing variables as a closure does. `_kt_iterate(it)` marks a
 `for` the parser turns into indexing (`GraphBuilder.indexed_for`): over a
 sequence whose length is known when parsing the body is unrolled, otherwise
@@ -28,6 +31,7 @@ from __future__ import annotations
 import gast
 
 ITERATE = "_kt_iterate"  # the marker of a `for` that iterates by position
+AS_LIST = "_kt_as_list"  # the marker of `prims.AsSequence("list")`
 FILTER = "_kt_filter"  # the marker of a comprehension's `if`: must be concrete
 _ACC = "_kt_acc"
 _FIRST = "_kt_first"
@@ -52,7 +56,7 @@ def _for(target, iterable, body) -> gast.For:
     return gast.For(target=target, iter=it, body=body, orelse=[], type_comment=None)
 
 
-def _function(fn_name: str, body: list, at) -> gast.FunctionDef:
+def _function(fn_name: str, body: list, at, as_list: bool = False) -> gast.FunctionDef:
     args = gast.arguments(
         args=[],
         posonlyargs=[],
@@ -65,13 +69,17 @@ def _function(fn_name: str, body: list, at) -> gast.FunctionDef:
     fdef = gast.FunctionDef(
         name=fn_name,
         args=args,
-        body=[*body, gast.Return(value=name(_ACC))],
+        body=[*body, gast.Return(value=_as_list(name(_ACC)) if as_list else name(_ACC))],
         decorator_list=[],
         returns=None,
         type_comment=None,
         type_params=[],
     )
     return locate(fdef, at)
+
+
+def _as_list(e) -> gast.Call:
+    return gast.Call(func=name(AS_LIST), args=[e], keywords=[])
 
 
 def locate(tree, at):
@@ -85,9 +93,7 @@ def locate(tree, at):
 # -- comprehensions -------------------------------------------------------------
 def comprehension(e, fn_name: str) -> gast.FunctionDef:
     """The nested function that computes the comprehension `e` (see above)."""
-    if isinstance(e, gast.ListComp):
-        init, step = gast.List(elts=[], ctx=gast.Load()), _append_list(e.elt)
-    elif isinstance(e, gast.GeneratorExp):
+    if isinstance(e, (gast.ListComp, gast.GeneratorExp)):
         init, step = gast.Tuple(elts=[], ctx=gast.Load()), _append_tuple(e.elt)
     else:  # DictComp
         init = gast.Dict(keys=[], values=[])
@@ -101,11 +107,8 @@ def comprehension(e, fn_name: str) -> gast.FunctionDef:
             test = gast.Call(func=name(FILTER), args=[cond], keywords=[])
             body = [gast.If(test=test, body=body, orelse=[])]
         body = [_for(gen.target, gen.iter, body)]
-    return _function(fn_name, [_assign(name(_ACC, True), init), *body], e)
-
-
-def _append_list(elt) -> gast.Assign:
-    return _assign(name(_ACC, True), _add(name(_ACC), gast.List(elts=[elt], ctx=gast.Load())))
+    as_list = isinstance(e, gast.ListComp)
+    return _function(fn_name, [_assign(name(_ACC, True), init), *body], e, as_list)
 
 
 def _append_tuple(elt) -> gast.Assign:
@@ -115,10 +118,9 @@ def _append_tuple(elt) -> gast.Assign:
 # -- builtins over an iterable -------------------------------------------------------
 def collect(iterable, as_list: bool, fn_name: str, at) -> gast.FunctionDef:
     """`list(iterable)` / `tuple(iterable)`."""
-    init = gast.List(elts=[], ctx=gast.Load()) if as_list else gast.Tuple(elts=[], ctx=gast.Load())
-    append = _append_list if as_list else _append_tuple
-    loop = _for(name(_ITEM, True), iterable, [append(name(_ITEM))])
-    return _function(fn_name, [_assign(name(_ACC, True), init), loop], at)
+    init = gast.Tuple(elts=[], ctx=gast.Load())
+    loop = _for(name(_ITEM, True), iterable, [_append_tuple(name(_ITEM))])
+    return _function(fn_name, [_assign(name(_ACC, True), init), loop], at, as_list)
 
 
 def total(iterable, start, fn_name: str, at) -> gast.FunctionDef:
