@@ -16,6 +16,8 @@ and on each call:
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 
 import jax
@@ -24,7 +26,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.api import graph_of
-from k_transform.cell import Parameter
+from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -161,14 +163,80 @@ class CompiledGraph:
 class GradFunction(CompiledGraph):
     """A gradient function: what `GradOperation(...)(fn)` returns."""
 
-    def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
+    def __init__(self, fn, spec: GradSpec, jit: bool | None = None, bound: bool = False):
         self.spec = spec
-        super().__init__(grad_graph(graph_of(fn), spec), fn, jit)
+        self._by_keywords: dict[tuple, GradFunction] = {}
+        primal = graph_of(fn)
+        # `bound`: called with the graph's own parameters (see `_keyword_call`).
+        self._binds = not bound and getattr(primal, "signature", None) is not None
+        if self._binds:  # positions in `spec` count the arguments as passed
+            spec = dataclasses.replace(spec, inputs="first")
+        super().__init__(grad_graph(primal, spec), fn, jit)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
+        if kwargs or self._binds:
+            return self._keyword_call(args, kwargs)
         return super().__call__(*args)
+
+    def _keyword_call(self, args: tuple, kwargs: dict):
+        """Keyword arguments are passed, not differentiated (MindSpore's and
+        JAX's semantics): "all" means the positional inputs only. With
+        `*args`, input positions count the arguments as passed."""
+        sens = args[-1:] if self.spec.sens_param else ()
+        inputs = args[: len(args) - len(sens)]
+        flat, where = _bind_keywords(self.fn, inputs, kwargs)
+        spec = self.spec
+        positions = spec.inputs
+        if positions in ("first", "all"):
+            positions = 0 if positions == "first" else tuple(range(len(inputs)))
+        bare = isinstance(positions, int)
+        wanted = (positions,) if bare else tuple(positions or ())
+        if not any(where[p][1] is not None for p in wanted):
+            inputs_spec = spec.inputs if spec.inputs != "all" else positions
+            return self._run_spec(dataclasses.replace(spec, inputs=inputs_spec), flat, sens)
+        if spec.weights is not None or spec.with_value or spec.has_aux:
+            raise KTransformError(
+                "the gradient w.r.t. *args of a function, with weights, has_aux or the value: "
+                "differentiate a wrapper with named parameters"
+            )
+        graph_positions = tuple(sorted({where[p][0] for p in wanted}))
+        grads = self._run_spec(dataclasses.replace(spec, inputs=graph_positions), flat, sens)
+
+        def pick(p):
+            index, item = where[p]
+            g = grads[graph_positions.index(index)]
+            return g if item is None else g[item]
+
+        return pick(positions) if bare else tuple(pick(p) for p in wanted)
+
+    def _run_spec(self, spec: GradSpec, flat: tuple, sens: tuple):
+        key = (spec.inputs, len(flat))
+        if key not in self._by_keywords:
+            self._by_keywords[key] = GradFunction(self.fn, spec, self.jit, bound=True)
+        return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
+
+
+def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
+    """`args` and `kwargs` as the positional arguments of `fn`'s graph, and
+    for each of `args`: (the graph parameter it went to, its index in `*args`
+    or None)."""
+    target = fn.construct if isinstance(fn, Cell) else fn
+    try:
+        sig = inspect.signature(target)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise KTransformError(f"calling {getattr(target, '__name__', target)}: {exc}") from None
+    bound.apply_defaults()
+    flat, where = [], []
+    for name, p in sig.parameters.items():
+        if p.kind is p.VAR_POSITIONAL:
+            where += [(len(flat), k) for k in range(len(bound.arguments[name]))]
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and len(where) < len(args):
+            where.append((len(flat), None))
+        flat.append(bound.arguments[name])
+    return tuple(flat), where
 
 
 MAX_RETRACES = 6

@@ -900,3 +900,72 @@ def tree_scale(tree, s):
     if isinstance(tree, dict):
         return {k: tree_scale(v, s) for k, v in tree.items()}
     return None if tree is None else tree * s
+
+
+# -- iteration helpers (comprehensions, zip/enumerate/reversed, `for` over `.items()`) --
+def indices(n) -> tuple:
+    """`(0, 1, ..., n - 1)`: the positions a comprehension or `zip` visits."""
+    if is_tracer(n):
+        raise KTransformError("cannot iterate a traced number of times into a Python list")
+    return tuple(range(int(n)))
+
+
+def seq_len(seq) -> int:
+    """`len(seq)`; the rows of an array (its static leading dimension)."""
+    if isinstance(seq, dict):
+        raise KTransformError(
+            "iterating a dict here is not supported: iterate `d.keys()`, `d.values()` "
+            "or `d.items()`"
+        )
+    if hasattr(seq, "shape") and jnp.ndim(seq) == 0:
+        raise KTransformError("cannot iterate over a 0-d array")
+    return len(seq)
+
+
+def zip_length(*lengths) -> int:
+    """How many items `zip` yields, given its iterables' lengths: the shortest."""
+    return min(lengths)
+
+
+def zip_strict_length(*lengths) -> int:
+    """`zip(..., strict=True)`: the common length; unequal lengths raise, as Python's."""
+    if len(set(lengths)) > 1:
+        raise KTransformError(f"zip(strict=True) of iterables of lengths {list(lengths)}")
+    return min(lengths)
+
+
+def keys_within(d, names: tuple) -> bool:
+    """Whether every key of `d` is one of `names` (`f(**d)` without `**kwargs`)."""
+    return all(k in names for k in d)
+
+
+def as_sequence(x, kind: str):
+    """`list(x)` or `tuple(x)` (`kind`) of a tuple or list; None stays None."""
+    if x is None:
+        return None
+    return list(x) if kind == "list" else tuple(x)
+
+
+def dict_keys(d) -> tuple:
+    """The keys of a dict, in order (`for k, v in d.items()`)."""
+    if not isinstance(d, dict):
+        raise KTransformError(f"`.keys()`/`.values()`/`.items()` of a {type(d).__name__}")
+    return tuple(d.keys())
+
+
+def to_int(x):
+    """`int(x)`: Python's for a concrete value, truncation to int32 for a traced one."""
+    if is_tracer(x):
+        return jnp.trunc(x).astype(jnp.int32)
+    return int(x)
+
+
+def static_filter(cond, where: str = ""):
+    """A comprehension's `if` filter: concrete, or the list's length would
+    depend on data (which a traced program cannot give a Python list)."""
+    if is_tracer(cond) or any_traced(cond):
+        raise KTransformError(
+            "a comprehension filter (`if` in a comprehension) on a traced value: the "
+            f"result's length would depend on data{_describe(where)}; use jnp.where"
+        )
+    return cond

@@ -69,7 +69,7 @@ def _pair_sum(p, q):
 
 
 def uses_starred_call(x):
-    xs = (x, x)
+    xs = tuple(x)  # its length is known only when run
     return _pair_sum(*xs)
 
 

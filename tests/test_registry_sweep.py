@@ -58,9 +58,10 @@ INTERNAL = (
     dp.StackNonEmpty,
     prims.CustomBpropCall,
     ops.Assign,
+    prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
 )
 # Registered only to refuse with a clear message: `test_refusing_rules` checks it.
-REFUSING = {prims.MethodCall: lambda x: x.cumsum()}
+REFUSING = {prims.MethodCall: lambda x: x.cumprod()}  # flattened: no rule
 
 
 @dataclasses.dataclass(frozen=True)

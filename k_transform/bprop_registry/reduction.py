@@ -122,6 +122,8 @@ def get_bprop_std(self):
 @bprop_getters.register(ops.Cumsum)
 def get_bprop_cumsum(self):
     cumsum_back = ops.Cumsum(self.axis, not self.reverse)
+    if self.axis is None:  # the flattened scan: back on the flat gradient, then reshaped
+        return lambda x, out, dout: (jnp.reshape(cumsum_back(dout), jnp.shape(x)),)
     return lambda x, out, dout: (cumsum_back(dout),)
 
 

@@ -42,6 +42,16 @@ def get_bprop_make_list(self):
     return bprop
 
 
+@bprop_getters.register(prims.AsSequence)
+def get_bprop_as_sequence(self):
+    back = prims.AsSequence("tuple" if self.kind == "list" else "list")
+
+    def bprop(x, out, dout):
+        return (back(dout),)
+
+    return bprop
+
+
 @bprop_getters.register(prims.MakeDict)
 def get_bprop_make_dict(self):
     def bprop(kv, out, dout):
@@ -103,6 +113,14 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.insert_position,
     rt.pop_position,
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
+    rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
+    rt.seq_len,
+    rt.zip_length,
+    rt.zip_strict_length,
+    rt.dict_keys,
+    rt.keys_within,
+    rt.to_int,
+    rt.static_filter,
 )
 
 

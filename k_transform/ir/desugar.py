@@ -223,7 +223,16 @@ def _has_jump(s, in_loop: bool) -> bool:
     return in_loop and _contains([s], (gast.Break, gast.Continue), into_loops=False)
 
 
-_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
+_SCOPES = (
+    gast.FunctionDef,
+    gast.AsyncFunctionDef,
+    gast.Lambda,
+    gast.ClassDef,
+    gast.ListComp,  # comprehensions have their own scope (Python 3)
+    gast.SetComp,
+    gast.DictComp,
+    gast.GeneratorExp,
+)
 
 
 def _contains(stmts, kinds, into_loops: bool) -> bool:

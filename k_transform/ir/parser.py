@@ -58,6 +58,13 @@ from k_transform.ir.desugar import (
 from k_transform.ir.fold import fold, fold_call, tuple_item
 from k_transform.ir.mutation import check_mutations
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
+from k_transform.ir.parse_sugar import (
+    Signature,
+    SignatureBinding,
+    SugarBuilder,
+    View,
+    signature_params,
+)
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
@@ -82,10 +89,7 @@ UNSUPPORTED_EXPRESSIONS = {
     gast.Yield: "yield",
     gast.YieldFrom: "yield from",
     gast.Await: "await",
-    gast.ListComp: "list comprehension",
     gast.SetComp: "set comprehension",
-    gast.DictComp: "dict comprehension",
-    gast.GeneratorExp: "generator expression",
     gast.Set: "set literal",
     gast.NamedExpr: "assignment expression (:=)",
 }
@@ -197,7 +201,7 @@ class FunctionParser:
         return Constant(value, self.source.debug(node), hint)
 
 
-class GraphBuilder(ClosureScope):
+class GraphBuilder(ClosureScope, SugarBuilder, SignatureBinding):
     """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
 
     def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):
@@ -287,26 +291,29 @@ class GraphBuilder(ClosureScope):
     # -- functions ----------------------------------------------------------------
     def build_function(self, fdef, bound_self=None) -> None:
         args = fdef.args
-        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
-            raise self.fp.unsupported("*args, **kwargs or keyword-only parameters", fdef)
         if getattr(fdef, "decorator_list", None) and self.parent is not None:
             raise self.fp.unsupported("a decorator on a nested function", fdef)
         thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
-        constants = {args.args[0].id} if bound_self is not None and args.args else set()
-        check_mutations(fdef, [a.id for a in args.args], self.fp.error, constants)
-        self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in args.args}
+        params = signature_params(args)
+        constants = {params[0].id} if bound_self is not None and params else set()
+        check_mutations(fdef, [a.id for a in params], self.fp.error, constants)
+        self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
         self.nonlocals = self.declare_nonlocals(fdef)
         self.load_counts = loaded_names(fdef)
-        names = [a.id for a in args.args]
+        names = [a.id for a in params]
         self.graph.param_names = names
-        for k, arg in enumerate(args.args):
+        for k, arg in enumerate(params):
             if k == 0 and bound_self is not None:
                 self.vars[arg.id] = Constant(bound_self, self.debug(arg), arg.id)
                 self.graph.param_names = names[1:]
                 continue
             self.vars[arg.id] = self.graph.add_parameter(arg.id, self.debug(arg))
-        self.graph.defaults = self._defaults(args)
+        if params == args.args:
+            self.graph.defaults = self._defaults(args)
+        else:
+            self.graph.signature = Signature(args, bound_self is not None)
+            self.graph.defaults = self.signature_defaults(args)
         self.block(fdef.body)
 
     def _defaults(self, args) -> dict[str, Node]:
@@ -434,6 +441,9 @@ class GraphBuilder(ClosureScope):
     def stmt_For(self, s) -> None:
         if s.orelse:
             raise self.fp.unsupported("`for ... else`", s)
+        if self.iterates_by_position(s.iter):
+            self.indexed_for(s)
+            return
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
         head = range_args if range_args is not None else [self.expr(s.iter)]
@@ -472,6 +482,24 @@ class GraphBuilder(ClosureScope):
             self.block(s.body)
             if self.returned:
                 return
+
+    def positional_loop(self, s, positions: Node, view: View) -> None:
+        """`for i in positions: target = view.item(i); body` as a `for_each`."""
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        init = [self.read(v, s) for v in carried]
+        body_b = self.subgraph("for", s, "body", [])
+        body_b.loop_live |= set(carried)
+        position = body_b.graph.add_parameter("position", self.debug(s.target))
+        for v in carried:
+            body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+        body_b.assign(s.target, view.item(body_b, position), s)
+        body_b.block(s.body)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([body_b])
+        prim = control.ForEach(len(carried), self.where(s))
+        body = Constant(body_b.graph, hint="body")
+        result = self.apply(prim, positions, body, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
 
     def range_args(self, it) -> list[Node] | None:
         """[start, stop, step] if `it` is a call of the builtin `range`."""
@@ -535,7 +563,8 @@ class GraphBuilder(ClosureScope):
             self.bind(target.id, value)
         elif isinstance(target, (gast.Tuple, gast.List)):
             if any(isinstance(e, gast.Starred) for e in target.elts):
-                raise self.fp.unsupported("starred assignment (`a, *b = ...`)", s)
+                self.assign_starred(target, value, s)
+                return
             for k, elt in enumerate(target.elts):
                 item = self.apply(prims.GetItem(), value, self.const(k, s), node=s)
                 self.assign(elt, item, s)
@@ -638,10 +667,13 @@ class GraphBuilder(ClosureScope):
         return graphs
 
     def expr_Call(self, e) -> Node:
-        if any(isinstance(a, gast.Starred) for a in e.args):
-            raise self.fp.unsupported("star-unpacking into a call (`f(*args)`)", e)
-        if any(k.arg is None for k in e.keywords):
-            raise self.fp.unsupported("`**kwargs` unpacking into a call", e)
+        builtin = self.iterable_builtin(e)
+        if builtin is not None:
+            return builtin
+        if any(isinstance(a, gast.Starred) for a in e.args) or any(
+            k.arg is None for k in e.keywords
+        ):
+            return self.unpacking_call(e)
         if mutation_base(e) is not None:
             receiver = self.read(e.func.value.id, e)
             if not (isinstance(receiver, Constant) and not isinstance(receiver.value, list)):
@@ -758,9 +790,24 @@ class GraphBuilder(ClosureScope):
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
+    def callee_graph(self, callee: Node) -> FuncGraph | None:
+        """The graph a call of `callee` runs: a user function, method or Cell."""
+        value = callee.value if isinstance(callee, Constant) else None
+        graph = getattr(value, "__kt_graph__", None)
+        if isinstance(value, FuncGraph) or isinstance(graph, FuncGraph):
+            return value if isinstance(value, FuncGraph) else graph
+        if isinstance(value, types.MethodType) and is_user_function(value.__func__):
+            return parse(value)
+        method = _user_call_method(value)
+        if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
+            return parse(method, bound_self=value)
+        return None
+
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
         names = getattr(graph, "param_names", None)
+        if getattr(graph, "signature", None) is not None:
+            return self.bind_signature(graph, args, kwargs, e)
         if names is None:  # a graph still being parsed (recursion): positional only
             if kwargs:
                 raise self.fp.unsupported("keyword arguments in a recursive call", e)
@@ -851,9 +898,13 @@ class GraphBuilder(ClosureScope):
         return self.read(e.id, e)
 
     def expr_List(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeList())
         return self.apply(prims.MakeList(), *[self.expr(x) for x in e.elts], node=e)
 
     def expr_Tuple(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeTuple())
         return self.apply(prims.MakeTuple(), *[self.expr(x) for x in e.elts], node=e)
 
     def expr_Slice(self, e) -> Node:

@@ -82,6 +82,23 @@ class MakeDict(Primitive):
         return "{" + ", ".join(pairs) + "}"
 
 
+class AsSequence(Primitive):
+    """`list(x)` / `tuple(x)` of a tuple or list built elsewhere (`kind`:
+    "list" or "tuple"); None (a zero gradient) stays None. Comprehensions
+    collect into a tuple and end with `AsSequence("list")`."""
+
+    n_inputs = 1
+
+    def __init__(self, kind: str):
+        super().__init__(f"as_{kind}", kind=kind)
+
+    def impl(self, x):
+        return rt.as_sequence(x, self.kind)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.as_sequence({args[0]}, {self.kind!r})"
+
+
 class MakeSlice(Primitive):
     n_inputs = 3
 

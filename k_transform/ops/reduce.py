@@ -102,15 +102,18 @@ class Std(Var):
     jax_name = "jnp.std"
 
 
-def cumsum(x, axis: int, reverse: bool = False):
-    """`jnp.cumsum` along `axis`; `reverse`: summing from the end."""
+def cumsum(x, axis: int | None, reverse: bool = False):
+    """`jnp.cumsum` along `axis`; `reverse`: summing from the end; axis None:
+    over the flattened array (a 1-d result, as numpy's)."""
+    if axis is None:
+        x, axis = jnp.ravel(x), 0
     if reverse:
         return jnp.flip(jnp.cumsum(jnp.flip(x, axis), axis), axis)
     return jnp.cumsum(x, axis)
 
 
 class Cumsum(JaxPrimitive):
-    """`Cumsum(axis, reverse)(x)`: running sums along `axis`."""
+    """`Cumsum(axis, reverse)(x)`: running sums along `axis` (None: flattened)."""
 
     jax_fn = staticmethod(cumsum)
     jax_name = "cumsum"
@@ -276,20 +279,23 @@ for _cls, _fns, _method in ((Var, (jnp.var, np.var), "var"), (Std, (jnp.std, np.
 
 
 def _scan_adapters(prim_cls) -> tuple:
-    """`fn(a, axis)` and `x.method(axis)` with a static int axis (None, the
-    flattened scan, stays a library call)."""
+    """`fn(a, axis)` and `x.method(axis)` with a static int axis; axis None
+    (the flattened scan) for `Cumsum`, a library call for the others."""
+
+    def ok(axis) -> bool:
+        return isinstance(axis, int) or (axis is None and prim_cls is Cumsum)
 
     def function(call):
         if not call.names_ok(("a", "axis"), 2):
             return None
         axis = call.static(1, "axis")
-        return (prim_cls(axis), [call.arg(0, "a")]) if isinstance(axis, int) else None
+        return (prim_cls(axis), [call.arg(0, "a")]) if ok(axis) else None
 
     def method(call):
         if not call.names_ok(("axis",), 2):
             return None
         axis = call.static(1, "axis")
-        return (prim_cls(axis), [call.args[0]]) if isinstance(axis, int) else None
+        return (prim_cls(axis), [call.args[0]]) if ok(axis) else None
 
     return function, method
 
