@@ -307,6 +307,8 @@ def fit(value, shape):
     """`value` padded with zeros to the structure `shape`."""
     if shape is None:
         return None
+    if shape is UNDEFINED:  # a variable no path assigns (a `return` never taken)
+        return UNDEFINED
     if isinstance(shape, rs.BufStack):
         if not isinstance(value, rs.BufStack):
             value = rs.BufStack(None, None)
@@ -505,9 +507,9 @@ def _cast_like(new, old):
 # dicts ("envs", keyed by free-variable keys) for functions, None for values
 # with no gradient (None, strings, objects). `add_grad` adds them.
 def add_grad(a, b):
-    if a is None:
+    if a is None or a is UNDEFINED:  # UNDEFINED: a slot no path fills (no gradient)
         return b
-    if b is None:
+    if b is None or b is UNDEFINED:
         return a
     if rs.is_stack(a):
         return rs.add_stacks(a, b, add_grad)

@@ -173,8 +173,9 @@ class FunctionParser:
         raise self.error(f"name {name!r} is not defined", node)
 
     def value_node(self, value, hint: str, node) -> Constant:
-        """A Python value as a node: user functions become graphs."""
-        if is_user_function(value):
+        """A Python value as a node: user functions become graphs (k_transform's
+        own API functions, marked `__kt_static__`, stay values: see `call`)."""
+        if is_user_function(value) and not getattr(value, "__kt_static__", False):
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
 
