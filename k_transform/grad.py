@@ -27,6 +27,7 @@ from k_transform.api import graph_of
 from k_transform.cell import Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
+from k_transform.ir import prims
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
@@ -159,16 +160,53 @@ class CompiledGraph:
 
 
 class GradFunction(CompiledGraph):
-    """A gradient function: what `GradOperation(...)(fn)` returns."""
+    """A gradient function: what `GradOperation(...)(fn)` returns.
 
-    def __init__(self, fn, spec: GradSpec, jit: bool | None = None):
+    `api` names the JAX-style function that made it (`kt.grad`, ...); those
+    refuse integer inputs at the differentiated positions, as JAX does.
+    """
+
+    def __init__(self, fn, spec: GradSpec, jit: bool | None = None, api: str | None = None):
         self.spec = spec
+        self.api = api
         super().__init__(grad_graph(graph_of(fn), spec), fn, jit)
 
     def __call__(self, *args):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
+        if self.api is not None:
+            n = len(args) - self.spec.sens_param
+            check_float_inputs(self.api, args[:n], _positions(self.spec.inputs, n))
         return super().__call__(*args)
+
+
+def _positions(inputs, n: int) -> tuple[int, ...]:
+    """The argument positions a GradSpec's `inputs` differentiates."""
+    if inputs == "first":
+        return (0,) if n else ()
+    if inputs == "all":
+        return tuple(range(n))
+    if isinstance(inputs, int):
+        return (inputs,)
+    return tuple(inputs) if isinstance(inputs, tuple) else ()
+
+
+def check_float_inputs(api: str, args, positions) -> None:
+    """JAX's rule for its differentiation API: the inputs differentiated must
+    be float (or complex) arrays or Python floats; an integer or boolean input
+    raises TypeError instead of getting a silent zero gradient."""
+    for k in positions:
+        if k >= len(args):
+            continue
+        for leaf in jax.tree_util.tree_leaves(args[k]):
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
+            if not jnp.issubdtype(dtype, jnp.inexact):
+                raise TypeError(
+                    f"{api} requires real- or complex-valued inputs (a float dtype), but input "
+                    f"{k} is {type(leaf).__name__} of dtype {dtype}; pass a float array "
+                    "(e.g. x.astype(jnp.float32)) or leave it out of the differentiated inputs "
+                    "(kt.GradOperation gives integer arrays an integer gradient, as MindSpore)"
+                )
 
 
 MAX_RETRACES = 6
@@ -234,14 +272,15 @@ def grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
     """Gradients of `fn` w.r.t. the inputs at `grad_position` (an int, a tuple,
     or None) and `weights`; `(inputs, weights)` when both are asked for."""
     params, single = _as_weights(weights)
-    return GradFunction(fn, GradSpec(grad_position, params, single, has_aux=has_aux))
+    spec = GradSpec(grad_position, params, single, has_aux=has_aux)
+    return GradFunction(fn, spec, api="kt.grad")
 
 
 def value_and_grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
     """`(value, gradients)`; see `grad`."""
     params, single = _as_weights(weights)
     spec = GradSpec(grad_position, params, single, has_aux=has_aux, with_value=True)
-    return GradFunction(fn, spec)
+    return GradFunction(fn, spec, api="kt.value_and_grad")
 
 
 grad.__kt_static__ = True
@@ -250,6 +289,7 @@ value_and_grad.__kt_static__ = True
 
 def vjp(fn, *inputs):
     """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
+    check_float_inputs("kt.vjp", inputs, range(len(inputs)))
     primal = graph_of(fn)
     grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
     out = CompiledGraph(primal)(*inputs)
@@ -259,6 +299,43 @@ def vjp(fn, *inputs):
 def jvp(fn, inputs, v):
     """`(out, J v)`: forward mode by double reverse. `inputs` and `v` are an
     array or a tuple of them (MindSpore's convention)."""
+    xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    check_float_inputs("kt.jvp", xs, range(len(xs)))
+    return _jvp(fn, inputs, v)
+
+
+def _lower_vjp(builder, args, e):
+    """`kt.vjp(fn, *inputs)` inside code being transformed: `(fn(*inputs), vjp_fn)`
+    with `vjp_fn` a closure graph over the inputs calling `fn`'s gradient graph.
+    `builder` is the parser's GraphBuilder for the calling function."""
+    primal = graph_of(args[0].value)
+    inputs = args[1:]
+    out = builder.apply(Constant(primal, hint=primal.name), *inputs, node=e)
+    grads = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
+    closure = FuncGraph(f"{primal.name}_vjp_fn", parent=builder.graph, debug=builder.debug(e))
+    v = closure.add_parameter("v")
+    closure.param_names, closure.defaults = ["v"], {}
+    closure.output = closure.apply(Constant(grads, hint=grads.name), *inputs, v)
+    return builder.apply(prims.MakeTuple(), out, Constant(closure, hint=closure.name), node=e)
+
+
+def _lower_jvp(builder, args, e):
+    """`kt.jvp(fn, inputs, v)` inside code being transformed: a call of `fn`'s
+    jvp graph on the unpacked inputs and tangents."""
+    if len(args) != 3:
+        raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
+    graph = jvp_graph(graph_of(args[0].value))
+    n = len(graph.parameters) // 2
+    xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
+    return builder.apply(Constant(graph, hint=graph.name), *xs, *vs, node=e)
+
+
+vjp.__kt_lower__ = _lower_vjp
+jvp.__kt_lower__ = _lower_jvp
+
+
+def _jvp(fn, inputs, v):
+    """`jvp` without the input check (jacfwd and hvp check their own input)."""
     single = not isinstance(inputs, (tuple, list))
     xs = (inputs,) if single else tuple(inputs)
     vs = (v,) if single else tuple(v)  # J v is shaped like the output either way
@@ -292,6 +369,7 @@ def jacrev(fn, argnum: int = 0):
     """The Jacobian of `fn` w.r.t. input `argnum`, one vjp per output element (vmapped)."""
 
     def jacobian(*args):
+        check_float_inputs("kt.jacrev", args, (argnum,))
         grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
         out = CompiledGraph(graph_of(fn))(*args)
         basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
@@ -305,12 +383,13 @@ def jacfwd(fn, argnum: int = 0):
     """The Jacobian of `fn` w.r.t. input `argnum`, one jvp per input element (vmapped)."""
 
     def jacobian(*args):
+        check_float_inputs("kt.jacfwd", args, (argnum,))
         x = jnp.asarray(args[argnum])
         basis = jnp.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
 
         def column(v):
             tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
-            return jvp(fn, tuple(args), tangents)[1]
+            return _jvp(fn, tuple(args), tangents)[1]
 
         cols = jax.vmap(column)(basis)
         return jnp.moveaxis(cols.reshape(x.size, -1), 0, -1).reshape(*cols.shape[1:], *x.shape)
@@ -320,15 +399,16 @@ def jacfwd(fn, argnum: int = 0):
 
 def hessian(fn, argnum: int = 0):
     """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
-    return jacrev(GradFunction(fn, GradSpec(inputs=argnum)), argnum)
+    return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
 
 
 def hvp(fn, args, v, argnum: int = 0):
     """A Hessian-vector product by forward over reverse: jvp of the gradient."""
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    check_float_inputs("kt.hvp", args, (argnum,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
     tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
-    return jvp(grad_fn, args, tangents)[1]
+    return _jvp(grad_fn, args, tangents)[1]
 
 
 def jit(fn) -> CompiledGraph:

@@ -740,11 +740,15 @@ def _pad_into(x, index, dout):
 
 
 def input_grad(d, arg):
-    """The gradient reported for an input. Static inputs (Python ints, bools,
-    None, strings) and integer arrays get a documented zero, as in MindSpore;
-    so does an input nothing flowed to."""
+    """The gradient reported for an input. Integer arrays get their gradient
+    cast to their own dtype, as MindSpore's GradOperation does (the JAX-style
+    API refuses integer inputs before it runs); boolean arrays, static inputs
+    (Python ints, bools, None, strings) and inputs nothing flowed to get a
+    documented zero."""
     if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
-        return jnp.zeros_like(arg)
+        if d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
+            return jnp.zeros_like(arg)
+        return jnp.broadcast_to(jnp.asarray(d, arg.dtype), jnp.shape(arg))
     if d is None or arg is None or isinstance(arg, (bool, int, str)):
         return zeros_like_value(arg)
     return d

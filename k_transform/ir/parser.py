@@ -174,8 +174,10 @@ class FunctionParser:
 
     def value_node(self, value, hint: str, node) -> Constant:
         """A Python value as a node: user functions become graphs (k_transform's
-        own API functions, marked `__kt_static__`, stay values: see `call`)."""
-        if is_user_function(value) and not getattr(value, "__kt_static__", False):
+        own API functions, marked `__kt_static__` or `__kt_lower__`, stay values:
+        see `call`)."""
+        api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
+        if is_user_function(value) and not api:
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
 
@@ -652,6 +654,9 @@ class GraphBuilder:
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
+        lower = getattr(value, "__kt_lower__", None)
+        if lower is not None and args and isinstance(args[0], Constant) and not kwargs:
+            return lower(self, args, e)  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
         graph = getattr(value, "__kt_graph__", None)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
@@ -691,6 +696,14 @@ class GraphBuilder:
         hint = callee.hint or getattr(value, "__name__", "fn")
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def unpack(self, node: Node, n: int) -> list[Node]:
+        """`n` items of a tuple-valued node; a lone non-tuple node when `n` is 1
+        (the `inputs` / `v` convention of `kt.jvp`)."""
+        is_tuple = isinstance(node, Apply) and isinstance(node.fn.value, prims.MakeTuple)
+        if n == 1 and not is_tuple:
+            return [node]
+        return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
