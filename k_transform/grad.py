@@ -304,11 +304,18 @@ def jvp(fn, inputs, v):
     return _jvp(fn, inputs, v)
 
 
-def _lower_vjp(builder, args, e):
+def _static_fn(builder, api: str, args, kwargs, e):
+    """The function argument of an API call in transformed code (a constant)."""
+    if kwargs or not args or not isinstance(args[0], Constant):
+        raise builder.fp.unsupported(f"{api} with keywords or a computed function", e)
+    return args[0].value
+
+
+def _lower_vjp(builder, args, kwargs, e):
     """`kt.vjp(fn, *inputs)` inside code being transformed: `(fn(*inputs), vjp_fn)`
     with `vjp_fn` a closure graph over the inputs calling `fn`'s gradient graph.
     `builder` is the parser's GraphBuilder for the calling function."""
-    primal = graph_of(args[0].value)
+    primal = graph_of(_static_fn(builder, "kt.vjp", args, kwargs, e))
     inputs = args[1:]
     out = builder.apply(Constant(primal, hint=primal.name), *inputs, node=e)
     grads = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
@@ -319,15 +326,25 @@ def _lower_vjp(builder, args, e):
     return builder.apply(prims.MakeTuple(), out, Constant(closure, hint=closure.name), node=e)
 
 
-def _lower_jvp(builder, args, e):
+def _lower_jvp(builder, args, kwargs, e):
     """`kt.jvp(fn, inputs, v)` inside code being transformed: a call of `fn`'s
     jvp graph on the unpacked inputs and tangents."""
+    fn = _static_fn(builder, "kt.jvp", args, kwargs, e)
     if len(args) != 3:
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
-    graph = jvp_graph(graph_of(args[0].value))
+    graph = jvp_graph(graph_of(fn))
     n = len(graph.parameters) // 2
     xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
     return builder.apply(Constant(graph, hint=graph.name), *xs, *vs, node=e)
+
+
+def _refuse_in_graph(api: str):
+    """A `__kt_lower__` that refuses `api` inside transformed code, by name."""
+
+    def refuse(builder, args, kwargs, e):
+        raise builder.fp.unsupported(f"{api} inside a function being transformed", e)
+
+    return refuse
 
 
 vjp.__kt_lower__ = _lower_vjp
@@ -416,3 +433,7 @@ def jit(fn) -> CompiledGraph:
     program: Parameters are read when called and their `Assign`ed values
     written back afterwards; jitted, with Python scalars static."""
     return CompiledGraph(graph_of(fn), fn)
+
+
+for _api in (jacrev, jacfwd, hessian, hvp):
+    _api.__kt_lower__ = _refuse_in_graph(f"kt.{_api.__name__}")

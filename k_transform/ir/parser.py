@@ -655,8 +655,8 @@ class GraphBuilder:
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
         lower = getattr(value, "__kt_lower__", None)
-        if lower is not None and args and isinstance(args[0], Constant) and not kwargs:
-            return lower(self, args, e)  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
+        if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
+            return lower(self, args, kwargs, e)
         graph = getattr(value, "__kt_graph__", None)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
