@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.ir.nodes import FuncGraph
@@ -39,6 +40,12 @@ def compile(fn):  # noqa: A001 - the natural name for the round trip
     """`fn` parsed to IR and generated back to Python: same results, eagerly
     and under `jax.jit`. The returned function carries `__kt_graph__`."""
     graph = graph_of(fn)
-    compiled = compile_graph(graph)
+    run = compile_graph(graph)
+
+    def compiled(*args):
+        return run(*rt.as_jax_inputs(args))  # NumPy inputs become arrays, as under jit
+
+    compiled.__name__ = compiled.__qualname__ = run.__name__
+    compiled.__kt_source__ = run.__kt_source__
     compiled.__kt_graph__ = graph
     return compiled

@@ -110,7 +110,7 @@ class CompiledGraph:
         values = tuple(p.data for p in self.params)
         use_jit = _mode["jit"] if self.jit is None else self.jit
         if not use_jit:
-            return self._write_back(self._compute(values, args))
+            return self._write_back(self._compute(values, rt.as_jax_inputs(args)))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
         key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))

@@ -739,6 +739,16 @@ def _pad_into(x, index, dout):
     return lax.pad(value, jnp.zeros((), value.dtype), config)
 
 
+def as_jax_inputs(args) -> tuple:
+    """`args` with NumPy arrays and scalars made JAX arrays, as `jax.jit` makes
+    them: eager runs then see the same types (`x.at[...]`) as jitted ones."""
+
+    def convert(v):
+        return jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+    return tuple(jax.tree_util.tree_map(convert, a) for a in args)
+
+
 def input_grad(d, arg):
     """The gradient reported for an input. Integer arrays get their gradient
     cast to their own dtype, as MindSpore's GradOperation does (the JAX-style
