@@ -709,21 +709,22 @@ def getitem_grad(x, index, dout):
 
 
 def _pad_into(x, index, dout):
-    """`dout` placed at a basic index (ints, unit-step slices) by `lax.pad`,
-    which XLA fuses (a scatter into zeros is not); None for other indices."""
-    items = index if isinstance(index, tuple) else (index,)
+    """`dout` placed at a basic index (ints, slices of any step, None) by
+    `lax.pad`, which XLA fuses (a scatter into zeros is not, and a scatter of
+    a reversed slice next to a cumsum once crashed XLA's simplifier); None for
+    other indices."""
+    value, items = _drop_new_axes(jnp.asarray(dout, jnp.result_type(x)), index)
     shape = jnp.shape(x)
-    if len(items) > len(shape):
+    if items is None or len(items) > len(shape):
         return None
-    config, expand = [], []
+    config, expand, flip = [], [], []
     for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer, slice)):
             return None
         if isinstance(item, slice):
-            start, stop, step = item.indices(n)
-            if step != 1:
-                return None
-            config.append((start, n - max(stop, start), 0))
+            pad, reverse = _slice_pad(item, n)
+            config.append(pad)
+            flip += [axis] * reverse
         else:
             i = int(item) % n if -n <= int(item) < n else None
             if i is None:
@@ -731,12 +732,44 @@ def _pad_into(x, index, dout):
             config.append((i, n - i - 1, 0))
             expand.append(axis)
     config += [(0, 0, 0)] * (len(shape) - len(config))
-    value = jnp.asarray(dout, jnp.result_type(x))
     for axis in expand:
         value = jnp.expand_dims(value, axis)
-    inner = tuple(n - lo - hi for n, (lo, hi, _) in zip(shape, config, strict=True))
+    inner = tuple(
+        (n - lo - hi + inner) // (inner + 1)
+        for n, (lo, hi, inner) in zip(shape, config, strict=True)
+    )
     value = jnp.broadcast_to(value, inner)
+    if flip:
+        value = jnp.flip(value, flip)
     return lax.pad(value, jnp.zeros((), value.dtype), config)
+
+
+def _slice_pad(item: slice, n: int) -> tuple[tuple[int, int, int], bool]:
+    """The `lax.pad` config `(low, high, interior)` that puts the items of
+    `x[item]` back along an axis of length `n`, and whether they come reversed."""
+    picked = range(*item.indices(n))
+    if not picked:
+        return (0, n, 0), False
+    lo, hi = min(picked), max(picked)
+    return (lo, n - hi - 1, abs(picked.step) - 1), picked.step < 0
+
+
+def _drop_new_axes(value, index):
+    """`(value, items)` with the axes a `None` in `index` added squeezed out of
+    `value` and the Nones dropped; items None when `index` is not basic."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(item is None for item in items):
+        return value, items
+    drop, out = [], 0
+    for item in items:
+        if item is None or isinstance(item, slice):
+            drop += [out] * (item is None)
+            out += 1
+        elif isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            return value, None
+    if jnp.ndim(value) < out or any(jnp.shape(value)[a] != 1 for a in drop):
+        return value, None
+    return jnp.squeeze(value, tuple(drop)), tuple(i for i in items if i is not None)
 
 
 def as_jax_inputs(args) -> tuple:
