@@ -33,6 +33,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
 from k_transform.runtime_grad import LoopBoundExceeded, set_loop_bound
+from k_transform.runtime_stack import bounded_loops
 from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
 _mode = {"jit": True}
@@ -105,12 +106,13 @@ class CompiledGraph:
             for n in g.nodes
         )
         self._jitted: dict[tuple, object] = {}
+        self.bound_loops = False  # gradient and jvp functions: see `_eager`
 
     def __call__(self, *args):
         values = tuple(p.data for p in self.params)
         use_jit = _mode["jit"] if self.jit is None else self.jit
         if not use_jit:
-            return self._write_back(self._compute(values, rt.as_jax_inputs(args)))
+            return self._eager(values, rt.as_jax_inputs(args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
         key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))
@@ -125,6 +127,12 @@ class CompiledGraph:
                     raise
                 self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _eager(self, values, args):
+        """The generated code run op by op; gradient and jvp functions bound
+        their concrete `while` loops (`runtime_stack.bounded_loops`)."""
+        with bounded_loops(self.bound_loops):
+            return self._write_back(self._compute(values, args))
 
     def _with_static(self, fixed: dict, n: int):
         """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
@@ -170,6 +178,7 @@ class GradFunction(CompiledGraph):
         self.spec = spec
         self.api = api
         super().__init__(grad_graph(graph_of(fn), spec), fn, jit)
+        self.bound_loops = True
 
     def __call__(self, *args):
         if self.spec.sens_param and not args:
@@ -292,7 +301,9 @@ def vjp(fn, *inputs):
     check_float_inputs("kt.vjp", inputs, range(len(inputs)))
     primal = graph_of(fn)
     grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
-    out = CompiledGraph(primal)(*inputs)
+    forward = CompiledGraph(primal)
+    forward.bound_loops = True
+    out = forward(*inputs)
     return out, lambda v: grad_fn(*inputs, v)
 
 
@@ -368,6 +379,7 @@ def _jvp_function(fn) -> CompiledGraph:
     entry = _jvp_cache.get(id(fn))
     if entry is None or entry[0] is not fn:
         entry = (fn, CompiledGraph(jvp_graph(graph_of(fn)), fn))
+        entry[1].bound_loops = True
         _jvp_cache[id(fn)] = entry
     return entry[1]
 

@@ -360,12 +360,15 @@ def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool 
     missing env entries are zeros, and take the structure the body gives.
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    n = 0
     while True:
         c = cond_fn(*carry, *inv)
         if is_tracer(c):
             break
         if not c:
             return carry
+        n += 1
+        rs.count_iteration(n, where)
         carry = tuple(body_fn(*carry, *inv))
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
     carry = _settle_carry(step, carry, where, None, grads)
