@@ -44,7 +44,10 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
-_cache: dict[tuple, FuncGraph] = {}
+# Parsed graphs by function, and for methods by the identity of `self`. An
+# entry holds its `self` (the Cell) alive: ids are reused once an object is
+# gone, and a fresh Cell must never get a dead one's graph (its Parameters).
+_cache: dict[tuple, tuple[object, FuncGraph]] = {}
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -118,12 +121,13 @@ def parse(fn, bound_self=None) -> FuncGraph:
     if isinstance(fn, types.MethodType):
         fn, bound_self = fn.__func__, fn.__self__
     key = (fn, id(bound_self)) if bound_self is not None else (fn,)
-    if key in _cache:
-        return _cache[key]
+    entry = _cache.get(key)
+    if entry is not None and entry[0] is bound_self:
+        return entry[1]
     source = Source(fn)
     name = f"{type(bound_self).__name__}.{source.name}" if bound_self is not None else source.name
     graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
-    _cache[key] = graph
+    _cache[key] = (bound_self, graph)
     try:
         FunctionParser(fn, source, bound_self).build(graph)
     except BaseException:
@@ -302,7 +306,7 @@ class GraphBuilder:
         are defined; a closure is therefore built when it is used, and again
         if a variable it reads has been reassigned since.
         """
-        key = tuple(id(self.vars.get(v)) for v in lazy.reads)
+        key = tuple(self.vars.get(v) for v in lazy.reads)  # the bindings, held (not ids)
         if key not in lazy.graphs:
             self.nested_function(
                 lazy.fdef, lazy.name, lambda value: lazy.graphs.update({key: value})
