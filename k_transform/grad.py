@@ -11,7 +11,22 @@ and on each call:
    env under their keys;
 3. is jitted by default: Python ints, bools, strings and None are static
    arguments, floats and arrays traced. `set_mode("eager")` (or `jit=False`)
-   runs the same generated code op by op.
+   runs the same generated code op by op; NumPy inputs become JAX arrays in
+   both modes. In both, the concrete `while` loops of gradient and jvp
+   functions are bounded (see `runtime_stack.bounded_loops`).
+
+Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `vjp`, `jvp`,
+`jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
+input it differentiates is an integer or boolean (array or Python int).
+`GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
+PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed
+by the rules and cast to its own integer dtype (`x * x` at int32 `[3, 4]`
+gives int32 `[6, 8]`). Differences from MindSpore, kept on purpose:
+MindSpore also casts the sensitivity at each integer `Cast` on the way (ours
+passes none back through a cast from an integer), and it leaves Python
+scalars (ints and floats) out of the gradient tuple altogether, where ours
+keeps one entry per input: a zero for a Python int (static), the gradient
+for a Python float (traced, as the design card says).
 """
 
 from __future__ import annotations
