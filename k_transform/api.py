@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
@@ -42,10 +44,11 @@ def compile(fn):  # noqa: A001 - the natural name for the round trip
     graph = graph_of(fn)
     run = compile_graph(graph)
 
-    def compiled(*args):
-        return run(*rt.as_jax_inputs(args))  # NumPy inputs become arrays, as under jit
+    @functools.wraps(run)  # keeps the signature (jax.jit's static_argnames)
+    def compiled(*args, **kwargs):
+        names = tuple(kwargs)
+        values = rt.as_jax_inputs((*args, *kwargs.values()))  # NumPy: arrays, as under jit
+        return run(*values[: len(args)], **dict(zip(names, values[len(args) :], strict=True)))
 
-    compiled.__name__ = compiled.__qualname__ = run.__name__
-    compiled.__kt_source__ = run.__kt_source__
     compiled.__kt_graph__ = graph
     return compiled
