@@ -37,12 +37,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
-from k_transform.ir import prims
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
@@ -330,51 +330,8 @@ def jvp(fn, inputs, v):
     return _jvp(fn, inputs, v)
 
 
-def _static_fn(builder, api: str, args, kwargs, e):
-    """The function argument of an API call in transformed code (a constant)."""
-    if kwargs or not args or not isinstance(args[0], Constant):
-        raise builder.fp.unsupported(f"{api} with keywords or a computed function", e)
-    return args[0].value
-
-
-def _lower_vjp(builder, args, kwargs, e):
-    """`kt.vjp(fn, *inputs)` inside code being transformed: `(fn(*inputs), vjp_fn)`
-    with `vjp_fn` a closure graph over the inputs calling `fn`'s gradient graph.
-    `builder` is the parser's GraphBuilder for the calling function."""
-    primal = graph_of(_static_fn(builder, "kt.vjp", args, kwargs, e))
-    inputs = args[1:]
-    out = builder.apply(Constant(primal, hint=primal.name), *inputs, node=e)
-    grads = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
-    closure = FuncGraph(f"{primal.name}_vjp_fn", parent=builder.graph, debug=builder.debug(e))
-    v = closure.add_parameter("v")
-    closure.param_names, closure.defaults = ["v"], {}
-    closure.output = closure.apply(Constant(grads, hint=grads.name), *inputs, v)
-    return builder.apply(prims.MakeTuple(), out, Constant(closure, hint=closure.name), node=e)
-
-
-def _lower_jvp(builder, args, kwargs, e):
-    """`kt.jvp(fn, inputs, v)` inside code being transformed: a call of `fn`'s
-    jvp graph on the unpacked inputs and tangents."""
-    fn = _static_fn(builder, "kt.jvp", args, kwargs, e)
-    if len(args) != 3:
-        raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
-    graph = jvp_graph(graph_of(fn))
-    n = len(graph.parameters) // 2
-    xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
-    return builder.apply(Constant(graph, hint=graph.name), *xs, *vs, node=e)
-
-
-def _refuse_in_graph(api: str):
-    """A `__kt_lower__` that refuses `api` inside transformed code, by name."""
-
-    def refuse(builder, args, kwargs, e):
-        raise builder.fp.unsupported(f"{api} inside a function being transformed", e)
-
-    return refuse
-
-
-vjp.__kt_lower__ = _lower_vjp
-jvp.__kt_lower__ = _lower_jvp
+vjp.__kt_lower__ = lowering.lower_vjp
+jvp.__kt_lower__ = lowering.lower_jvp
 
 
 def _jvp(fn, inputs, v):
@@ -409,39 +366,54 @@ class Jvp:
         return jvp(self.fn, inputs, v)
 
 
-def jacrev(fn, argnum: int = 0):
-    """The Jacobian of `fn` w.r.t. input `argnum`, one vjp per output element (vmapped)."""
+class Jacobian:
+    """What `jacrev(fn, argnum)` / `jacfwd(fn, argnum)` return: called on
+    arrays, the Jacobian of `fn` w.r.t. input `argnum` (one vjp per output
+    element, or one jvp per input element, vmapped); called inside code being
+    transformed, it lowers to graphs (`lowering.lower_jacobian`)."""
 
-    def jacobian(*args):
-        check_float_inputs("kt.jacrev", args, (argnum,))
-        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
-        out = CompiledGraph(graph_of(fn))(*args)
+    def __init__(self, fn, argnum: int, forward: bool):
+        self.fn, self.argnum, self.forward = fn, argnum, forward
+
+    def __call__(self, *args):
+        check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, (self.argnum,))
+        return self._forward(args) if self.forward else self._reverse(args)
+
+    def _reverse(self, args):
+        grad_fn = GradFunction(self.fn, GradSpec(inputs=self.argnum, sens_param=True))
+        out = CompiledGraph(graph_of(self.fn))(*args)
         basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
         rows = jax.vmap(lambda u: grad_fn(*args, u))(basis)
-        return rows.reshape(*out.shape, *jnp.shape(args[argnum]))
+        return rows.reshape(*out.shape, *jnp.shape(args[self.argnum]))
 
-    return jacobian
-
-
-def jacfwd(fn, argnum: int = 0):
-    """The Jacobian of `fn` w.r.t. input `argnum`, one jvp per input element (vmapped)."""
-
-    def jacobian(*args):
-        check_float_inputs("kt.jacfwd", args, (argnum,))
-        x = jnp.asarray(args[argnum])
+    def _forward(self, args):
+        x = jnp.asarray(args[self.argnum])
         basis = jnp.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
 
         def column(v):
-            tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
-            return _jvp(fn, tuple(args), tangents)[1]
+            tangents = tuple(
+                v if k == self.argnum else jnp.zeros_like(a) for k, a in enumerate(args)
+            )
+            return _jvp(self.fn, tuple(args), tangents)[1]
 
         cols = jax.vmap(column)(basis)
         return jnp.moveaxis(cols.reshape(x.size, -1), 0, -1).reshape(*cols.shape[1:], *x.shape)
 
-    return jacobian
+    def __kt_lower__(self, builder, args, kwargs, e):
+        return lowering.lower_jacobian(builder, self.fn, self.argnum, self.forward, args, e)
 
 
-def hessian(fn, argnum: int = 0):
+def jacrev(fn, argnum: int = 0) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. input `argnum`, by reverse mode."""
+    return Jacobian(fn, argnum, forward=False)
+
+
+def jacfwd(fn, argnum: int = 0) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. input `argnum`, by forward mode."""
+    return Jacobian(fn, argnum, forward=True)
+
+
+def hessian(fn, argnum: int = 0) -> Jacobian:
     """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
     return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
 
@@ -462,5 +434,5 @@ def jit(fn) -> CompiledGraph:
     return CompiledGraph(graph_of(fn), fn)
 
 
-for _api in (jacrev, jacfwd, hessian, hvp):
-    _api.__kt_lower__ = _refuse_in_graph(f"kt.{_api.__name__}")
+jacrev.__kt_static__ = jacfwd.__kt_static__ = hessian.__kt_static__ = True
+hvp.__kt_lower__ = lowering.lower_hvp
