@@ -15,9 +15,11 @@ and on each call:
    both modes. In both, the concrete `while` loops of gradient and jvp
    functions are bounded (see `runtime_stack.bounded_loops`).
 
-Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `vjp`, `jvp`,
+Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
 `jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
 input it differentiates is an integer or boolean (array or Python int).
+`vjp` accepts them, as `jax.vjp` does, and gives them a zero gradient (JAX
+gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
 `GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
 PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed
 by the rules and cast to its own integer dtype (`x * x` at int32 `[3, 4]`
@@ -288,7 +290,7 @@ class GradOperation:
             inputs = "all" if self.get_all else None
         else:
             inputs = "all" if self.get_all else "first"
-        spec = GradSpec(inputs, params, single, self.sens_param)
+        spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
         return GradFunction(fn, spec)
 
 
@@ -313,7 +315,6 @@ value_and_grad.__kt_static__ = True
 
 def vjp(fn, *inputs):
     """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
-    check_float_inputs("kt.vjp", inputs, range(len(inputs)))
     primal = graph_of(fn)
     grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
     forward = CompiledGraph(primal)

@@ -785,14 +785,13 @@ def as_jax_inputs(args) -> tuple:
     return tuple(jax.tree_util.tree_map(convert, a) for a in args)
 
 
-def input_grad(d, arg):
-    """The gradient reported for an input. Integer arrays get their gradient
-    cast to their own dtype, as MindSpore's GradOperation does (the JAX-style
-    API refuses integer inputs before it runs); boolean arrays, static inputs
-    (Python ints, bools, None, strings) and inputs nothing flowed to get a
-    documented zero."""
+def input_grad(d, arg, integers: bool = False):
+    """The gradient reported for an input. Integer arrays get a zero (JAX's
+    float0 cotangent) or, with `integers` (MindSpore's GradOperation), their
+    gradient cast to their own dtype; boolean arrays, static inputs (Python
+    ints, bools, None, strings) and inputs nothing flowed to get a zero."""
     if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
-        if d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
+        if not integers or d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
             return jnp.zeros_like(arg)
         return jnp.broadcast_to(jnp.asarray(d, arg.dtype), jnp.shape(arg))
     if d is None or arg is None or isinstance(arg, (bool, int, str)):
