@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.ir.nodes import FuncGraph
@@ -39,6 +42,13 @@ def compile(fn):  # noqa: A001 - the natural name for the round trip
     """`fn` parsed to IR and generated back to Python: same results, eagerly
     and under `jax.jit`. The returned function carries `__kt_graph__`."""
     graph = graph_of(fn)
-    compiled = compile_graph(graph)
+    run = compile_graph(graph)
+
+    @functools.wraps(run)  # keeps the signature (jax.jit's static_argnames)
+    def compiled(*args, **kwargs):
+        names = tuple(kwargs)
+        values = rt.as_jax_inputs((*args, *kwargs.values()))  # NumPy: arrays, as under jit
+        return run(*values[: len(args)], **dict(zip(names, values[len(args) :], strict=True)))
+
     compiled.__kt_graph__ = graph
     return compiled

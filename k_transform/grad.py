@@ -11,7 +11,24 @@ and on each call:
    env under their keys;
 3. is jitted by default: Python ints, bools, strings and None are static
    arguments, floats and arrays traced. `set_mode("eager")` (or `jit=False`)
-   runs the same generated code op by op.
+   runs the same generated code op by op; NumPy inputs become JAX arrays in
+   both modes. In both, the concrete `while` loops of gradient and jvp
+   functions are bounded (see `runtime_stack.bounded_loops`).
+
+Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
+`jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
+input it differentiates is an integer or boolean (array or Python int).
+`vjp` accepts them, as `jax.vjp` does, and gives them a zero gradient (JAX
+gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
+`GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
+PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed
+by the rules and cast to its own integer dtype (`x * x` at int32 `[3, 4]`
+gives int32 `[6, 8]`). Differences from MindSpore, kept on purpose:
+MindSpore also casts the sensitivity at each integer `Cast` on the way (ours
+passes none back through a cast from an integer), and it leaves Python
+scalars (ints and floats) out of the gradient tuple altogether, where ours
+keeps one entry per input: a zero for a Python int (static), the gradient
+for a Python float (traced, as the design card says).
 """
 
 from __future__ import annotations
@@ -24,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
@@ -34,6 +52,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
 from k_transform.runtime_grad import LoopBoundExceeded, set_loop_bound
+from k_transform.runtime_stack import bounded_loops
 from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
 _mode = {"jit": True}
@@ -106,12 +125,13 @@ class CompiledGraph:
             for n in g.nodes
         )
         self._jitted: dict[tuple, object] = {}
+        self.bound_loops = False  # gradient and jvp functions: see `_eager`
 
     def __call__(self, *args):
         values = tuple(p.data for p in self.params)
         use_jit = _mode["jit"] if self.jit is None else self.jit
         if not use_jit:
-            return self._write_back(self._compute(values, args))
+            return self._eager(values, rt.as_jax_inputs(args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
         key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))
@@ -126,6 +146,12 @@ class CompiledGraph:
                     raise
                 self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _eager(self, values, args):
+        """The generated code run op by op; gradient and jvp functions bound
+        their concrete `while` loops (`runtime_stack.bounded_loops`)."""
+        with bounded_loops(self.bound_loops):
+            return self._write_back(self._compute(values, args))
 
     def _with_static(self, fixed: dict, n: int):
         """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
@@ -161,10 +187,22 @@ class CompiledGraph:
 
 
 class GradFunction(CompiledGraph):
-    """A gradient function: what `GradOperation(...)(fn)` returns."""
+    """A gradient function: what `GradOperation(...)(fn)` returns.
 
-    def __init__(self, fn, spec: GradSpec, jit: bool | None = None, bound: bool = False):
+    `api` names the JAX-style function that made it (`kt.grad`, ...); those
+    refuse integer inputs at the differentiated positions, as JAX does.
+    """
+
+    def __init__(
+        self,
+        fn,
+        spec: GradSpec,
+        jit: bool | None = None,
+        api: str | None = None,
+        bound: bool = False,
+    ):
         self.spec = spec
+        self.api = api
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
@@ -172,10 +210,14 @@ class GradFunction(CompiledGraph):
         if self._binds:  # positions in `spec` count the arguments as passed
             spec = dataclasses.replace(spec, inputs="first")
         super().__init__(grad_graph(primal, spec), fn, jit)
+        self.bound_loops = True
 
     def __call__(self, *args, **kwargs):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
+        if self.api is not None:
+            n = len(args) - self.spec.sens_param
+            check_float_inputs(self.api, args[:n], _positions(self.spec.inputs, n))
         if kwargs or self._binds:
             return self._keyword_call(args, kwargs)
         return super().__call__(*args)
@@ -239,6 +281,35 @@ def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
     return tuple(flat), where
 
 
+def _positions(inputs, n: int) -> tuple[int, ...]:
+    """The argument positions a GradSpec's `inputs` differentiates."""
+    if inputs == "first":
+        return (0,) if n else ()
+    if inputs == "all":
+        return tuple(range(n))
+    if isinstance(inputs, int):
+        return (inputs,)
+    return tuple(inputs) if isinstance(inputs, tuple) else ()
+
+
+def check_float_inputs(api: str, args, positions) -> None:
+    """JAX's rule for its differentiation API: the inputs differentiated must
+    be float (or complex) arrays or Python floats; an integer or boolean input
+    raises TypeError instead of getting a silent zero gradient."""
+    for k in positions:
+        if k >= len(args):
+            continue
+        for leaf in jax.tree_util.tree_leaves(args[k]):
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
+            if not jnp.issubdtype(dtype, jnp.inexact):
+                raise TypeError(
+                    f"{api} requires real- or complex-valued inputs (a float dtype), but input "
+                    f"{k} is {type(leaf).__name__} of dtype {dtype}; pass a float array "
+                    "(e.g. x.astype(jnp.float32)) or leave it out of the differentiated inputs "
+                    "(kt.GradOperation gives integer arrays an integer gradient, as MindSpore)"
+                )
+
+
 MAX_RETRACES = 6
 _BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
 
@@ -294,7 +365,7 @@ class GradOperation:
             inputs = "all" if self.get_all else None
         else:
             inputs = "all" if self.get_all else "first"
-        spec = GradSpec(inputs, params, single, self.sens_param)
+        spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
         return GradFunction(fn, spec)
 
 
@@ -302,14 +373,15 @@ def grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
     """Gradients of `fn` w.r.t. the inputs at `grad_position` (an int, a tuple,
     or None) and `weights`; `(inputs, weights)` when both are asked for."""
     params, single = _as_weights(weights)
-    return GradFunction(fn, GradSpec(grad_position, params, single, has_aux=has_aux))
+    spec = GradSpec(grad_position, params, single, has_aux=has_aux)
+    return GradFunction(fn, spec, api="kt.grad")
 
 
 def value_and_grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
     """`(value, gradients)`; see `grad`."""
     params, single = _as_weights(weights)
     spec = GradSpec(grad_position, params, single, has_aux=has_aux, with_value=True)
-    return GradFunction(fn, spec)
+    return GradFunction(fn, spec, api="kt.value_and_grad")
 
 
 grad.__kt_static__ = True
@@ -320,13 +392,26 @@ def vjp(fn, *inputs):
     """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
     primal = graph_of(fn)
     grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
-    out = CompiledGraph(primal)(*inputs)
+    forward = CompiledGraph(primal)
+    forward.bound_loops = True
+    out = forward(*inputs)
     return out, lambda v: grad_fn(*inputs, v)
 
 
 def jvp(fn, inputs, v):
     """`(out, J v)`: forward mode by double reverse. `inputs` and `v` are an
     array or a tuple of them (MindSpore's convention)."""
+    xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    check_float_inputs("kt.jvp", xs, range(len(xs)))
+    return _jvp(fn, inputs, v)
+
+
+vjp.__kt_lower__ = lowering.lower_vjp
+jvp.__kt_lower__ = lowering.lower_jvp
+
+
+def _jvp(fn, inputs, v):
+    """`jvp` without the input check (jacfwd and hvp check their own input)."""
     single = not isinstance(inputs, (tuple, list))
     xs = (inputs,) if single else tuple(inputs)
     vs = (v,) if single else tuple(v)  # J v is shaped like the output either way
@@ -342,6 +427,7 @@ def _jvp_function(fn) -> CompiledGraph:
     entry = _jvp_cache.get(id(fn))
     if entry is None or entry[0] is not fn:
         entry = (fn, CompiledGraph(jvp_graph(graph_of(fn)), fn))
+        entry[1].bound_loops = True
         _jvp_cache[id(fn)] = entry
     return entry[1]
 
@@ -356,47 +442,65 @@ class Jvp:
         return jvp(self.fn, inputs, v)
 
 
-def jacrev(fn, argnum: int = 0):
-    """The Jacobian of `fn` w.r.t. input `argnum`, one vjp per output element (vmapped)."""
+class Jacobian:
+    """What `jacrev(fn, argnum)` / `jacfwd(fn, argnum)` return: called on
+    arrays, the Jacobian of `fn` w.r.t. input `argnum` (one vjp per output
+    element, or one jvp per input element, vmapped); called inside code being
+    transformed, it lowers to graphs (`lowering.lower_jacobian`)."""
 
-    def jacobian(*args):
-        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
-        out = CompiledGraph(graph_of(fn))(*args)
+    def __init__(self, fn, argnum: int, forward: bool):
+        self.fn, self.argnum, self.forward = fn, argnum, forward
+
+    def __call__(self, *args):
+        check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, (self.argnum,))
+        return self._forward(args) if self.forward else self._reverse(args)
+
+    def _reverse(self, args):
+        grad_fn = GradFunction(self.fn, GradSpec(inputs=self.argnum, sens_param=True))
+        out = CompiledGraph(graph_of(self.fn))(*args)
         basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
         rows = jax.vmap(lambda u: grad_fn(*args, u))(basis)
-        return rows.reshape(*out.shape, *jnp.shape(args[argnum]))
+        return rows.reshape(*out.shape, *jnp.shape(args[self.argnum]))
 
-    return jacobian
-
-
-def jacfwd(fn, argnum: int = 0):
-    """The Jacobian of `fn` w.r.t. input `argnum`, one jvp per input element (vmapped)."""
-
-    def jacobian(*args):
-        x = jnp.asarray(args[argnum])
+    def _forward(self, args):
+        x = jnp.asarray(args[self.argnum])
         basis = jnp.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
 
         def column(v):
-            tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
-            return jvp(fn, tuple(args), tangents)[1]
+            tangents = tuple(
+                v if k == self.argnum else jnp.zeros_like(a) for k, a in enumerate(args)
+            )
+            return _jvp(self.fn, tuple(args), tangents)[1]
 
         cols = jax.vmap(column)(basis)
         return jnp.moveaxis(cols.reshape(x.size, -1), 0, -1).reshape(*cols.shape[1:], *x.shape)
 
-    return jacobian
+    def __kt_lower__(self, builder, args, kwargs, e):
+        return lowering.lower_jacobian(builder, self.fn, self.argnum, self.forward, args, e)
 
 
-def hessian(fn, argnum: int = 0):
+def jacrev(fn, argnum: int = 0) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. input `argnum`, by reverse mode."""
+    return Jacobian(fn, argnum, forward=False)
+
+
+def jacfwd(fn, argnum: int = 0) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. input `argnum`, by forward mode."""
+    return Jacobian(fn, argnum, forward=True)
+
+
+def hessian(fn, argnum: int = 0) -> Jacobian:
     """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
-    return jacrev(GradFunction(fn, GradSpec(inputs=argnum)), argnum)
+    return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
 
 
 def hvp(fn, args, v, argnum: int = 0):
     """A Hessian-vector product by forward over reverse: jvp of the gradient."""
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    check_float_inputs("kt.hvp", args, (argnum,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
     tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
-    return jvp(grad_fn, args, tangents)[1]
+    return _jvp(grad_fn, args, tangents)[1]
 
 
 def jit(fn) -> CompiledGraph:
@@ -404,3 +508,7 @@ def jit(fn) -> CompiledGraph:
     program: Parameters are read when called and their `Assign`ed values
     written back afterwards; jitted, with Python scalars static."""
     return CompiledGraph(graph_of(fn), fn)
+
+
+jacrev.__kt_static__ = jacfwd.__kt_static__ = hessian.__kt_static__ = True
+hvp.__kt_lower__ = lowering.lower_hvp

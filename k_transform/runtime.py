@@ -413,6 +413,8 @@ def fit(value, shape):
     """`value` padded with zeros to the structure `shape`."""
     if shape is None:
         return None
+    if shape is UNDEFINED:  # a variable no path assigns (a `return` never taken)
+        return UNDEFINED
     if isinstance(shape, rs.BufStack):
         if not isinstance(value, rs.BufStack):
             value = rs.BufStack(None, None)
@@ -464,12 +466,15 @@ def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool 
     missing env entries are zeros, and take the structure the body gives.
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    n = 0
     while True:
         c = cond_fn(*carry, *inv)
         if is_tracer(c):
             break
         if not c:
             return carry
+        n += 1
+        rs.count_iteration(n, where)
         carry = tuple(body_fn(*carry, *inv))
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
     carry = _settle_carry(step, carry, where, None, grads)
@@ -634,9 +639,9 @@ def _cast_like(new, old):
 # dicts ("envs", keyed by free-variable keys) for functions, None for values
 # with no gradient (None, strings, objects). `add_grad` adds them.
 def add_grad(a, b):
-    if a is None:
+    if a is None or a is UNDEFINED:  # UNDEFINED: a slot no path fills (no gradient)
         return b
-    if b is None:
+    if b is None or b is UNDEFINED:
         return a
     if rs.is_stack(a):
         return rs.add_stacks(a, b, add_grad)
@@ -836,21 +841,22 @@ def getitem_grad(x, index, dout):
 
 
 def _pad_into(x, index, dout):
-    """`dout` placed at a basic index (ints, unit-step slices) by `lax.pad`,
-    which XLA fuses (a scatter into zeros is not); None for other indices."""
-    items = index if isinstance(index, tuple) else (index,)
+    """`dout` placed at a basic index (ints, slices of any step, None) by
+    `lax.pad`, which XLA fuses (a scatter into zeros is not, and a scatter of
+    a reversed slice next to a cumsum once crashed XLA's simplifier); None for
+    other indices."""
+    value, items = _drop_new_axes(jnp.asarray(dout, jnp.result_type(x)), index)
     shape = jnp.shape(x)
-    if len(items) > len(shape):
+    if items is None or len(items) > len(shape):
         return None
-    config, expand = [], []
+    config, expand, flip = [], [], []
     for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer, slice)):
             return None
         if isinstance(item, slice):
-            start, stop, step = item.indices(n)
-            if step != 1:
-                return None
-            config.append((start, n - max(stop, start), 0))
+            pad, reverse = _slice_pad(item, n)
+            config.append(pad)
+            flip += [axis] * reverse
         else:
             i = int(item) % n if -n <= int(item) < n else None
             if i is None:
@@ -858,20 +864,65 @@ def _pad_into(x, index, dout):
             config.append((i, n - i - 1, 0))
             expand.append(axis)
     config += [(0, 0, 0)] * (len(shape) - len(config))
-    value = jnp.asarray(dout, jnp.result_type(x))
     for axis in expand:
         value = jnp.expand_dims(value, axis)
-    inner = tuple(n - lo - hi for n, (lo, hi, _) in zip(shape, config, strict=True))
+    inner = tuple(
+        (n - lo - hi + inner) // (inner + 1)
+        for n, (lo, hi, inner) in zip(shape, config, strict=True)
+    )
     value = jnp.broadcast_to(value, inner)
+    if flip:
+        value = jnp.flip(value, flip)
     return lax.pad(value, jnp.zeros((), value.dtype), config)
 
 
-def input_grad(d, arg):
-    """The gradient reported for an input. Static inputs (Python ints, bools,
-    None, strings) and integer arrays get a documented zero, as in MindSpore;
-    so does an input nothing flowed to."""
+def _slice_pad(item: slice, n: int) -> tuple[tuple[int, int, int], bool]:
+    """The `lax.pad` config `(low, high, interior)` that puts the items of
+    `x[item]` back along an axis of length `n`, and whether they come reversed."""
+    picked = range(*item.indices(n))
+    if not picked:
+        return (0, n, 0), False
+    lo, hi = min(picked), max(picked)
+    return (lo, n - hi - 1, abs(picked.step) - 1), picked.step < 0
+
+
+def _drop_new_axes(value, index):
+    """`(value, items)` with the axes a `None` in `index` added squeezed out of
+    `value` and the Nones dropped; items None when `index` is not basic."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(item is None for item in items):
+        return value, items
+    drop, out = [], 0
+    for item in items:
+        if item is None or isinstance(item, slice):
+            drop += [out] * (item is None)
+            out += 1
+        elif isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            return value, None
+    if jnp.ndim(value) < out or any(jnp.shape(value)[a] != 1 for a in drop):
+        return value, None
+    return jnp.squeeze(value, tuple(drop)), tuple(i for i in items if i is not None)
+
+
+def as_jax_inputs(args) -> tuple:
+    """`args` with NumPy arrays and scalars made JAX arrays, as `jax.jit` makes
+    them: eager runs then see the same types (`x.at[...]`) as jitted ones."""
+
+    def convert(v):
+        return jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+    return tuple(jax.tree_util.tree_map(convert, a) for a in args)
+
+
+def input_grad(d, arg, integers: bool = False):
+    """The gradient reported for an input. Integer arrays get a zero (JAX's
+    float0 cotangent) or, with `integers` (MindSpore's GradOperation), their
+    gradient cast to their own dtype; boolean arrays, static inputs (Python
+    ints, bools, None, strings) and inputs nothing flowed to get a zero."""
     if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
-        return jnp.zeros_like(arg)
+        if not integers or d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
+            return jnp.zeros_like(arg)
+        return jnp.broadcast_to(jnp.asarray(d, arg.dtype), jnp.shape(arg))
     if d is None or arg is None or isinstance(arg, (bool, int, str)):
         return zeros_like_value(arg)
     return d

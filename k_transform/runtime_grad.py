@@ -85,6 +85,7 @@ def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = "", grads: 
         c = cond_fn(*carry, *inv)
         if rt.is_tracer(c) or not c:
             break
+        rs.count_iteration(len(bprops) + 1, where)
         carry, bp = _split(body_k(*carry, *inv))
         bprops.append(bp)
     traced = rt.is_tracer(c)

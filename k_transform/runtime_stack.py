@@ -58,6 +58,50 @@ def set_loop_bound(bound: int, where: str | None = None) -> None:
         _bounds[where] = int(bound)
 
 
+# Concrete `while` loops (eager mode, Python conditions) of gradient and jvp
+# functions are bounded too, by the same `loop_bound(where)`: a loop whose
+# condition never becomes false raises LoopBoundExceeded instead of hanging.
+# As gradient functions grow a traced loop's bound and retrace (up to
+# EAGER_GROWTHS times), an eager loop grows its bound in place the same number
+# of times, so eager and jit accept the same loops. Plain `kt.compile` code
+# runs unbounded (Python's own semantics).
+EAGER_GROWTHS = 6
+_bounded: dict = {"on": False, "grown": {}}
+
+
+class bounded_loops:
+    """Within it, concrete `while` loops check `loop_bound(where)`."""
+
+    def __init__(self, on: bool = True):
+        self.on = on
+
+    def __enter__(self):
+        self.saved = dict(_bounded)
+        if self.on and not _bounded["on"]:
+            _bounded.update(on=True, grown={})
+        return self
+
+    def __exit__(self, *exc):
+        _bounded.update(self.saved)
+        return False
+
+
+def count_iteration(n: int, where: str) -> None:
+    """Called with the count of a concrete `while` loop's iterations so far."""
+    if not _bounded["on"] or n <= loop_bound(where):
+        return
+    grown = _bounded["grown"].get(where, 0)
+    if grown < EAGER_GROWTHS:
+        _bounded["grown"][where] = grown + 1
+        set_loop_bound(1 << n.bit_length(), where)
+        return
+    raise LoopBoundExceeded(
+        f"{LoopBoundExceeded.MARK}: the while loop at {where} ran {n} iterations, more "
+        f"than its bound of {loop_bound(where)} (does its condition ever become false?); "
+        f"raise it with kt.set_loop_bound({n * 2}) if the loop is meant to run longer"
+    )
+
+
 class _QuietBoundOverflow(logging.Filter):
     """JAX logs a traceback when a debug callback raises; the bound overflow is
     expected (gradient functions grow the bound and retrace), so drop it."""

@@ -42,7 +42,9 @@ class GradSpec:
     Parameters to differentiate, or None; `single_weight` returns a bare
     gradient for one Parameter. `sens_param`: the last argument is the output
     sensitivity. `has_aux`: the function returns `(out, aux)` and only `out` is
-    differentiated. `with_value`: return `(value, grads)`.
+    differentiated. `with_value`: return `(value, grads)`. `integer_grads`:
+    integer array inputs get their gradient in their own dtype (MindSpore's
+    GradOperation), else zeros (JAX's float0 cotangent).
     """
 
     inputs: object = "first"
@@ -51,6 +53,7 @@ class GradSpec:
     sens_param: bool = False
     has_aux: bool = False
     with_value: bool = False
+    integer_grads: bool = False
 
 
 class _Builder:
@@ -96,7 +99,8 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     else:
         dout = b.prim(dp.OnesLike(), out)
     grads = b.call(bprop, dout)
-    d_args = [b.prim(dp.InputGrad(), b.item(grads, k + 1), x) for k, x in enumerate(inputs)]
+    integers = dp.InputGrad(spec.integer_grads)
+    d_args = [b.prim(integers, b.item(grads, k + 1), x) for k, x in enumerate(inputs)]
     result = _select(b, spec, b.item(grads, 0), d_args)
     if spec.with_value:
         result = b.tuple(out, result)

@@ -115,13 +115,18 @@ class ReadParam(_RuntimeCall):
 
 
 class InputGrad(_RuntimeCall):
-    """The gradient reported for an input (zeros for static and integer inputs)."""
+    """The gradient reported for an input (zeros for static and integer inputs;
+    `integers`: integer arrays get their gradient in their dtype, MindSpore's
+    GradOperation)."""
 
     n_inputs = 2
     rt_name = "input_grad"
 
-    def __init__(self):
-        super().__init__("input_grad")
+    def __init__(self, integers: bool = False):
+        super().__init__("input_grad", integers=integers)
+
+    def extra(self) -> list:
+        return [True] if self.integers else []
 
 
 class TreeVdot(_RuntimeCall):

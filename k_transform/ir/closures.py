@@ -135,12 +135,14 @@ class ClosureScope:
     def closure_key(self, site: ClosureSite) -> tuple:
         """This builder and the bindings of the names `site` reads, transitively."""
         ids, todo, seen = [], list(site.reads), set()
+        self.fp.held.append(self)
         while todo:
             name = todo.pop()
             if name in seen:
                 continue
             seen.add(name)
             value = self.peek(name)
+            self.fp.held.append(value)  # ids stay unique while the function is parsed
             ids.append((name, id(value)))
             if isinstance(value, ClosureSite):
                 todo.extend(value.reads)
@@ -264,6 +266,7 @@ class ClosureScope:
         with the bindings they read here, are checked again where it is used."""
         sites = [site for site in map(site_of, values) if site is not None]
         if sites:
+            self.fp.held.append(node)
             self.escaped[id(node)] = [(site, self.closure_key(site)[1], s) for site in sites]
 
     def refuse_carried_closures(self, body: ClosureScope, carried: list[str], s) -> None:

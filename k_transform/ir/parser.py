@@ -69,8 +69,11 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ir.source import Source, is_user_function
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
-_cache: dict[tuple, FuncGraph] = {}
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+# Parsed graphs by function, and for methods by the identity of `self`. An
+# entry holds its `self` (the Cell) alive: ids are reused once an object is
+# gone, and a fresh Cell must never get a dead one's graph (its Parameters).
+_cache: dict[tuple, tuple[object, FuncGraph]] = {}
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -140,12 +143,13 @@ def parse(fn, bound_self=None) -> FuncGraph:
     if isinstance(fn, types.MethodType):
         fn, bound_self = fn.__func__, fn.__self__
     key = (fn, id(bound_self)) if bound_self is not None else (fn,)
-    if key in _cache:
-        return _cache[key]
+    entry = _cache.get(key)
+    if entry is not None and entry[0] is bound_self:
+        return entry[1]
     source = Source(fn)
     name = f"{type(bound_self).__name__}.{source.name}" if bound_self is not None else source.name
     graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
-    _cache[key] = graph
+    _cache[key] = (bound_self, graph)
     try:
         FunctionParser(fn, source, bound_self).build(graph)
     except BaseException:
@@ -169,6 +173,8 @@ class FunctionParser:
             except ValueError:
                 continue  # an empty cell: unassigned in the enclosing function
         self.globals = fn.__globals__
+        # Nodes whose ids key closure bindings: held, so no id is reused meanwhile.
+        self.held: list = []
 
     def error(self, what: str, node) -> KTransformError:
         return KTransformError(what, self.source.debug(node))
@@ -195,8 +201,11 @@ class FunctionParser:
         raise self.error(f"name {name!r} is not defined", node)
 
     def value_node(self, value, hint: str, node) -> Constant:
-        """A Python value as a node: user functions become graphs."""
-        if is_user_function(value):
+        """A Python value as a node: user functions become graphs (k_transform's
+        own API functions, marked `__kt_static__` or `__kt_lower__`, stay values:
+        see `call`)."""
+        api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
+        if is_user_function(value) and not api:
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
 
@@ -746,6 +755,9 @@ class GraphBuilder(ClosureScope, SugarBuilder, SignatureBinding):
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
+        lower = getattr(value, "__kt_lower__", None)
+        if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
+            return lower(self, args, kwargs, e)
         graph = getattr(value, "__kt_graph__", None)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
@@ -802,6 +814,14 @@ class GraphBuilder(ClosureScope, SugarBuilder, SignatureBinding):
         if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
             return parse(method, bound_self=value)
         return None
+
+    def unpack(self, node: Node, n: int) -> list[Node]:
+        """`n` items of a tuple-valued node; a lone non-tuple node when `n` is 1
+        (the `inputs` / `v` convention of `kt.jvp`)."""
+        is_tuple = isinstance(node, Apply) and isinstance(node.fn.value, prims.MakeTuple)
+        if n == 1 and not is_tuple:
+            return [node]
+        return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
