@@ -61,6 +61,12 @@ class ClosureScope:
         site = ClosureSite(fdef, name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
         self.vars[name] = site
 
+    def built_now(self, fdef) -> Constant:
+        """A nested def that runs right where it is made (the function a
+        comprehension becomes): built over the current bindings."""
+        site = ClosureSite(fdef, fdef.name, self, self.eval_defaults(fdef), nonlocal_names(fdef))
+        return self.materialize(site)
+
     def eval_defaults(self, fdef) -> dict[str, Node]:
         """A def's default values, evaluated where the def statement runs."""
         args = fdef.args

@@ -81,7 +81,7 @@ class SugarBuilder:
 
     def run_sugar(self, fdef, e) -> Node:
         """Parse the nested function `fdef` here and call it with no arguments."""
-        return self.call(self.nested_function(fdef, fdef.name), [], {}, e)
+        return self.call(self.built_now(fdef), [], {}, e)
 
     def hide(self, node: Node):
         """`node` stored under a hidden name; returns how a builder reads it."""
