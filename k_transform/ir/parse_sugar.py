@@ -1,4 +1,4 @@
-"""Parser methods for iteration sugar and unpacking (mixed into `GraphBuilder`).
+"""Parser methods for iteration sugar (mixed into `GraphBuilder`).
 
 - Comprehensions and the builtins that consume an iterable (`sum`, `min`,
   `max`, `list`, `tuple`) become nested functions (`k_transform.ir.sugar`)
@@ -12,8 +12,8 @@
   otherwise it is a `for_each` over `_rt.indices(n)`, a tuple of Python ints,
   which run time unrolls (lengths are static under `jax.jit`: a tuple's, or
   an array's leading dimension). `zip` stops at the shortest, as Python's.
-- Starred assignment (`h, *rest = xs`), star-unpacking in tuple and list
-  literals (`(*a, b)`) and in calls (`f(*args, **kwargs)`).
+- Unpacking is `k_transform.ir.unpacking`; `*args`/`**kwargs` parameters
+  `k_transform.ir.signature`.
 
 A construct whose Python semantics cannot be kept raises `KTransformError`
 naming it: iterating a traced number of times (at run time), `zip`,
@@ -35,13 +35,6 @@ from k_transform.ir.nodes import Apply, Constant, Node
 _DICT_VIEWS = ("items", "keys", "values")
 
 
-def _keys_not_in(d, names: tuple):
-    """`for _kt_k in d if _kt_k not in names` (a comprehension generator)."""
-    names_e = gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in names], ctx=gast.Load())
-    test = gast.Compare(left=sugar.name("_kt_k"), ops=[gast.NotIn()], comparators=[names_e])
-    return gast.comprehension(target=sugar.name("_kt_k", True), iter=d, ifs=[test], is_async=0)
-
-
 class View:
     """An iterable read by position: `length` (a node) and `item(builder, i)`."""
 
@@ -50,11 +43,11 @@ class View:
         self.item = item
 
 
-def _maker(node: Node):
+def maker_of(node: Node):
     return node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
 
 
-def _call_of(fn, name: str):
+def call_of(fn, name: str):
     return prims.LibraryCall(fn, f"_rt.{name}")
 
 
@@ -123,7 +116,7 @@ class SugarBuilder:
                 if self.returned:
                     return
             return
-        positions = self.apply(_call_of(rt.indices, "indices"), view.length, node=s)
+        positions = self.apply(call_of(rt.indices, "indices"), view.length, node=s)
         self.positional_loop(s, positions, view)
 
     def view(self, it) -> View:
@@ -156,8 +149,8 @@ class SugarBuilder:
                 raise self.fp.error(f"zip(strict=True) of lengths {values}", it)
             length = self.const(min(values, default=0), it)
         else:
-            helper = _call_of(rt.zip_strict_length, "zip_strict_length") if strict else None
-            helper = helper or _call_of(rt.zip_length, "zip_length")
+            helper = call_of(rt.zip_strict_length, "zip_strict_length") if strict else None
+            helper = helper or call_of(rt.zip_length, "zip_length")
             length = self.apply(helper, *lengths, node=it)
 
         def item(b, i):
@@ -198,7 +191,7 @@ class SugarBuilder:
 
     def dict_view(self, it) -> View:
         d = self.expr(it.func.value)
-        keys = self.apply(_call_of(rt.dict_keys, "dict_keys"), d, node=it)
+        keys = self.apply(call_of(rt.dict_keys, "dict_keys"), d, node=it)
         read_d, read_keys = self.hide(d), self.hide(keys)
         kind = it.func.attr
 
@@ -225,15 +218,15 @@ class SugarBuilder:
         """`len(seq)`: a constant when known while parsing."""
         if isinstance(seq, Constant) and isinstance(seq.value, (tuple, list, range, str)):
             return self.const(len(seq.value), e)
-        if isinstance(_maker(seq), (prims.MakeTuple, prims.MakeList)):
+        if isinstance(maker_of(seq), (prims.MakeTuple, prims.MakeList)):
             return self.const(len(seq.args), e)
-        return self.apply(_call_of(rt.seq_len, "seq_len"), seq, node=e)
+        return self.apply(call_of(rt.seq_len, "seq_len"), seq, node=e)
 
     def static_items(self, seq: Node) -> list[Node] | None:
         """The items of `seq` as nodes, when its length is known while parsing."""
         if isinstance(seq, Constant) and isinstance(seq.value, (tuple, list)):
             return [Constant(v, seq.debug) for v in seq.value]
-        if isinstance(_maker(seq), (prims.MakeTuple, prims.MakeList)):
+        if isinstance(maker_of(seq), (prims.MakeTuple, prims.MakeList)):
             return list(seq.args)
         return None
 
@@ -249,7 +242,7 @@ class SugarBuilder:
         if e.func.id == sugar.FILTER:
             where = self.const(self.where(e), e)
             cond = self.expr(e.args[0])
-            return self.apply(_call_of(rt.static_filter, "static_filter"), cond, where, node=e)
+            return self.apply(call_of(rt.static_filter, "static_filter"), cond, where, node=e)
         fn = self.read(e.func.id, e)
         if not isinstance(fn, Constant) or isinstance(fn.value, (dict, list)):
             return None
@@ -313,7 +306,7 @@ class SugarBuilder:
         if value is float:
             return self.apply(ops.Cast(), args[0], Constant(float, hint="float"), node=e)
         if value is int:
-            return self.apply(_call_of(rt.to_int, "to_int"), args[0], node=e)
+            return self.apply(call_of(rt.to_int, "to_int"), args[0], node=e)
         target = jnp.abs if value is abs else jnp.round
         return self.call(self.fp.value_node(target, f"jnp.{target.__name__}", e), args, {}, e)
 
@@ -335,206 +328,6 @@ class SugarBuilder:
             )
         return self.apply(prims.LibraryCall(isinstance, "isinstance"), *args, node=e)
 
-    # -- unpacking -------------------------------------------------------------------
-    def unpacking_call(self, e) -> Node:
-        """`f(*args, **kwargs)` with sequences and dicts known while parsing."""
-        if isinstance(e.func, gast.Attribute):
-            receiver = self.expr(e.func.value)
-            if not isinstance(receiver, Constant):
-                raise self.fp.unsupported("star-unpacking into a method call on a value", e)
-            callee = self.attribute_of(receiver, e.func.attr, e.func)
-        else:
-            callee = self.expr(e.func)
-        args: list[Node] = []
-        tail = None  # a last `*seq` whose length is known only when run
-        for k, a in enumerate(e.args):
-            if not isinstance(a, gast.Starred):
-                args.append(self.current(self.expr(a)))
-                continue
-            seq = self.expr(a.value)
-            items = self.static_items(seq)
-            if items is None and k == len(e.args) - 1:
-                tail = seq
-                continue
-            if items is None:
-                raise self.fp.unsupported(
-                    "`f(*args)` with a sequence whose length is not known while parsing", e
-                )
-            args += [self.current(item) for item in items]
-        kwargs: dict[str, Node] = {}
-        unknown = None  # a last `**d` whose keys are known only when run
-        for j, k in enumerate(e.keywords):
-            if k.arg is not None:
-                kwargs[k.arg] = self.current(self.expr(k.value))
-                continue
-            d = self.expr(k.value)
-            pairs = self.static_dict(d, e, refuse=j < len(e.keywords) - 1)
-            if pairs is None:
-                unknown = d
-            for key, value in pairs or ():
-                if key in kwargs:
-                    raise self.fp.error(f"got multiple values for keyword argument {key!r}", e)
-                kwargs[key] = value
-        if unknown is not None:
-            filled = len(args) + (1 << 30 if tail is not None else 0)
-            kwargs = self.keywords_from(callee, unknown, filled, kwargs, e)
-        if tail is not None:
-            return self.call_with_tail(callee, args, tail, kwargs, e)
-        return self.call(callee, args, kwargs, e)
-
-    def call_with_tail(self, callee: Node, args: list[Node], seq: Node, kwargs, e) -> Node:
-        """`f(a, *seq)` for a user function `f` and a `seq` of unknown length:
-        `seq[0], seq[1], ...` fill the remaining positional parameters (its
-        length is checked when run) and the rest is `f`'s `*args`."""
-        graph = self.callee_graph(callee)
-        sig = getattr(graph, "signature", None)
-        positional = sig.positional if sig is not None else getattr(graph, "param_names", None)
-        if graph is None or positional is None:
-            raise self.fp.unsupported(
-                "`f(*args)` with a sequence whose length is not known while parsing, "
-                "into a function that is not a user function",
-                e,
-            )
-        n = max(len(positional) - len(args), 0)
-        if any(k in positional[len(args) :] for k in kwargs):
-            raise self.fp.unsupported("keywords for parameters `*args` may fill", e)
-        items = [self.apply(prims.GetItem(), seq, self.const(j, e), node=e) for j in range(n)]
-        star = sig.vararg is not None if sig is not None else False
-        self.check_length(seq, n, e, exact=not star)
-        fn = Constant(graph, self.debug(e), callee.hint)
-        if not star:
-            return self.apply(fn, *self.bind_call(graph, [*args, *items], kwargs, e), node=e)
-        rest = gast.Subscript(
-            value=sugar.name(self.hidden_name(seq)),
-            slice=gast.Slice(lower=gast.Constant(value=n, kind=None), upper=None, step=None),
-            ctx=gast.Load(),
-        )
-        fdef = sugar.collect(sugar.locate(rest, e), False, self.sugar_name("unpack", e), e)
-        bound = self.bind_signature(graph, [*args, *items], kwargs, e, self.run_sugar(fdef, e))
-        return self.apply(fn, *bound, node=e)
-
-    def keywords_from(self, callee: Node, d: Node, filled: int, kwargs: dict, e) -> dict:
-        """`f(**d)` for a user function `f` and a dict `d` whose keys are known
-        only when run: each parameter `f` takes by keyword (after the `filled`
-        positional ones) is `d[name] if name in d else <its default>`; the
-        other keys go to `f`'s `**kwargs`, or, without one, are refused."""
-        graph = self.callee_graph(callee)
-        sig = getattr(graph, "signature", None)
-        positional = sig.positional[sig.n_posonly :] if sig else getattr(graph, "param_names", [])
-        if graph is None or positional is None:
-            raise self.fp.unsupported(
-                "`f(**kwargs)` with a dict whose keys are not known while parsing, "
-                "into a function that is not a user function",
-                e,
-            )
-        names = [*positional[max(filled - (sig.n_posonly if sig else 0), 0) :]]
-        names = [n for n in [*names, *(sig.kwonly if sig else [])] if n not in kwargs]
-        hidden = sugar.name(self.hidden_name(d))
-        out = dict(kwargs)
-        for n in names:
-            key = gast.Constant(value=n, kind=None)
-            read = gast.Subscript(value=hidden, slice=key, ctx=gast.Load())
-            default = graph.defaults.get(n)
-            if default is None:
-                out[n] = self.expr(sugar.locate(read, e))
-                continue
-            found = gast.Compare(left=key, ops=[gast.In()], comparators=[hidden])
-            other = sugar.name(self.hidden_name(default))
-            pick = gast.IfExp(test=found, body=read, orelse=other)
-            out[n] = self.expr(sugar.locate(pick, e))
-        taken = self.const(tuple([*names, *kwargs]), e)
-        if sig is not None and sig.kwarg is not None:
-            rest = gast.DictComp(
-                key=sugar.name("_kt_k"),
-                value=gast.Subscript(value=hidden, slice=sugar.name("_kt_k"), ctx=gast.Load()),
-                generators=[_keys_not_in(hidden, taken.value)],
-            )
-            out["**"] = self.expr(sugar.locate(rest, e))
-            return out
-        within = self.apply(_call_of(rt.keys_within, "keys_within"), d, taken, node=e)
-        self.apply(prims.Assert(), within, self.const("unexpected keyword argument", e), node=e)
-        return out
-
-    def static_dict(self, d: Node, e, refuse: bool = True) -> list[tuple[str, Node]] | None:
-        if isinstance(d, Constant) and isinstance(d.value, dict):
-            return [(k, Constant(v, d.debug)) for k, v in d.value.items()]
-        if isinstance(_maker(d), prims.MakeDict):
-            keys, values = d.args[0::2], d.args[1::2]
-            if all(isinstance(k, Constant) and isinstance(k.value, str) for k in keys):
-                return [(k.value, v) for k, v in zip(keys, values, strict=True)]
-        if not refuse:
-            return None
-        raise self.fp.unsupported(
-            "`f(**kwargs)` with a dict whose keys are not known while parsing", e
-        )
-
-    def starred_literal(self, e, maker) -> Node:
-        """`(*a, b)` / `[*a, b]`: runs of items, concatenated."""
-        as_list = isinstance(maker, prims.MakeList)
-        chunks: list[Node] = []
-        run: list[Node] = []
-        for x in e.elts:
-            if not isinstance(x, gast.Starred):
-                run.append(self.expr(x))
-                continue
-            seq = self.expr(x.value)
-            items = self.static_items(seq)
-            if items is not None:
-                run += items
-                continue
-            chunks.append(self.apply(maker, *run, node=e))
-            run = []
-            hidden = sugar.name(self.hidden_name(seq))
-            fdef = sugar.collect(sugar.locate(hidden, x), as_list, self.sugar_name("unpack", e), x)
-            chunks.append(self.run_sugar(fdef, x))
-        chunks.append(self.apply(maker, *run, node=e))
-        result = chunks[0]
-        for chunk in chunks[1:]:
-            result = self.apply(ops.BINARY["add"](), result, chunk, node=e)
-        return result
-
-    def assign_starred(self, target, value: Node, s) -> None:
-        """`a, *b, c = value`: `b` is a list, as in Python."""
-        elts = target.elts
-        k = next(j for j, x in enumerate(elts) if isinstance(x, gast.Starred))
-        n_after = len(elts) - k - 1
-        items = self.static_items(value)
-        if items is not None:
-            if len(items) < len(elts) - 1:
-                raise self.fp.error(
-                    f"not enough values to unpack (expected at least {len(elts) - 1}, "
-                    f"got {len(items)})",
-                    s,
-                )
-            middle = self.apply(prims.MakeList(), *items[k : len(items) - n_after], node=s)
-            parts = [*items[:k], middle, *items[len(items) - n_after :]]
-            for x, part in zip(elts, parts, strict=True):
-                self.assign(x.value if isinstance(x, gast.Starred) else x, part, s)
-            return
-        self.check_length(value, len(elts) - 1, s)
-        for j, x in enumerate(elts):
-            if j != k:
-                index = self.const(j if j < k else j - len(elts), s)
-                self.assign(x, self.apply(prims.GetItem(), value, index, node=s), s)
-        hidden = self.hidden_name(value)
-        upper = gast.Constant(value=-n_after if n_after else None, kind=None)
-        rest = gast.Subscript(
-            value=sugar.name(hidden),
-            slice=gast.Slice(lower=gast.Constant(value=k, kind=None), upper=upper, step=None),
-            ctx=gast.Load(),
-        )
-        fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
-        self.assign(elts[k].value, self.run_sugar(fdef, s), s)
-
-    def check_length(self, value: Node, n: int, s, exact: bool = False) -> None:
-        """Assert (when run) that `value` has `n` items (`exact`) or at least `n`."""
-        length = self.apply(_call_of(rt.seq_len, "seq_len"), value, node=s)
-        op = ops.BINARY["eq" if exact else "ge"]()
-        enough = self.apply(op, length, self.const(n, s), node=s)
-        expected = f"{n}" if exact else f"at least {n}"
-        message = self.const(f"wrong number of values to unpack (expected {expected})", s)
-        self.apply(prims.Assert(), enough, message, node=s)
-
 
 _BUILTINS = {
     sum: "builtin_sum",
@@ -551,92 +344,3 @@ _BUILTINS = {
     round: "builtin_scalar",
     isinstance: "builtin_scalar",
 }
-
-
-# -- signatures: *args, **kwargs, keyword-only and positional-only parameters --------
-def signature_params(args) -> list:
-    """A def's parameters in graph order: positional, `*args`, keyword-only, `**kwargs`."""
-    star = [args.vararg] if args.vararg else []
-    stars = [args.kwarg] if args.kwarg else []
-    return [*args.posonlyargs, *args.args, *star, *args.kwonlyargs, *stars]
-
-
-class Signature:
-    """How a call binds to a def with `*args`, `**kwargs`, keyword-only or
-    positional-only parameters (`bound_self`: the first is `self`, fixed)."""
-
-    def __init__(self, args, bound_self: bool):
-        positional = [a.id for a in [*args.posonlyargs, *args.args]]
-        self.n_posonly = len(args.posonlyargs) - bound_self if args.posonlyargs else 0
-        self.positional = positional[1:] if bound_self else positional
-        self.vararg = args.vararg.id if args.vararg else None
-        self.kwonly = [a.id for a in args.kwonlyargs]
-        self.kwarg = args.kwarg.id if args.kwarg else None
-
-
-class SignatureBinding:
-    """The `GraphBuilder` methods that bind calls to a `Signature`."""
-
-    def signature_defaults(self, args) -> dict[str, Node]:
-        """Defaults of positional and keyword-only parameters."""
-        positional = [a.id for a in [*args.posonlyargs, *args.args]]
-        pos_names = positional[len(positional) - len(args.defaults) :]
-        kw_pairs = [(a.id, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
-        if self.parent is None:
-            values = self.fp.fn.__defaults__ or ()
-            pairs = zip(pos_names, values, strict=True)
-            out = {n: self.fp.value_node(v, n, args) for n, v in pairs}
-            for n, v in (self.fp.fn.__kwdefaults__ or {}).items():
-                out[n] = self.fp.value_node(v, n, args)
-            return out
-        out = {n: self.parent.expr(d) for n, d in zip(pos_names, args.defaults, strict=True)}
-        out.update({n: self.parent.expr(d) for n, d in kw_pairs if d is not None})
-        return out
-
-    def bind_signature(self, graph, args: list[Node], kwargs: dict[str, Node], e, star=None):
-        """Arguments for `graph`'s parameters; `star`: a tuple node given as
-        the rest of the positional arguments (after `args`)."""
-        sig: Signature = graph.signature
-        name = graph.name
-        if len(args) > len(sig.positional) and sig.vararg is None:
-            raise self.fp.error(
-                f"{name}() takes {len(sig.positional)} positional arguments but "
-                f"{len(args)} were given",
-                e,
-            )
-        bound = dict(zip(sig.positional, args, strict=False))
-        extra: list[Node] = []
-        star_star = kwargs.pop("**", None)
-        for k, v in kwargs.items():
-            if k in sig.positional[sig.n_posonly :] or k in sig.kwonly:
-                if k in bound:
-                    raise self.fp.error(f"{name}() got multiple values for argument {k!r}", e)
-                bound[k] = v
-            elif sig.kwarg is not None:
-                extra += [self.const(k, e), v]
-            else:
-                raise self.fp.error(f"{name}() got an unexpected keyword argument {k!r}", e)
-        out = [self.bound_or_default(graph, n, bound, e) for n in sig.positional]
-        if sig.vararg is not None:
-            rest = self.apply(prims.MakeTuple(), *args[len(sig.positional) :], node=e)
-            if star is not None:
-                rest = self.apply(ops.BINARY["add"](), rest, star, node=e)
-            out.append(rest)
-        out += [self.bound_or_default(graph, n, bound, e) for n in sig.kwonly]
-        if sig.kwarg is not None:
-            given = self.apply(prims.MakeDict(), *extra, node=e)
-            out.append(given if star_star is None else self.merged(given, star_star, e))
-        return out
-
-    def merged(self, a: Node, b: Node, e) -> Node:
-        """`{**a, **b}` (`a` built here, its keys constants)."""
-        for key, value in zip(a.args[0::2], a.args[1::2], strict=True) if a.args else ():
-            b = self.apply(prims.SetItem(), b, key, value, node=e)
-        return b
-
-    def bound_or_default(self, graph, name: str, bound: dict, e) -> Node:
-        if name in bound:
-            return bound[name]
-        if name in graph.defaults:
-            return graph.defaults[name]
-        raise self.fp.error(f"{graph.name}() missing argument {name!r}", e)

@@ -58,15 +58,11 @@ from k_transform.ir.desugar import (
 from k_transform.ir.fold import fold, fold_call, tuple_item
 from k_transform.ir.mutation import check_mutations
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
-from k_transform.ir.parse_sugar import (
-    Signature,
-    SignatureBinding,
-    SugarBuilder,
-    View,
-    signature_params,
-)
+from k_transform.ir.parse_sugar import SugarBuilder, View
 from k_transform.ir.primitive import Primitive
+from k_transform.ir.signature import Signature, SignatureBinding, signature_params
 from k_transform.ir.source import Source, is_user_function
+from k_transform.ir.unpacking import UnpackingBuilder
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -210,7 +206,7 @@ class FunctionParser:
         return Constant(value, self.source.debug(node), hint)
 
 
-class GraphBuilder(ClosureScope, SugarBuilder, SignatureBinding):
+class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBinding):
     """Builds one FuncGraph; `closed` graphs capture enclosing reads as params."""
 
     def __init__(self, fp: FunctionParser, graph, parent, closed: bool, fdef):

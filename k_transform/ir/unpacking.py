@@ -1,0 +1,231 @@
+"""Parser methods for unpacking (mixed into `GraphBuilder`).
+
+Starred assignment (`h, *rest = xs`: `rest` is a list, as in Python), star
+in tuple and list literals (`(*a, b)`), and calls `f(*args, **kwargs)`.
+Sequences and dicts built in the graph (or constant) are spliced while
+parsing; a last `*seq` or `**d` known only when run is read by position
+or key into a user function's parameters (`call_with_tail`,
+`keywords_from`), its length or keys checked when run. Anything else, e.g.
+a run-time sequence unpacked into a library function, raises
+`KTransformError` naming it.
+"""
+
+from __future__ import annotations
+
+import gast
+
+from k_transform import ops
+from k_transform import runtime as rt
+from k_transform.ir import prims, sugar
+from k_transform.ir.nodes import Constant, Node
+from k_transform.ir.parse_sugar import call_of, maker_of
+
+
+def _keys_not_in(d, names: tuple):
+    """`for _kt_k in d if _kt_k not in names` (a comprehension generator)."""
+    names_e = gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in names], ctx=gast.Load())
+    test = gast.Compare(left=sugar.name("_kt_k"), ops=[gast.NotIn()], comparators=[names_e])
+    return gast.comprehension(target=sugar.name("_kt_k", True), iter=d, ifs=[test], is_async=0)
+
+
+class UnpackingBuilder:
+    """The methods of `GraphBuilder` for unpacking (see the module docstring)."""
+
+    def unpacking_call(self, e) -> Node:
+        """`f(*args, **kwargs)` with sequences and dicts known while parsing."""
+        if isinstance(e.func, gast.Attribute):
+            receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant):
+                raise self.fp.unsupported("star-unpacking into a method call on a value", e)
+            callee = self.attribute_of(receiver, e.func.attr, e.func)
+        else:
+            callee = self.expr(e.func)
+        args: list[Node] = []
+        tail = None  # a last `*seq` whose length is known only when run
+        for k, a in enumerate(e.args):
+            if not isinstance(a, gast.Starred):
+                args.append(self.current(self.expr(a)))
+                continue
+            seq = self.expr(a.value)
+            items = self.static_items(seq)
+            if items is None and k == len(e.args) - 1:
+                tail = seq
+                continue
+            if items is None:
+                raise self.fp.unsupported(
+                    "`f(*args)` with a sequence whose length is not known while parsing", e
+                )
+            args += [self.current(item) for item in items]
+        kwargs: dict[str, Node] = {}
+        unknown = None  # a last `**d` whose keys are known only when run
+        for j, k in enumerate(e.keywords):
+            if k.arg is not None:
+                kwargs[k.arg] = self.current(self.expr(k.value))
+                continue
+            d = self.expr(k.value)
+            pairs = self.static_dict(d, e, refuse=j < len(e.keywords) - 1)
+            if pairs is None:
+                unknown = d
+            for key, value in pairs or ():
+                if key in kwargs:
+                    raise self.fp.error(f"got multiple values for keyword argument {key!r}", e)
+                kwargs[key] = value
+        if unknown is not None:
+            filled = len(args) + (1 << 30 if tail is not None else 0)
+            kwargs = self.keywords_from(callee, unknown, filled, kwargs, e)
+        if tail is not None:
+            return self.call_with_tail(callee, args, tail, kwargs, e)
+        return self.call(callee, args, kwargs, e)
+
+    def call_with_tail(self, callee: Node, args: list[Node], seq: Node, kwargs, e) -> Node:
+        """`f(a, *seq)` for a user function `f` and a `seq` of unknown length:
+        `seq[0], seq[1], ...` fill the remaining positional parameters (its
+        length is checked when run) and the rest is `f`'s `*args`."""
+        graph = self.callee_graph(callee)
+        sig = getattr(graph, "signature", None)
+        positional = sig.positional if sig is not None else getattr(graph, "param_names", None)
+        if graph is None or positional is None:
+            raise self.fp.unsupported(
+                "`f(*args)` with a sequence whose length is not known while parsing, "
+                "into a function that is not a user function",
+                e,
+            )
+        n = max(len(positional) - len(args), 0)
+        if any(k in positional[len(args) :] for k in kwargs):
+            raise self.fp.unsupported("keywords for parameters `*args` may fill", e)
+        items = [self.apply(prims.GetItem(), seq, self.const(j, e), node=e) for j in range(n)]
+        star = sig.vararg is not None if sig is not None else False
+        self.check_length(seq, n, e, exact=not star)
+        fn = Constant(graph, self.debug(e), callee.hint)
+        if not star:
+            return self.apply(fn, *self.bind_call(graph, [*args, *items], kwargs, e), node=e)
+        rest = gast.Subscript(
+            value=sugar.name(self.hidden_name(seq)),
+            slice=gast.Slice(lower=gast.Constant(value=n, kind=None), upper=None, step=None),
+            ctx=gast.Load(),
+        )
+        fdef = sugar.collect(sugar.locate(rest, e), False, self.sugar_name("unpack", e), e)
+        bound = self.bind_signature(graph, [*args, *items], kwargs, e, self.run_sugar(fdef, e))
+        return self.apply(fn, *bound, node=e)
+
+    def keywords_from(self, callee: Node, d: Node, filled: int, kwargs: dict, e) -> dict:
+        """`f(**d)` for a user function `f` and a dict `d` whose keys are known
+        only when run: each parameter `f` takes by keyword (after the `filled`
+        positional ones) is `d[name] if name in d else <its default>`; the
+        other keys go to `f`'s `**kwargs`, or, without one, are refused."""
+        graph = self.callee_graph(callee)
+        sig = getattr(graph, "signature", None)
+        positional = sig.positional[sig.n_posonly :] if sig else getattr(graph, "param_names", [])
+        if graph is None or positional is None:
+            raise self.fp.unsupported(
+                "`f(**kwargs)` with a dict whose keys are not known while parsing, "
+                "into a function that is not a user function",
+                e,
+            )
+        names = [*positional[max(filled - (sig.n_posonly if sig else 0), 0) :]]
+        names = [n for n in [*names, *(sig.kwonly if sig else [])] if n not in kwargs]
+        hidden = sugar.name(self.hidden_name(d))
+        out = dict(kwargs)
+        for n in names:
+            key = gast.Constant(value=n, kind=None)
+            read = gast.Subscript(value=hidden, slice=key, ctx=gast.Load())
+            default = graph.defaults.get(n)
+            if default is None:
+                out[n] = self.expr(sugar.locate(read, e))
+                continue
+            found = gast.Compare(left=key, ops=[gast.In()], comparators=[hidden])
+            other = sugar.name(self.hidden_name(default))
+            pick = gast.IfExp(test=found, body=read, orelse=other)
+            out[n] = self.expr(sugar.locate(pick, e))
+        taken = self.const(tuple([*names, *kwargs]), e)
+        if sig is not None and sig.kwarg is not None:
+            rest = gast.DictComp(
+                key=sugar.name("_kt_k"),
+                value=gast.Subscript(value=hidden, slice=sugar.name("_kt_k"), ctx=gast.Load()),
+                generators=[_keys_not_in(hidden, taken.value)],
+            )
+            out["**"] = self.expr(sugar.locate(rest, e))
+            return out
+        within = self.apply(call_of(rt.keys_within, "keys_within"), d, taken, node=e)
+        self.apply(prims.Assert(), within, self.const("unexpected keyword argument", e), node=e)
+        return out
+
+    def static_dict(self, d: Node, e, refuse: bool = True) -> list[tuple[str, Node]] | None:
+        if isinstance(d, Constant) and isinstance(d.value, dict):
+            return [(k, Constant(v, d.debug)) for k, v in d.value.items()]
+        if isinstance(maker_of(d), prims.MakeDict):
+            keys, values = d.args[0::2], d.args[1::2]
+            if all(isinstance(k, Constant) and isinstance(k.value, str) for k in keys):
+                return [(k.value, v) for k, v in zip(keys, values, strict=True)]
+        if not refuse:
+            return None
+        raise self.fp.unsupported(
+            "`f(**kwargs)` with a dict whose keys are not known while parsing", e
+        )
+
+    def starred_literal(self, e, maker) -> Node:
+        """`(*a, b)` / `[*a, b]`: runs of items, concatenated."""
+        as_list = isinstance(maker, prims.MakeList)
+        chunks: list[Node] = []
+        run: list[Node] = []
+        for x in e.elts:
+            if not isinstance(x, gast.Starred):
+                run.append(self.expr(x))
+                continue
+            seq = self.expr(x.value)
+            items = self.static_items(seq)
+            if items is not None:
+                run += items
+                continue
+            chunks.append(self.apply(maker, *run, node=e))
+            run = []
+            hidden = sugar.name(self.hidden_name(seq))
+            fdef = sugar.collect(sugar.locate(hidden, x), as_list, self.sugar_name("unpack", e), x)
+            chunks.append(self.run_sugar(fdef, x))
+        chunks.append(self.apply(maker, *run, node=e))
+        result = chunks[0]
+        for chunk in chunks[1:]:
+            result = self.apply(ops.BINARY["add"](), result, chunk, node=e)
+        return result
+
+    def assign_starred(self, target, value: Node, s) -> None:
+        """`a, *b, c = value`: `b` is a list, as in Python."""
+        elts = target.elts
+        k = next(j for j, x in enumerate(elts) if isinstance(x, gast.Starred))
+        n_after = len(elts) - k - 1
+        items = self.static_items(value)
+        if items is not None:
+            if len(items) < len(elts) - 1:
+                raise self.fp.error(
+                    f"not enough values to unpack (expected at least {len(elts) - 1}, "
+                    f"got {len(items)})",
+                    s,
+                )
+            middle = self.apply(prims.MakeList(), *items[k : len(items) - n_after], node=s)
+            parts = [*items[:k], middle, *items[len(items) - n_after :]]
+            for x, part in zip(elts, parts, strict=True):
+                self.assign(x.value if isinstance(x, gast.Starred) else x, part, s)
+            return
+        self.check_length(value, len(elts) - 1, s)
+        for j, x in enumerate(elts):
+            if j != k:
+                index = self.const(j if j < k else j - len(elts), s)
+                self.assign(x, self.apply(prims.GetItem(), value, index, node=s), s)
+        hidden = self.hidden_name(value)
+        upper = gast.Constant(value=-n_after if n_after else None, kind=None)
+        rest = gast.Subscript(
+            value=sugar.name(hidden),
+            slice=gast.Slice(lower=gast.Constant(value=k, kind=None), upper=upper, step=None),
+            ctx=gast.Load(),
+        )
+        fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
+        self.assign(elts[k].value, self.run_sugar(fdef, s), s)
+
+    def check_length(self, value: Node, n: int, s, exact: bool = False) -> None:
+        """Assert (when run) that `value` has `n` items (`exact`) or at least `n`."""
+        length = self.apply(call_of(rt.seq_len, "seq_len"), value, node=s)
+        op = ops.BINARY["eq" if exact else "ge"]()
+        enough = self.apply(op, length, self.const(n, s), node=s)
+        expected = f"{n}" if exact else f"at least {n}"
+        message = self.const(f"wrong number of values to unpack (expected {expected})", s)
+        self.apply(prims.Assert(), enough, message, node=s)
