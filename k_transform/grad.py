@@ -401,9 +401,34 @@ def vjp(fn, *inputs):
 def jvp(fn, inputs, v):
     """`(out, J v)`: forward mode by double reverse. `inputs` and `v` are an
     array or a tuple of them (MindSpore's convention)."""
-    xs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-    check_float_inputs("kt.jvp", xs, range(len(xs)))
-    return _jvp(fn, inputs, v)
+    single = not isinstance(inputs, (tuple, list))
+    xs, vs = ((inputs,), (v,)) if single else (tuple(inputs), tuple(v))
+    if len(xs) != len(vs):
+        raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
+    vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
+    return _jvp(fn, xs, vs)
+
+
+def _integer_tangent(xs, k: int, t):
+    """JAX's rule for the tangent of an integer or boolean input `xs[k]`: it
+    must be float0 (a zero of no dtype; made zeros here) or, ours too, a zero
+    of an integer or boolean dtype; anything else is a TypeError."""
+    leaves = jax.tree_util.tree_leaves
+    if all(jnp.issubdtype(_dtype_of(leaf), jnp.inexact) for leaf in leaves(xs[k])):
+        return t
+    if getattr(t, "dtype", None) == jax.dtypes.float0:
+        return jnp.zeros_like(xs[k])
+    integral = all(not jnp.issubdtype(_dtype_of(leaf), jnp.inexact) for leaf in leaves(t))
+    nonzero = any(
+        not isinstance(leaf, jax.core.Tracer) and np.any(np.asarray(leaf)) for leaf in leaves(t)
+    )
+    if not integral or nonzero:
+        check_float_inputs("kt.jvp", xs, (k,))
+    return t
+
+
+def _dtype_of(leaf):
+    return leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
 
 
 vjp.__kt_lower__ = lowering.lower_vjp

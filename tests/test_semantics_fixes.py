@@ -243,6 +243,20 @@ def test_regression_integer_inputs_raise_in_jax_style_api(mode, call, x):
         call(x)
 
 
+def test_regression_integer_inputs_jvp_tangents_as_jax(mode):
+    x, y = jnp.array([0.5, 1.5]), jnp.array([2, 3], jnp.int32)
+    float0 = np.zeros(2, jax.dtypes.float0)
+    want = jax.jvp(scaled, (x, y), (jnp.ones(2), float0))
+    close(kt.jvp(scaled, (x, y), (jnp.ones(2), float0)), want)
+    close(kt.jvp(scaled, (x, y), (jnp.ones(2), jnp.zeros(2, jnp.int32))), want)
+    with pytest.raises(TypeError):
+        jax.jvp(scaled, (x, y), (jnp.ones(2), jnp.ones(2)))  # the oracle refuses too
+    with pytest.raises(TypeError, match="real- or complex-valued inputs .* input 1 "):
+        kt.jvp(scaled, (x, y), (jnp.ones(2), jnp.ones(2)))
+    with pytest.raises(TypeError, match="input 1"):
+        kt.jvp(scaled, (x, y), (jnp.ones(2), jnp.ones(2, jnp.int32)))
+
+
 def test_regression_integer_inputs_vjp_gives_zeros_as_jax(mode):
     x = jnp.arange(3)
     out, vjp_fn = kt.vjp(scalar_square, x)

@@ -128,6 +128,10 @@ class InputGrad(_RuntimeCall):
     def extra(self) -> list:
         return [True] if self.integers else []
 
+    def emit(self, e, args):
+        flag = ", integers=True" if self.integers else ""
+        return f"{e.ref(rt, '_rt')}.input_grad({', '.join(args)}{flag})"
+
 
 class TreeVdot(_RuntimeCall):
     """<a, b> summed over all leaves of two gradient trees."""
