@@ -207,6 +207,9 @@ class GradFunction(CompiledGraph):
         primal = graph_of(fn)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
         self._binds = not bound and getattr(primal, "signature", None) is not None
+        # Parameters a call may leave to their defaults (bound like keywords).
+        names, defaults = getattr(primal, "param_names", ()), getattr(primal, "defaults", {})
+        self._n_params = len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
         if self._binds:  # positions in `spec` count the arguments as passed
             spec = dataclasses.replace(spec, inputs="first")
         super().__init__(grad_graph(primal, spec), fn, jit)
@@ -218,7 +221,9 @@ class GradFunction(CompiledGraph):
         if self.api is not None:
             n = len(args) - self.spec.sens_param
             check_float_inputs(self.api, args[:n], _positions(self.spec.inputs, n))
-        if kwargs or self._binds:
+        n_inputs = len(args) - self.spec.sens_param
+        defaulted = self._n_params is not None and n_inputs < self._n_params
+        if kwargs or self._binds or defaulted:
             return self._keyword_call(args, kwargs)
         return super().__call__(*args)
 

@@ -394,3 +394,22 @@ def test_regression_fresh_cells_never_reuse_a_dead_cells_graph(mode):
         close(kt.grad(net)(x), jax.grad(scaled_reference)(x, w))
         del net, params
         gc.collect()
+
+
+# -- gradient functions fill in the target's default arguments -----------------------
+
+
+def with_defaults(x, scale=2.0, flag=True):
+    y = jnp.sin(x) * scale
+    if flag:
+        y = y * y
+    return jnp.sum(y)
+
+
+def test_regression_gradient_of_function_with_defaults(mode):
+    x = jnp.arange(3.0)
+    for extra in [(), (3.0,), (3.0, False)]:
+        want = jax.grad(with_defaults)(x, *extra)
+        close(kt.grad(with_defaults)(x, *extra), want)
+        close(kt.GradOperation()(with_defaults)(x, *extra), want)
+    close(kt.grad(with_defaults)(x, flag=False), jax.grad(with_defaults)(x, flag=False))
