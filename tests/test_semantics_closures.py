@@ -80,6 +80,31 @@ def test_regression_default_in_loop_idiom():
     check(lambda_defaults_in_loop, X)
 
 
+def default_passed_explicitly(x):
+    y = x * 0.5 + 0.1
+
+    def g(v, c=y):  # noqa: E306
+        return v * c
+
+    y = g(x, x)  # the default's value is needed by no call
+    return jnp.sum(x) + jnp.sum(y * jnp.sin(x))
+
+
+def test_regression_unused_default_value_jvp():
+    """Found by the fuzzer: jvp emitted a default computed in a graph not emitted."""
+    v = jnp.ones_like(X)
+    want = jax.jvp(default_passed_explicitly, (X,), (v,))
+    for jit in (False, True):
+        kt.set_mode("graph" if jit else "eager")
+        try:
+            got = kt.jvp(default_passed_explicitly, X, v)
+        finally:
+            kt.set_mode("graph")
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    check(default_passed_explicitly, X)
+
+
 # -- 2. late binding -------------------------------------------------------------
 def lambdas_after_static_loop(x):
     fs = []

@@ -100,9 +100,13 @@ class ModuleEmitter:
             fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
         params = [self._name_node(p, namer, names) for p in graph.parameters]
         defaults = getattr(graph, "defaults", {})
-        for k, p in enumerate(graph.parameters):
-            if p.name in defaults and all(q.name in defaults for q in graph.parameters[k:]):
-                params[k] += "=" + self.atom(defaults[p.name], names, namer)
+        # Trailing defaults, as far as each has a value here (a default computed
+        # in a graph not emitted with this one is left out: calls pass it).
+        for k in reversed(range(len(graph.parameters))):
+            node = defaults.get(graph.parameters[k].name)
+            if node is None or not (isinstance(node, Constant) or id(node) in names):
+                break
+            params[k] += "=" + self.atom(node, names, namer)
         pad = "    " * depth
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         body_pad = pad + "    "
