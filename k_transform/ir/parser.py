@@ -782,9 +782,6 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 pos = [a.value for a in args]
                 instance = value(*pos, **{k: v.value for k, v in kwargs.items()})
                 return Constant(instance, self.debug(e), callee.hint)
-        if (value is list or value is tuple) and len(args) == 1 and not kwargs:
-            if not isinstance(args[0], Constant):  # a new list / tuple of the items
-                return self.apply(prims.Copy(value.__name__), args[0], node=e)
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
