@@ -209,7 +209,9 @@ class GradFunction(CompiledGraph):
         self._binds = not bound and getattr(primal, "signature", None) is not None
         # Parameters a call may leave to their defaults (bound like keywords).
         names, defaults = getattr(primal, "param_names", ()), getattr(primal, "defaults", {})
-        self._n_params = len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
+        self._n_params = (
+            len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
+        )
         if self._binds:  # positions in `spec` count the arguments as passed
             spec = dataclasses.replace(spec, inputs="first")
         super().__init__(grad_graph(primal, spec), fn, jit)
