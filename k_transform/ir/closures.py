@@ -28,10 +28,10 @@ import copy
 import gast
 
 from k_transform.ir import prims
-from k_transform.ir.desugar import loaded_names
+from k_transform.ir.desugar import FUNCTION_SCOPES, loaded_names, walk_scope
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 
-_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
+_SCOPES = FUNCTION_SCOPES
 _DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
 _SIMPLE = (gast.Expr, gast.Assign, gast.AugAssign, gast.AnnAssign, gast.Return, gast.Assert)
 
@@ -464,10 +464,4 @@ def _walk_deferred(s, writers, error):
 
 def _walk_scope_body(stmts):
     """Nodes of `stmts`; nested functions are yielded, not entered."""
-    todo = list(stmts)
-    while todo:
-        n = todo.pop()
-        yield n
-        if isinstance(n, _SCOPES):
-            continue
-        todo.extend(gast.iter_child_nodes(n))
+    return walk_scope(stmts, FUNCTION_SCOPES)

@@ -223,11 +223,9 @@ def _has_jump(s, in_loop: bool) -> bool:
     return in_loop and _contains([s], (gast.Break, gast.Continue), into_loops=False)
 
 
+FUNCTION_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
 _SCOPES = (
-    gast.FunctionDef,
-    gast.AsyncFunctionDef,
-    gast.Lambda,
-    gast.ClassDef,
+    *FUNCTION_SCOPES,
     gast.ListComp,  # comprehensions have their own scope (Python 3)
     gast.SetComp,
     gast.DictComp,
@@ -251,15 +249,21 @@ def _contains(stmts, kinds, into_loops: bool) -> bool:
 
 
 # -- liveness facts ----------------------------------------------------------
-def _walk_scope(node):
-    """Nodes of `node`; nested functions and classes are yielded, not entered."""
-    todo = [node]
+def walk_scope(roots, stop=_SCOPES, enter_roots: bool = False):
+    """Nodes of `roots`; nested scopes (`stop`: functions, classes and
+    comprehensions by default) are yielded, not entered (a root itself is
+    entered with `enter_roots`)."""
+    todo = [(n, True) for n in roots]
     while todo:
-        n = todo.pop()
+        n, is_root = todo.pop()
         yield n
-        if isinstance(n, _SCOPES):
+        if isinstance(n, stop) and not (is_root and enter_roots):
             continue
-        todo.extend(gast.iter_child_nodes(n))
+        todo.extend((c, False) for c in gast.iter_child_nodes(n))
+
+
+def _walk_scope(node):
+    return walk_scope([node])
 
 
 # Methods that mutate their receiver: the parser makes the first four

@@ -30,9 +30,15 @@ from __future__ import annotations
 
 import gast
 
-from k_transform.ir.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
+from k_transform.ir.desugar import (
+    FUNCTION_SCOPES,
+    LIST_MUTATORS,
+    REFUSED_MUTATORS,
+    mutation_base,
+    walk_scope,
+)
 
-_SCOPES = (gast.FunctionDef, gast.AsyncFunctionDef, gast.Lambda, gast.ClassDef)
+_SCOPES = FUNCTION_SCOPES
 _LOOPS = (gast.For, gast.While)
 # Library functions and methods whose result may share memory with an argument.
 _VIEWS = frozenset(
@@ -347,10 +353,4 @@ def _is_called(name: gast.Name, s) -> bool:
 
 
 def _walk_scope(node):
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        yield n
-        if isinstance(n, _SCOPES) and n is not node:
-            continue
-        todo.extend(gast.iter_child_nodes(n))
+    return walk_scope([node], FUNCTION_SCOPES, enter_roots=True)
