@@ -427,3 +427,23 @@ def closure_as_default(x):
 
 def test_regression_closure_as_default_value():
     check(closure_as_default, X)
+
+
+def def_in_loop_after_tail_if(x):
+    z = jnp.sin(x)
+    if x[0] > 5.0:  # the rest of the function becomes this `if`'s other branch
+        return jnp.sum(z)
+    for _ in range(2):
+
+        def g(v):
+            return z + v
+
+        z = g(x) * 2.0
+    y = g(z)  # sees the last `z`
+    return jnp.sum(y * x)
+
+
+def test_regression_closure_rebound_inside_a_branch_graph():
+    """Found by the fuzzer: a rebinding inside a branch graph of a variable the
+    branch had captured was taken for the captured value (a stale closure)."""
+    check(def_in_loop_after_tail_if, X, XN)

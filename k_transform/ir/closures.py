@@ -29,7 +29,7 @@ import gast
 
 from k_transform.ir import prims
 from k_transform.ir.desugar import FUNCTION_SCOPES, loaded_names, walk_scope
-from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 
 _SCOPES = FUNCTION_SCOPES
 _DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
@@ -118,7 +118,7 @@ class ClosureScope:
         builder = self
         while builder is not None:
             value = builder.vars.get(name)
-            if value is not None and not (builder.closed and name in builder.captures):
+            if value is not None and not _is_capture(builder, name, value):
                 return value
             builder = builder.parent
         return None
@@ -460,6 +460,17 @@ def _walk_deferred(s, writers, error):
                     )
             continue
         todo.extend(gast.iter_child_nodes(n))
+
+
+def _is_capture(builder, name: str, value) -> bool:
+    """Whether `value` is the parameter through which the closed graph of
+    `builder` reads the enclosing binding of `name` (not a rebinding there)."""
+    return (
+        builder.closed
+        and name in builder.captures
+        and isinstance(value, Parameter)
+        and value.graph is builder.graph
+    )
 
 
 def _walk_scope_body(stmts):
