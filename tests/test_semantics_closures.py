@@ -436,7 +436,7 @@ def def_in_loop_after_tail_if(x):
     for _ in range(2):
 
         def g(v):
-            return z + v
+            return z + v  # noqa: B023 (late binding is the point)
 
         z = g(x) * 2.0
     y = g(z)  # sees the last `z`
