@@ -229,10 +229,10 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
     def lookup(self, name: str, node) -> Node:
         if name in self.vars:
             value = self.vars[name]
-            return self.materialize(value) if isinstance(value, LazyClosure) else value
+            return self.materialize(value) if isinstance(value, ClosureSite) else value
         if self.closed:
             raw = self.parent.peek(name)
-            if isinstance(raw, LazyClosure) and self.view_of(raw) is self:
+            if isinstance(raw, ClosureSite) and self.view_of(raw) is self:
                 self.vars[name] = raw  # rebuilt here, over this graph's bindings
                 return self.materialize(raw)
             outer = self.parent.lookup(name, node)
@@ -922,9 +922,6 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
 
     def expr_Slice(self, e) -> Node:
         return self.index(e)
-
-
-LazyClosure = ClosureSite  # a named nested def bound but not yet built
 
 
 def _lambda_def(e, name: str):
