@@ -7,8 +7,8 @@ import functools
 from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
+from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import FuncGraph
-from k_transform.ir.parser import parse
 from k_transform.ir.printer import print_graph
 from k_transform.ir.verify import verify
 

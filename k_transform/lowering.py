@@ -26,9 +26,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform.api import graph_of
-from k_transform.dfunctor import prims as dp
-from k_transform.ir import prims
 from k_transform.ir.nodes import Constant, FuncGraph
+from k_transform.ops import python as prims
+from k_transform.ops import structural
 from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
 
@@ -87,7 +87,7 @@ def lower_hvp(builder, args, kwargs, e):
     primal = graph_of(fn)
     graph = jvp_graph(grad_graph(primal, GradSpec(inputs=0)))
     xs = builder.unpack(args[1], len(primal.parameters))
-    zeros = [builder.apply(dp.ZerosLike(), x, node=e) for x in xs[1:]]
+    zeros = [builder.apply(structural.ZerosLike(), x, node=e) for x in xs[1:]]
     pair = builder.apply(_call(graph), *xs, args[2], *zeros, node=e)
     return builder.apply(prims.GetItem(), pair, Constant(1), node=e)
 
@@ -101,7 +101,8 @@ def lower_jacobian(builder, fn, argnum: int, forward: bool, args, e):
 
         def column(g, v):
             tangents = [
-                v if k == argnum else _prim(g, dp.ZerosLike(), a) for k, a in enumerate(args)
+                v if k == argnum else _prim(g, structural.ZerosLike(), a)
+                for k, a in enumerate(args)
             ]
             return _prim(g, prims.GetItem(), g.apply(_call(jv), *args, *tangents), Constant(1))
 

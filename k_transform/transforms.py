@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from k_transform.dfunctor import prims as dp
 from k_transform.dfunctor.dfunctor import k_graph, param_key
-from k_transform.ir import prims
 from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ops import python as prims
+from k_transform.ops import structural
 
 
 @dataclass(frozen=True)
@@ -95,11 +95,13 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
         dout = args[-1]
     elif spec.has_aux:
         value = b.item(out, 0)
-        dout = b.tuple(b.prim(dp.OnesLike(), value), b.prim(dp.ZerosLike(), b.item(out, 1)))
+        dout = b.tuple(
+            b.prim(structural.OnesLike(), value), b.prim(structural.ZerosLike(), b.item(out, 1))
+        )
     else:
-        dout = b.prim(dp.OnesLike(), out)
+        dout = b.prim(structural.OnesLike(), out)
     grads = b.call(bprop, dout)
-    integers = dp.InputGrad(spec.integer_grads)
+    integers = structural.InputGrad(spec.integer_grads)
     d_args = [b.prim(integers, b.item(grads, k + 1), x) for k, x in enumerate(inputs)]
     result = _select(b, spec, b.item(grads, 0), d_args)
     if spec.with_value:
@@ -123,7 +125,9 @@ def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
         inputs = None
     if spec.weights is None:
         return inputs
-    weights = [b.prim(dp.EnvGet(param_key(p)), env, Constant(p, hint=p.name)) for p in spec.weights]
+    weights = [
+        b.prim(structural.EnvGet(param_key(p)), env, Constant(p, hint=p.name)) for p in spec.weights
+    ]
     chosen = weights[0] if spec.single_weight else b.tuple(*weights)
     return chosen if inputs is None else b.tuple(inputs, chosen)
 
@@ -139,13 +143,13 @@ def jvp_graph(primal: FuncGraph) -> FuncGraph:
     h, h_args = _new_graph(f"{primal.name}_linear", primal, names + tangents + ["u"])
     hb = _Builder(h)
     d_xs = hb.call(Constant(grads_all, hint=grads_all.name), *h_args[:n], h_args[-1])
-    h.output = hb.prim(dp.TreeVdot(), d_xs, hb.tuple(*h_args[n : 2 * n]))
+    h.output = hb.prim(structural.TreeVdot(), d_xs, hb.tuple(*h_args[n : 2 * n]))
 
     grad_u = grad_graph(h, GradSpec(inputs=2 * n))
     graph, args = _new_graph(f"{primal.name}_jvp", primal, names + tangents)
     b = _Builder(graph)
     out = b.call(Constant(primal, hint=primal.name), *args[:n])
-    u0 = b.prim(dp.ZerosLike(), out)
+    u0 = b.prim(structural.ZerosLike(), out)
     jv = b.call(Constant(grad_u, hint=grad_u.name), *args, u0)
     graph.output = b.tuple(out, jv)
     return graph

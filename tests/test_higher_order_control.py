@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import k_transform as kt
-from k_transform import runtime_stack
+from k_transform.runtime import bounds
 from tests.test_grad_control import CASES
 
 G = kt.GradOperation()
@@ -189,13 +189,13 @@ def test_second_order_through_a_scan_over_rows():
 def test_second_order_loop_grows_its_bound_and_retraces():
     """A traced while longer than the stack bound: the gradient function
     raises the loop's bound and retraces; the result is still exact."""
-    old = runtime_stack.DEFAULT_LOOP_BOUND
-    runtime_stack.set_loop_bound(8)
+    old = bounds.DEFAULT_LOOP_BOUND
+    bounds.set_loop_bound(8)
     try:
         x = jnp.array([0.3, -0.8, 1.1], jnp.float32)
         close(kt.hessian(long_while)(x), jax.hessian(long_for)(x), 1e-3)
     finally:
-        runtime_stack.set_loop_bound(old)
+        bounds.set_loop_bound(old)
 
 
 # -- Parameters read inside a loop -------------------------------------------------------

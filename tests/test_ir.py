@@ -4,11 +4,12 @@ import pytest
 
 import k_transform as kt
 from k_transform import ops
-from k_transform.ir import control, prims
+from k_transform.control import prims as control
+from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Constant, FuncGraph
-from k_transform.ir.parser import parse
 from k_transform.ir.printer import print_graph
 from k_transform.ir.verify import VerifyError, verify
+from k_transform.ops import python as prims
 
 ADD = Constant(ops.Add(), hint="add")
 

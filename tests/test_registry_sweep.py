@@ -33,29 +33,30 @@ import pytest
 import k_transform as kt
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.dfunctor import prims as dp
-from k_transform.ir import prims
+from k_transform.control import prims as control
+from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Apply, Constant
-from k_transform.ir.parser import parse
+from k_transform.ops import python as prims
+from k_transform.ops import structural
 
 # Rules tested elsewhere: the DFunctor's own helpers, which only appear in
 # K-graphs (tested by grad-of-grad and jvp tests), a Cell's custom bprop and
 # `Assign` to a Parameter (both need a Cell: tests/test_api.py).
 INTERNAL = (
-    dp.AddGrad,
-    dp.ZerosLike,
-    dp.OnesLike,
-    dp.EnvGet,
-    dp.EnvDel,
-    dp.CheckGrad,
-    dp.ReadParam,
-    dp.InputGrad,
-    dp.TreeVdot,
-    dp.TreeScale,
-    dp.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
-    dp.StackPush,
-    dp.StackPop,
-    dp.StackNonEmpty,
+    structural.AddGrad,
+    structural.ZerosLike,
+    structural.OnesLike,
+    structural.EnvGet,
+    structural.EnvDel,
+    structural.CheckGrad,
+    structural.ReadParam,
+    structural.InputGrad,
+    structural.TreeVdot,
+    structural.TreeScale,
+    control.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
+    control.StackPush,
+    control.StackPop,
+    control.StackNonEmpty,
     prims.CustomBpropCall,
     ops.Assign,
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import k_transform as kt
-from k_transform import runtime_stack
+from k_transform.runtime import bounds
 
 MODES = ("eager", "graph")
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,12 +285,12 @@ def test_regression_integer_inputs_grad_operation_matches_mindspore(mode):
 # -- 10: a while loop whose condition never becomes false -----------------------------
 @pytest.fixture
 def small_loop_bound():
-    saved = runtime_stack.DEFAULT_LOOP_BOUND, dict(runtime_stack._bounds)
+    saved = bounds.DEFAULT_LOOP_BOUND, dict(bounds._bounds)
     kt.set_loop_bound(4)
     yield
-    runtime_stack.DEFAULT_LOOP_BOUND = saved[0]
-    runtime_stack._bounds.clear()
-    runtime_stack._bounds.update(saved[1])
+    bounds.DEFAULT_LOOP_BOUND = saved[0]
+    bounds._bounds.clear()
+    bounds._bounds.update(saved[1])
 
 
 def forever_static(x):

@@ -9,8 +9,10 @@ Contract (MindSpore's spelling):
         return bprop
 
 - A getter is called once per distinct primitive instance (attributes
-  included); the bprop it returns is Python in the parser's subset and is
-  parsed into a FuncGraph, so rules are differentiable again.
+  included); the bprop it returns is Python in the parser's subset. The
+  DFunctor parses it into a FuncGraph (`bprop_graph(prim, n, parse)`: the
+  registry caches the graph but does not depend on the parser), so rules are
+  differentiable again.
 - `None` as a gradient means "not differentiable" (axes, shapes, keys);
   integer and boolean values get zeros.
 - A variadic primitive (`n_inputs` None: tuple and dict literals) gets its
@@ -28,7 +30,6 @@ import inspect
 
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import DebugInfo, FuncGraph
-from k_transform.ir.parser import parse
 from k_transform.ir.primitive import Primitive
 
 
@@ -65,8 +66,9 @@ class BpropRegistry:
                 return self._getters[cls]
         return None
 
-    def bprop_graph(self, prim: Primitive, n_inputs: int, debug: DebugInfo | None = None):
-        """The parsed rule for `prim` applied to `n_inputs` inputs."""
+    def bprop_graph(self, prim: Primitive, n_inputs: int, parse, debug: DebugInfo | None = None):
+        """The rule for `prim` applied to `n_inputs` inputs, as the FuncGraph
+        `parse(bprop)` makes of it (cached until the class's rule changes)."""
         key = (prim, n_inputs)
         if key in self._graphs:
             return self._graphs[key]

@@ -168,7 +168,7 @@ class ModuleEmitter:
                 return self.graph_names[value.uid]
             # Not nested here: a closed graph (no free variables) from elsewhere,
             # such as a branch of an inlined rule or a loop body that K of a
-            # loop calls (k_transform.dfunctor.loops): a module-level copy.
+            # loop calls (k_transform.control.k_loops): a module-level copy.
             if value.uid not in self.copies:
                 self.copies[value.uid] = self.module_names.fresh(value.name)
                 self.pending.append(value)

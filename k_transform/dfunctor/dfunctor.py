@@ -36,14 +36,16 @@ from __future__ import annotations
 import weakref
 
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.dfunctor import loops
-from k_transform.dfunctor import prims as dp
+from k_transform.control import k_loops as loops
+from k_transform.control import prims as control
+from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
-from k_transform.ir import prims
-from k_transform.ir.control import ControlPrimitive, Switch
+from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
+from k_transform.ops import python as prims
+from k_transform.ops import structural
 from k_transform.ops.mapping import primitive_for_value
 
 _functors: dict[int, DFunctor] = {}
@@ -161,7 +163,7 @@ class DFunctor:
             return node
         p = node.value
         if id(p) not in self.param_reads:  # one read per graph, in the forward pass
-            read = dp.ReadParam(p, param_key(p))
+            read = structural.ReadParam(p, param_key(p))
             self.param_reads[id(p)] = self.fprop.apply(_const(read), debug=node.debug.named(p.name))
         return self.param_reads[id(p)]
 
@@ -176,7 +178,7 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
-        if isinstance(fn, dp.ControlFprop):  # a loop's K, differentiated again
+        if isinstance(fn, control.ControlFprop):  # a loop's K, differentiated again
             lowered = Constant(loops.lowered(node), node.debug, "loop_k")
             pair = self.fprop.apply(self.kval(lowered), *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
@@ -188,7 +190,7 @@ class DFunctor:
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
                 for k, a in enumerate(node.args)
             ]
-            prim = node.fn if isinstance(fn, Switch) else _const(dp.ControlFprop(fn))
+            prim = node.fn if isinstance(fn, Switch) else _const(control.ControlFprop(fn))
             pair = self.fprop.apply(prim, *args, debug=node.debug)
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
@@ -209,7 +211,7 @@ class DFunctor:
         for p in self.primal.parameters:
             d = self.total_sens(p, captured)
             if d is None:
-                d = self.bprop.apply(_const(dp.ZerosLike()), self.k[id(p)])
+                d = self.bprop.apply(_const(structural.ZerosLike()), self.k[id(p)])
             grads.append(d)
         self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), self.env, *grads)
 
@@ -224,14 +226,14 @@ class DFunctor:
         parts = list(self.sens.get(id(node), []))
         if id(node) in captured:
             key = fv_key(node)
-            got = self.bprop.apply(_const(dp.EnvGet(key)), self.env, self.k[id(node)])
-            self.env = self.bprop.apply(_const(dp.EnvDel(key)), self.env)
+            got = self.bprop.apply(_const(structural.EnvGet(key)), self.env, self.k[id(node)])
+            self.env = self.bprop.apply(_const(structural.EnvDel(key)), self.env)
             parts.append(got)
         if not parts:
             return None
         total = parts[0]
         for part in parts[1:]:
-            total = self.bprop.apply(_const(dp.AddGrad()), total, part)
+            total = self.bprop.apply(_const(structural.AddGrad()), total, part)
         if isinstance(total, Apply) and node.debug.name:
             total.debug = node.debug.named(f"d_{node.debug.name}")
         return total
@@ -257,14 +259,14 @@ class DFunctor:
         self.add_to_env(entry)
 
     def add_to_env(self, env_part: Node) -> None:
-        self.env = self.bprop.apply(_const(dp.AddGrad()), self.env, env_part)
+        self.env = self.bprop.apply(_const(structural.AddGrad()), self.env, env_part)
 
     def backprop(self, node: Apply, d: Node) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         if id(node) in self.bp:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug)
             d_fn = self._item(self.bprop, result, 0, node.debug)
-            if isinstance(fn, (FuncGraph, ControlPrimitive, dp.ControlFprop)):
+            if isinstance(fn, (FuncGraph, ControlPrimitive, control.ControlFprop)):
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)
@@ -276,7 +278,7 @@ class DFunctor:
         self.backprop_primitive(node, fn, d)
 
     def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
-        rule = bprop_getters.bprop_graph(prim, len(node.args), node.debug)
+        rule = bprop_getters.bprop_graph(prim, len(node.args), parse, node.debug)
         if rule.no_gradient:
             return  # comparisons, shapes, integer results: nothing flows back
         inputs = [self.kval(a) for a in node.args]
@@ -289,7 +291,7 @@ class DFunctor:
                 f"{rule.rule_name} returned {len(outs)} gradients for {len(node.args)} inputs",
                 node.debug,
             )
-        check = dp.CheckGrad(rule.rule_name)
+        check = structural.CheckGrad(rule.rule_name)
         for arg, karg, grad in zip(node.args, inputs, outs, strict=True):
             if isinstance(grad, Constant) and grad.value is None:
                 continue

@@ -15,10 +15,10 @@ its own nodes (rare) is called rather than copied.
 
 from __future__ import annotations
 
-from k_transform.ir import prims
-from k_transform.ir.control import Switch
-from k_transform.ir.fold import fold, tuple_item
+from k_transform.control.prims import Switch
+from k_transform.frontend.fold import fold, tuple_item
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ops import python as prims
 
 MAX_DEPTH = 8
 

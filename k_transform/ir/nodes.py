@@ -12,7 +12,7 @@ Contract:
   `Primitive`, or a `FuncGraph` (a function value; a closure when the graph
   has free variables).
 - Control flow: branches and loop bodies are FuncGraph constants handed to
-  the control primitives in `k_transform.ir.control`. They are *closed*: every
+  the control primitives in `k_transform.control.prims`. They are *closed*: every
   value they read from the enclosing function arrives as an argument.
 - Every node carries a `DebugInfo` with the user's file, line and name.
 """

@@ -20,6 +20,7 @@ class Primitive:
 
     effectful = False
     n_inputs: int | None = None
+    graph_slots: tuple[int, ...] = ()  # inputs that must be FuncGraphs (control flow)
     name = ""
     attrs: dict = {}
 
@@ -43,6 +44,10 @@ class Primitive:
     def emit(self, e, args: list[str]) -> str:
         """A Python expression computing this primitive on `args` (names)."""
         return f"{e.ref(self, self.name)}({', '.join(args)})"
+
+    def graph_arity(self, slot: int, n_args: int) -> int:
+        """How many parameters the graph at input `slot` takes, given `n_args` inputs."""
+        raise NotImplementedError(f"{self.name} takes no graphs")
 
     def subgraphs(self) -> list:
         """FuncGraphs this primitive runs (beyond its inputs)."""

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from k_transform.errors import KTransformError
-from k_transform.ir.control import ControlPrimitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 
@@ -64,16 +63,15 @@ def _check_arity(node: Apply) -> None:
         return
     if fn.n_inputs is not None:
         _check(len(node.args) == fn.n_inputs, f"{fn.name} takes {fn.n_inputs} inputs", node)
-    if isinstance(fn, ControlPrimitive):
-        for slot in fn.graph_slots:
-            g = node.args[slot].value if isinstance(node.args[slot], Constant) else None
-            _check(isinstance(g, FuncGraph), f"{fn.name} needs a graph in slot {slot}", node)
-            want = fn.graph_arity(slot, len(node.args))
-            _check(
-                len(g.parameters) == want,
-                f"{fn.name}: graph {g.name} takes {len(g.parameters)} parameters, needs {want}",
-                node,
-            )
+    for slot in fn.graph_slots:
+        g = node.args[slot].value if isinstance(node.args[slot], Constant) else None
+        _check(isinstance(g, FuncGraph), f"{fn.name} needs a graph in slot {slot}", node)
+        want = fn.graph_arity(slot, len(node.args))
+        _check(
+            len(g.parameters) == want,
+            f"{fn.name}: graph {g.name} takes {len(g.parameters)} parameters, needs {want}",
+            node,
+        )
 
 
 def _check(ok: bool, message: str, where) -> None:

@@ -14,6 +14,7 @@ Rules live in `k_transform.bprop_registry`.
 
 from __future__ import annotations
 
+from k_transform import runtime as rt
 from k_transform.ir.primitive import Primitive
 
 
@@ -90,3 +91,22 @@ class AttrPrimitive(Primitive):
 
     def __init__(self, **attrs):
         super().__init__(type(self).__name__, **attrs)
+
+
+class RuntimeCall(Primitive):
+    """A primitive computed by one run-time helper `module.<rt_name>`, called
+    in generated code as `<alias>.<rt_name>(*args, *extra())`."""
+
+    module = rt
+    alias = "_rt"
+    rt_name = ""
+
+    def impl(self, *args):
+        return getattr(self.module, self.rt_name)(*args, *self.extra())
+
+    def extra(self) -> list:
+        return []
+
+    def emit(self, e, args):
+        extra = [repr(v) for v in self.extra()]
+        return f"{e.ref(self.module, self.alias)}.{self.rt_name}({', '.join([*args, *extra])})"

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import AttrPrimitive
 from k_transform.ops.mapping import register_function
 
@@ -310,3 +311,78 @@ def _lax_conv_general_dilated(call):
         call.static(7, "feature_group_count", 1),
     )
     return prim, [call.arg(0, "lhs"), call.arg(1, "rhs")]
+
+
+# == gradient rules ==============================================================
+# Rules for convolution and pooling (NCHW).
+#
+# Each gradient is a primitive with a rule of its own, as in MindSpore, so the
+# rules differentiate again: `Conv2D`'s input gradient is the transposed
+# convolution `Conv2DBackpropInput` and its weight gradient
+# `Conv2DBackpropFilter`; the three are bilinear and each one's rule is built
+# from the other two. `MaxPoolGrad` / `MaxPoolGradGrad` and `AvgPool` /
+# `AvgPoolGrad` are adjoint pairs (the window positions are constant almost
+# everywhere, so x gets no second-order gradient).
+
+
+@bprop_getters.register(Conv2D)
+def get_bprop_conv2d(self):
+    backprop_input = Conv2DBackpropInput(**self.attrs)
+    backprop_filter = Conv2DBackpropFilter(**self.attrs)
+
+    def bprop(x, w, out, dout):
+        return backprop_input(dout, w, jnp.shape(x)), backprop_filter(dout, x, jnp.shape(w))
+
+    return bprop
+
+
+@bprop_getters.register(Conv2DBackpropInput)
+def get_bprop_conv2d_backprop_input(self):
+    conv = Conv2D(**self.attrs)
+    backprop_filter = Conv2DBackpropFilter(**self.attrs)
+
+    def bprop(g, w, x_shape, out, dout):
+        return conv(dout, w), backprop_filter(g, dout, jnp.shape(w)), None
+
+    return bprop
+
+
+@bprop_getters.register(Conv2DBackpropFilter)
+def get_bprop_conv2d_backprop_filter(self):
+    conv = Conv2D(**self.attrs)
+    backprop_input = Conv2DBackpropInput(**self.attrs)
+
+    def bprop(g, x, w_shape, out, dout):
+        return conv(x, dout), backprop_input(g, dout, jnp.shape(x)), None
+
+    return bprop
+
+
+@bprop_getters.register(MaxPool)
+def get_bprop_max_pool(self):
+    max_pool_grad = MaxPoolGrad(**self.attrs)
+    return lambda x, out, dout: (max_pool_grad(x, dout),)
+
+
+@bprop_getters.register(MaxPoolGrad)
+def get_bprop_max_pool_grad(self):
+    max_pool_grad_grad = MaxPoolGradGrad(**self.attrs)
+    return lambda x, g, out, dout: (None, max_pool_grad_grad(x, dout))
+
+
+@bprop_getters.register(MaxPoolGradGrad)
+def get_bprop_max_pool_grad_grad(self):
+    max_pool_grad = MaxPoolGrad(**self.attrs)
+    return lambda x, h, out, dout: (None, max_pool_grad(x, dout))
+
+
+@bprop_getters.register(AvgPool)
+def get_bprop_avg_pool(self):
+    avg_pool_grad = AvgPoolGrad(**self.attrs)
+    return lambda x, out, dout: (avg_pool_grad(x, dout),)
+
+
+@bprop_getters.register(AvgPoolGrad)
+def get_bprop_avg_pool_grad(self):
+    avg_pool = AvgPool(**self.attrs)
+    return lambda x, g, out, dout: (None, avg_pool(dout))

@@ -17,8 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive
 from k_transform.ops.mapping import register_function
+from k_transform.ops.structural import SumTo
 
 
 def take(params, indices, axis: int = 0):
@@ -147,3 +149,54 @@ def _segment_sum(call):
         return None
     n = call.static(2, "num_segments")
     return (UnsortedSegmentSum(n), [call.arg(0, "data"), call.arg(1, "segment_ids")]) if n else None
+
+
+# == gradient rules ==============================================================
+# Rules for gathers and scatters: each is the other's adjoint.
+#
+# `Gather` / `GatherGrad` and `TakeAlongAxis` / `TakeAlongAxisGrad` are linear
+# in their data and pair up; `ScatterAdd` passes `dout` through to x and
+# gathers it for the updates; `UnsortedSegmentSum` gathers `dout` by segment
+# id. Indices, and the inputs that only give a shape, get None.
+
+sum_to = SumTo()
+
+
+@bprop_getters.register(Gather)
+def get_bprop_gather(self):
+    gather_grad = GatherGrad(self.axis)
+    return lambda params, indices, out, dout: (gather_grad(params, indices, dout), None)
+
+
+@bprop_getters.register(GatherGrad)
+def get_bprop_gather_grad(self):
+    gather = Gather(self.axis)
+    return lambda params, indices, g, out, dout: (None, None, gather(dout, indices))
+
+
+@bprop_getters.register(TakeAlongAxis)
+def get_bprop_take_along_axis(self):
+    scatter = TakeAlongAxisGrad(self.axis)
+    return lambda x, indices, out, dout: (scatter(x, indices, dout), None)
+
+
+@bprop_getters.register(TakeAlongAxisGrad)
+def get_bprop_take_along_axis_grad(self):
+    take = TakeAlongAxis(self.axis)
+    return lambda x, indices, g, out, dout: (None, None, take(dout, indices))
+
+
+@bprop_getters.register(ScatterAdd)
+def get_bprop_scatter_add(self):
+    gather = Gather(0)
+
+    def bprop(x, indices, updates, out, dout):
+        return dout, None, sum_to(gather(dout, indices), updates)
+
+    return bprop
+
+
+@bprop_getters.register(UnsortedSegmentSum)
+def get_bprop_unsorted_segment_sum(self):
+    gather = Gather(0)
+    return lambda data, segment_ids, out, dout: (gather(dout, segment_ids), None)

@@ -7,10 +7,14 @@ adapters here recognise that shape and turn it into one primitive on
 
 from __future__ import annotations
 
-from k_transform.ir import prims
+import jax.numpy as jnp
+
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ir.nodes import Apply, Constant
+from k_transform.ops import python as prims
 from k_transform.ops.base import JaxPrimitive
 from k_transform.ops.mapping import register_method
+from k_transform.ops.structural import SumTo
 
 
 class IndexAdd(JaxPrimitive):
@@ -65,3 +69,26 @@ def _at_update(prim_cls):
 register_method("set")(_at_update(prims.SetItem))
 register_method("add")(_at_update(IndexAdd))
 register_method("multiply")(_at_update(IndexMultiply))
+
+
+# == gradient rules ==============================================================
+# `x.at[i].add/multiply`.
+
+sum_to = SumTo()
+
+
+@bprop_getters.register(IndexAdd)
+def get_bprop_index_add(self):
+    def bprop(x, index, value, out, dout):
+        return dout, None, sum_to(dout[index], value)
+
+    return bprop
+
+
+@bprop_getters.register(IndexMultiply)
+def get_bprop_index_multiply(self):
+    def bprop(x, index, value, out, dout):
+        scale = jnp.ones_like(x).at[index].set(value)
+        return dout * scale, None, sum_to(dout[index] * x[index], value)
+
+    return bprop

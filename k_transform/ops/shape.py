@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ir.nodes import Constant
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import (
@@ -28,6 +30,7 @@ from k_transform.ops.mapping import (
     register_function,
     register_method,
 )
+from k_transform.ops.structural import SumTo
 
 
 def invert_permutation(perm) -> tuple:
@@ -378,3 +381,165 @@ def _split(call):
         return None
     prim = Split(call.static(1, "indices_or_sections"), call.static(2, "axis", 0))
     return prim, [call.arg(0, "ary")]
+
+
+# == gradient rules ==============================================================
+# Rules for shape primitives: each gradient undoes the shape change.
+#
+# Shapes, permutations, axes and dtypes get None. `Concat`/`SplitLike` and
+# `Stack`/`Unstack` are each other's gradients, so both differentiate again.
+
+sum_to = SumTo()
+invert_permutation = InvertPermutation()
+
+zero_gradient(Shape, Size, InvertPermutation)
+
+
+@bprop_getters.register(Transpose)
+def get_bprop_transpose(self):
+    def bprop(x, perm, out, dout):
+        if perm is None:
+            return jnp.transpose(dout), None
+        return jnp.transpose(dout, invert_permutation(perm)), None
+
+    return bprop
+
+
+@bprop_getters.register(SwapAxes)
+def get_bprop_swapaxes(self):
+    def bprop(x, axis1, axis2, out, dout):
+        return jnp.swapaxes(dout, axis1, axis2), None, None
+
+    return bprop
+
+
+@bprop_getters.register(MoveAxis)
+def get_bprop_moveaxis(self):
+    def bprop(x, source, destination, out, dout):
+        return jnp.moveaxis(dout, destination, source), None, None
+
+    return bprop
+
+
+@bprop_getters.register(Reshape)
+def get_bprop_reshape(self):
+    def bprop(x, shape, out, dout):
+        return jnp.reshape(dout, jnp.shape(x)), None
+
+    return bprop
+
+
+@bprop_getters.register(ExpandDims)
+def get_bprop_expand_dims(self):
+    def bprop(x, axis, out, dout):
+        return jnp.reshape(dout, jnp.shape(x)), None
+
+    return bprop
+
+
+@bprop_getters.register(Squeeze)
+def get_bprop_squeeze(self):
+    def bprop(x, out, dout):
+        return (jnp.reshape(dout, jnp.shape(x)),)
+
+    return bprop
+
+
+@bprop_getters.register(BroadcastTo)
+def get_bprop_broadcast_to(self):
+    def bprop(x, shape, out, dout):
+        return sum_to(dout, x), None
+
+    return bprop
+
+
+@bprop_getters.register(Cast)
+def get_bprop_cast(self):
+    def bprop(x, dtype, out, dout):
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            return dout.astype(jnp.result_type(x)), None
+        return None, None
+
+    return bprop
+
+
+@bprop_getters.register(Concat)
+def get_bprop_concat(self):
+    split_like = SplitLike(self.axis)
+
+    def bprop(xs, out, dout):
+        return (split_like(dout, xs),)
+
+    return bprop
+
+
+@bprop_getters.register(SplitLike)
+def get_bprop_split_like(self):
+    axis = self.axis
+
+    def bprop(g, xs, out, dout):
+        return jnp.concatenate(dout, axis=axis), None
+
+    return bprop
+
+
+@bprop_getters.register(Stack)
+def get_bprop_stack(self):
+    unstack = Unstack(self.axis)
+
+    def bprop(xs, out, dout):
+        return (unstack(dout),)
+
+    return bprop
+
+
+@bprop_getters.register(Unstack)
+def get_bprop_unstack(self):
+    axis = self.axis
+
+    def bprop(x, out, dout):
+        return (jnp.stack(dout, axis=axis),)
+
+    return bprop
+
+
+def _negate(widths):
+    if isinstance(widths, tuple):
+        return tuple(_negate(w) for w in widths)
+    return -widths
+
+
+@bprop_getters.register(Tile)
+def get_bprop_tile(self):
+    tile_grad = TileGrad(self.reps)
+    return lambda x, out, dout: (tile_grad(dout, x),)
+
+
+@bprop_getters.register(TileGrad)
+def get_bprop_tile_grad(self):
+    tile = Tile(self.reps)
+    return lambda g, x, out, dout: (tile(dout), None)
+
+
+@bprop_getters.register(Pad)
+def get_bprop_pad(self):
+    crop = Pad(_negate(self.paddings))
+    return lambda x, out, dout: (crop(dout),)
+
+
+@bprop_getters.register(Flip)
+def get_bprop_flip(self):
+    flip = Flip(self.axis)
+    return lambda x, out, dout: (flip(dout),)
+
+
+@bprop_getters.register(Roll)
+def get_bprop_roll(self):
+    roll_back = Roll(_negate(self.shift), self.axis)
+    return lambda x, out, dout: (roll_back(dout),)
+
+
+@bprop_getters.register(Split)
+def get_bprop_split(self):
+    axis = self.axis
+    return lambda x, out, dout: (jnp.concatenate(dout, axis=axis),)

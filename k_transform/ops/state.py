@@ -9,6 +9,8 @@ call (functionalised state). It never receives a gradient.
 from __future__ import annotations
 
 from k_transform import runtime as rt
+from k_transform.bprop_registry.helpers import no_gradient
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ir.nodes import Constant
 from k_transform.ir.primitive import Primitive
 
@@ -42,3 +44,15 @@ class Assign(Primitive):
         if self.param is None:
             return f"{e.ref(rt, '_rt')}.assign({', '.join(args)})"
         return f"{e.ref(rt, '_rt')}.assign({e.ref(self.param, self.param.name)}, {args[0]})"
+
+
+# == gradient rules ==============================================================
+# A state update never receives a gradient.
+
+
+@bprop_getters.register(Assign)
+def get_bprop_assign(self):
+    # A state update never receives a gradient.
+    if self.param is None:
+        return no_gradient(lambda param, value, out, dout: (None, None))
+    return no_gradient(lambda value, out, dout: (None,))

@@ -1,8 +1,10 @@
-"""Structural primitives: shapes of gradients, zeros, stop_gradient.
+"""Structural primitives: shapes of gradients, zeros, stop_gradient, and the
+gradient plumbing the DFunctor emits (add_grad, env access, read_param, ...).
 
 `SumTo(g, like)` reduces a broadcast gradient back to `like`'s shape;
 `GetItemGrad(x, index, dout)` is the gradient of indexing. They are used by
-gradient rules and have rules themselves (for second order).
+gradient rules and K-graphs, and have rules themselves (below), so K-graphs
+differentiate again (grad of grad, jvp).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import jax
 import jax.numpy as jnp
 
 from k_transform import runtime as rt
-from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.ops.base import JaxPrimitive, RuntimeCall, elementwise
 from k_transform.ops.mapping import map_functions
 
 
@@ -55,3 +59,212 @@ map_functions(
         StopGradient: (jax.lax.stop_gradient,),
     }
 )
+
+
+# -- the DFunctor's gradient plumbing ----------------------------------------------
+class AddGrad(RuntimeCall):
+    """`a + b` for gradient values (None is zero; tuples and envs add by item)."""
+
+    n_inputs = 2
+    rt_name = "add_grad"
+
+    def __init__(self):
+        super().__init__("add_grad")
+
+
+class EnvGet(RuntimeCall):
+    """`env[key]`, or zeros like the second input when the key is absent."""
+
+    n_inputs = 2
+    rt_name = "env_get"
+
+    def __init__(self, key: str):
+        super().__init__("env_get", key=key)
+
+    def impl(self, env, like):
+        return rt.env_get(env, self.key, like)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.env_get({args[0]}, {self.key!r}, {args[1]})"
+
+
+class EnvDel(RuntimeCall):
+    n_inputs = 1
+    rt_name = "env_del"
+
+    def __init__(self, key: str):
+        super().__init__("env_del", key=key)
+
+    def extra(self):
+        return [self.key]
+
+
+class CheckGrad(RuntimeCall):
+    """The gradient a rule gave for an input, checked against the input's shape."""
+
+    n_inputs = 2
+    rt_name = "check_grad"
+
+    def __init__(self, rule: str):
+        super().__init__("check_grad", rule=rule)
+
+    def extra(self):
+        return [self.rule]
+
+
+class ReadParam(RuntimeCall):
+    """The value of a `kt.Parameter` in the current gradient call."""
+
+    n_inputs = 0
+
+    def __init__(self, param, key: str):
+        super().__init__("read_param", param=param, key=key)
+
+    def parameters(self):
+        return [self.param]
+
+    def impl(self):
+        return rt.read_param(self.param)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.read_param({e.ref(self.param, self.param.name)})"
+
+
+class InputGrad(RuntimeCall):
+    """The gradient reported for an input (zeros for static and integer inputs;
+    `integers`: integer arrays get their gradient in their dtype, MindSpore's
+    GradOperation)."""
+
+    n_inputs = 2
+    rt_name = "input_grad"
+
+    def __init__(self, integers: bool = False):
+        super().__init__("input_grad", integers=integers)
+
+    def extra(self) -> list:
+        return [True] if self.integers else []
+
+    def emit(self, e, args):
+        flag = ", integers=True" if self.integers else ""
+        return f"{e.ref(rt, '_rt')}.input_grad({', '.join(args)}{flag})"
+
+
+class TreeVdot(RuntimeCall):
+    """<a, b> summed over all leaves of two gradient trees."""
+
+    n_inputs = 2
+    rt_name = "tree_vdot"
+
+    def __init__(self):
+        super().__init__("tree_vdot")
+
+
+class TreeScale(RuntimeCall):
+    """A gradient tree times a scalar."""
+
+    n_inputs = 2
+    rt_name = "tree_scale"
+
+    def __init__(self):
+        super().__init__("tree_scale")
+
+
+# == gradient rules ==============================================================
+# Rules of the structural primitives and of the DFunctor's own plumbing, so K-graphs differentiate again.
+
+getitem_grad = GetItemGrad()
+sum_to = SumTo()
+zeros_like = ZerosLike()
+zeros_value = zeros_like
+
+
+@bprop_getters.register(GetItemGrad)
+def get_bprop_getitem_grad(self):
+    def bprop(x, index, dout_, out, dd):
+        return zeros_like(x), None, dd[index]
+
+    return bprop
+
+
+@bprop_getters.register(SumTo)
+def get_bprop_sum_to(self):
+    tail = self.tail
+
+    def bprop(g, like, out, dout):
+        if isinstance(g, (tuple, list)):  # the items of a concatenation `a + b` that `like` took
+            rest = zeros_value(g[: len(g) - len(like)] if tail else g[len(like) :])
+            return (rest + dout if tail else dout + rest), None
+        return _broadcast_like(dout, g), None
+
+    return bprop
+
+
+def _broadcast_like(d, g):
+    return jnp.broadcast_to(d, jnp.shape(g)) if d is not None else None
+
+
+@bprop_getters.register(StopGradient)
+def get_bprop_stop_gradient(self):
+    def bprop(x, out, dout):
+        return (zeros_like(x),)
+
+    return bprop
+
+
+@bprop_getters.register(AddGrad)
+def get_bprop_add_grad(self):
+    def bprop(a, b, out, dout):
+        return dout, dout
+
+    return bprop
+
+
+# -- the DFunctor's own primitives, so K-graphs differentiate again ----------
+tree_scale = TreeScale()
+tree_vdot = TreeVdot()
+
+
+@bprop_getters.register(InputGrad)
+def get_bprop_input_grad(self):
+    return lambda d, arg, out, dout: (dout, None)
+
+
+@bprop_getters.register(CheckGrad)
+def get_bprop_check_grad(self):
+    return lambda g, x, out, dout: (dout, None)
+
+
+@bprop_getters.register(EnvGet)
+def get_bprop_env_get(self):
+    key = self.key
+    return lambda env, like, out, dout: ({key: dout}, None)
+
+
+@bprop_getters.register(EnvDel)
+def get_bprop_env_del(self):
+    # The output holds no entry `key`: a gradient under `key` (another
+    # recursive frame's node has the same key) belongs to someone else.
+    env_del = EnvDel(self.key)
+
+    def bprop(env, out, dout):
+        return (env_del(dout),)
+
+    return bprop
+
+
+@bprop_getters.register(ReadParam)
+def get_bprop_read_param(self):
+    return lambda out, dout: ()
+
+
+@bprop_getters.register(TreeVdot)
+def get_bprop_tree_vdot(self):
+    return lambda a, b, out, dout: (tree_scale(b, dout), tree_scale(a, dout))
+
+
+@bprop_getters.register(TreeScale)
+def get_bprop_tree_scale(self):
+    return lambda tree, s, out, dout: (tree_scale(dout, s), tree_vdot(dout, tree))
+
+
+zero_gradient(ZerosLike, OnesLike)

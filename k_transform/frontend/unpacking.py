@@ -16,9 +16,10 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.ir import prims, sugar
+from k_transform.frontend import sugar
+from k_transform.frontend.parse_sugar import call_of, maker_of
 from k_transform.ir.nodes import Constant, Node
-from k_transform.ir.parse_sugar import call_of, maker_of
+from k_transform.ops import python as prims
 
 
 def _keys_not_in(d, names: tuple):

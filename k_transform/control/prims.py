@@ -13,7 +13,7 @@ value they read arrives as an argument):
         body_graph(item, *carry, *inv) -> carry tuple
 
 Loops return the final carry tuple. `break`, `continue` and early `return`
-are lowered before this point (`k_transform.ir.desugar`). At run time each
+are lowered before this point (`k_transform.frontend.desugar`). At run time each
 primitive picks Python control flow for concrete conditions and `lax.cond`,
 `lax.while_loop` or `lax.scan` for traced ones (`k_transform.runtime`).
 `where` ("file:line") names the statement in run-time errors.
@@ -21,8 +21,13 @@ primitive picks Python control flow for concrete conditions and `lax.cond`,
 
 from __future__ import annotations
 
-from k_transform import runtime as rt
+from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.control import loop_grad as rtg
+from k_transform.control import runtime as ctl
 from k_transform.ir.primitive import Primitive
+from k_transform.ops.base import RuntimeCall
+from k_transform.runtime import stack as rs
 
 
 class ControlPrimitive(Primitive):
@@ -33,7 +38,6 @@ class ControlPrimitive(Primitive):
     (graphs, conditions, range bounds).
     """
 
-    graph_slots: tuple[int, ...] = ()
     k_slots: tuple[int, ...] = ()
     nondiff_slots: tuple[int, ...] = ()
 
@@ -48,10 +52,6 @@ class ControlPrimitive(Primitive):
     def emit(self, e, args):
         return self._emit_call(e, self.name, self.call_parts(args))
 
-    def graph_arity(self, slot: int, n_args: int) -> int:
-        """How many parameters the graph at `slot` takes, given `n_args` inputs."""
-        raise NotImplementedError
-
     def options(self) -> dict:
         """Keyword arguments of the runtime helper: `where`, and `grads` when set."""
         out = {"where": self.where} if self.where else {}
@@ -59,14 +59,14 @@ class ControlPrimitive(Primitive):
             out["grads"] = True
         return out
 
-    def _emit_call(self, e, fn: str, parts: list[str], module=rt, alias: str = "_rt") -> str:
+    def _emit_call(self, e, fn: str, parts: list[str], module=ctl, alias: str = "_ctl") -> str:
         parts = [*parts, *(f"{k}={v!r}" for k, v in self.options().items())]
         return f"{e.ref(module, alias)}.{fn}({', '.join(parts)})"
 
 
 class LoopPrimitive(ControlPrimitive):
     """A loop; `grads=True` marks a loop whose carries are gradients (a loop of
-    a derivative, see `k_transform.dfunctor.loops`): None is zero there."""
+    a derivative, see `k_transform.control.k_loops`): None is zero there."""
 
     def __init__(self, name: str, n_carry: int, where: str, grads: bool):
         flags = {"grads": True} if grads else {}
@@ -90,7 +90,7 @@ class Switch(ControlPrimitive):
         return n_args - 3
 
     def impl(self, cond, true_fn, false_fn, *args):
-        return rt.switch(cond, true_fn, false_fn, *args, where=self.where)
+        return ctl.switch(cond, true_fn, false_fn, *args, where=self.where)
 
 
 class WhileLoop(LoopPrimitive):
@@ -105,7 +105,7 @@ class WhileLoop(LoopPrimitive):
         return n_args - 2
 
     def impl(self, cond_fn, body_fn, *values):
-        return rt.while_loop(cond_fn, body_fn, self.n_carry, *values, **self.options())
+        return ctl.while_loop(cond_fn, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:2], str(self.n_carry), *args[2:]]
@@ -123,7 +123,7 @@ class ForRange(LoopPrimitive):
         return n_args - 4 + 1
 
     def impl(self, start, stop, step, body_fn, *values):
-        return rt.for_range(start, stop, step, body_fn, self.n_carry, *values, **self.options())
+        return ctl.for_range(start, stop, step, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:4], str(self.n_carry), *args[4:]]
@@ -141,7 +141,100 @@ class ForEach(LoopPrimitive):
         return n_args - 2 + 1
 
     def impl(self, seq, body_fn, *values):
-        return rt.for_each(seq, body_fn, self.n_carry, *values, **self.options())
+        return ctl.for_each(seq, body_fn, self.n_carry, *values, **self.options())
 
     def call_parts(self, args):
         return [*args[:2], str(self.n_carry), *args[2:]]
+
+
+# -- K of a control primitive at run time (k_transform.control.loop_grad) ------------
+class ControlFprop(Primitive):
+    """K of a control primitive: `(out, bprop)` from `runtime_grad.<name>_fprop`,
+    with K-graphs in the control primitive's `k_slots`."""
+
+    def __init__(self, control: ControlPrimitive):
+        super().__init__(f"{control.name}_fprop", control=control)
+
+    def impl(self, *args):
+        return getattr(rtg, self.name)(*args, **self.control.options())
+
+    def emit(self, e, args):
+        parts = self.control.call_parts(args)
+        return self.control._emit_call(e, self.name, parts, rtg, "_rtg")
+
+
+# -- stacks: K of loops written as IR (k_transform.control.k_loops) ----------------
+class _StackCall(RuntimeCall):
+    module = rs
+    alias = "_rs"
+
+
+class StackNew(_StackCall):
+    """An empty stack (`k_transform.runtime.stack`)."""
+
+    n_inputs = 0
+    rt_name = "stack_new"
+
+    def __init__(self):
+        super().__init__("stack_new")
+
+
+class StackPush(_StackCall):
+    """`stack` with `item` on top."""
+
+    n_inputs = 2
+    rt_name = "stack_push"
+
+    def __init__(self):
+        super().__init__("stack_push")
+
+
+class StackPop(_StackCall):
+    """`(top, rest)`; a zero (None) gradient stack pops zeros like `like`."""
+
+    n_inputs = 2
+    rt_name = "stack_pop"
+
+    def __init__(self):
+        super().__init__("stack_pop")
+
+
+class StackNonEmpty(_StackCall):
+    n_inputs = 1
+    rt_name = "stack_nonempty"
+
+    def __init__(self):
+        super().__init__("stack_nonempty")
+
+
+# == gradient rules ==============================================================
+# Stacks: push and pop are each other's gradient.
+
+# -- stacks (K of loops as IR): push and pop are each other's gradient ----------------
+stack_push = StackPush()
+stack_pop = StackPop()
+
+
+@bprop_getters.register(StackPush)
+def get_bprop_stack_push(self):
+    def bprop(stack, item, out, dout):
+        d_item_rest = stack_pop(dout, item)
+        return d_item_rest[1], d_item_rest[0]
+
+    return bprop
+
+
+@bprop_getters.register(StackPop)
+def get_bprop_stack_pop(self):
+    def bprop(stack, like, out, dout):
+        return stack_push(dout[1], dout[0]), None
+
+    return bprop
+
+
+@bprop_getters.register(StackNew)
+def get_bprop_stack_new(self):
+    return no_gradient(lambda out, dout: ())
+
+
+zero_gradient(StackNonEmpty)

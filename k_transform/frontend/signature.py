@@ -11,8 +11,8 @@ positional arguments pack into the `*args` tuple, unknown keywords into the
 from __future__ import annotations
 
 from k_transform import ops
-from k_transform.ir import prims
 from k_transform.ir.nodes import Node
+from k_transform.ops import python as prims
 
 
 def signature_params(args) -> list:

@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from k_transform import runtime as rt
-from k_transform.ir import prims
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
+from k_transform.ops import python as prims
 from k_transform.ops.base import OperatorPrimitive
 
 # Library functions evaluated on constant arguments.

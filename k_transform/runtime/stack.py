@@ -1,6 +1,6 @@
 """Stacks of per-iteration values, and the bound of traced `while` loops.
 
-K of a loop written as IR (`k_transform.dfunctor.loops`, used when a loop is
+K of a loop written as IR (`k_transform.control.k_loops`, used when a loop is
 differentiated a second time) pushes each iteration's carry on a stack in
 its forward loop and pops them in its reverse loop. A stack is a value:
 `stack_push` and `stack_pop` return new stacks. Two representations:
@@ -27,106 +27,17 @@ loop's stacks per iteration as counts only.
 
 from __future__ import annotations
 
-import logging
-
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from k_transform.errors import KTransformError
-
-DEFAULT_LOOP_BOUND = 1024
-_bounds: dict[str, int] = {}
-
-
-class LoopBoundExceeded(KTransformError):
-    """A traced `while` ran more iterations than its gradient buffer holds."""
-
-    MARK = "k_transform loop bound exceeded"
-
-
-def loop_bound(where: str) -> int:
-    return _bounds.get(where, DEFAULT_LOOP_BOUND)
-
-
-def set_loop_bound(bound: int, where: str | None = None) -> None:
-    """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
-    global DEFAULT_LOOP_BOUND
-    if where is None:
-        DEFAULT_LOOP_BOUND = int(bound)
-    else:
-        _bounds[where] = int(bound)
-
-
-# Concrete `while` loops (eager mode, Python conditions) of gradient and jvp
-# functions are bounded too, by the same `loop_bound(where)`: a loop whose
-# condition never becomes false raises LoopBoundExceeded instead of hanging.
-# As gradient functions grow a traced loop's bound and retrace (up to
-# EAGER_GROWTHS times), an eager loop grows its bound in place the same number
-# of times, so eager and jit accept the same loops. Plain `kt.compile` code
-# runs unbounded (Python's own semantics).
-EAGER_GROWTHS = 6
-_bounded: dict = {"on": False, "grown": {}}
-
-
-class bounded_loops:
-    """Within it, concrete `while` loops check `loop_bound(where)`."""
-
-    def __init__(self, on: bool = True):
-        self.on = on
-
-    def __enter__(self):
-        self.saved = dict(_bounded)
-        if self.on and not _bounded["on"]:
-            _bounded.update(on=True, grown={})
-        return self
-
-    def __exit__(self, *exc):
-        _bounded.update(self.saved)
-        return False
-
-
-def count_iteration(n: int, where: str) -> None:
-    """Called with the count of a concrete `while` loop's iterations so far."""
-    if not _bounded["on"] or n <= loop_bound(where):
-        return
-    grown = _bounded["grown"].get(where, 0)
-    if grown < EAGER_GROWTHS:
-        _bounded["grown"][where] = grown + 1
-        set_loop_bound(1 << n.bit_length(), where)
-        return
-    raise LoopBoundExceeded(
-        f"{LoopBoundExceeded.MARK}: the while loop at {where} ran {n} iterations, more "
-        f"than its bound of {loop_bound(where)} (does its condition ever become false?); "
-        f"raise it with kt.set_loop_bound({n * 2}) if the loop is meant to run longer"
-    )
-
-
-class _QuietBoundOverflow(logging.Filter):
-    """JAX logs a traceback when a debug callback raises; the bound overflow is
-    expected (gradient functions grow the bound and retrace), so drop it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return LoopBoundExceeded.MARK not in record.getMessage() and not (
-            record.exc_info and LoopBoundExceeded.MARK in str(record.exc_info[1])
-        )
-
-
-logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
-
-
-def check_bound(n, bound, where):
-    """Raise LoopBoundExceeded when a loop at `where` ran `n` > `bound` times."""
-    if int(n) > int(bound):
-        raise LoopBoundExceeded(
-            f"{LoopBoundExceeded.MARK}: the traced while loop at {where} ran {int(n)} "
-            f"iterations but stores {int(bound)} for its gradient; raise it with "
-            f"kt.set_loop_bound({int(n) * 2}) (gradient functions do this and retrace)"
-        )
+from k_transform.runtime.bounds import check_bound
+from k_transform.runtime.values import UNDEFINED, GradValue, add_grad, fit, zeros_like_value
 
 
 # -- the two representations ----------------------------------------------------
-class PyStack:
+class PyStack(GradValue):
     """A cons cell: `top` on `rest` (a PyStack, or None: zeros below)."""
 
     __slots__ = ("top", "rest", "size")
@@ -142,14 +53,37 @@ class PyStack:
             s = s.rest
         return out[::-1]
 
+    def add_grad(self, other):
+        return add_stacks(self, other, add_grad)
 
-class BufStack:
+    def zeros_like(self):
+        return None  # zeros of any length
+
+    def fit_value(self, value):
+        if not self.size:
+            return self
+        value = value if isinstance(value, PyStack) and value.size else PyStack()
+        return PyStack(fit(value.top, self.top), fit(value.rest, self.rest), self.size)
+
+
+class BufStack(GradValue):
     """`n` items in `buf`, a tree of arrays with a leading axis of `cap` slots."""
 
     __slots__ = ("buf", "n")
 
     def __init__(self, buf, n):
         self.buf, self.n = buf, n
+
+    def add_grad(self, other):
+        return add_stacks(self, other, add_grad)
+
+    def zeros_like(self):
+        return BufStack(jax.tree_util.tree_map(jnp.zeros_like, self.buf), self.n)
+
+    def fit_value(self, value):
+        if not isinstance(value, BufStack):
+            value = BufStack(None, None)
+        return BufStack(fit(value.buf, self.buf), fit(value.n, self.n))
 
 
 jax.tree_util.register_pytree_node(
@@ -177,8 +111,6 @@ def stack_nonempty(s):
 
 def stack_push(s, item):
     if isinstance(s, BufStack):
-        from k_transform.runtime import fit
-
         item = fit(item, jax.tree_util.tree_map(_slot_shape, s.buf))
         buf = jax.tree_util.tree_map(
             lambda b, v: b.at[s.n].set(jnp.asarray(v, b.dtype), mode="drop"), s.buf, item
@@ -197,8 +129,6 @@ def stack_pop(s, like=None):
         item = jax.tree_util.tree_map(lambda b: lax.dynamic_index_in_dim(b, at, 0, False), s.buf)
         return item, BufStack(s.buf, k)
     if s is None:
-        from k_transform.runtime import zeros_like_value
-
         return zeros_like_value(like), None
     if s.size == 0:
         raise KTransformError("internal: pop from an empty stack")
@@ -210,12 +140,6 @@ def _slot_shape(b):
 
 
 # -- gradients of stacks ------------------------------------------------------
-def zeros_like_stack(s):
-    if isinstance(s, BufStack):
-        return BufStack(jax.tree_util.tree_map(jnp.zeros_like, s.buf), s.n)
-    return None  # zeros of any length
-
-
 def add_stacks(a, b, add):
     if isinstance(a, BufStack) and isinstance(b, BufStack):
         return BufStack(add(a.buf, b.buf), jnp.maximum(a.n, b.n))
@@ -237,8 +161,6 @@ def promote(s: PyStack, item_shape, extra: int) -> BufStack:
     items = s.items()
     cap = len(items) + int(extra)
     buf = jax.tree_util.tree_map(lambda sd: jnp.zeros((cap, *sd.shape), sd.dtype), item_shape)
-    from k_transform.runtime import UNDEFINED
-
     for k, item in enumerate(items):  # an UNDEFINED (never read) slot stays zero
         item = _in_layout(item, item_shape)
         buf = jax.tree_util.tree_map(

@@ -1,7 +1,7 @@
 """Parser methods for iteration sugar (mixed into `GraphBuilder`).
 
 - Comprehensions and the builtins that consume an iterable (`sum`, `min`,
-  `max`, `list`, `tuple`) become nested functions (`k_transform.ir.sugar`)
+  `max`, `list`, `tuple`) become nested functions (`k_transform.frontend.sugar`)
   called at once: their variables do not leak, as in Python 3.
 - `for` over `zip(...)`, `enumerate(...)`, `reversed(...)`, `d.items()`,
   `d.keys()`, `d.values()` (and every `for` of a comprehension) iterates by
@@ -12,8 +12,8 @@
   otherwise it is a `for_each` over `_rt.indices(n)`, a tuple of Python ints,
   which run time unrolls (lengths are static under `jax.jit`: a tuple's, or
   an array's leading dimension). `zip` stops at the shortest, as Python's.
-- Unpacking is `k_transform.ir.unpacking`; `*args`/`**kwargs` parameters
-  `k_transform.ir.signature`.
+- Unpacking is `k_transform.frontend.unpacking`; `*args`/`**kwargs` parameters
+  `k_transform.frontend.signature`.
 
 A construct whose Python semantics cannot be kept raises `KTransformError`
 naming it: iterating a traced number of times (at run time), `zip`,
@@ -29,8 +29,9 @@ import jax.numpy as jnp
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.ir import prims, sugar
+from k_transform.frontend import sugar
 from k_transform.ir.nodes import Apply, Constant, Node
+from k_transform.ops import python as prims
 
 _DICT_VIEWS = ("items", "keys", "values")
 

@@ -14,14 +14,14 @@ allowed because the graph is cached before its body is parsed). The steps:
    becomes a FuncGraph constant (parsed lazily), a library function a
    primitive.
 4. `if` becomes `switch`, loops `while_loop` / `for_range` / `for_each`
-   (`k_transform.ir.control`). Their graphs are *closed*: a read of an
+   (`k_transform.control.prims`). Their graphs are *closed*: a read of an
    enclosing variable adds a parameter (a capture). Branch outputs and loop
    carries are the variables assigned inside that are read elsewhere.
 5. Nested defs and lambdas keep Python's closure semantics (late binding,
-   definition-time defaults, `nonlocal`): `k_transform.ir.closures`.
+   definition-time defaults, `nonlocal`): `k_transform.frontend.closures`.
 6. Mutation (`a[i] = v`, `lst.append(v)`, ...) rebinds the variable to the
    updated value, so it counts as an assignment for carries and outputs;
-   `k_transform.ir.mutation` first refuses mutations another reference
+   `k_transform.frontend.mutation` first refuses mutations another reference
    could observe.
 """
 
@@ -36,9 +36,10 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.control import policy
+from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.ir import control, prims
-from k_transform.ir.closures import (
+from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
     closure_item,
@@ -46,7 +47,7 @@ from k_transform.ir.closures import (
     site_of,
     thread_nonlocal_calls,
 )
-from k_transform.ir.desugar import (
+from k_transform.frontend.desugar import (
     LIST_MUTATORS,
     REFUSED_MUTATORS,
     JumpLowering,
@@ -55,14 +56,15 @@ from k_transform.ir.desugar import (
     loaded_names,
     mutation_base,
 )
-from k_transform.ir.fold import fold, fold_call, tuple_item
-from k_transform.ir.mutation import check_mutations
+from k_transform.frontend.fold import fold, fold_call, tuple_item
+from k_transform.frontend.mutation import check_mutations
+from k_transform.frontend.parse_sugar import SugarBuilder, View
+from k_transform.frontend.signature import Signature, SignatureBinding, signature_params
+from k_transform.frontend.source import Source, is_user_function
+from k_transform.frontend.unpacking import UnpackingBuilder
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
-from k_transform.ir.parse_sugar import SugarBuilder, View
 from k_transform.ir.primitive import Primitive
-from k_transform.ir.signature import Signature, SignatureBinding, signature_params
-from k_transform.ir.source import Source, is_user_function
-from k_transform.ir.unpacking import UnpackingBuilder
+from k_transform.ops import python as prims
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -457,7 +459,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return
         if range_args is not None and all(isinstance(a, Constant) for a in range_args):
             indices = range(*(a.value for a in range_args))
-            if len(indices) <= rt.UNROLL_LIMIT:
+            if policy.unrolls_when_parsed(len(indices)):
                 # A short static range: what the runtime would unroll anyway,
                 # unrolled here so the loop differentiates to any order.
                 self.unrolled_for(s, Constant(tuple(indices), self.debug(s)))
@@ -700,7 +702,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
 
     def mutating_call(self, e, lst: Node) -> Node:
         """`lst.append(v)`, `.extend(s)`, `.insert(i, v)`, `.pop(i)`: `lst` is
-        rebound to the new list (`k_transform.ir.mutation` checks no other
+        rebound to the new list (`k_transform.frontend.mutation` checks no other
         reference sees the old one); the call's value is Python's."""
         name, method = e.func.value.id, e.func.attr
         if name not in self.locals:

@@ -24,8 +24,8 @@ Traced loops (under `jax.jit`) cannot return closures, so:
 
 These helpers are Python, not graphs, so the DFunctor cannot transform them
 again: for grad of grad and jvp through a loop it uses K of the loop written
-as IR instead (`k_transform.dfunctor.loops`). Stacks in a loop's carry
-(`k_transform.runtime_stack`, from that IR) are stored per iteration as
+as IR instead (`k_transform.control.k_loops`). Stacks in a loop's carry
+(`k_transform.runtime.stack`, from that IR) are stored per iteration as
 their counts only (`light`/`heavy`).
 """
 
@@ -36,9 +36,12 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform import runtime as rt
-from k_transform import runtime_stack as rs
+from k_transform.control import policy
+from k_transform.control import runtime as ctl
 from k_transform.errors import KTransformError
-from k_transform.runtime_stack import LoopBoundExceeded, loop_bound, set_loop_bound
+from k_transform.runtime import bounds
+from k_transform.runtime import stack as rs
+from k_transform.runtime.bounds import LoopBoundExceeded, loop_bound, set_loop_bound
 
 __all__ = ["LoopBoundExceeded", "loop_bound", "set_loop_bound"]
 
@@ -85,7 +88,7 @@ def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = "", grads: 
         c = cond_fn(*carry, *inv)
         if rt.is_tracer(c) or not c:
             break
-        rs.count_iteration(len(bprops) + 1, where)
+        bounds.count_iteration(len(bprops) + 1, where)
         carry, bp = _split(body_k(*carry, *inv))
         bprops.append(bp)
     traced = rt.is_tracer(c)
@@ -111,7 +114,7 @@ def _inv_grads(d_inv, inv):
 def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
     step = lambda cr: tuple(body_k(*cr, *inv)[0])  # noqa: E731
-    carry = rt._settle_carry(step, carry, where, None, grads)
+    carry = ctl.settle_carry(step, carry, where, None, grads)
     bound = loop_bound(where)
     buffer = jax.tree_util.tree_map(
         lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), rs.light(carry)
@@ -120,13 +123,13 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     def body(state):
         k, cr, buf = state
         buf = jax.tree_util.tree_map(lambda b, v: b.at[k].set(v, mode="drop"), buf, rs.light(cr))
-        return k + 1, rt._like_carry(step(cr), cr, grads), buf
+        return k + 1, ctl.like_carry(step(cr), cr, grads), buf
 
     def cond(state):
         return jnp.asarray(cond_fn(*state[1], *inv), bool)
 
     n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
-    jax.debug.callback(rs.check_bound, n, bound, where)
+    jax.debug.callback(bounds.check_bound, n, bound, where)
     rs.check_stacks(final, where)
 
     def bprop(d_carry):
@@ -197,12 +200,12 @@ def for_range_fprop(
     if not static:
         raise KTransformError(
             "differentiating a `for` over a range with traced bounds is not supported; "
-            f"write it as a `while` loop{rt._describe(where)}"
+            f"write it as a `while` loop{rt.describe(where)}"
         )
     indices = range(int(start), int(stop), int(step))
     step_k = lambda i, cr, iv: body_k(i, *cr, *iv)  # noqa: E731
     forward = lambda i, cr: tuple(step_k(i, cr, inv)[0])  # noqa: E731
-    small = len(indices) <= rt.UNROLL_LIMIT or rt.changes_structure(forward, indices, carry)
+    small = policy.unrolls(forward, indices, carry)
     if not rt.any_traced((carry, inv)) or small:
         carry, bprops = _run_python_loop(step_k, indices, carry, inv)
 
@@ -229,7 +232,7 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool =
     is_array = hasattr(seq, "shape") and not isinstance(seq, (tuple, list))
     forward = lambda item, cr: tuple(step_k(item, cr, inv)[0])  # noqa: E731
     small = (
-        not is_array or seq.shape[0] <= rt.UNROLL_LIMIT or rt.changes_structure(forward, seq, carry)
+        not is_array or policy.unrolls(forward, seq, carry)
     )
     if small or not rt.any_traced((seq, carry, inv)):
         items = list(seq) if not is_array else [seq[k] for k in range(seq.shape[0])]
@@ -266,10 +269,10 @@ def _traced_scan(step_k, xs, carry, inv, where, grads):
     first = xs[0]
     n = xs.shape[0]
     step = lambda x, cr: tuple(step_k(x, cr, inv)[0])  # noqa: E731
-    carry = rt._settle_carry(lambda cr: step(first, cr), carry, where, n, grads)
+    carry = ctl.settle_carry(lambda cr: step(first, cr), carry, where, n, grads)
 
     def body(cr, x):
-        return rt._like_carry(step(x, cr), cr, grads), rs.light(cr)
+        return ctl.like_carry(step(x, cr), cr, grads), rs.light(cr)
 
     final, stored = lax.scan(body, carry, xs)
     rs.check_stacks(final, where)

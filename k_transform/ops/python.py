@@ -9,8 +9,15 @@ effects `print` and `assert`. Library functions with a dedicated primitive
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+
 from k_transform import runtime as rt
+from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.errors import KTransformError
 from k_transform.ir.primitive import Primitive
+from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
 
 
 # -- operators ------------------------------------------------------------
@@ -263,7 +270,7 @@ class CustomBpropCall(Primitive):
 
 # -- list mutation, made functional ------------------------------------------
 # `lst.append(v)` and its kin rebind `lst` to the updated copy (the parser
-# writes `lst = list_append(lst, v)`); see `k_transform.ir.mutation`.
+# writes `lst = list_append(lst, v)`); see `k_transform.frontend.mutation`.
 class ListAppend(Primitive):
     """`lst.append(v)`: the new list `lst + [v]`."""
 
@@ -341,3 +348,227 @@ class Copy(Primitive):
     def emit(self, e, args):
         fn = self.name if self.kind != "copy" else "copy_value"
         return f"{e.ref(rt, '_rt')}.{fn}({args[0]})"
+
+
+# == gradient rules ==============================================================
+# Tuples, lists and dicts are variadic: their inputs come packed (see the registry).
+
+getitem_grad = GetItemGrad()
+sum_to = SumTo()
+zeros_like = ZerosLike()
+set_item = SetItem()
+to_list = Copy("list")
+to_tuple = Copy("tuple")
+zeros_value = zeros_like
+
+
+@bprop_getters.register(MakeTuple)
+def get_bprop_make_tuple(self):
+    def bprop(xs, out, dout):
+        return dout
+
+    return bprop
+
+
+@bprop_getters.register(MakeList)
+def get_bprop_make_list(self):
+    def bprop(xs, out, dout):
+        return dout
+
+    return bprop
+
+
+@bprop_getters.register(AsSequence)
+def get_bprop_as_sequence(self):
+    back = AsSequence("tuple" if self.kind == "list" else "list")
+
+    def bprop(x, out, dout):
+        return (back(dout),)
+
+    return bprop
+
+
+@bprop_getters.register(MakeDict)
+def get_bprop_make_dict(self):
+    def bprop(kv, out, dout):
+        grads = ()
+        for k in range(0, len(kv), 2):
+            grads = grads + (None, dout[kv[k]])
+        return grads
+
+    return bprop
+
+
+# Library functions whose result does not depend smoothly on their inputs:
+# sizes, types, constructors from shapes, predicates, integer results.
+NON_DIFFERENTIABLE_CALLS = (
+    len,
+    isinstance,
+    range,
+    type,
+    int,
+    bool,
+    jnp.shape,
+    jnp.ndim,
+    jnp.size,
+    jnp.zeros,
+    jnp.ones,
+    jnp.empty,
+    jnp.eye,
+    jnp.arange,
+    jnp.linspace,
+    jnp.argmax,
+    jnp.argmin,
+    jnp.argsort,
+    jnp.isnan,
+    jnp.isfinite,
+    jnp.isinf,
+    jnp.logical_and,
+    jnp.logical_or,
+    jnp.logical_not,
+    jnp.equal,
+    jnp.not_equal,
+    jnp.less,
+    jnp.greater,
+    jnp.less_equal,
+    jnp.greater_equal,
+    jnp.floor_divide,
+    jnp.result_type,
+    jnp.issubdtype,
+    jnp.array_equal,
+    jnp.allclose,
+    jnp.all,
+    jnp.any,
+    jnp.count_nonzero,
+    jax.nn.one_hot,
+    jax.random.bernoulli,
+    jax.random.normal,
+    jax.random.uniform,
+    jax.random.split,
+    jax.random.PRNGKey,
+    rt.insert_position,
+    rt.pop_position,
+    rt.range_cond,  # the condition of a `for` over a range lowered to `while`
+    rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
+    rt.seq_len,
+    rt.zip_length,
+    rt.zip_strict_length,
+    rt.dict_keys,
+    rt.keys_within,
+    rt.to_int,
+    rt.static_filter,
+)
+
+
+@bprop_getters.register(LibraryCall)
+def get_bprop_library_call(self):
+    if not any(self.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+        raise KTransformError(
+            f"cannot differentiate the call {self.hint}(...): it has no primitive with a "
+            "gradient rule (write it with differentiable operations, or make it a "
+            "kt.Primitive with a registered bprop)"
+        )
+    return no_gradient(lambda xs, out, dout: (None,) * len(xs))
+
+
+@bprop_getters.register(MethodCall)
+def get_bprop_method_call(self):
+    raise KTransformError(
+        f"cannot differentiate the method call `.{self.method}(...)`: it has no primitive "
+        "with a gradient rule (use the jnp function, or a kt.Primitive with a bprop)"
+    )
+
+
+@bprop_getters.register(GetItem)
+def get_bprop_getitem(self):
+    def bprop(x, index, out, dout):
+        return getitem_grad(x, index, dout), None
+
+    return bprop
+
+
+@bprop_getters.register(SetItem)
+def get_bprop_setitem(self):
+    def bprop(x, index, value, out, dout):
+        if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
+            dout = to_list(dout)
+        dx = set_item(dout, index, zeros_like(value))
+        return dx, None, sum_to(dout[index], value)  # value may broadcast
+
+    return bprop
+
+
+# -- list mutation, made functional (the parser rebinds the list) ---------
+@bprop_getters.register(ListAppend)
+def get_bprop_list_append(self):
+    def bprop(lst, value, out, dout):
+        d = to_list(dout)
+        return d[: len(lst)], d[len(lst)]
+
+    return bprop
+
+
+@bprop_getters.register(ListExtend)
+def get_bprop_list_extend(self):
+    def bprop(lst, seq, out, dout):
+        d = to_list(dout)
+        rest = d[len(lst) :]
+        return d[: len(lst)], (to_tuple(rest) if isinstance(seq, tuple) else rest)
+
+    return bprop
+
+
+@bprop_getters.register(ListInsert)
+def get_bprop_list_insert(self):
+    def bprop(lst, index, value, out, dout):
+        j = rt.insert_position(len(lst), index)
+        d = to_list(dout)
+        return d[:j] + d[j + 1 :], None, d[j]
+
+    return bprop
+
+
+@bprop_getters.register(ListDelete)
+def get_bprop_list_delete(self):
+    def bprop(lst, index, out, dout):
+        j = rt.pop_position(len(lst), index)
+        d = to_list(dout)
+        return d[:j] + [zeros_value(lst[j])] + d[j:], None
+
+    return bprop
+
+
+@bprop_getters.register(Copy)
+def get_bprop_copy(self):
+    def bprop(x, out, dout):
+        if isinstance(x, tuple):
+            return (to_tuple(dout),)
+        if isinstance(x, list):
+            return (to_list(dout),)
+        if isinstance(dout, (list, tuple)):  # `list(array)`: its rows
+            return (jnp.stack(dout),)
+        return (dout,)
+
+    return bprop
+
+
+# Attributes that describe an array rather than compute from it.
+STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype")
+
+
+@bprop_getters.register(GetAttr)
+def get_bprop_getattr(self):
+    if self.attr not in STATIC_ATTRIBUTES:
+        raise KTransformError(
+            f"cannot differentiate the attribute `.{self.attr}` of a value: it has no "
+            "primitive with a gradient rule"
+        )
+    return no_gradient(lambda x, out, dout: (None,))
+
+
+@bprop_getters.register(CustomBpropCall)
+def get_bprop_custom_cell(self):
+    return self.cell.bprop  # the Cell's own bprop(*inputs, out, dout)
+
+
+zero_gradient(Not, Contains, MakeSlice)

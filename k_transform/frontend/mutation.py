@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import gast
 
-from k_transform.ir.desugar import (
+from k_transform.frontend.desugar import (
     FUNCTION_SCOPES,
     LIST_MUTATORS,
     REFUSED_MUTATORS,

@@ -1,6 +1,6 @@
 """K of a loop written as IR, for loops differentiated more than once.
 
-First-order K of a loop is a runtime helper (`k_transform.runtime_grad`):
+First-order K of a loop is a runtime helper (`k_transform.control.loop_grad`):
 fast, but Python, so the DFunctor cannot transform it again. When a K-graph
 that contains one (`ControlFprop`) is differentiated (grad of grad, jvp),
 the DFunctor calls `lowered(node)` instead: the same `(out, bprop)` built
@@ -25,14 +25,15 @@ adds each item's gradient into the sequence's at `k`. The reverse loop
 recomputes each iteration's K-body from its stored carry (as the runtime's
 traced loops do), so nested loops store only their own carries. Stacks are
 Python cons lists for concrete loops and buffers under `lax`
-(`k_transform.runtime_stack`).
+(`k_transform.runtime.stack`).
 """
 
 from __future__ import annotations
 
-from k_transform.dfunctor import prims as dp
-from k_transform.ir import control, prims
+from k_transform.control import prims as control
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ops import python as prims
+from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
 from k_transform.ops.structural import GetItemGrad
 
@@ -100,7 +101,7 @@ class _LoopK:
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
         out = self.item(body, pair, 0)
         new = [self.item(body, out, j) for j in range(n)]
-        pushed = self.prim(body, dp.StackPush(), stack, self.tuple(body, *heads, *count, *cr))
+        pushed = self.prim(body, control.StackPush(), stack, self.tuple(body, *heads, *count, *cr))
         more = [self.prim(body, Add(), count[0], Constant(1))] if each else []
         body.output = self.tuple(body, *new, *more, pushed)
 
@@ -112,7 +113,7 @@ class _LoopK:
         else:
             loop_fixed[-1] = Constant(body)
         loop = self.kind(n + each + 1, self.ctl.where)
-        stack0 = self.prim(g, dp.StackNew())
+        stack0 = self.prim(g, control.StackNew())
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
         final = self.tuple(g, *(self.item(g, res, j) for j in range(n)))
         bprop = self.backward(g, self.item(g, res, n + each), fixed, inv)
@@ -127,35 +128,35 @@ class _LoopK:
         seq = fixed[:each]
         env0 = self.prim(bp, prims.MakeDict())
         d_carry = [self.item(bp, dout, j) for j in range(n)]
-        d_inv = [self.prim(bp, dp.ZerosLike(), x) for x in inv]
-        d_seq = [self.prim(bp, dp.ZerosLike(), s) for s in seq]
+        d_inv = [self.prim(bp, structural.ZerosLike(), x) for x in inv]
+        d_seq = [self.prim(bp, structural.ZerosLike(), s) for s in seq]
 
         names = ["env", *(f"d_c{j}" for j in range(n)), *(f"d_i{j}" for j in range(n_inv))]
         names += ["d_seq"] * each + ["stack", *(f"i{j}" for j in range(n_inv))] + ["seq"] * each
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
         cond, cps = self.sub("loop_cond", names)
-        cond.output = self.prim(cond, dp.StackNonEmpty(), cps[n_acc])
+        cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
 
         body, ps = self.sub("loop_body", names)
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
-        popped = self.prim(body, dp.StackPop(), st, Constant(None))
+        popped = self.prim(body, control.StackPop(), st, Constant(None))
         item, rest = self.item(body, popped, 0), self.item(body, popped, 1)
         heads = [self.item(body, item, k) for k in range(h)]
         cr = [self.item(body, item, h + each + j) for j in range(n)]
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
         grads = body.apply(self.item(body, pair, 1), self.tuple(body, *dc), debug=self.debug)
-        new_env = self.prim(body, dp.AddGrad(), env, self.item(body, grads, 0))
+        new_env = self.prim(body, structural.AddGrad(), env, self.item(body, grads, 0))
         new_dc = [self.item(body, grads, 1 + h + j) for j in range(n)]
         new_di = [
-            self.prim(body, dp.AddGrad(), di[j], self.item(body, grads, 1 + h + n + j))
+            self.prim(body, structural.AddGrad(), di[j], self.item(body, grads, 1 + h + n + j))
             for j in range(n_inv)
         ]
         new_ds = []
         if each:
             k = self.item(body, item, h)
             placed = self.prim(body, GetItemGrad(), b_seq[0], k, self.item(body, grads, 1))
-            new_ds = [self.prim(body, dp.AddGrad(), ps[n_acc - 1], placed)]
+            new_ds = [self.prim(body, structural.AddGrad(), ps[n_acc - 1], placed)]
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 
         loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True)

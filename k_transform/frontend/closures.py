@@ -27,9 +27,9 @@ import copy
 
 import gast
 
-from k_transform.ir import prims
-from k_transform.ir.desugar import FUNCTION_SCOPES, loaded_names, walk_scope
+from k_transform.frontend.desugar import FUNCTION_SCOPES, loaded_names, walk_scope
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ops import python as prims
 
 _SCOPES = FUNCTION_SCOPES
 _DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
@@ -52,7 +52,7 @@ class ClosureSite:
 
 
 class ClosureScope:
-    """The closure half of `k_transform.ir.parser.GraphBuilder` (a mixin: it
+    """The closure half of `k_transform.frontend.parser.GraphBuilder` (a mixin: it
     uses the builder's `fp`, `graph`, `parent`, `closed`, `vars`, `captures`,
     `locals`, `nonlocals`, `escaped`, `expr`, `read`, `bind` and `apply`)."""
 
@@ -105,7 +105,7 @@ class ClosureScope:
         Python closures see a variable's value when they run, not when they
         are defined; a closure is therefore built when it is used, and again
         if a variable it reads has been reassigned since
-        (`k_transform.ir.closures`).
+        (`k_transform.frontend.closures`).
         """
         key = self.closure_key(site)
         if key not in site.graphs:

@@ -1,0 +1,381 @@
+"""`if`, `while` and `for` at run time (imported in generated code as `_ctl`).
+
+Control flow decides at run time: a concrete condition runs a Python `if` or
+`while`; a traced one (under `jax.jit`) runs `lax.cond` / `lax.while_loop` /
+`lax.scan`. Loops never recurse in Python, so trip counts are unbounded.
+Whether a loop with a static trip count unrolls is `k_transform.control.policy`.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from k_transform.control import policy
+from k_transform.errors import KTransformError
+from k_transform.runtime import bounds
+from k_transform.runtime import stack as rs
+from k_transform.runtime.state import assigned_in, stateful_branch, write_back
+from k_transform.runtime.values import (
+    UNDEFINED,
+    any_traced,
+    brief,
+    describe,
+    fill_undefined,
+    fit,
+    is_tracer,
+    shape_of,
+)
+
+
+# -- if ----------------------------------------------------------------------
+def switch(cond, true_fn, false_fn, *args, where: str = ""):
+    """`true_fn(*args) if cond else false_fn(*args)`, with `lax.cond` when traced."""
+    if not is_tracer(cond):
+        return true_fn(*args) if cond else false_fn(*args)
+    if jnp.shape(cond) != ():
+        raise KTransformError(f"the condition of an `if` must be a scalar{describe(where)}")
+    try:
+        return _traced_switch(cond, true_fn, false_fn, args, where)
+    except RecursionError:
+        raise KTransformError(
+            f"recursion in {_enclosing_def(where)!r} does not end under jax.jit: both branches "
+            "of an `if` on a traced value are traced, so a base case chosen by a traced "
+            "condition never stops the recursion; recurse on a Python int (static), write a "
+            f"loop, or run in eager mode{describe(where)}"
+        ) from None
+
+
+def _enclosing_def(where: str) -> str:
+    """The name of the `def` around line `where` ("file:line"), read from the source."""
+    path, _, line = where.rpartition(":")
+    if not line.isdigit():
+        return "<unknown>"
+    for k in range(int(line), 0, -1):
+        text = linecache.getline(path, k).strip()
+        if text.startswith("def "):
+            return text[4:].split("(")[0]
+    return "<unknown>"
+
+
+def _traced_switch(cond, true_fn, false_fn, args, where: str):
+    ids = assigned_in(lambda: (true_fn(*args), false_fn(*args)))
+    if ids:  # Assign in a traced branch: thread the Parameters through lax.cond
+        t, f = stateful_branch(true_fn, ids), stateful_branch(false_fn, ids)
+        out, values = switch(cond, t, f, *args, where=where)
+        write_back(ids, values)
+        return out
+    if _has_functions(lambda: true_fn(*args)):  # K of an `if`: (out, bprop)
+        return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args), where)
+    t_out = jax.eval_shape(lambda: true_fn(*args))
+    f_out = jax.eval_shape(lambda: false_fn(*args))
+    single = not isinstance(t_out, tuple)
+    if single:
+        t_out, f_out = (t_out,), (f_out,)
+    _check_branch_match(t_out, f_out, where)
+
+    def branch(fn, other):
+        def run():
+            value = fn(*args)
+            return fill_undefined((value,) if single else tuple(value), other)
+
+        return run
+
+    out = lax.cond(jnp.asarray(cond, bool), branch(true_fn, f_out), branch(false_fn, t_out))
+    return out[0] if single else out
+
+
+def _has_functions(thunk) -> bool:
+    found = []
+    jax.eval_shape(lambda: _strip(thunk(), found))
+    return bool(found)
+
+
+def _strip(value, found: list, path=()):
+    """`value` with functions replaced by None; their paths appended to `found`."""
+    if value is UNDEFINED:
+        return None
+    if callable(value) and not hasattr(value, "shape"):
+        found.append(path)
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(_strip(v, found, (*path, k)) for k, v in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _strip(v, found, (*path, k)) for k, v in value.items()}
+    return value
+
+
+def _get(value, path):
+    for k in path:
+        value = value[k]
+    return value
+
+
+def _set(value, path, item):
+    if not path:
+        return item
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _set(value[head], rest, item)}
+    items = list(value)
+    items[head] = _set(items[head], rest, item)
+    return type(value)(items)
+
+
+def cond_unified(cond, true_fn, false_fn, where: str = ""):
+    """`lax.cond` of two thunks, for the K of an `if` under trace.
+
+    Structures are unified (None, UNDEFINED and missing dict entries become
+    zeros), and functions in the results (the bprop of `(out, bprop)`) come
+    back as closures that, when called, run `cond_unified` again over the
+    same function of both branches: the taken branch is recomputed, then its
+    bprop applied. Probing uses `jax.eval_shape`, so it runs no effect.
+    """
+    t_paths, f_paths = [], []
+    t_shape = jax.eval_shape(lambda: _strip(true_fn(), t_paths))
+    f_shape = jax.eval_shape(lambda: _strip(false_fn(), f_paths))
+    if t_paths != f_paths:
+        raise KTransformError(
+            f"the branches of a traced `if` return functions in different places{describe(where)}"
+        )
+    shape = _unify(t_shape, f_shape, where)
+    result = lax.cond(
+        jnp.asarray(cond, bool),
+        lambda: fit(_strip(true_fn(), []), shape),
+        lambda: fit(_strip(false_fn(), []), shape),
+    )
+    for path in t_paths:
+        result = _set(result, path, _dispatch(cond, true_fn, false_fn, path, where))
+    return result
+
+
+def _dispatch(cond, true_fn, false_fn, path, where):
+    def closure(*call_args):
+        return cond_unified(
+            cond,
+            lambda: _get(true_fn(), path)(*call_args),
+            lambda: _get(false_fn(), path)(*call_args),
+            where,
+        )
+
+    return closure
+
+
+def _unify(a, b, where: str = ""):
+    """A structure both `a` and `b` (eval_shape results) fit, None as zero."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {k: _unify(a.get(k), b.get(k), where) for k in sorted({*a, *b})}
+    if isinstance(a, rs.PyStack) and isinstance(b, rs.PyStack) and a.size == b.size:
+        if not a.size:
+            return a
+        return rs.PyStack(_unify(a.top, b.top, where), _unify(a.rest, b.rest, where), a.size)
+    if isinstance(a, rs.BufStack) and isinstance(b, rs.BufStack):
+        return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return type(a)(_unify(x, y, where) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        raise KTransformError(
+            f"the branches of a traced `if` give a {type(a).__name__} of length {len(a)} vs "
+            f"{len(b)} (a list grown in one branch only): under jit both branches must give "
+            f"the same structure{describe(where)}"
+        )
+    if getattr(a, "shape", None) != getattr(b, "shape", None) or type(a) is not type(b):
+        raise KTransformError(
+            "the branches of a traced `if` give values of different structure or shape: "
+            f"{brief(a)} vs {brief(b)}{describe(where)}"
+        )
+    return a
+
+
+def _check_branch_match(t_out, f_out, where):
+    if not isinstance(f_out, tuple) or len(t_out) != len(f_out):
+        raise KTransformError(
+            f"the branches of a traced `if` give different numbers of values{describe(where)}"
+        )
+    for a, b in zip(t_out, f_out, strict=True):
+        if a is UNDEFINED or b is UNDEFINED:
+            continue
+        a_leaves, a_tree = jax.tree_util.tree_flatten(a)
+        b_leaves, b_tree = jax.tree_util.tree_flatten(b)
+        if a_tree != b_tree:
+            raise KTransformError(
+                "the branches of a traced `if` give values of different structure: "
+                f"{a_tree} vs {b_tree}{describe(where)}"
+            )
+        for x, y in zip(a_leaves, b_leaves, strict=True):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                raise KTransformError(
+                    "the branches of a traced `if` give values of different shape or dtype: "
+                    f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}{describe(where)}"
+                )
+
+
+# -- loops --------------------------------------------------------------------
+def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool = False):
+    """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry.
+
+    `grads`: the carries are gradients (a loop of a derivative): None and
+    missing env entries are zeros, and take the structure the body gives.
+    """
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    n = 0
+    while True:
+        c = cond_fn(*carry, *inv)
+        if is_tracer(c):
+            break
+        if not c:
+            return carry
+        n += 1
+        bounds.count_iteration(n, where)
+        carry = tuple(body_fn(*carry, *inv))
+    step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
+    carry = settle_carry(step, carry, where, None, grads)
+    out = lax.while_loop(
+        lambda cr: jnp.asarray(cond_fn(*cr, *inv), bool),
+        lambda cr: like_carry(step(cr), cr, grads),
+        carry,
+    )
+    rs.check_stacks(out, where)
+    return out
+
+
+def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", grads: bool = False):
+    """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`."""
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
+        indices = range(int(start), int(stop), int(step))
+        run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
+        small = policy.unrolls(run, indices, carry)
+        if not any_traced((carry, inv)) or small:
+            for i in indices:
+                carry = tuple(body_fn(i, *carry, *inv))
+            return carry
+        run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
+        return _scan(run, jnp.asarray(indices), carry, where, grads)
+    step_ = jnp.asarray(step)
+
+    def cond(state):
+        i = state[0]
+        return jnp.where(step_ > 0, i < stop, i > stop)
+
+    def body(state):
+        i, cr = state[0], state[1:]
+        return (i + step_, *like_carry(tuple(body_fn(i, *cr, *inv)), cr, grads))
+
+    first = lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv))  # noqa: E731
+    carry = settle_carry(first, carry, where, None, grads)
+    out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
+    rs.check_stacks(out[1:], where)
+    return out[1:]
+
+
+def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = False):
+    """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists, arrays."""
+    carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
+        for item in seq:
+            carry = tuple(body_fn(item, *carry, *inv))
+        return carry
+    if jnp.ndim(seq) == 0:
+        raise KTransformError(f"cannot iterate over a 0-d array{describe(where)}")
+    run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
+    small = policy.unrolls(run, seq, carry)
+    if not any_traced((seq, carry, inv)) or small:
+        for k in range(seq.shape[0]):
+            carry = tuple(body_fn(seq[k], *carry, *inv))
+        return carry
+    return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where, grads)
+
+
+def _scan(step, xs, carry, where, grads=False):
+    first = jax.tree_util.tree_map(lambda x: x[0], xs)
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    carry = settle_carry(lambda cr: tuple(step(first, cr)), carry, where, n, grads)
+
+    def body(cr, x):
+        return like_carry(tuple(step(x, cr)), cr, grads), None
+
+    out, _ = lax.scan(body, carry, xs)
+    return out
+
+
+def settle_carry(body, carry, where, trips=None, grads=False):
+    """The carry a lax loop starts from: UNDEFINED slots get a shape, stacks
+    become buffers with room for `trips` iterations (a `while`: its bound),
+    gradient carries (`grads`) take the structure the body gives; then check
+    the body keeps the carry's type."""
+    if assigned_in(body, shape_of(carry)):
+        raise KTransformError(
+            "ops.Assign inside a traced loop is not supported (the state would have to be "
+            f"carried by the loop); assign after the loop{describe(where)}"
+        )
+    carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
+    if any(c is UNDEFINED for c in carry):
+        carry = fill_undefined(carry, jax.eval_shape(body, shape_of(carry)))
+    room = trips if trips is not None else bounds.loop_bound(where)
+    while any(isinstance(c, rs.PyStack) for c in carry):
+        # A stack whose items hold stacks (a loop of a loop's derivative) waits
+        # until those are buffers: its buffer's layout depends on theirs.
+        out = jax.eval_shape(body, carry)
+        ready = [
+            isinstance(c, rs.PyStack) and not _holds_pystack(o.top)
+            for c, o in zip(carry, out, strict=True)
+        ]
+        if not any(ready):
+            raise KTransformError(
+                f"internal: cannot lay out the stacks of a loop{describe(where)}"
+            )
+        carry = tuple(
+            rs.promote(c, o.top, room) if r else c
+            for c, o, r in zip(carry, out, ready, strict=True)
+        )
+    for _ in range(4 if grads else 0):  # entries appear as gradients reach them
+        shape = _unify(shape_of(carry), jax.eval_shape(body, carry), where)
+        if jax.tree_util.tree_structure(shape) == jax.tree_util.tree_structure(carry):
+            break
+        carry = fit(carry, shape)
+    out = jax.eval_shape(body, carry)
+    for k, (a, b) in enumerate(zip(shape_of(carry), out, strict=True)):
+        a_leaves = jax.tree_util.tree_leaves(a)
+        b_leaves = jax.tree_util.tree_leaves(b)
+        same = len(a_leaves) == len(b_leaves) and all(
+            x.shape == y.shape for x, y in zip(a_leaves, b_leaves, strict=True)
+        )
+        if not same and isinstance(a, list):
+            raise KTransformError(
+                f"loop variable {k} is a list whose length changes inside a traced loop "
+                f"({len(a)} items become {len(b) if isinstance(b, list) else b}): a lax loop "
+                "cannot carry it. Give the loop a static trip count (`for i in range(n)` with "
+                f"a Python int `n`) or preallocate an array and assign items{describe(where)}"
+            )
+        if not same:
+            raise KTransformError(
+                f"loop variable {k} changes shape inside a traced loop: {a} becomes {b}"
+                f"{describe(where)}"
+            )
+    return carry
+
+
+def _holds_pystack(tree) -> bool:
+    return any(
+        isinstance(x, rs.PyStack)
+        for x in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, rs.PyStack))
+    )
+
+
+def like_carry(new, old, grads):
+    """The body's result in the carry's dtypes (and structure, for gradients)."""
+    return fit(new, shape_of(old)) if grads else _cast_like(new, old)
+
+
+def _cast_like(new, old):
+    return jax.tree_util.tree_map(
+        lambda n, o: jnp.asarray(n, jnp.result_type(o)) if hasattr(o, "dtype") else n, new, old
+    )

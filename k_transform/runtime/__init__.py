@@ -1,0 +1,92 @@
+"""What generated code calls at run time (imported there as `_rt`).
+
+One module per concern; this package re-exports their public names so that
+generated code and `rt.<name>` read as one namespace:
+
+- `values`: `UNDEFINED`, gradient values and their arithmetic (`add_grad`, `fit`)
+- `python`: Python semantics (operators, f-strings, list mutation, iteration)
+- `state`: parameters and `assign`
+- `rules`: helpers of gradient rules (`sum_to`, `getitem_grad`)
+- `stack`: the stacks K of a loop pushes its iterations on
+- `bounds`: the bound of traced `while` loops that store iterations
+
+The control flow itself (`switch`, loops) is `k_transform.control.runtime`.
+"""
+
+from k_transform.runtime.bounds import (  # noqa: F401
+    DEFAULT_LOOP_BOUND,
+    EAGER_GROWTHS,
+    LoopBoundExceeded,
+    bounded_loops,
+    check_bound,
+    count_iteration,
+    loop_bound,
+    set_loop_bound,
+)
+from k_transform.runtime.python import (  # noqa: F401
+    Formatted,
+    as_sequence,
+    assert_,
+    copy_value,
+    dict_keys,
+    fstring,
+    indices,
+    insert_position,
+    keys_within,
+    list_append,
+    list_delete,
+    list_extend,
+    list_insert,
+    not_,
+    pop_position,
+    print_,
+    range_cond,
+    seq_len,
+    setitem,
+    static_filter,
+    to_int,
+    to_list,
+    to_tuple,
+    zip_length,
+    zip_strict_length,
+)
+from k_transform.runtime.rules import (  # noqa: F401
+    getitem_grad,
+    sum_to,
+)
+from k_transform.runtime.stack import (  # noqa: F401
+    BufStack,
+    PyStack,
+    add_stacks,
+    check_stacks,
+    heavy,
+    is_stack,
+    light,
+    promote,
+    stack_new,
+    stack_nonempty,
+    stack_pop,
+    stack_push,
+)
+from k_transform.runtime.state import (  # noqa: F401
+    assign,
+    param_scope,
+    read_param,
+)
+from k_transform.runtime.values import (  # noqa: F401
+    UNDEFINED,
+    GradValue,
+    add_grad,
+    any_traced,
+    as_jax_inputs,
+    check_grad,
+    env_del,
+    env_get,
+    fit,
+    input_grad,
+    is_tracer,
+    ones_like_value,
+    tree_scale,
+    tree_vdot,
+    zeros_like_value,
+)

@@ -1,0 +1,103 @@
+"""The bound of traced `while` loops that store per-iteration values.
+
+A traced `while` stores each iteration's values in buffers of
+`loop_bound(where)` slots (`DEFAULT_LOOP_BOUND` unless set with
+`kt.set_loop_bound`); a loop that runs longer raises `LoopBoundExceeded`
+naming its line, and gradient functions then raise the bound and retrace.
+Eager gradient functions bound concrete loops the same way (`bounded_loops`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from k_transform.errors import KTransformError
+
+DEFAULT_LOOP_BOUND = 1024
+_bounds: dict[str, int] = {}
+
+
+class LoopBoundExceeded(KTransformError):
+    """A traced `while` ran more iterations than its gradient buffer holds."""
+
+    MARK = "k_transform loop bound exceeded"
+
+
+def loop_bound(where: str) -> int:
+    return _bounds.get(where, DEFAULT_LOOP_BOUND)
+
+
+def set_loop_bound(bound: int, where: str | None = None) -> None:
+    """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
+    global DEFAULT_LOOP_BOUND
+    if where is None:
+        DEFAULT_LOOP_BOUND = int(bound)
+    else:
+        _bounds[where] = int(bound)
+
+
+# Concrete `while` loops (eager mode, Python conditions) of gradient and jvp
+# functions are bounded too, by the same `loop_bound(where)`: a loop whose
+# condition never becomes false raises LoopBoundExceeded instead of hanging.
+# As gradient functions grow a traced loop's bound and retrace (up to
+# EAGER_GROWTHS times), an eager loop grows its bound in place the same number
+# of times, so eager and jit accept the same loops. Plain `kt.compile` code
+# runs unbounded (Python's own semantics).
+EAGER_GROWTHS = 6
+_bounded: dict = {"on": False, "grown": {}}
+
+
+class bounded_loops:
+    """Within it, concrete `while` loops check `loop_bound(where)`."""
+
+    def __init__(self, on: bool = True):
+        self.on = on
+
+    def __enter__(self):
+        self.saved = dict(_bounded)
+        if self.on and not _bounded["on"]:
+            _bounded.update(on=True, grown={})
+        return self
+
+    def __exit__(self, *exc):
+        _bounded.update(self.saved)
+        return False
+
+
+def count_iteration(n: int, where: str) -> None:
+    """Called with the count of a concrete `while` loop's iterations so far."""
+    if not _bounded["on"] or n <= loop_bound(where):
+        return
+    grown = _bounded["grown"].get(where, 0)
+    if grown < EAGER_GROWTHS:
+        _bounded["grown"][where] = grown + 1
+        set_loop_bound(1 << n.bit_length(), where)
+        return
+    raise LoopBoundExceeded(
+        f"{LoopBoundExceeded.MARK}: the while loop at {where} ran {n} iterations, more "
+        f"than its bound of {loop_bound(where)} (does its condition ever become false?); "
+        f"raise it with kt.set_loop_bound({n * 2}) if the loop is meant to run longer"
+    )
+
+
+class _QuietBoundOverflow(logging.Filter):
+    """JAX logs a traceback when a debug callback raises; the bound overflow is
+    expected (gradient functions grow the bound and retrace), so drop it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return LoopBoundExceeded.MARK not in record.getMessage() and not (
+            record.exc_info and LoopBoundExceeded.MARK in str(record.exc_info[1])
+        )
+
+
+logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
+
+
+def check_bound(n, bound, where):
+    """Raise LoopBoundExceeded when a loop at `where` ran `n` > `bound` times."""
+    if int(n) > int(bound):
+        raise LoopBoundExceeded(
+            f"{LoopBoundExceeded.MARK}: the traced while loop at {where} ran {int(n)} "
+            f"iterations but stores {int(bound)} for its gradient; raise it with "
+            f"kt.set_loop_bound({int(n) * 2}) (gradient functions do this and retrace)"
+        )

@@ -1,0 +1,225 @@
+"""Python semantics at run time: operators, f-strings, item assignment, list
+mutation made functional, `print`/`assert`, and the iteration helpers of
+comprehensions, `zip`/`enumerate`/`reversed` and `for` over `.items()`.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform.errors import KTransformError
+from k_transform.runtime.values import any_traced, describe, is_tracer
+
+
+def not_(x):
+    if is_tracer(x):
+        return jnp.logical_not(x)
+    return not x
+
+
+def range_cond(i, stop, step):
+    """`i` is still inside `range(..., stop, step)`."""
+    if is_tracer(i) or is_tracer(stop) or is_tracer(step):
+        return jnp.where(step > 0, i < stop, i > stop)
+    return i < stop if step > 0 else i > stop
+
+
+class Formatted:
+    """An f-string with traced values, printed later by `jax.debug.print`."""
+
+    def __init__(self, template, values):
+        self.template, self.values = template, values
+
+
+def fstring(template: str, *values):
+    if any_traced(values):
+        return Formatted(template, values)
+    return template.format(*values)
+
+
+def setitem(x, index, value):
+    """`x[index] = value` without mutation: arrays via `.at[].set`, else a copy."""
+    if isinstance(x, tuple):
+        raise TypeError("'tuple' object does not support item assignment")
+    if isinstance(x, list) and is_tracer(index):
+        raise KTransformError(
+            "a list item assignment `lst[i] = v` with a traced index `i` (a list cannot be "
+            "indexed by a traced value: use an array, or a static index)"
+        )
+    if isinstance(x, (list, dict)):
+        new = x.copy()
+        new[index] = value
+        return new
+    if isinstance(x, np.ndarray) and not is_tracer(value):
+        new = x.copy()
+        new[index] = value
+        return new
+    return jnp.asarray(x).at[index].set(value)
+
+
+def _need_list(x, method: str):
+    if not isinstance(x, list):
+        raise KTransformError(
+            f"`.{method}(...)` on a {type(x).__name__} is not supported by k_transform "
+            "(only on lists)"
+        )
+
+
+def list_append(lst, value):
+    """`lst.append(value)` without mutation: the new list."""
+    _need_list(lst, "append")
+    return [*lst, value]
+
+
+def list_extend(lst, seq):
+    """`lst.extend(seq)` without mutation (a list or tuple `seq`)."""
+    _need_list(lst, "extend")
+    if not isinstance(seq, (list, tuple)):
+        raise KTransformError(
+            f"list.extend of a {type(seq).__name__} is not supported (extend with a list or tuple)"
+        )
+    return [*lst, *seq]
+
+
+def list_insert(lst, index, value):
+    """`lst.insert(index, value)` without mutation."""
+    _need_list(lst, "insert")
+    new = list(lst)
+    new.insert(index, value)
+    return new
+
+
+def list_delete(lst, index):
+    """The list `lst.pop(index)` leaves, without mutation."""
+    _need_list(lst, "pop")
+    new = list(lst)
+    new.pop(index)
+    return new
+
+
+def insert_position(n: int, index: int) -> int:
+    """Where `insert(index, v)` puts `v` in a list of length `n`."""
+    return min(max(index + n, 0), n) if index < 0 else min(index, n)
+
+
+def pop_position(n: int, index: int) -> int:
+    """The position `pop(index)` removes from a list of length `n`."""
+    return index + n if index < 0 else index
+
+
+def copy_value(x):
+    """`x.copy()`: a list, dict or numpy array copied; jax arrays are immutable."""
+    if isinstance(x, (list, dict, np.ndarray)):
+        return x.copy()
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    raise TypeError(f"{type(x).__name__!r} object has no attribute 'copy'")
+
+
+def to_list(x):
+    """`list(x)`: a new list of the items (array rows) of `x`."""
+    return list(x)
+
+
+def to_tuple(x):
+    """`tuple(x)`: a tuple of the items (array rows) of `x`."""
+    return tuple(x)
+
+
+def print_(*args, **kwargs):
+    if not any_traced(args) and not any(isinstance(a, Formatted) for a in args):
+        builtins.print(*args, **kwargs)
+        return None
+    parts, values = [], []
+    for a in args:
+        if isinstance(a, Formatted):
+            parts.append(a.template)
+            values.extend(a.values)
+        elif isinstance(a, str):
+            parts.append(a.replace("{", "{{").replace("}", "}}"))
+        else:
+            parts.append("{}")
+            values.append(a)
+    jax.debug.print(kwargs.get("sep", " ").join(parts), *values)
+    return None
+
+
+def assert_(cond, msg):
+    if is_tracer(cond):
+        return None  # not checkable while tracing; harmless under jax.jit
+    if not bool(np.all(cond)):
+        raise AssertionError(msg) if msg is not None else AssertionError()
+    return None
+
+
+# -- iteration helpers (comprehensions, zip/enumerate/reversed, `for` over `.items()`) --
+def indices(n) -> tuple:
+    """`(0, 1, ..., n - 1)`: the positions a comprehension or `zip` visits."""
+    if is_tracer(n):
+        raise KTransformError("cannot iterate a traced number of times into a Python list")
+    return tuple(range(int(n)))
+
+
+def seq_len(seq) -> int:
+    """`len(seq)`; the rows of an array (its static leading dimension)."""
+    if isinstance(seq, dict):
+        raise KTransformError(
+            "iterating a dict here is not supported: iterate `d.keys()`, `d.values()` "
+            "or `d.items()`"
+        )
+    if hasattr(seq, "shape") and jnp.ndim(seq) == 0:
+        raise KTransformError("cannot iterate over a 0-d array")
+    return len(seq)
+
+
+def zip_length(*lengths) -> int:
+    """How many items `zip` yields, given its iterables' lengths: the shortest."""
+    return min(lengths)
+
+
+def zip_strict_length(*lengths) -> int:
+    """`zip(..., strict=True)`: the common length; unequal lengths raise, as Python's."""
+    if len(set(lengths)) > 1:
+        raise KTransformError(f"zip(strict=True) of iterables of lengths {list(lengths)}")
+    return min(lengths)
+
+
+def keys_within(d, names: tuple) -> bool:
+    """Whether every key of `d` is one of `names` (`f(**d)` without `**kwargs`)."""
+    return all(k in names for k in d)
+
+
+def as_sequence(x, kind: str):
+    """`list(x)` or `tuple(x)` (`kind`) of a tuple or list; None stays None."""
+    if x is None:
+        return None
+    return list(x) if kind == "list" else tuple(x)
+
+
+def dict_keys(d) -> tuple:
+    """The keys of a dict, in order (`for k, v in d.items()`)."""
+    if not isinstance(d, dict):
+        raise KTransformError(f"`.keys()`/`.values()`/`.items()` of a {type(d).__name__}")
+    return tuple(d.keys())
+
+
+def to_int(x):
+    """`int(x)`: Python's for a concrete value, truncation to int32 for a traced one."""
+    if is_tracer(x):
+        return jnp.trunc(x).astype(jnp.int32)
+    return int(x)
+
+
+def static_filter(cond, where: str = ""):
+    """A comprehension's `if` filter: concrete, or the list's length would
+    depend on data (which a traced program cannot give a Python list)."""
+    if is_tracer(cond) or any_traced(cond):
+        raise KTransformError(
+            "a comprehension filter (`if` in a comprehension) on a traced value: the "
+            f"result's length would depend on data{describe(where)}; use jnp.where"
+        )
+    return cond

@@ -1,0 +1,113 @@
+"""Run-time helpers of gradient rules: `sum_to` and the gradient of indexing."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from k_transform.runtime.values import zeros_like_value
+
+
+# -- helpers of gradient rules ---------------------------------------------------
+def sum_to(g, like, tail: bool = False):
+    """Sum `g` over the axes broadcasting added to `like`'s shape.
+
+    For the gradient of a concatenation `a + b` of tuples or lists, `g` is
+    longer than `like`: its first items (or its last, with `tail`) are taken.
+    """
+    if isinstance(g, (tuple, list)) and isinstance(like, (tuple, list)):
+        return type(like)(g[len(g) - len(like) :] if tail else g[: len(like)])
+    if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
+        return g  # a dict gradient, or already shaped
+    shape = tuple(jnp.shape(like))
+    g_shape = tuple(jnp.shape(g))
+    if g_shape == shape:
+        return g
+    lead = len(g_shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + k for k, n in enumerate(shape) if n == 1 and g_shape[lead + k] != 1
+    )
+    out = jnp.sum(g, axis=axes, keepdims=True) if axes else g
+    return jnp.reshape(out, shape)
+
+
+def getitem_grad(x, index, dout):
+    """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
+    if isinstance(x, (tuple, list)):
+        grads = [zeros_like_value(v) for v in x]
+        grads[index] = dout
+        return type(x)(grads)
+    if isinstance(x, dict):
+        grads = {k: zeros_like_value(v) for k, v in x.items()}
+        grads[index] = dout
+        return grads
+    padded = _pad_into(x, index, dout)
+    if padded is not None:
+        return padded
+    zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
+    return zeros.at[index].add(dout)
+
+
+def _pad_into(x, index, dout):
+    """`dout` placed at a basic index (ints, slices of any step, None) by
+    `lax.pad`, which XLA fuses (a scatter into zeros is not, and a scatter of
+    a reversed slice next to a cumsum once crashed XLA's simplifier); None for
+    other indices."""
+    value, items = _drop_new_axes(jnp.asarray(dout, jnp.result_type(x)), index)
+    shape = jnp.shape(x)
+    if items is None or len(items) > len(shape):
+        return None
+    config, expand, flip = [], [], []
+    for axis, (item, n) in enumerate(zip(items, shape, strict=False)):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer, slice)):
+            return None
+        if isinstance(item, slice):
+            pad, reverse = _slice_pad(item, n)
+            config.append(pad)
+            flip += [axis] * reverse
+        else:
+            i = int(item) % n if -n <= int(item) < n else None
+            if i is None:
+                return None
+            config.append((i, n - i - 1, 0))
+            expand.append(axis)
+    config += [(0, 0, 0)] * (len(shape) - len(config))
+    for axis in expand:
+        value = jnp.expand_dims(value, axis)
+    inner = tuple(
+        (n - lo - hi + inner) // (inner + 1)
+        for n, (lo, hi, inner) in zip(shape, config, strict=True)
+    )
+    value = jnp.broadcast_to(value, inner)
+    if flip:
+        value = jnp.flip(value, flip)
+    return lax.pad(value, jnp.zeros((), value.dtype), config)
+
+
+def _slice_pad(item: slice, n: int) -> tuple[tuple[int, int, int], bool]:
+    """The `lax.pad` config `(low, high, interior)` that puts the items of
+    `x[item]` back along an axis of length `n`, and whether they come reversed."""
+    picked = range(*item.indices(n))
+    if not picked:
+        return (0, n, 0), False
+    lo, hi = min(picked), max(picked)
+    return (lo, n - hi - 1, abs(picked.step) - 1), picked.step < 0
+
+
+def _drop_new_axes(value, index):
+    """`(value, items)` with the axes a `None` in `index` added squeezed out of
+    `value` and the Nones dropped; items None when `index` is not basic."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not any(item is None for item in items):
+        return value, items
+    drop, out = [], 0
+    for item in items:
+        if item is None or isinstance(item, slice):
+            drop += [out] * (item is None)
+            out += 1
+        elif isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, np.integer)):
+            return value, None
+    if jnp.ndim(value) < out or any(jnp.shape(value)[a] != 1 for a in drop):
+        return value, None
+    return jnp.squeeze(value, tuple(drop)), tuple(i for i in items if i is not None)

@@ -1,0 +1,90 @@
+"""Parameters and state at run time: `read_param`, `assign`, `param_scope`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+# -- parameters and state --------------------------------------------------
+# A gradient function binds each Parameter to the (possibly traced) value it
+# was called with; generated code reads parameters through `read_param` and
+# writes them with `assign` (`ops.Assign`). Writes update the binding, so
+# later reads in program order see them, and are collected in `updates`,
+# which the caller writes back to the Parameters after the (jitted) call.
+_param_scopes: list[param_scope] = []
+
+
+class param_scope:
+    def __init__(self, params=(), values=(), parent: param_scope | None = None, assigns=True):
+        self.params = {id(p): p for p in params}
+        self.bindings = {id(p): v for p, v in zip(params, values, strict=True)}
+        self.assigns = assigns  # False: the program has no Assign (nothing to thread)
+        if parent is not None:
+            self.params, self.bindings = dict(parent.params), dict(parent.bindings)
+            self.assigns = parent.assigns
+        self.updates: dict[int, object] = {}
+
+    def __enter__(self):
+        _param_scopes.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _param_scopes.pop()
+        return False
+
+    def new_values(self) -> dict[int, object]:
+        return dict(self.updates)
+
+
+def read_param(param):
+    for scope in reversed(_param_scopes):
+        if id(param) in scope.bindings:
+            return scope.bindings[id(param)]
+    return param.data
+
+
+def assign(param, value):
+    """`param = value`, in program order: bound in the current scope, or set."""
+    if not _param_scopes:
+        param.set_data(value)
+        return value
+    scope = _param_scopes[-1]
+    old = scope.bindings.get(id(param), param.data)
+    value = jnp.asarray(value, jnp.result_type(old))
+    scope.params[id(param)] = param
+    scope.bindings[id(param)] = value
+    scope.updates[id(param)] = value
+    return value
+
+
+def assigned_in(fn, *args) -> list[int]:
+    """Parameters `fn(*args)` assigns (probed with eval_shape: nothing runs)."""
+    if not _param_scopes or not _param_scopes[-1].assigns:
+        return []
+    found: list[int] = []
+
+    def probe(*a):
+        with param_scope(parent=_param_scopes[-1]) as fork:
+            fn(*a)
+            found.extend(k for k in fork.updates if k not in found)
+
+    jax.eval_shape(probe, *args)
+    return found
+
+
+def stateful_branch(fn, ids):
+    """`fn` returning `(out, new values of the parameters ids)` as well."""
+
+    def run(*args):
+        with param_scope(parent=_param_scopes[-1]) as fork:
+            out = fn(*args)
+            return out, tuple(fork.bindings.get(k, fork.params[k].data) for k in ids)
+
+    return run
+
+
+def write_back(ids, values):
+    scope = _param_scopes[-1]
+    for k, v in zip(ids, values, strict=True):
+        scope.bindings[k] = v
+        scope.updates[k] = v

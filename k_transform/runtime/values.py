@@ -1,0 +1,261 @@
+"""Run-time values: `UNDEFINED`, gradient values and their arithmetic.
+
+`UNDEFINED` stands for a variable not yet assigned on some path (first
+assigned inside a loop or one branch). Eagerly it raises when used; under a
+traced cond or loop its slot takes zeros shaped like the value the other path
+gives, which Python semantics guarantee is never read.
+
+Gradient values mirror primal values: arrays for arrays, tuples for tuples,
+dicts ("envs", keyed by free-variable keys) for functions, None for values
+with no gradient (None, strings, objects). `add_grad` adds them. A value with
+gradient arithmetic of its own (the stacks of `k_transform.runtime.stack`)
+subclasses `GradValue`; `add_grad`, `zeros_like_value` and `fit` defer to it.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform.errors import KTransformError
+
+
+class _Undefined:
+    """The value of a variable that has not been assigned yet."""
+
+    def __repr__(self):
+        return "UNDEFINED"
+
+    def __bool__(self):
+        raise KTransformError("a variable was used before it was assigned")
+
+    def _fail(self, *args, **kwargs):
+        raise KTransformError("a variable was used before it was assigned")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail
+    __truediv__ = __rtruediv__ = __getitem__ = __call__ = __neg__ = _fail
+    __array__ = __jax_array__ = __lt__ = __gt__ = __le__ = __ge__ = _fail
+
+
+UNDEFINED = _Undefined()
+
+
+jax.tree_util.register_pytree_node(_Undefined, lambda u: ((), None), lambda aux, kids: UNDEFINED)
+
+
+class GradValue:
+    """A run-time value with gradient arithmetic of its own."""
+
+    def add_grad(self, other):
+        """`self + other` as gradients (`other` is not None)."""
+        raise NotImplementedError
+
+    def zeros_like(self):
+        """The zero gradient of `self` (None: zeros of any extent)."""
+        raise NotImplementedError
+
+    def fit_value(self, value):
+        """`value` (a gradient or None) padded to the structure of `self`."""
+        raise NotImplementedError
+
+
+def is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def any_traced(tree) -> bool:
+    return any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+# -- filling UNDEFINED slots ---------------------------------------------
+def _zeros_like_shape(s):
+    return jnp.zeros(s.shape, s.dtype)
+
+
+def fill_undefined(values, shapes):
+    """Replace UNDEFINED entries of `values` by zeros of the matching shape."""
+    out = []
+    for v, s in zip(values, shapes, strict=True):
+        if v is UNDEFINED and s is not UNDEFINED:
+            v = jax.tree_util.tree_map(_zeros_like_shape, s)
+        out.append(v)
+    return tuple(out)
+
+
+def _is_undef(x):
+    return x is UNDEFINED
+
+
+def shape_of(tree):
+    return jax.tree_util.tree_map(
+        lambda v: v if v is UNDEFINED else jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)),
+        tree,
+        is_leaf=_is_undef,
+    )
+
+
+def describe(where: str) -> str:
+    """`where` ("file:line") as the tail of an error message, with the line shown."""
+    if not where:
+        return ""
+    path, _, line = where.rpartition(":")
+    text = linecache.getline(path, int(line)).strip() if line.isdigit() else ""
+    return f'\n  File "{path}", line {line}' + (f"\n    {text}" if text else "")
+
+
+def brief(shape) -> str:
+    if hasattr(shape, "shape"):
+        return f"{tuple(shape.shape)} {shape.dtype}"
+    return type(shape).__name__
+
+
+def fit(value, shape):
+    """`value` padded with zeros to the structure `shape`."""
+    if shape is None:
+        return None
+    if shape is UNDEFINED:  # a variable no path assigns (a `return` never taken)
+        return UNDEFINED
+    if isinstance(shape, GradValue):
+        return shape.fit_value(value)
+    if isinstance(shape, dict):
+        value = value if isinstance(value, dict) else {}
+        return {k: fit(value.get(k), s) for k, s in shape.items()}
+    if isinstance(shape, (tuple, list)):
+        value = value if value is not None else (None,) * len(shape)
+        return type(shape)(fit(v, s) for v, s in zip(value, shape, strict=True))
+    if value is None:
+        return jnp.zeros(shape.shape, shape.dtype)
+    return jnp.asarray(value, shape.dtype)
+
+
+# -- gradients ----------------------------------------------------------------
+# Gradient values mirror primal values: arrays for arrays, tuples for tuples,
+# dicts ("envs", keyed by free-variable keys) for functions, None for values
+# with no gradient (None, strings, objects). `add_grad` adds them.
+def add_grad(a, b):
+    if a is None or a is UNDEFINED:  # UNDEFINED: a slot no path fills (no gradient)
+        return b
+    if b is None or b is UNDEFINED:
+        return a
+    if isinstance(a, GradValue):
+        return a.add_grad(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = add_grad(out[key], value) if key in out else value
+        return out
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a)(add_grad(x, y) for x, y in zip(a, b, strict=True))
+    return a + b
+
+
+def zeros_like_value(x):
+    """The zero gradient of `x` (None where `x` has no gradient)."""
+    if x is UNDEFINED:
+        return None
+    if isinstance(x, GradValue):
+        return x.zeros_like()
+    if isinstance(x, (tuple, list)):
+        return type(x)(zeros_like_value(v) for v in x)
+    if isinstance(x, dict):
+        return {k: zeros_like_value(v) for k, v in x.items()}
+    if isinstance(x, bool) or x is None or isinstance(x, (str, slice, type(Ellipsis))):
+        return None
+    if isinstance(x, (int, float)):
+        return type(x)(0)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jnp.zeros(jnp.shape(x), jnp.result_type(x))
+    if callable(x):
+        return {}
+    return None
+
+
+def ones_like_value(x):
+    """The default output sensitivity: ones shaped like `x`."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(ones_like_value(v) for v in x)
+    if isinstance(x, dict):
+        return {k: ones_like_value(v) for k, v in x.items()}
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return type(x)(1)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return jnp.ones(jnp.shape(x), jnp.result_type(x))
+    return None
+
+
+def env_get(env, key, like):
+    """The gradient stored under `key` in `env`, or zeros like `like`."""
+    if isinstance(env, dict) and key in env:
+        return env[key]
+    return zeros_like_value(like)
+
+
+def env_del(env, key):
+    if isinstance(env, dict) and key in env:
+        env = dict(env)
+        del env[key]
+    return env
+
+
+def check_grad(grad, x, rule: str):
+    """`grad` if it fits the input `x`, else an error naming the rule."""
+    if grad is None or not hasattr(grad, "shape") or not hasattr(x, "shape"):
+        return grad
+    if jnp.shape(grad) != jnp.shape(x):
+        raise KTransformError(
+            f"{rule} returned a gradient of shape {jnp.shape(grad)} for an input of shape "
+            f"{jnp.shape(x)}"
+        )
+    return grad
+
+
+def as_jax_inputs(args) -> tuple:
+    """`args` with NumPy arrays and scalars made JAX arrays, as `jax.jit` makes
+    them: eager runs then see the same types (`x.at[...]`) as jitted ones."""
+
+    def convert(v):
+        return jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+    return tuple(jax.tree_util.tree_map(convert, a) for a in args)
+
+
+def input_grad(d, arg, integers: bool = False):
+    """The gradient reported for an input. Integer arrays get a zero (JAX's
+    float0 cotangent) or, with `integers` (MindSpore's GradOperation), their
+    gradient cast to their own dtype; boolean arrays, static inputs (Python
+    ints, bools, None, strings) and inputs nothing flowed to get a zero."""
+    if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
+        if not integers or d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
+            return jnp.zeros_like(arg)
+        return jnp.broadcast_to(jnp.asarray(d, arg.dtype), jnp.shape(arg))
+    if d is None or arg is None or isinstance(arg, (bool, int, str)):
+        return zeros_like_value(arg)
+    return d
+
+
+def tree_vdot(a, b):
+    """The sum of elementwise products over matching leaves (None is zero)."""
+    total = 0.0
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        for x, y in zip(a, b, strict=True):
+            total = total + tree_vdot(x, y)
+        return total
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in a.keys() & b.keys():
+            total = total + tree_vdot(a[key], b[key])
+        return total
+    if a is None or b is None:
+        return total
+    return jnp.sum(a * b)
+
+
+def tree_scale(tree, s):
+    """Every leaf of `tree` times the scalar `s`."""
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(tree_scale(t, s) for t in tree)
+    if isinstance(tree, dict):
+        return {k: tree_scale(v, s) for k, v in tree.items()}
+    return None if tree is None else tree * s
