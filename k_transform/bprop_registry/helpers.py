@@ -1,15 +1,29 @@
 """Family helpers for the common shapes of rule.
 
+- `@rule(Prim)` on `def bprop(x, ..., out, dout)`: a rule that reads no
+  attribute of the primitive (the getter would ignore `self`).
 - `unary(Prim, derivative)`: elementwise f(x); `derivative(x, out)` is f'(x).
 - `zero_gradient(*Prims)`: outputs that do not depend smoothly on inputs
   (comparisons, sign, floor): every input gets None (no gradient).
-- `linear(Prim, rule)` is just `register` with a one-line rule; kept as the
-  plain decorator so each rule reads like a table entry.
 """
 
 from __future__ import annotations
 
 from k_transform.bprop_registry.registry import bprop_getters
+
+
+def rule(prim_cls):
+    """Register the decorated `bprop` as the rule of every instance of `prim_cls`."""
+
+    def register(bprop):
+        def get_bprop(self):
+            return bprop
+
+        get_bprop.__qualname__ = f"rule({prim_cls.__name__})"
+        bprop_getters.register(prim_cls)(get_bprop)
+        return bprop
+
+    return register
 
 
 def unary(prim_cls, derivative) -> None:

@@ -231,9 +231,7 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool =
     step_k = lambda item, cr, iv: body_k(item, *cr, *iv)  # noqa: E731
     is_array = hasattr(seq, "shape") and not isinstance(seq, (tuple, list))
     forward = lambda item, cr: tuple(step_k(item, cr, inv)[0])  # noqa: E731
-    small = (
-        not is_array or policy.unrolls(forward, seq, carry)
-    )
+    small = not is_array or policy.unrolls(forward, seq, carry)
     if small or not rt.any_traced((seq, carry, inv)):
         items = list(seq) if not is_array else [seq[k] for k in range(seq.shape[0])]
         carry, bprops = _run_python_loop(step_k, items, carry, inv)

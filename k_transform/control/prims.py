@@ -21,7 +21,7 @@ primitive picks Python control flow for concrete conditions and `lax.cond`,
 
 from __future__ import annotations
 
-from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
+from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.control import loop_grad as rtg
 from k_transform.control import runtime as ctl
@@ -215,21 +215,15 @@ stack_push = StackPush()
 stack_pop = StackPop()
 
 
-@bprop_getters.register(StackPush)
-def get_bprop_stack_push(self):
-    def bprop(stack, item, out, dout):
-        d_item_rest = stack_pop(dout, item)
-        return d_item_rest[1], d_item_rest[0]
-
-    return bprop
+@rule(StackPush)
+def bprop_stack_push(stack, item, out, dout):
+    d_item_rest = stack_pop(dout, item)
+    return d_item_rest[1], d_item_rest[0]
 
 
-@bprop_getters.register(StackPop)
-def get_bprop_stack_pop(self):
-    def bprop(stack, like, out, dout):
-        return stack_push(dout[1], dout[0]), None
-
-    return bprop
+@rule(StackPop)
+def bprop_stack_pop(stack, like, out, dout):
+    return stack_push(dout[1], dout[0]), None
 
 
 @bprop_getters.register(StackNew)

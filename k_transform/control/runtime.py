@@ -329,9 +329,7 @@ def settle_carry(body, carry, where, trips=None, grads=False):
             for c, o in zip(carry, out, strict=True)
         ]
         if not any(ready):
-            raise KTransformError(
-                f"internal: cannot lay out the stacks of a loop{describe(where)}"
-            )
+            raise KTransformError(f"internal: cannot lay out the stacks of a loop{describe(where)}")
         carry = tuple(
             rs.promote(c, o.top, room) if r else c
             for c, o, r in zip(carry, out, ready, strict=True)

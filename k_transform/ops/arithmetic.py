@@ -11,8 +11,7 @@ import operator
 
 import jax.numpy as jnp
 
-from k_transform.bprop_registry.helpers import zero_gradient
-from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.ops.base import operator_primitive
 from k_transform.ops.structural import SumTo
 
@@ -80,99 +79,72 @@ sum_to = SumTo()
 sum_to_tail = SumTo(tail=True)
 
 
-@bprop_getters.register(Add)
-def get_bprop_add(self):
-    def bprop(x, y, out, dout):
-        return sum_to(dout, x), sum_to_tail(dout, y)  # tail: `t1 + t2` of tuples
-
-    return bprop
+@rule(Add)
+def bprop_add(x, y, out, dout):
+    return sum_to(dout, x), sum_to_tail(dout, y)  # tail: `t1 + t2` of tuples
 
 
-@bprop_getters.register(Sub)
-def get_bprop_sub(self):
-    def bprop(x, y, out, dout):
-        return sum_to(dout, x), sum_to(-dout, y)
-
-    return bprop
+@rule(Sub)
+def bprop_sub(x, y, out, dout):
+    return sum_to(dout, x), sum_to(-dout, y)
 
 
-@bprop_getters.register(Mul)
-def get_bprop_mul(self):
-    def bprop(x, y, out, dout):
-        return sum_to(dout * y, x), sum_to(dout * x, y)
-
-    return bprop
+@rule(Mul)
+def bprop_mul(x, y, out, dout):
+    return sum_to(dout * y, x), sum_to(dout * x, y)
 
 
-@bprop_getters.register(Div)
-def get_bprop_div(self):
-    def bprop(x, y, out, dout):
-        dx = dout / y
-        return sum_to(dx, x), sum_to(-dx * out, y)
-
-    return bprop
+@rule(Div)
+def bprop_div(x, y, out, dout):
+    dx = dout / y
+    return sum_to(dx, x), sum_to(-dx * out, y)
 
 
-@bprop_getters.register(Pow)
-def get_bprop_pow(self):
-    def bprop(x, y, out, dout):
-        dx = dout * y * x ** (y - 1)
-        safe_x = jnp.where(x > 0, x, 1.0)
-        dy = dout * out * jnp.where(x > 0, jnp.log(safe_x), 0.0)
-        return sum_to(dx, x), sum_to(dy, y)
-
-    return bprop
+@rule(Pow)
+def bprop_pow(x, y, out, dout):
+    dx = dout * y * x ** (y - 1)
+    safe_x = jnp.where(x > 0, x, 1.0)
+    dy = dout * out * jnp.where(x > 0, jnp.log(safe_x), 0.0)
+    return sum_to(dx, x), sum_to(dy, y)
 
 
-@bprop_getters.register(Neg)
-def get_bprop_neg(self):
-    def bprop(x, out, dout):
-        return (-dout,)
-
-    return bprop
+@rule(Neg)
+def bprop_neg(x, out, dout):
+    return (-dout,)
 
 
-@bprop_getters.register(Pos)
-def get_bprop_pos(self):
-    def bprop(x, out, dout):
-        return (dout,)
-
-    return bprop
+@rule(Pos)
+def bprop_pos(x, out, dout):
+    return (dout,)
 
 
-@bprop_getters.register(NumpyMatMul)
-def get_bprop_numpy_matmul(self):
-    def bprop(x, y, out, dout):
-        if x.ndim == 1 and y.ndim == 1:
-            return dout * y, dout * x
-        if x.ndim == 1:  # x is a row: dout (..., k) -> (..., 1, k)
-            g = jnp.expand_dims(dout, -2)
-            dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
-            return sum_to(dx, x), sum_to(jnp.expand_dims(x, -1) * g, y)
-        if y.ndim == 1:  # y is a column: dout (..., m) -> (..., m, 1)
-            g = jnp.expand_dims(dout, -1)
-            dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)
-            return sum_to(g * y, x), sum_to(dy, y)
-        if x.ndim > 2 and y.ndim == 2:  # batch @ matrix: one contraction for dy
-            dy = jnp.reshape(x, (-1, jnp.shape(y)[0])).T @ jnp.reshape(dout, (-1, jnp.shape(y)[1]))
-            return dout @ y.T, dy
-        if x.ndim == 2 and y.ndim > 2:  # matrix @ batch: one contraction for dx
-            g = jnp.reshape(jnp.moveaxis(dout, -2, 0), (jnp.shape(x)[0], -1))
-            y2 = jnp.reshape(jnp.moveaxis(y, -2, 0), (jnp.shape(x)[1], -1))
-            return g @ y2.T, x.T @ dout
-        dx = dout @ jnp.swapaxes(y, -1, -2)
-        dy = jnp.swapaxes(x, -1, -2) @ dout
-        return sum_to(dx, x), sum_to(dy, y)
-
-    return bprop
+@rule(NumpyMatMul)
+def bprop_numpy_matmul(x, y, out, dout):
+    if x.ndim == 1 and y.ndim == 1:
+        return dout * y, dout * x
+    if x.ndim == 1:  # x is a row: dout (..., k) -> (..., 1, k)
+        g = jnp.expand_dims(dout, -2)
+        dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
+        return sum_to(dx, x), sum_to(jnp.expand_dims(x, -1) * g, y)
+    if y.ndim == 1:  # y is a column: dout (..., m) -> (..., m, 1)
+        g = jnp.expand_dims(dout, -1)
+        dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)
+        return sum_to(g * y, x), sum_to(dy, y)
+    if x.ndim > 2 and y.ndim == 2:  # batch @ matrix: one contraction for dy
+        dy = jnp.reshape(x, (-1, jnp.shape(y)[0])).T @ jnp.reshape(dout, (-1, jnp.shape(y)[1]))
+        return dout @ y.T, dy
+    if x.ndim == 2 and y.ndim > 2:  # matrix @ batch: one contraction for dx
+        g = jnp.reshape(jnp.moveaxis(dout, -2, 0), (jnp.shape(x)[0], -1))
+        y2 = jnp.reshape(jnp.moveaxis(y, -2, 0), (jnp.shape(x)[1], -1))
+        return g @ y2.T, x.T @ dout
+    dx = dout @ jnp.swapaxes(y, -1, -2)
+    dy = jnp.swapaxes(x, -1, -2) @ dout
+    return sum_to(dx, x), sum_to(dy, y)
 
 
-@bprop_getters.register(Mod)
-def get_bprop_mod(self):
-    def bprop(x, y, out, dout):
-        return sum_to(dout, x), sum_to(-dout * jnp.floor_divide(x, y), y)
-
-    return bprop
+@rule(Mod)
+def bprop_mod(x, y, out, dout):
+    return sum_to(dout, x), sum_to(-dout * jnp.floor_divide(x, y), y)
 
 
 zero_gradient(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.bprop_registry.helpers import rule
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
 from k_transform.ops.base import JaxPrimitive
@@ -77,18 +77,12 @@ register_method("multiply")(_at_update(IndexMultiply))
 sum_to = SumTo()
 
 
-@bprop_getters.register(IndexAdd)
-def get_bprop_index_add(self):
-    def bprop(x, index, value, out, dout):
-        return dout, None, sum_to(dout[index], value)
-
-    return bprop
+@rule(IndexAdd)
+def bprop_index_add(x, index, value, out, dout):
+    return dout, None, sum_to(dout[index], value)
 
 
-@bprop_getters.register(IndexMultiply)
-def get_bprop_index_multiply(self):
-    def bprop(x, index, value, out, dout):
-        scale = jnp.ones_like(x).at[index].set(value)
-        return dout * scale, None, sum_to(dout[index] * x[index], value)
-
-    return bprop
+@rule(IndexMultiply)
+def bprop_index_multiply(x, index, value, out, dout):
+    scale = jnp.ones_like(x).at[index].set(value)
+    return dout * scale, None, sum_to(dout[index] * x[index], value)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
+from k_transform.bprop_registry.helpers import rule
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function
@@ -166,44 +167,38 @@ def _as_matrix(v):
     return jnp.expand_dims(jnp.expand_dims(v, -1), -1)
 
 
-@bprop_getters.register(Inv)
-def get_bprop_inv(self):
-    return lambda a, out, dout: (-(_t(out) @ dout @ _t(out)),)
+@rule(Inv)
+def bprop_inv(a, out, dout):
+    return (-(_t(out) @ dout @ _t(out)),)
 
 
-@bprop_getters.register(Solve)
-def get_bprop_solve(self):
-    def bprop(a, b, out, dout):
-        db = jnp.linalg.solve(_t(a), dout)
-        if b.ndim == a.ndim - 1:  # b is a (batch of) vector(s)
-            da = -jnp.expand_dims(db, -1) * jnp.expand_dims(out, -2)
-        else:
-            da = -(db @ _t(out))
-        return sum_to(da, a), sum_to(db, b)
-
-    return bprop
+@rule(Solve)
+def bprop_solve(a, b, out, dout):
+    db = jnp.linalg.solve(_t(a), dout)
+    if b.ndim == a.ndim - 1:  # b is a (batch of) vector(s)
+        da = -jnp.expand_dims(db, -1) * jnp.expand_dims(out, -2)
+    else:
+        da = -(db @ _t(out))
+    return sum_to(da, a), sum_to(db, b)
 
 
-@bprop_getters.register(Det)
-def get_bprop_det(self):
-    return lambda a, out, dout: (_as_matrix(dout * out) * _t(jnp.linalg.inv(a)),)
+@rule(Det)
+def bprop_det(a, out, dout):
+    return (_as_matrix(dout * out) * _t(jnp.linalg.inv(a)),)
 
 
-@bprop_getters.register(Slogdet)
-def get_bprop_slogdet(self):
-    return lambda a, out, dout: (_as_matrix(dout[1]) * _t(jnp.linalg.inv(a)),)
+@rule(Slogdet)
+def bprop_slogdet(a, out, dout):
+    return (_as_matrix(dout[1]) * _t(jnp.linalg.inv(a)),)
 
 
-@bprop_getters.register(Cholesky)
-def get_bprop_cholesky(self):
-    def bprop(a, out, dout):
-        m = _t(out) @ dout
-        phi = 0.5 * (jnp.tril(m) + jnp.tril(m, -1))
-        left = jsl.solve_triangular(out, phi, trans=1, lower=True)  # L^-T Phi
-        da = _t(jsl.solve_triangular(out, _t(left), trans=1, lower=True))  # ... L^-1
-        return (0.5 * (da + _t(da)),)
-
-    return bprop
+@rule(Cholesky)
+def bprop_cholesky(a, out, dout):
+    m = _t(out) @ dout
+    phi = 0.5 * (jnp.tril(m) + jnp.tril(m, -1))
+    left = jsl.solve_triangular(out, phi, trans=1, lower=True)  # L^-T Phi
+    da = _t(jsl.solve_triangular(out, _t(left), trans=1, lower=True))  # ... L^-1
+    return (0.5 * (da + _t(da)),)
 
 
 @bprop_getters.register(TriangularSolve)

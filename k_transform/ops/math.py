@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
 
-from k_transform.bprop_registry.helpers import unary, zero_gradient
+from k_transform.bprop_registry.helpers import rule, unary, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
-from k_transform.ops.nn import Gelu, Softplus
 from k_transform.ops.structural import SumTo
 
 Sin = elementwise("Sin", jnp.sin, "jnp.sin")
@@ -176,50 +175,21 @@ unary(Erf, lambda x, out: _TWO_OVER_SQRT_PI * jnp.exp(-x * x))
 unary(Sinh, lambda x, out: jnp.cosh(x))
 unary(Cosh, lambda x, out: jnp.sinh(x))
 unary(Atan, lambda x, out: 1.0 / (1.0 + x * x))
-unary(Softplus, lambda x, out: jax.nn.sigmoid(x))
 
 zero_gradient(Sign, Floor, Ceil, Round)
 
 
-@bprop_getters.register(Gelu)
-def get_bprop_gelu(self):
-    if self.approximate:
-        return lambda x, out, dout: (dout * _gelu_tanh_derivative(x),)
-    return lambda x, out, dout: (dout * _gelu_erf_derivative(x),)
-
-
-def _gelu_erf_derivative(x):
-    """d/dx x * Phi(x) = Phi(x) + x * phi(x)."""
-    cdf = 0.5 * (1.0 + jsp.erf(x * _INV_SQRT_2))
-    pdf = jnp.exp(-0.5 * x * x) * (0.5 * _TWO_OVER_SQRT_PI * _INV_SQRT_2)
-    return cdf + x * pdf
-
-
-def _gelu_tanh_derivative(x):
-    """d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    k = math.sqrt(2.0 / math.pi)
-    t = jnp.tanh(k * (x + 0.044715 * x * x * x))
-    du = k * (1.0 + 3.0 * 0.044715 * x * x)
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
-
-
 # -- binary -----------------------------------------------------------------------------
-@bprop_getters.register(Maximum)
-def get_bprop_maximum(self):
-    def bprop(x, y, out, dout):
-        dx = _tie_split(x > y, x == y, dout)
-        return sum_to(dx, x), sum_to(dout - dx, y)
-
-    return bprop
+@rule(Maximum)
+def bprop_maximum(x, y, out, dout):
+    dx = _tie_split(x > y, x == y, dout)
+    return sum_to(dx, x), sum_to(dout - dx, y)
 
 
-@bprop_getters.register(Minimum)
-def get_bprop_minimum(self):
-    def bprop(x, y, out, dout):
-        dx = _tie_split(x < y, x == y, dout)
-        return sum_to(dx, x), sum_to(dout - dx, y)
-
-    return bprop
+@rule(Minimum)
+def bprop_minimum(x, y, out, dout):
+    dx = _tie_split(x < y, x == y, dout)
+    return sum_to(dx, x), sum_to(dout - dx, y)
 
 
 def _tie_split(wins, ties, dout):
@@ -228,45 +198,35 @@ def _tie_split(wins, ties, dout):
     return jnp.where(wins, dout, jnp.where(ties, 0.5 * dout, zero))
 
 
-@bprop_getters.register(Select)
-def get_bprop_select(self):
-    def bprop(cond, x, y, out, dout):
-        zero = jnp.zeros_like(dout)
-        dx = jnp.where(cond, dout, zero)
-        return None, sum_to(dx, x), sum_to(dout - dx, y)
-
-    return bprop
+@rule(Select)
+def bprop_select(cond, x, y, out, dout):
+    zero = jnp.zeros_like(dout)
+    dx = jnp.where(cond, dout, zero)
+    return None, sum_to(dx, x), sum_to(dout - dx, y)
 
 
-@bprop_getters.register(Clip)
-def get_bprop_clip(self):
+@rule(Clip)
+def bprop_clip(x, lo, hi, out, dout):
     """`clip(x, lo, hi)` is `minimum(maximum(x, lo), hi)`; None: no bound."""
-
-    def bprop(x, lo, hi, out, dout):
-        zero = jnp.zeros_like(dout)
-        d_mid = dout
-        d_hi = None
-        if hi is not None:
-            mid = x if lo is None else jnp.maximum(x, lo)
-            d_mid = jnp.where(mid > hi, zero, dout)
-            d_hi = sum_to(dout - d_mid, hi)
-        dx = d_mid
-        d_lo = None
-        if lo is not None:
-            dx = jnp.where(x < lo, zero, d_mid)
-            d_lo = sum_to(d_mid - dx, lo)
-        return sum_to(dx, x), d_lo, d_hi
-
-    return bprop
+    zero = jnp.zeros_like(dout)
+    d_mid = dout
+    d_hi = None
+    if hi is not None:
+        mid = x if lo is None else jnp.maximum(x, lo)
+        d_mid = jnp.where(mid > hi, zero, dout)
+        d_hi = sum_to(dout - d_mid, hi)
+    dx = d_mid
+    d_lo = None
+    if lo is not None:
+        dx = jnp.where(x < lo, zero, d_mid)
+        d_lo = sum_to(d_mid - dx, lo)
+    return sum_to(dx, x), d_lo, d_hi
 
 
-@bprop_getters.register(Atan2)
-def get_bprop_atan2(self):
-    def bprop(y, x, out, dout):
-        scale = dout / (x * x + y * y)
-        return sum_to(scale * x, y), sum_to(-scale * y, x)
-
-    return bprop
+@rule(Atan2)
+def bprop_atan2(y, x, out, dout):
+    scale = dout / (x * x + y * y)
+    return sum_to(scale * x, y), sum_to(-scale * y, x)
 
 
 @bprop_getters.register(Tril)

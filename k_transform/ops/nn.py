@@ -18,10 +18,13 @@ mask)` are its two halves. `OneHot()(indices, depth, dtype)` is
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jsp
 
-from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.helpers import rule, unary, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import AttrPrimitive, JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function
@@ -188,18 +191,14 @@ def get_bprop_log_softmax(self):
     return bprop
 
 
-@bprop_getters.register(SoftmaxCrossEntropyWithLogits)
-def get_bprop_softmax_cross_entropy(self):
+@rule(SoftmaxCrossEntropyWithLogits)
+def bprop_softmax_cross_entropy(logits, labels, out, dout):
     """d/dlogits = softmax * sum(labels) - labels (softmax - labels for a
     distribution), d/dlabels = -log_softmax: finite for any logits (no exp
     of a large logit, no log of a tiny probability)."""
-
-    def bprop(logits, labels, out, dout):
-        g = jnp.expand_dims(dout, -1)
-        total = jnp.sum(labels, axis=-1, keepdims=True)
-        return (jax.nn.softmax(logits) * total - labels) * g, -jax.nn.log_softmax(logits) * g
-
-    return bprop
+    g = jnp.expand_dims(dout, -1)
+    total = jnp.sum(labels, axis=-1, keepdims=True)
+    return (jax.nn.softmax(logits) * total - labels) * g, -jax.nn.log_softmax(logits) * g
 
 
 @bprop_getters.register(BatchNorm)
@@ -244,3 +243,31 @@ def get_bprop_dropout_do_mask(self):
 
 
 zero_gradient(DropoutGenMask, OneHot)
+
+
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+
+unary(Softplus, lambda x, out: jax.nn.sigmoid(x))
+
+
+@bprop_getters.register(Gelu)
+def get_bprop_gelu(self):
+    if self.approximate:
+        return lambda x, out, dout: (dout * _gelu_tanh_derivative(x),)
+    return lambda x, out, dout: (dout * _gelu_erf_derivative(x),)
+
+
+def _gelu_erf_derivative(x):
+    """d/dx x * Phi(x) = Phi(x) + x * phi(x)."""
+    cdf = 0.5 * (1.0 + jsp.erf(x * _INV_SQRT_2))
+    pdf = jnp.exp(-0.5 * x * x) * (0.5 * _TWO_OVER_SQRT_PI * _INV_SQRT_2)
+    return cdf + x * pdf
+
+
+def _gelu_tanh_derivative(x):
+    """d/dx 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    k = math.sqrt(2.0 / math.pi)
+    t = jnp.tanh(k * (x + 0.044715 * x * x * x))
+    du = k * (1.0 + 3.0 * 0.044715 * x * x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform import runtime as rt
-from k_transform.bprop_registry.helpers import no_gradient, zero_gradient
+from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.primitive import Primitive
@@ -362,20 +362,14 @@ to_tuple = Copy("tuple")
 zeros_value = zeros_like
 
 
-@bprop_getters.register(MakeTuple)
-def get_bprop_make_tuple(self):
-    def bprop(xs, out, dout):
-        return dout
-
-    return bprop
+@rule(MakeTuple)
+def bprop_make_tuple(xs, out, dout):
+    return dout
 
 
-@bprop_getters.register(MakeList)
-def get_bprop_make_list(self):
-    def bprop(xs, out, dout):
-        return dout
-
-    return bprop
+@rule(MakeList)
+def bprop_make_list(xs, out, dout):
+    return dout
 
 
 @bprop_getters.register(AsSequence)
@@ -388,15 +382,12 @@ def get_bprop_as_sequence(self):
     return bprop
 
 
-@bprop_getters.register(MakeDict)
-def get_bprop_make_dict(self):
-    def bprop(kv, out, dout):
-        grads = ()
-        for k in range(0, len(kv), 2):
-            grads = grads + (None, dout[kv[k]])
-        return grads
-
-    return bprop
+@rule(MakeDict)
+def bprop_make_dict(kv, out, dout):
+    grads = ()
+    for k in range(0, len(kv), 2):
+        grads = grads + (None, dout[kv[k]])
+    return grads
 
 
 # Library functions whose result does not depend smoothly on their inputs:
@@ -479,77 +470,56 @@ def get_bprop_method_call(self):
     )
 
 
-@bprop_getters.register(GetItem)
-def get_bprop_getitem(self):
-    def bprop(x, index, out, dout):
-        return getitem_grad(x, index, dout), None
-
-    return bprop
+@rule(GetItem)
+def bprop_getitem(x, index, out, dout):
+    return getitem_grad(x, index, dout), None
 
 
-@bprop_getters.register(SetItem)
-def get_bprop_setitem(self):
-    def bprop(x, index, value, out, dout):
-        if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
-            dout = to_list(dout)
-        dx = set_item(dout, index, zeros_like(value))
-        return dx, None, sum_to(dout[index], value)  # value may broadcast
-
-    return bprop
+@rule(SetItem)
+def bprop_setitem(x, index, value, out, dout):
+    if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
+        dout = to_list(dout)
+    dx = set_item(dout, index, zeros_like(value))
+    return dx, None, sum_to(dout[index], value)  # value may broadcast
 
 
 # -- list mutation, made functional (the parser rebinds the list) ---------
-@bprop_getters.register(ListAppend)
-def get_bprop_list_append(self):
-    def bprop(lst, value, out, dout):
-        d = to_list(dout)
-        return d[: len(lst)], d[len(lst)]
-
-    return bprop
+@rule(ListAppend)
+def bprop_list_append(lst, value, out, dout):
+    d = to_list(dout)
+    return d[: len(lst)], d[len(lst)]
 
 
-@bprop_getters.register(ListExtend)
-def get_bprop_list_extend(self):
-    def bprop(lst, seq, out, dout):
-        d = to_list(dout)
-        rest = d[len(lst) :]
-        return d[: len(lst)], (to_tuple(rest) if isinstance(seq, tuple) else rest)
-
-    return bprop
+@rule(ListExtend)
+def bprop_list_extend(lst, seq, out, dout):
+    d = to_list(dout)
+    rest = d[len(lst) :]
+    return d[: len(lst)], (to_tuple(rest) if isinstance(seq, tuple) else rest)
 
 
-@bprop_getters.register(ListInsert)
-def get_bprop_list_insert(self):
-    def bprop(lst, index, value, out, dout):
-        j = rt.insert_position(len(lst), index)
-        d = to_list(dout)
-        return d[:j] + d[j + 1 :], None, d[j]
-
-    return bprop
+@rule(ListInsert)
+def bprop_list_insert(lst, index, value, out, dout):
+    j = rt.insert_position(len(lst), index)
+    d = to_list(dout)
+    return d[:j] + d[j + 1 :], None, d[j]
 
 
-@bprop_getters.register(ListDelete)
-def get_bprop_list_delete(self):
-    def bprop(lst, index, out, dout):
-        j = rt.pop_position(len(lst), index)
-        d = to_list(dout)
-        return d[:j] + [zeros_value(lst[j])] + d[j:], None
-
-    return bprop
+@rule(ListDelete)
+def bprop_list_delete(lst, index, out, dout):
+    j = rt.pop_position(len(lst), index)
+    d = to_list(dout)
+    return d[:j] + [zeros_value(lst[j])] + d[j:], None
 
 
-@bprop_getters.register(Copy)
-def get_bprop_copy(self):
-    def bprop(x, out, dout):
-        if isinstance(x, tuple):
-            return (to_tuple(dout),)
-        if isinstance(x, list):
-            return (to_list(dout),)
-        if isinstance(dout, (list, tuple)):  # `list(array)`: its rows
-            return (jnp.stack(dout),)
-        return (dout,)
-
-    return bprop
+@rule(Copy)
+def bprop_copy(x, out, dout):
+    if isinstance(x, tuple):
+        return (to_tuple(dout),)
+    if isinstance(x, list):
+        return (to_list(dout),)
+    if isinstance(dout, (list, tuple)):  # `list(array)`: its rows
+        return (jnp.stack(dout),)
+    return (dout,)
 
 
 # Attributes that describe an array rather than compute from it.

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.arithmetic import NumpyMatMul
 from k_transform.ops.base import JaxPrimitive, elementwise
@@ -517,34 +517,27 @@ def get_bprop_batch_matmul(self):
     return bprop
 
 
-@bprop_getters.register(Dot)
-def get_bprop_dot(self):
+@rule(Dot)
+def bprop_dot(a, b, out, dout):
     """`dot(a, b)` contracts a's last axis with b's second-to-last (b's only
     one when 1-D): as a matrix product of `a` flattened to (-1, n) and `b`
     with that axis moved first and flattened to (n, -1)."""
-
-    def bprop(a, b, out, dout):
-        if jnp.ndim(a) == 0 or jnp.ndim(b) == 0:
-            return sum_to(dout * b, a), sum_to(dout * a, b)
-        a2 = jnp.reshape(a, (-1, jnp.shape(a)[-1]))
-        if jnp.ndim(b) == 1:
-            db = a2.T @ jnp.ravel(dout)
-            return jnp.expand_dims(dout, -1) * b, db
-        b_moved = jnp.moveaxis(b, -2, 0)
-        b2 = jnp.reshape(b_moved, (jnp.shape(b_moved)[0], -1))
-        g2 = jnp.reshape(dout, (jnp.shape(a2)[0], jnp.shape(b2)[1]))
-        da = jnp.reshape(g2 @ b2.T, jnp.shape(a))
-        db = jnp.moveaxis(jnp.reshape(a2.T @ g2, jnp.shape(b_moved)), 0, -2)
-        return da, db
-
-    return bprop
+    if jnp.ndim(a) == 0 or jnp.ndim(b) == 0:
+        return sum_to(dout * b, a), sum_to(dout * a, b)
+    a2 = jnp.reshape(a, (-1, jnp.shape(a)[-1]))
+    if jnp.ndim(b) == 1:
+        db = a2.T @ jnp.ravel(dout)
+        return jnp.expand_dims(dout, -1) * b, db
+    b_moved = jnp.moveaxis(b, -2, 0)
+    b2 = jnp.reshape(b_moved, (jnp.shape(b_moved)[0], -1))
+    g2 = jnp.reshape(dout, (jnp.shape(a2)[0], jnp.shape(b2)[1]))
+    da = jnp.reshape(g2 @ b2.T, jnp.shape(a))
+    db = jnp.moveaxis(jnp.reshape(a2.T @ g2, jnp.shape(b_moved)), 0, -2)
+    return da, db
 
 
-@bprop_getters.register(Outer)
-def get_bprop_outer(self):
-    def bprop(a, b, out, dout):
-        da = jnp.reshape(dout @ jnp.ravel(b), jnp.shape(a))
-        db = jnp.reshape(jnp.ravel(a) @ dout, jnp.shape(b))
-        return da, db
-
-    return bprop
+@rule(Outer)
+def bprop_outer(a, b, out, dout):
+    da = jnp.reshape(dout @ jnp.ravel(b), jnp.shape(a))
+    db = jnp.reshape(jnp.ravel(a) @ dout, jnp.shape(b))
+    return da, db

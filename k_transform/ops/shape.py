@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ir.nodes import Constant
 from k_transform.ops.base import JaxPrimitive, elementwise
@@ -395,72 +395,48 @@ invert_permutation = InvertPermutation()
 zero_gradient(Shape, Size, InvertPermutation)
 
 
-@bprop_getters.register(Transpose)
-def get_bprop_transpose(self):
-    def bprop(x, perm, out, dout):
-        if perm is None:
-            return jnp.transpose(dout), None
-        return jnp.transpose(dout, invert_permutation(perm)), None
-
-    return bprop
+@rule(Transpose)
+def bprop_transpose(x, perm, out, dout):
+    if perm is None:
+        return jnp.transpose(dout), None
+    return jnp.transpose(dout, invert_permutation(perm)), None
 
 
-@bprop_getters.register(SwapAxes)
-def get_bprop_swapaxes(self):
-    def bprop(x, axis1, axis2, out, dout):
-        return jnp.swapaxes(dout, axis1, axis2), None, None
-
-    return bprop
+@rule(SwapAxes)
+def bprop_swapaxes(x, axis1, axis2, out, dout):
+    return jnp.swapaxes(dout, axis1, axis2), None, None
 
 
-@bprop_getters.register(MoveAxis)
-def get_bprop_moveaxis(self):
-    def bprop(x, source, destination, out, dout):
-        return jnp.moveaxis(dout, destination, source), None, None
-
-    return bprop
+@rule(MoveAxis)
+def bprop_moveaxis(x, source, destination, out, dout):
+    return jnp.moveaxis(dout, destination, source), None, None
 
 
-@bprop_getters.register(Reshape)
-def get_bprop_reshape(self):
-    def bprop(x, shape, out, dout):
-        return jnp.reshape(dout, jnp.shape(x)), None
-
-    return bprop
+@rule(Reshape)
+def bprop_reshape(x, shape, out, dout):
+    return jnp.reshape(dout, jnp.shape(x)), None
 
 
-@bprop_getters.register(ExpandDims)
-def get_bprop_expand_dims(self):
-    def bprop(x, axis, out, dout):
-        return jnp.reshape(dout, jnp.shape(x)), None
-
-    return bprop
+@rule(ExpandDims)
+def bprop_expand_dims(x, axis, out, dout):
+    return jnp.reshape(dout, jnp.shape(x)), None
 
 
-@bprop_getters.register(Squeeze)
-def get_bprop_squeeze(self):
-    def bprop(x, out, dout):
-        return (jnp.reshape(dout, jnp.shape(x)),)
-
-    return bprop
+@rule(Squeeze)
+def bprop_squeeze(x, out, dout):
+    return (jnp.reshape(dout, jnp.shape(x)),)
 
 
-@bprop_getters.register(BroadcastTo)
-def get_bprop_broadcast_to(self):
-    def bprop(x, shape, out, dout):
-        return sum_to(dout, x), None
-
-    return bprop
+@rule(BroadcastTo)
+def bprop_broadcast_to(x, shape, out, dout):
+    return sum_to(dout, x), None
 
 
-@bprop_getters.register(Cast)
-def get_bprop_cast(self):
-    def bprop(x, dtype, out, dout):
-        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-            return dout.astype(jnp.result_type(x)), None
-        return None, None
-
-    return bprop
+@rule(Cast)
+def bprop_cast(x, dtype, out, dout):
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return dout.astype(jnp.result_type(x)), None
+    return None, None
 
 
 @bprop_getters.register(Concat)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform import runtime as rt
-from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive, RuntimeCall, elementwise
 from k_transform.ops.mapping import map_functions
@@ -170,7 +170,8 @@ class TreeScale(RuntimeCall):
 
 
 # == gradient rules ==============================================================
-# Rules of the structural primitives and of the DFunctor's own plumbing, so K-graphs differentiate again.
+# Rules of the structural primitives and of the DFunctor's own plumbing, so that
+# K-graphs differentiate again.
 
 getitem_grad = GetItemGrad()
 sum_to = SumTo()
@@ -178,12 +179,9 @@ zeros_like = ZerosLike()
 zeros_value = zeros_like
 
 
-@bprop_getters.register(GetItemGrad)
-def get_bprop_getitem_grad(self):
-    def bprop(x, index, dout_, out, dd):
-        return zeros_like(x), None, dd[index]
-
-    return bprop
+@rule(GetItemGrad)
+def bprop_getitem_grad(x, index, dout_, out, dd):
+    return zeros_like(x), None, dd[index]
 
 
 @bprop_getters.register(SumTo)
@@ -203,20 +201,14 @@ def _broadcast_like(d, g):
     return jnp.broadcast_to(d, jnp.shape(g)) if d is not None else None
 
 
-@bprop_getters.register(StopGradient)
-def get_bprop_stop_gradient(self):
-    def bprop(x, out, dout):
-        return (zeros_like(x),)
-
-    return bprop
+@rule(StopGradient)
+def bprop_stop_gradient(x, out, dout):
+    return (zeros_like(x),)
 
 
-@bprop_getters.register(AddGrad)
-def get_bprop_add_grad(self):
-    def bprop(a, b, out, dout):
-        return dout, dout
-
-    return bprop
+@rule(AddGrad)
+def bprop_add_grad(a, b, out, dout):
+    return dout, dout
 
 
 # -- the DFunctor's own primitives, so K-graphs differentiate again ----------
@@ -224,14 +216,14 @@ tree_scale = TreeScale()
 tree_vdot = TreeVdot()
 
 
-@bprop_getters.register(InputGrad)
-def get_bprop_input_grad(self):
-    return lambda d, arg, out, dout: (dout, None)
+@rule(InputGrad)
+def bprop_input_grad(d, arg, out, dout):
+    return (dout, None)
 
 
-@bprop_getters.register(CheckGrad)
-def get_bprop_check_grad(self):
-    return lambda g, x, out, dout: (dout, None)
+@rule(CheckGrad)
+def bprop_check_grad(g, x, out, dout):
+    return (dout, None)
 
 
 @bprop_getters.register(EnvGet)
@@ -252,19 +244,19 @@ def get_bprop_env_del(self):
     return bprop
 
 
-@bprop_getters.register(ReadParam)
-def get_bprop_read_param(self):
-    return lambda out, dout: ()
+@rule(ReadParam)
+def bprop_read_param(out, dout):
+    return ()
 
 
-@bprop_getters.register(TreeVdot)
-def get_bprop_tree_vdot(self):
-    return lambda a, b, out, dout: (tree_scale(b, dout), tree_scale(a, dout))
+@rule(TreeVdot)
+def bprop_tree_vdot(a, b, out, dout):
+    return (tree_scale(b, dout), tree_scale(a, dout))
 
 
-@bprop_getters.register(TreeScale)
-def get_bprop_tree_scale(self):
-    return lambda tree, s, out, dout: (tree_scale(dout, s), tree_vdot(dout, tree))
+@rule(TreeScale)
+def bprop_tree_scale(tree, s, out, dout):
+    return (tree_scale(dout, s), tree_vdot(dout, tree))
 
 
 zero_gradient(ZerosLike, OnesLike)
