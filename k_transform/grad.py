@@ -206,9 +206,9 @@ class GradFunction(CompiledGraph):
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
-        self._binds = not bound and getattr(primal, "signature", None) is not None
+        self._binds = not bound and primal.signature is not None
         # Parameters a call may leave to their defaults (bound like keywords).
-        names, defaults = getattr(primal, "param_names", ()), getattr(primal, "defaults", {})
+        names, defaults = primal.param_names or (), primal.defaults
         self._n_params = (
             len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
         )

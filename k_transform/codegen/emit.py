@@ -99,7 +99,7 @@ class ModuleEmitter:
         if fname is None:
             fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
         params = [self._name_node(p, namer, names) for p in graph.parameters]
-        defaults = getattr(graph, "defaults", {})
+        defaults = graph.defaults
         # Trailing defaults, as far as each has a value here (a default computed
         # in a graph not emitted with this one is left out: calls pass it).
         for k in reversed(range(len(graph.parameters))):

@@ -115,7 +115,7 @@ class DFunctor:
     def run(self) -> None:
         for p in self.primal.parameters:
             self.k[id(p)] = self.fprop.add_parameter(p.name, p.debug)
-        defaults = getattr(self.primal, "defaults", {})
+        defaults = self.primal.defaults
         # Constant defaults carry over; a default computed by an enclosing
         # function (or a closure) is only used by dynamic calls, which pass
         # all arguments.

@@ -91,7 +91,7 @@ class ClosureScope:
         in `site` under `key` before its body is parsed (recursion)."""
         fdef, name = site.fdef, site.name
         graph = FuncGraph(name, parent=self.graph, debug=self.debug(fdef, name))
-        graph.kt_site, graph.kt_key = site, key
+        graph.closure_site, graph.closure_key = site, key
         value = Constant(graph, self.debug(fdef, name), name)
         site.graphs[key] = value
         sub = type(self)(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
@@ -165,7 +165,7 @@ class ClosureScope:
         if site is None:
             return self.current_items(value)
         view = self.view_of(site)
-        if view is None or view.closure_key(site)[1] == value.value.kt_key[1]:
+        if view is None or view.closure_key(site)[1] == value.value.closure_key[1]:
             return value
         return view.materialize(site)
 
@@ -200,7 +200,7 @@ class ClosureScope:
     def thread_nonlocals(self, graph: FuncGraph, result: Node, e) -> Node:
         """The result of calling `graph`; the `nonlocal` names it rebinds are
         bound here to the values it returns with its result."""
-        site = getattr(graph, "kt_site", None)
+        site = graph.closure_site
         if site is None or not site.writes:
             return result
         for k, name in enumerate(site.writes):
@@ -308,7 +308,7 @@ def _is_append(e) -> bool:
 def site_of(value) -> ClosureSite | None:
     """The closure site of a closure value (a Constant nested-function graph)."""
     if isinstance(value, Constant) and isinstance(value.value, FuncGraph):
-        return getattr(value.value, "kt_site", None)
+        return value.value.closure_site
     return None
 
 

@@ -820,8 +820,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""
-        names = getattr(graph, "param_names", None)
-        if getattr(graph, "signature", None) is not None:
+        names = graph.param_names
+        if graph.signature is not None:
             return self.bind_signature(graph, args, kwargs, e)
         if names is None:  # a graph still being parsed (recursion): positional only
             if kwargs:

@@ -83,8 +83,8 @@ class UnpackingBuilder:
         `seq[0], seq[1], ...` fill the remaining positional parameters (its
         length is checked when run) and the rest is `f`'s `*args`."""
         graph = self.callee_graph(callee)
-        sig = getattr(graph, "signature", None)
-        positional = sig.positional if sig is not None else getattr(graph, "param_names", None)
+        sig = graph.signature if graph is not None else None
+        positional = sig.positional if sig is not None else graph and graph.param_names
         if graph is None or positional is None:
             raise self.fp.unsupported(
                 "`f(*args)` with a sequence whose length is not known while parsing, "
@@ -115,8 +115,8 @@ class UnpackingBuilder:
         positional ones) is `d[name] if name in d else <its default>`; the
         other keys go to `f`'s `**kwargs`, or, without one, are refused."""
         graph = self.callee_graph(callee)
-        sig = getattr(graph, "signature", None)
-        positional = sig.positional[sig.n_posonly :] if sig else getattr(graph, "param_names", [])
+        sig = graph.signature if graph is not None else None
+        positional = sig.positional[sig.n_posonly :] if sig else graph and graph.param_names
         if graph is None or positional is None:
             raise self.fp.unsupported(
                 "`f(**kwargs)` with a dict whose keys are not known while parsing, "

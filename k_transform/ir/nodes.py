@@ -112,8 +112,18 @@ class FuncGraph:
 
     `kind` says what the graph stands for: "function" (a user def or lambda),
     "branch", "loop_cond", "loop_body", or a name given by a transform
-    ("fprop", "bprop"). `n_defaults` trailing parameters have default values in
-    `defaults` (Constants), used when the graph is called as a function value.
+    ("fprop", "bprop").
+
+    What the frontend records of a user function: `param_names` (the names a
+    call binds, None while the def is still being parsed), `defaults` (default
+    values by parameter name, as nodes, used when the graph is called as a
+    function value), `signature` (a `frontend.signature.Signature` when the def
+    has `*args`, `**kwargs` or keyword-only parameters), and for a closure the
+    `closure_site` (the `ClosureSite` of the def or lambda that made it) and
+    its `closure_key` there. A graph parsed from a gradient rule has a
+    `rule_name` for messages, is `trusted` when shipped with k_transform (its
+    gradients' shapes are not checked at trace time), and `no_gradient` when
+    it gives no input a gradient.
     """
 
     def __init__(
@@ -131,6 +141,14 @@ class FuncGraph:
         self.nodes: list[Apply] = []
         self.output: Node | None = None
         self.uid = next(_graph_ids)
+        self.param_names: list[str] | None = None
+        self.defaults: dict[str, Node] = {}
+        self.signature = None
+        self.closure_site = None
+        self.closure_key: tuple | None = None
+        self.rule_name = ""
+        self.trusted = False
+        self.no_gradient = False
 
     # -- building ---------------------------------------------------------
     def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:
