@@ -101,6 +101,14 @@ def test_dot_draws_control_flow_closures_and_free_variables():
     assert grad_text.count("style=dashed") > text.count("style=dashed")  # bprop closures
 
 
+def test_dot_of_a_closure_alone_draws_its_free_variables():
+    graphs = _graphs(graph_of(kt.grad(program)))
+    bprop = next(g for g in graphs if g.name == "program_bprop")
+    text = to_dot(bprop)
+    _check_well_formed(text)
+    assert text.count('label="free: ') == len(bprop.free_variables()) > 0
+
+
 def test_dot_is_deterministic():
     first = kt.get_ir(program, format="dot")
     first_grad = kt.get_ir(kt.grad(program), format="dot")
