@@ -5,7 +5,7 @@ IR, transforms it with the DFunctor, and generates Python that JAX compiles.
 """
 
 from k_transform import nn, ops
-from k_transform.api import compile, get_ir, get_source
+from k_transform.api import compile, draw, get_ir, get_source
 from k_transform.bprop_registry import bprop_getters
 from k_transform.cell import Cell, Parameter, ParameterTuple
 from k_transform.control.loop_grad import set_loop_bound
@@ -37,6 +37,7 @@ __all__ = [
     "Primitive",
     "bprop_getters",
     "compile",
+    "draw",
     "get_ir",
     "get_source",
     "grad",
