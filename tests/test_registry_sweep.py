@@ -244,6 +244,7 @@ CASES = [
     case(ops.Sinh(), lambda x: jnp.sinh(x), (2, 3)),
     case(ops.Cosh(), lambda x: jnp.cosh(x), (2, 3)),
     case(ops.Atan(), lambda x: jnp.arctan(x), (2, 3)),
+    case(ops.Asinh(), lambda x: jnp.arcsinh(x), (2, 3)),
     case(ops.Sign(), lambda x: jnp.sign(x), (2, 3)),
     case(ops.Floor(), lambda x: jnp.floor(x), (2, 3)),
     case(ops.Ceil(), lambda x: np.ceil(x), (2, 3)),

@@ -42,6 +42,7 @@ Erf = elementwise("Erf", jsp.erf, "jax.scipy.special.erf")
 Sinh = elementwise("Sinh", jnp.sinh, "jnp.sinh")
 Cosh = elementwise("Cosh", jnp.cosh, "jnp.cosh")
 Atan = elementwise("Atan", jnp.arctan, "jnp.arctan")
+Asinh = elementwise("Asinh", jnp.arcsinh, "jnp.arcsinh")
 Sign = elementwise("Sign", jnp.sign, "jnp.sign")
 Floor = elementwise("Floor", jnp.floor, "jnp.floor")
 Ceil = elementwise("Ceil", jnp.ceil, "jnp.ceil")
@@ -93,6 +94,7 @@ map_functions(
         Sinh: (jnp.sinh, np.sinh, math.sinh),
         Cosh: (jnp.cosh, np.cosh, math.cosh),
         Atan: (jnp.arctan, np.arctan, math.atan),
+        Asinh: (jnp.arcsinh, np.arcsinh, math.asinh),
         Sign: (jnp.sign, np.sign),
         Floor: (jnp.floor, np.floor),
         Ceil: (jnp.ceil, np.ceil),
@@ -175,6 +177,7 @@ unary(Erf, lambda x, out: _TWO_OVER_SQRT_PI * jnp.exp(-x * x))
 unary(Sinh, lambda x, out: jnp.cosh(x))
 unary(Cosh, lambda x, out: jnp.sinh(x))
 unary(Atan, lambda x, out: 1.0 / (1.0 + x * x))
+unary(Asinh, lambda x, out: 1.0 / jnp.sqrt(x * x + 1.0))
 
 zero_gradient(Sign, Floor, Ceil, Round)
 
