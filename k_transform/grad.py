@@ -13,7 +13,7 @@ and on each call:
    arguments, floats and arrays traced. `set_mode("eager")` (or `jit=False`)
    runs the same generated code op by op; NumPy inputs become JAX arrays in
    both modes. In both, the concrete `while` loops of gradient and jvp
-   functions are bounded (see `runtime_stack.bounded_loops`).
+   functions are bounded (see `runtime.bounds.bounded_loops`).
 
 Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
 `jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
@@ -149,7 +149,7 @@ class CompiledGraph:
 
     def _eager(self, values, args):
         """The generated code run op by op; gradient and jvp functions bound
-        their concrete `while` loops (`runtime_stack.bounded_loops`)."""
+        their concrete `while` loops (`runtime.bounds.bounded_loops`)."""
         with bounded_loops(self.bound_loops):
             return self._write_back(self._compute(values, args))
 

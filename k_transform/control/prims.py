@@ -15,7 +15,7 @@ value they read arrives as an argument):
 Loops return the final carry tuple. `break`, `continue` and early `return`
 are lowered before this point (`k_transform.frontend.desugar`). At run time each
 primitive picks Python control flow for concrete conditions and `lax.cond`,
-`lax.while_loop` or `lax.scan` for traced ones (`k_transform.runtime`).
+`lax.while_loop` or `lax.scan` for traced ones (`k_transform.control.runtime`).
 `where` ("file:line") names the statement in run-time errors.
 """
 

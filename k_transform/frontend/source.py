@@ -24,6 +24,8 @@ LIBRARY_MODULES = (
     "operator",
     "k_transform.runtime",
     "k_transform.ir",
+    "k_transform.control",
+    "k_transform.frontend",
     "k_transform.codegen",
     "k_transform.dfunctor",
     "k_transform.api",
