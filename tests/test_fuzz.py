@@ -22,10 +22,14 @@ For a long random run (`make fuzz`):
     KT_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz.py
 
 `KT_FUZZ_CONSTRUCTS=a,b` / `KT_FUZZ_SKIP=a,b` restrict the classes drawn.
+`KT_FUZZ_LOG=path` appends one JSON line per program as it is checked
+(construct, outcome, and the program when it failed), so a long run split
+across processes, or stopped early, still counts what it checked.
 Turn a failing program into a named regression test next to the construct's
 other tests.
 """
 
+import json
 import os
 import zlib
 
@@ -75,6 +79,17 @@ def plan_for(program: generator.Program) -> check.Plan:
     return check.Plan(higher=(h // 8) % HIGHER_EVERY == 0, jit=h % GRAPH_EVERY == 0)
 
 
+def log(program: generator.Program, outcome: check.Outcome) -> None:
+    path = os.environ.get("KT_FUZZ_LOG")
+    if not path:
+        return
+    entry = {"construct": program.construct, "kind": outcome.kind, "check": outcome.check}
+    if outcome.kind != "ok":
+        entry.update(message=outcome.message, source=program.kt_source)
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
 @pytest.mark.parametrize("construct", CLASSES)
 def test_fuzz_matches_jax(construct, fuzz_dir, summary):
     mine = check.Summary()
@@ -92,6 +107,7 @@ def test_fuzz_matches_jax(construct, fuzz_dir, summary):
         outcome = check.check(program, x, v, fuzz_dir, plan_for(program))
         mine.record(program, outcome)
         summary.record(program, outcome)
+        log(program, outcome)
 
     run()
     assert not mine.failures, mine.failure_report()
