@@ -64,10 +64,17 @@ class _LoopK:
         self.n_fixed = max(ctl.graph_slots) + 1  # inputs before the carries
         self.n_heads = 0 if self.kind is control.WhileLoop else 1  # i or item
         self.n_inv = n_args - self.n_fixed - self.n
-        name = f"{self.body_k.name}_loop_k"
+        body_params = [p.name for p in self.body_k.parameters]
+        h = self.n_heads
+        self.carry_names = body_params[h : h + self.n]
+        self.inv_names = body_params[h + self.n :]
+        fixed = {control.WhileLoop: ["cond", "body"], control.ForRange: ["start", "stop", "step"]}
+        fixed_names = fixed.get(self.kind, ["seq"])[: self.n_fixed - 1] + ["body"]
+        name = f"{self.body_k.name.removesuffix('_body_fprop')}_k"
         self.graph = g = FuncGraph(name, debug=debug, kind="fprop")
-        args = [g.add_parameter(f"a{k}") for k in range(n_args)]
-        g.param_names = [a.name for a in args]
+        names = [*fixed_names, *self.carry_names, *self.inv_names]
+        args = [g.add_parameter(a) for a in names]
+        g.param_names = names
         g.defaults = {}
         self.build(g, args)
 
@@ -81,9 +88,9 @@ class _LoopK:
     def tuple(self, g: FuncGraph, *items: Node) -> Node:
         return self.prim(g, prims.MakeTuple(), *items)
 
-    def sub(self, name: str, names: list[str]) -> tuple[FuncGraph, list[Node]]:
+    def sub(self, name: str, kind: str, names: list[str]) -> tuple[FuncGraph, list[Node]]:
         """A closed graph (loop condition or body) with parameters `names`."""
-        g = FuncGraph(f"{self.graph.name}_{name}", debug=self.debug, kind=name)
+        g = FuncGraph(f"{self.graph.name}_{name}", debug=self.debug, kind=kind)
         params = [g.add_parameter(n) for n in names]
         g.param_names = list(names)
         return g, params
@@ -94,9 +101,9 @@ class _LoopK:
         fixed, carry, inv = args[:nf], args[nf : nf + n], args[nf + n :]
         each = self.kind is control.ForEach
         extra = [Constant(0)] if each else []  # for_each counts its items
-        names = [f"c{k}" for k in range(n)] + ["k"] * each + ["stack"]
-        names += [f"i{k}" for k in range(self.n_inv)]
-        body, ps = self.sub("loop_body", [f"h{k}" for k in range(h)] + names)
+        names = [*self.carry_names, *["k"] * each, "stack", *self.inv_names]
+        heads = [self.body_k.parameters[0].name] if h else []
+        body, ps = self.sub("forward_body", "loop_body", heads + names)
         heads, cr = ps[:h], ps[h : h + n]
         count, stack, b_inv = ps[h + n : h + n + each], ps[h + n + each], ps[h + n + each + 1 :]
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
@@ -108,7 +115,7 @@ class _LoopK:
 
         loop_fixed = list(fixed)
         if self.kind is control.WhileLoop:
-            cond, cps = self.sub("loop_cond", names)
+            cond, cps = self.sub("forward_cond", "loop_cond", names)
             cond.output = cond.apply(Constant(self.cond), *cps[:n], *cps[n + 1 :], debug=self.debug)
             loop_fixed = [Constant(cond), Constant(body)]
         else:
@@ -132,11 +139,11 @@ class _LoopK:
         d_inv = [self.prim(bp, structural.ZerosLike(), x) for x in inv]
         d_seq = [self.prim(bp, structural.ZerosLike(), s) for s in seq]
 
-        names = ["env", *(f"d_c{j}" for j in range(n)), *(f"d_i{j}" for j in range(n_inv))]
-        names += ["d_seq"] * each + ["stack", *(f"i{j}" for j in range(n_inv))] + ["seq"] * each
+        names = ["env", *(f"d_{c}" for c in self.carry_names), *(f"d_{v}" for v in self.inv_names)]
+        names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
         rev = self.kind is not control.WhileLoop  # a `for` reverses over its trip count
-        body, ps = self.sub("loop_body", ["i"] * rev + names)
+        body, ps = self.sub("reverse_body", "loop_body", ["_"] * rev + names)
         ps = ps[rev:]
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
@@ -176,7 +183,7 @@ class _LoopK:
         forward's trip count (a `lax.scan` when static), or, for a `while`, a
         `while` until the stack is empty."""
         if self.kind is control.WhileLoop:
-            cond, cps = self.sub("loop_cond", names)
+            cond, cps = self.sub("reverse_cond", "loop_cond", names)
             cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
             return [Constant(cond), Constant(body)]
         if self.kind is control.ForRange:
