@@ -8,7 +8,6 @@ from k_transform import nn, ops
 from k_transform.api import compile, draw, get_ir, get_source
 from k_transform.bprop_registry import bprop_getters
 from k_transform.cell import Cell, Parameter, ParameterTuple
-from k_transform.control.loop_grad import set_loop_bound
 from k_transform.errors import KTransformError
 from k_transform.grad import (
     GradOperation,
@@ -26,6 +25,7 @@ from k_transform.grad import (
     vjp,
 )
 from k_transform.ir.primitive import Primitive
+from k_transform.runtime.bounds import set_loop_bound
 
 __all__ = [
     "Cell",

@@ -46,13 +46,12 @@ from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
-from k_transform.control.loop_grad import LoopBoundExceeded, set_loop_bound
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
-from k_transform.runtime.bounds import bounded_loops
+from k_transform.runtime.bounds import LoopBoundExceeded, bounded_loops, set_loop_bound
 from k_transform.transforms import GradSpec, grad_graph, jvp_graph
 
 _mode = {"jit": True}

@@ -1,10 +1,10 @@
-"""K of a loop written as IR, for loops differentiated more than once.
+"""K of a loop, written as IR: the one place a loop's gradient is defined.
 
-First-order K of a loop is a runtime helper (`k_transform.control.loop_grad`):
-fast, but Python, so the DFunctor cannot transform it again. When a K-graph
-that contains one (`ControlFprop`) is differentiated (grad of grad, jvp),
-the DFunctor calls `lowered(node)` instead: the same `(out, bprop)` built
-from ordinary loop primitives, so it differentiates again, to any order.
+The DFunctor maps a loop primitive to `k_of(...)`, a graph computing
+`(out, bprop)` from ordinary loop primitives and stacks, so the result
+differentiates again, to any order (grad of grad, jvp by double reverse), and
+runs through the same run-time loops as primal code (`control.runtime`:
+Python loops eagerly, `lax` loops under `jax.jit`).
 
 For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
 
@@ -21,7 +21,9 @@ For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
         return carry, bprop
 
 `for_range` pushes `(i, *carry)`; `for_each` pushes `(item, k, *carry)` and
-adds each item's gradient into the sequence's at `k`. The reverse loop
+adds each item's gradient into the sequence's at `k`. Their reverse loop is a
+`for_range` over the forward's trip count rather than a `while` on the stack,
+so a static trip count gives a `lax.scan` (or unrolls) both ways. The reverse loop
 recomputes each iteration's K-body from its stored carry (as the runtime's
 traced loops do), so nested loops store only their own carries. Stacks are
 Python cons lists for concrete loops and buffers under `lax`
@@ -30,8 +32,9 @@ Python cons lists for concrete loops and buffers under `lax`
 
 from __future__ import annotations
 
+from k_transform import runtime as rt
 from k_transform.control import prims as control
-from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
@@ -40,14 +43,12 @@ from k_transform.ops.structural import GetItemGrad
 _cache: dict[tuple, FuncGraph] = {}
 
 
-def lowered(node: Apply) -> FuncGraph:
-    """A graph taking `node`'s inputs that computes what `node`, a
-    `ControlFprop` of a loop, computes: `(out, bprop)`."""
-    ctl = node.fn.value.control
-    graphs = [node.args[k].value for k in ctl.graph_slots]
-    key = (type(ctl), ctl.n_carry, ctl.where, len(node.args), *(g.uid for g in graphs))
+def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
+    """K of the loop `ctl` applied to `n_args` inputs whose graph slots hold
+    `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`."""
+    key = (type(ctl), ctl.n_carry, ctl.where, n_args, *(g.uid for g in graphs))
     if key not in _cache:
-        _cache[key] = _LoopK(ctl, graphs, len(node.args), node.debug).graph
+        _cache[key] = _LoopK(ctl, graphs, n_args, debug).graph
     return _cache[key]
 
 
@@ -63,10 +64,17 @@ class _LoopK:
         self.n_fixed = max(ctl.graph_slots) + 1  # inputs before the carries
         self.n_heads = 0 if self.kind is control.WhileLoop else 1  # i or item
         self.n_inv = n_args - self.n_fixed - self.n
-        name = f"{self.body_k.name}_loop_k"
+        body_params = [p.name for p in self.body_k.parameters]
+        h = self.n_heads
+        self.carry_names = body_params[h : h + self.n]
+        self.inv_names = body_params[h + self.n :]
+        fixed = {control.WhileLoop: ["cond", "body"], control.ForRange: ["start", "stop", "step"]}
+        fixed_names = fixed.get(self.kind, ["seq"])[: self.n_fixed - 1] + ["body"]
+        name = f"{self.body_k.name.removesuffix('_body_fprop')}_k"
         self.graph = g = FuncGraph(name, debug=debug, kind="fprop")
-        args = [g.add_parameter(f"a{k}") for k in range(n_args)]
-        g.param_names = [a.name for a in args]
+        names = [*fixed_names, *self.carry_names, *self.inv_names]
+        args = [g.add_parameter(a) for a in names]
+        g.param_names = names
         g.defaults = {}
         self.build(g, args)
 
@@ -80,9 +88,9 @@ class _LoopK:
     def tuple(self, g: FuncGraph, *items: Node) -> Node:
         return self.prim(g, prims.MakeTuple(), *items)
 
-    def sub(self, name: str, names: list[str]) -> tuple[FuncGraph, list[Node]]:
+    def sub(self, name: str, kind: str, names: list[str]) -> tuple[FuncGraph, list[Node]]:
         """A closed graph (loop condition or body) with parameters `names`."""
-        g = FuncGraph(f"{self.graph.name}_{name}", debug=self.debug, kind=name)
+        g = FuncGraph(f"{self.graph.name}_{name}", debug=self.debug, kind=kind)
         params = [g.add_parameter(n) for n in names]
         g.param_names = list(names)
         return g, params
@@ -93,9 +101,9 @@ class _LoopK:
         fixed, carry, inv = args[:nf], args[nf : nf + n], args[nf + n :]
         each = self.kind is control.ForEach
         extra = [Constant(0)] if each else []  # for_each counts its items
-        names = [f"c{k}" for k in range(n)] + ["k"] * each + ["stack"]
-        names += [f"i{k}" for k in range(self.n_inv)]
-        body, ps = self.sub("loop_body", [f"h{k}" for k in range(h)] + names)
+        names = [*self.carry_names, *["k"] * each, "stack", *self.inv_names]
+        heads = [self.body_k.parameters[0].name] if h else []
+        body, ps = self.sub("forward_body", "loop_body", heads + names)
         heads, cr = ps[:h], ps[h : h + n]
         count, stack, b_inv = ps[h + n : h + n + each], ps[h + n + each], ps[h + n + each + 1 :]
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
@@ -107,7 +115,7 @@ class _LoopK:
 
         loop_fixed = list(fixed)
         if self.kind is control.WhileLoop:
-            cond, cps = self.sub("loop_cond", names)
+            cond, cps = self.sub("forward_cond", "loop_cond", names)
             cond.output = cond.apply(Constant(self.cond), *cps[:n], *cps[n + 1 :], debug=self.debug)
             loop_fixed = [Constant(cond), Constant(body)]
         else:
@@ -131,13 +139,12 @@ class _LoopK:
         d_inv = [self.prim(bp, structural.ZerosLike(), x) for x in inv]
         d_seq = [self.prim(bp, structural.ZerosLike(), s) for s in seq]
 
-        names = ["env", *(f"d_c{j}" for j in range(n)), *(f"d_i{j}" for j in range(n_inv))]
-        names += ["d_seq"] * each + ["stack", *(f"i{j}" for j in range(n_inv))] + ["seq"] * each
+        names = ["env", *(f"d_{c}" for c in self.carry_names), *(f"d_{v}" for v in self.inv_names)]
+        names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
-        cond, cps = self.sub("loop_cond", names)
-        cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
-
-        body, ps = self.sub("loop_body", names)
+        rev = self.kind is not control.WhileLoop  # a `for` reverses over its trip count
+        body, ps = self.sub("reverse_body", "loop_body", ["_"] * rev + names)
+        ps = ps[rev:]
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
         popped = self.prim(body, control.StackPop(), st, Constant(None))
@@ -159,23 +166,28 @@ class _LoopK:
             new_ds = [self.prim(body, structural.AddGrad(), ps[n_acc - 1], placed)]
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 
-        loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True)
-        res = self.prim(
-            bp,
-            loop,
-            Constant(cond),
-            Constant(body),
-            env0,
-            *d_carry,
-            *d_inv,
-            *d_seq,
-            stack,
-            *inv,
-            *seq,
+        loop_fixed = self.reverse_head(bp, body, names, fixed, n_acc)
+        loop = (control.ForRange if rev else control.WhileLoop)(
+            n_acc + 1, self.ctl.where, grads=True
         )
+        res = self.prim(bp, loop, *loop_fixed, env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq)
         d_fixed = [Constant(None)] * self.n_fixed
         if each:
             d_fixed[0] = self.item(bp, res, n_acc - 1)
         outs = [self.item(bp, res, k) for k in range(1 + n + n_inv)]
         bp.output = self.tuple(bp, outs[0], *d_fixed, *outs[1:])
         return bp
+
+    def reverse_head(self, bp: FuncGraph, body: FuncGraph, names, fixed, n_acc) -> list[Node]:
+        """The inputs before the carry of the reverse loop: a `for` over the
+        forward's trip count (a `lax.scan` when static), or, for a `while`, a
+        `while` until the stack is empty."""
+        if self.kind is control.WhileLoop:
+            cond, cps = self.sub("reverse_cond", "loop_cond", names)
+            cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
+            return [Constant(cond), Constant(body)]
+        if self.kind is control.ForRange:
+            trips = self.prim(bp, prims.LibraryCall(rt.trip_count, "_rt.trip_count"), *fixed[:3])
+        else:
+            trips = self.prim(bp, prims.LibraryCall(rt.seq_len, "_rt.seq_len"), fixed[0])
+        return [Constant(0), trips, Constant(1), Constant(body)]

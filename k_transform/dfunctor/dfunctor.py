@@ -37,7 +37,6 @@ import weakref
 
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.control import k_loops as loops
-from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
@@ -178,10 +177,7 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
-        if isinstance(fn, control.ControlFprop):  # a loop's K, differentiated again
-            lowered = Constant(loops.lowered(node), node.debug, "loop_k")
-            pair = self.fprop.apply(self.kval(lowered), *args, debug=node.debug)
-        elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
+        if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             return
         elif isinstance(fn, ControlPrimitive):
@@ -190,8 +186,14 @@ class DFunctor:
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
                 for k, a in enumerate(node.args)
             ]
-            prim = node.fn if isinstance(fn, Switch) else _const(control.ControlFprop(fn))
-            pair = self.fprop.apply(prim, *args, debug=node.debug)
+            if isinstance(fn, Switch):  # K of a switch is a switch of K-graphs
+                pair = self.fprop.apply(node.fn, *args, debug=node.debug)
+            else:  # K of a loop is a graph of loops (control.k_loops)
+                graphs = [args[k].value for k in fn.graph_slots]
+                loop_k = loops.k_of(fn, graphs, len(args), node.debug)
+                pair = self.fprop.apply(
+                    Constant(loop_k, node.debug, "loop_k"), *args, debug=node.debug
+                )
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
@@ -266,7 +268,7 @@ class DFunctor:
         if id(node) in self.bp:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug)
             d_fn = self._item(self.bprop, result, 0, node.debug)
-            if isinstance(fn, (FuncGraph, ControlPrimitive, control.ControlFprop)):
+            if isinstance(fn, (FuncGraph, ControlPrimitive)):
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)

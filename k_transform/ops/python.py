@@ -442,6 +442,7 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
     rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
     rt.seq_len,
+    rt.trip_count,  # the reverse loop of a `for` (control.k_loops)
     rt.zip_length,
     rt.zip_strict_length,
     rt.dict_keys,

@@ -47,6 +47,7 @@ from k_transform.runtime.python import (  # noqa: F401
     to_int,
     to_list,
     to_tuple,
+    trip_count,
     zip_length,
     zip_strict_length,
 )

@@ -176,6 +176,13 @@ def seq_len(seq) -> int:
     return len(seq)
 
 
+def trip_count(start, stop, step):
+    """`len(range(start, stop, step))`: a Python int when the bounds are static."""
+    if any_traced((start, stop, step)):
+        return jnp.maximum(0, (stop - start + step - jnp.sign(step)) // step)
+    return len(range(int(start), int(stop), int(step)))
+
+
 def zip_length(*lengths) -> int:
     """How many items `zip` yields, given its iterables' lengths: the shortest."""
     return min(lengths)
