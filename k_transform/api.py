@@ -37,7 +37,9 @@ _RENDERED = ("svg", "png", "jpeg", "jpg", "json", "plain")
 def graph_of(fn) -> FuncGraph:
     """The verified FuncGraph of a function, bound method, Cell (its
     `construct`), graph, or compiled/gradient function (its graph, so
-    gradients of gradients compose)."""
+    gradients of gradients compose); wrappers (`jax.jit`, `functools.wraps`),
+    `functools.partial` and callable objects are read as
+    `k_transform.frontend.callables` says."""
     if isinstance(fn, FuncGraph):
         return fn
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):

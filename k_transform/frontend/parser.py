@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import types
 from collections import Counter
 
@@ -39,6 +40,7 @@ from k_transform import runtime as rt
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
+from k_transform.frontend import callables
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -68,10 +70,10 @@ from k_transform.ops import python as prims
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
-# Parsed graphs by function, and for methods by the identity of `self`. An
-# entry holds its `self` (the Cell) alive: ids are reused once an object is
+# Parsed graphs by the ids of the function and of `self` (methods). An
+# entry holds both alive: ids are reused once an object is
 # gone, and a fresh Cell must never get a dead one's graph (its Parameters).
-_cache: dict[tuple, tuple[object, FuncGraph]] = {}
+_cache: dict[tuple, tuple[object, object, FuncGraph]] = {}
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -137,23 +139,47 @@ class _Unbound(Exception):
 
 
 def parse(fn, bound_self=None) -> FuncGraph:
-    """The FuncGraph of `fn` (with `self` fixed to `bound_self` for methods)."""
+    """The FuncGraph of `fn` (with `self` fixed to `bound_self` for methods).
+
+    `fn` may be any callable: wrappers, partials, `jax.jit` functions and
+    objects with a user `__call__` are read as `k_transform.frontend.callables`
+    says (a wrapper is read through `__wrapped__`, as `inspect.unwrap` does).
+    """
     if isinstance(fn, types.MethodType):
         fn, bound_self = fn.__func__, fn.__self__
-    key = (fn, id(bound_self)) if bound_self is not None else (fn,)
+    inner = callables.unwrap(fn)
+    if inner is not fn and (bound_self is None or isinstance(inner, types.FunctionType)):
+        return parse(inner, bound_self)
+    if not isinstance(fn, types.FunctionType):
+        return parse_callable(fn)
+    key = (id(fn), id(bound_self))  # ids: any function and any `self` will do
     entry = _cache.get(key)
-    if entry is not None and entry[0] is bound_self:
-        return entry[1]
+    if entry is not None and entry[0] is fn and entry[1] is bound_self:
+        return entry[2]
     source = Source(fn)
     name = f"{type(bound_self).__name__}.{source.name}" if bound_self is not None else source.name
     graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
-    _cache[key] = (bound_self, graph)
+    _cache[key] = (fn, bound_self, graph)
     try:
         FunctionParser(fn, source, bound_self).build(graph)
     except BaseException:
         del _cache[key]
         raise
     return graph
+
+
+def parse_callable(value) -> FuncGraph:
+    """The graph of a callable that is not a Python function nor a wrapper."""
+    graph = getattr(value, "__kt_graph__", None)
+    if isinstance(graph, FuncGraph):  # a gradient function or compiled program
+        return graph
+    if isinstance(value, functools.partial):
+        return parse(callables.partial_function(value))
+    method = callables.user_call_method(value)
+    if method is not None:
+        return parse(method, bound_self=value)
+    Source(value)  # raises: no Python source
+    raise KTransformError(f"k_transform cannot read the callable {value!r}")
 
 
 class FunctionParser:
@@ -771,7 +797,12 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             if hasattr(value, "specialize"):  # constant inputs that become attributes
                 value, args = value.specialize(args)
             return self.apply(value, *args, node=e)
-        method = _user_call_method(value)
+        if isinstance(value, functools.partial):
+            return self.partial_call(value, args, kwargs, e)
+        wrapped = callables.wrapped_target(value)  # jax.jit(f), a C-level wrapper: f
+        if wrapped is not None:
+            return self.call(self.fp.value_node(wrapped, callee.hint, e), args, kwargs, e)
+        method = callables.user_call_method(value)
         if method is not None and is_user_function(getattr(type(value), "bprop", None)):
             graph = parse(method, bound_self=value)
             prim = prims.CustomBpropCall(value, graph)
@@ -797,6 +828,15 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
+    def partial_call(self, p: functools.partial, args, kwargs, e) -> Node:
+        """`functools.partial(f, *bound, **kw)(*args, **kwargs)` is
+        `f(*bound, *args, **{**kw, **kwargs})`; the bound values are constants."""
+        name = getattr(p.func, "__name__", "fn")
+        fn = self.fp.value_node(p.func, name, e)
+        bound = [self.fp.value_node(v, f"{name}_arg{k}", e) for k, v in enumerate(p.args)]
+        keywords = {k: self.fp.value_node(v, k, e) for k, v in p.keywords.items()}
+        return self.call(fn, [*bound, *args], {**keywords, **kwargs}, e)
+
     def callee_graph(self, callee: Node) -> FuncGraph | None:
         """The graph a call of `callee` runs: a user function, method or Cell."""
         value = callee.value if isinstance(callee, Constant) else None
@@ -805,9 +845,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return value if isinstance(value, FuncGraph) else graph
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             return parse(value)
-        method = _user_call_method(value)
+        method = callables.user_call_method(value)
         if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
             return parse(method, bound_self=value)
+        if isinstance(value, functools.partial) or callables.wrapped_target(value) is not None:
+            return parse(value)
         return None
 
     def unpack(self, node: Node, n: int) -> list[Node]:
@@ -967,18 +1009,6 @@ def _is_constant_sequence(node: Node) -> bool:
 
 def _is_closure(node: Constant) -> bool:
     return isinstance(node.value, FuncGraph) and node.value.parent is not None
-
-
-def _user_call_method(value):
-    """`construct` of a Cell-like object, or a user-written `__call__`."""
-    if isinstance(value, type) or isinstance(value, types.FunctionType):
-        return None
-    cls = type(value)
-    for attr in ("construct", "__call__"):
-        method = getattr(cls, attr, None)
-        if is_user_function(method):
-            return method
-    return None
 
 
 def _returns_on_every_path(s) -> bool:

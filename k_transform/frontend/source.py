@@ -58,7 +58,9 @@ class Source:
             )
         self.file = code.co_filename
         try:
-            lines, first = inspect.getsourcelines(fn)
+            # The code object: `getsourcelines(fn)` would follow `fn.__wrapped__`
+            # and give another function's source (callers unwrap on purpose).
+            lines, first = inspect.getsourcelines(code)
         except (OSError, TypeError) as exc:
             raise KTransformError(
                 f"the source of {self.name!r} is not available (defined in a REPL, eval or "

@@ -1,0 +1,180 @@
+"""Callables that are not plain Python functions: what k_transform reads for them.
+
+A gradient target, or a function called in differentiated code, may be a
+wrapper around the Python function that holds the program. `parser.parse`
+and `GraphBuilder.call` read them by these rules:
+
+- A wrapper is read through its `__wrapped__` chain, as `inspect.unwrap`
+  does (`unwrap`): the deepest user callable on the chain is parsed, with its
+  own globals and closure. That covers `functools.wraps` decorators, wrapper
+  objects (a `__call__` and a `__wrapped__`), what `jax.jit(f)` and
+  `partial(jax.jit, static_argnums=...)(f)` return (both have `__wrapped__`
+  `f`), `functools.lru_cache`. The assumption, as `inspect.unwrap`'s: the
+  wrapper calls what it wraps with the arguments it was given and returns
+  its result unchanged. k_transform cannot check it; a wrapper that does more
+  (scales the result, changes arguments) is differentiated as if it did not.
+  For `jax.jit` it holds: static arguments are plain Python values to
+  k_transform, and Python ints stay static when the gradient function runs
+  (and when the user jits it with the same `static_argnums`). A library
+  function is never unwrapped (`jnp.*` functions are `jax.jit`-wrapped):
+  only user code on the chain is read.
+- An object with a user-written `__call__` (or Cell-like `construct`) is
+  parsed through that method, bound to the object (`user_call_method`).
+- A `functools.partial(f, *args, **kw)` is a call of `f` with the bound
+  arguments first, as Python runs it: at a call site the bound values are
+  passed as constants (`GraphBuilder.partial_call`); as a gradient target it
+  is the Python function `partial_function` writes, whose signature is
+  `inspect.signature` of the partial (bound keywords become keyword defaults
+  a call may override) and whose body calls `f`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import linecache
+import types
+
+from k_transform.errors import KTransformError
+from k_transform.frontend.source import is_user_function
+
+# Functions written for partial objects, by the partial's id; each entry
+# holds its partial, so the id is not reused while the entry lives.
+_partials: dict[int, tuple[functools.partial, types.FunctionType]] = {}
+_serial = itertools.count(1)
+
+
+def user_call_method(value):
+    """`construct` of a Cell-like object, or a user-written `__call__`."""
+    if isinstance(value, (type, types.FunctionType, functools.partial)):
+        return None
+    cls = type(value)
+    for attr in ("construct", "__call__"):
+        method = getattr(cls, attr, None)
+        if is_user_function(method):
+            return method
+    return None
+
+
+def is_readable(value) -> bool:
+    """User code k_transform parses itself: a function, a bound method of
+    one, a partial, or an object with a user-written `__call__`."""
+    if isinstance(value, types.MethodType):
+        return is_user_function(value.__func__)
+    return (
+        is_user_function(value)
+        or isinstance(value, functools.partial)
+        or user_call_method(value) is not None
+    )
+
+
+def unwrap(value):
+    """The deepest readable callable down `value`'s `__wrapped__` chain, or
+    `value` itself when nothing below it is readable (library functions,
+    whose chains stay in library code: `jnp.sum` is `jax.jit`-wrapped)."""
+    found, seen = value, {id(value)}
+    while True:
+        try:
+            value = value.__wrapped__
+        except Exception:  # noqa: BLE001 - any object may be asked; none is an answer
+            return found
+        if id(value) in seen:
+            return found
+        seen.add(id(value))
+        if is_readable(value):
+            found = value
+
+
+def wrapped_target(value):
+    """What a call of the wrapper `value` reads instead (`unwrap`), or None
+    when `value` is not a wrapper of user code."""
+    inner = unwrap(value)
+    return None if inner is value else inner
+
+
+def partial_function(p: functools.partial) -> types.FunctionType:
+    """A Python function that does what the partial `p` does, with
+    `inspect.signature(p)` as its own; its source is registered in
+    `linecache`, so the parser reads it like any other."""
+    entry = _partials.get(id(p))
+    if entry is not None and entry[0] is p:
+        return entry[1]
+    fn = _write_partial(p)
+    _partials[id(p)] = (p, fn)
+    return fn
+
+
+def _write_partial(p: functools.partial) -> types.FunctionType:
+    try:
+        sig = inspect.signature(p)
+    except (TypeError, ValueError) as exc:
+        raise KTransformError(f"the signature of {p!r} is not available: {exc}") from None
+    params = list(sig.parameters.values())
+    taken = {q.name for q in params}
+    callee = _name(getattr(p.func, "__name__", "fn"), taken)
+    taken.add(callee)
+    bound = _bound_names(p, taken)
+    scope = {"__name__": __name__, callee: p.func, "_kt_defaults": {}}
+    scope.update(zip(bound, p.args, strict=True))
+    header, call = [], list(bound)
+    star_done = False
+    for k, q in enumerate(params):
+        text = q.name
+        if q.default is not q.empty:
+            scope["_kt_defaults"][q.name] = q.default
+            text += f"=_kt_defaults[{q.name!r}]"
+        if q.kind is q.VAR_POSITIONAL:
+            text, star_done = "*" + q.name, True
+            call.append(text)
+        elif q.kind is q.VAR_KEYWORD:
+            text = "**" + q.name
+            call.append(text)
+        elif q.kind is q.KEYWORD_ONLY:
+            if not star_done:
+                header.append("*")
+                star_done = True
+            call.append(f"{q.name}={q.name}")
+        else:
+            call.append(q.name)
+        header.append(text)
+        last_posonly = q.kind is q.POSITIONAL_ONLY and (
+            k + 1 == len(params) or params[k + 1].kind is not q.POSITIONAL_ONLY
+        )
+        if last_posonly:
+            header.append("/")
+    name = _name(f"{callee}_partial", taken)
+    source = f"def {name}({', '.join(header)}):\n    return {callee}({', '.join(call)})\n"
+    filename = f"<k_transform: functools.partial of {callee} #{next(_serial)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own text
+    return scope[name]
+
+
+def _bound_names(p: functools.partial, taken: set) -> list[str]:
+    """Names for the positional values `p` binds: the parameters of `p.func`
+    they fill where known (readable generated code), else `arg<k>`."""
+    try:
+        inner = [
+            q.name
+            for q in inspect.signature(p.func).parameters.values()
+            if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        inner = []
+    names = []
+    for k in range(len(p.args)):
+        name = _name(inner[k] if k < len(inner) else f"arg{k}", taken)
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _name(want: str, taken: set) -> str:
+    """`want` as an identifier not in `taken` (`want_1`, `want_2`, ...)."""
+    base = want if want.isidentifier() else "fn"
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
