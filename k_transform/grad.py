@@ -47,6 +47,7 @@ from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
+from k_transform.frontend import callables
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
@@ -272,7 +273,7 @@ def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
     or None)."""
     target = fn.construct if isinstance(fn, Cell) else fn
     try:
-        sig = inspect.signature(target)
+        sig = inspect.signature(callables.unwrap(target), follow_wrapped=False)
         bound = sig.bind(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         raise KTransformError(f"calling {getattr(target, '__name__', target)}: {exc}") from None

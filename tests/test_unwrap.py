@@ -144,14 +144,49 @@ def test_wraps_decorator():
     check(lambda x: f(x) * f(2.0 * x, 3.0), X)
 
 
-# -- a wrapper object: __call__ and __wrapped__, unhashable --------------------------
-class Timed:
+def doubled(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return 2.0 * fn(*args, **kwargs)  # a wrapper that does more than forward
+
+    return wrapper
+
+
+@doubled
+def with_defaults(x, y=2.0, *, z=1.0):
+    return jnp.sum(x**3 / y + z * x)
+
+
+def test_python_wrapper_is_parsed_as_written():
+    """A wrapper written in Python is differentiated with what it does (the
+    factor 2), and forwards `*args`/`**kwargs` into defaults and keywords."""
+    check(with_defaults, X)
+    check(lambda x: with_defaults(x) + with_defaults(x, 3.0) + with_defaults(x, y=5.0, z=2.0), X)
+    close(kt.grad(with_defaults)(X, z=4.0), jax.grad(with_defaults)(X, z=4.0))
+
+
+class Counted:
     def __init__(self, fn):
         functools.update_wrapper(self, fn)
         self.calls = 0
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
+        return self.__wrapped__(*args, **kwargs)
+
+
+def test_wrapper_with_an_effect_is_refused():
+    """The counter's update is an effect k_transform cannot keep: refused, not dropped."""
+    with pytest.raises(kt.KTransformError, match=r"attribute[\s\S]*self\.calls \+= 1"):
+        kt.grad(Counted(objective))(X, np.ones(3))
+
+
+# -- a wrapper object: __call__ and __wrapped__, unhashable --------------------------
+class Timed:
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
         return self.__wrapped__(*args, **kwargs)
 
     def __eq__(self, other):  # makes instances unhashable

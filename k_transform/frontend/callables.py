@@ -4,20 +4,24 @@ A gradient target, or a function called in differentiated code, may be a
 wrapper around the Python function that holds the program. `parser.parse`
 and `GraphBuilder.call` read them by these rules:
 
-- A wrapper is read through its `__wrapped__` chain, as `inspect.unwrap`
-  does (`unwrap`): the deepest user callable on the chain is parsed, with its
-  own globals and closure. That covers `functools.wraps` decorators, wrapper
-  objects (a `__call__` and a `__wrapped__`), what `jax.jit(f)` and
-  `partial(jax.jit, static_argnums=...)(f)` return (both have `__wrapped__`
-  `f`), `functools.lru_cache`. The assumption, as `inspect.unwrap`'s: the
-  wrapper calls what it wraps with the arguments it was given and returns
-  its result unchanged. k_transform cannot check it; a wrapper that does more
-  (scales the result, changes arguments) is differentiated as if it did not.
-  For `jax.jit` it holds: static arguments are plain Python values to
-  k_transform, and Python ints stay static when the gradient function runs
-  (and when the user jits it with the same `static_argnums`). A library
-  function is never unwrapped (`jnp.*` functions are `jax.jit`-wrapped):
-  only user code on the chain is read.
+- A wrapper written in Python (a `functools.wraps` decorator's inner
+  function, an object with a user `__call__` and a `__wrapped__`) is user
+  code and is parsed as written: whatever it does around the call of what
+  it wraps (scaling the result, changing arguments) is differentiated too.
+  One that only forwards (its body is `return g(*args, **kwargs)` of its own
+  `*args`/`**kwargs`, `g` being what it wraps) means exactly a call of what
+  it wraps and is read as that (`forwards_only`), so the target keeps its
+  named parameters.
+- A library wrapper, which is not user code (what `jax.jit(f)` and
+  `partial(jax.jit, static_argnums=...)(f)` return, `functools.lru_cache`),
+  is read through its `__wrapped__` chain down to the first user callable
+  (`unwrap`). These wrappers call what they wrap with the arguments given
+  and return its result, so reading `f` means what calling them means.
+  Static arguments are plain Python values to k_transform, and Python ints
+  stay static when the gradient function runs (and when the user jits it
+  with the same `static_argnums`). A library function is never unwrapped
+  into library code (`jnp.*` functions are `jax.jit`-wrapped too): only a
+  user callable found on the chain is read.
 - An object with a user-written `__call__` (or Cell-like `construct`) is
   parsed through that method, bound to the object (`user_call_method`).
 - A `functools.partial(f, *args, **kw)` is a call of `f` with the bound
@@ -34,7 +38,10 @@ import functools
 import inspect
 import itertools
 import linecache
+import textwrap
 import types
+
+import gast
 
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import is_user_function
@@ -70,20 +77,69 @@ def is_readable(value) -> bool:
 
 
 def unwrap(value):
-    """The deepest readable callable down `value`'s `__wrapped__` chain, or
-    `value` itself when nothing below it is readable (library functions,
-    whose chains stay in library code: `jnp.sum` is `jax.jit`-wrapped)."""
-    found, seen = value, {id(value)}
-    while True:
+    """`value` when it is user code (or nothing under it is); for a library
+    wrapper, the first user callable down its `__wrapped__` chain."""
+    current, seen = value, {id(value)}
+    while not is_readable(current) or forwards_only(current):
         try:
-            value = value.__wrapped__
+            current = current.__wrapped__
         except Exception:  # noqa: BLE001 - any object may be asked; none is an answer
-            return found
-        if id(value) in seen:
-            return found
-        seen.add(id(value))
-        if is_readable(value):
-            found = value
+            return value
+        if id(current) in seen:
+            return value
+        seen.add(id(current))
+    return current
+
+
+def forwards_only(value) -> bool:
+    """Whether the Python wrapper `value` does nothing but call its
+    `__wrapped__` with its own `*args, **kwargs` and return the result."""
+    wrapped = getattr(value, "__wrapped__", None)
+    fn = value if isinstance(value, types.FunctionType) else user_call_method(value)
+    if wrapped is None or fn is None:
+        return False
+    try:
+        tree = gast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return False
+    body = [
+        s
+        for s in tree.body
+        if not (isinstance(s, gast.Expr) and isinstance(s.value, gast.Constant))
+    ]
+    if not (
+        len(body) == 1 and isinstance(body[0], gast.Return) and _forwarding(body[0].value, tree)
+    ):
+        return False
+    callee = body[0].value.func
+    if isinstance(callee, gast.Attribute):  # self.__wrapped__(*args, **kwargs)
+        return callee.attr == "__wrapped__" and isinstance(callee.value, gast.Name)
+    names = inspect.getclosurevars(fn)
+    found = {**names.globals, **names.nonlocals}.get(callee.id, None)
+    return found is wrapped
+
+
+def _docstring(statement) -> bool:
+    return isinstance(statement, gast.Expr) and isinstance(statement.value, gast.Constant)
+
+
+def _forwarding(call, fdef) -> bool:
+    """`call` is `name(*args, **kwargs)` with `fdef`'s own `*args` and `**kwargs`."""
+    a = fdef.args
+    return (
+        isinstance(call, gast.Call)
+        and isinstance(call.func, (gast.Name, gast.Attribute))
+        and a.vararg is not None
+        and a.kwarg is not None
+        and len(call.args) == 1
+        and isinstance(call.args[0], gast.Starred)
+        and isinstance(call.args[0].value, gast.Name)
+        and call.args[0].value.id == a.vararg.id
+        and len(call.keywords) == 1
+        and call.keywords[0].arg is None
+        and isinstance(call.keywords[0].value, gast.Name)
+        and call.keywords[0].value.id == a.kwarg.id
+    )
 
 
 def wrapped_target(value):

@@ -143,7 +143,8 @@ def parse(fn, bound_self=None) -> FuncGraph:
 
     `fn` may be any callable: wrappers, partials, `jax.jit` functions and
     objects with a user `__call__` are read as `k_transform.frontend.callables`
-    says (a wrapper is read through `__wrapped__`, as `inspect.unwrap` does).
+    says (a library wrapper such as `jax.jit(f)` is read through `__wrapped__`;
+    a wrapper written in Python is parsed as written).
     """
     if isinstance(fn, types.MethodType):
         fn, bound_self = fn.__func__, fn.__self__

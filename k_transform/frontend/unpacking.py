@@ -71,17 +71,18 @@ class UnpackingBuilder:
                 if key in kwargs:
                     raise self.fp.error(f"got multiple values for keyword argument {key!r}", e)
                 kwargs[key] = value
-        if unknown is not None:
-            filled = len(args) + (1 << 30 if tail is not None else 0)
-            kwargs = self.keywords_from(callee, unknown, filled, kwargs, e)
         if tail is not None:
-            return self.call_with_tail(callee, args, tail, kwargs, e)
+            return self.call_with_tail(callee, args, tail, kwargs, e, unknown)
+        if unknown is not None:
+            kwargs = self.keywords_from(callee, unknown, len(args), kwargs, e)
         return self.call(callee, args, kwargs, e)
 
-    def call_with_tail(self, callee: Node, args: list[Node], seq: Node, kwargs, e) -> Node:
-        """`f(a, *seq)` for a user function `f` and a `seq` of unknown length:
-        `seq[0], seq[1], ...` fill the remaining positional parameters (its
-        length is checked when run) and the rest is `f`'s `*args`."""
+    def call_with_tail(self, callee: Node, args: list[Node], seq: Node, kwargs, e, d=None) -> Node:
+        """`f(a, *seq)` (and `f(a, *seq, **d)`) for a user function `f` and a
+        `seq` of unknown length: each remaining positional parameter is
+        `seq[j]` when `seq` is long enough, else its keyword from `d`, else its
+        default (`positional_from`; lengths are static when run, so this is a
+        Python choice there); the rest of `seq` is `f`'s `*args`."""
         graph = self.callee_graph(callee)
         sig = graph.signature if graph is not None else None
         positional = sig.positional if sig is not None else graph and graph.param_names
@@ -91,25 +92,55 @@ class UnpackingBuilder:
                 "into a function that is not a user function",
                 e,
             )
-        n = max(len(positional) - len(args), 0)
-        if any(k in positional[len(args) :] for k in kwargs):
+        names = list(positional[len(args) :])
+        if any(k in names for k in kwargs):
             raise self.fp.unsupported("keywords for parameters `*args` may fill", e)
-        items = [self.apply(prims.GetItem(), seq, self.const(j, e), node=e) for j in range(n)]
+        items = [self.positional_from(seq, j, name, graph, d, e) for j, name in enumerate(names)]
         star = sig.vararg is not None if sig is not None else False
-        self.check_length(seq, n, e, exact=not star)
+        optional = [graph.defaults.get(n) is not None or d is not None for n in names]
+        self.check_length(seq, optional.index(True) if True in optional else len(names), e)
+        if not star:
+            self.check_length(seq, len(names), e, at_most=True)
+        if d is not None:
+            kwargs = self.keywords_from(callee, d, len(positional), kwargs, e, tuple(names))
         fn = Constant(graph, self.debug(e), callee.hint)
         if not star:
             return self.apply(fn, *self.bind_call(graph, [*args, *items], kwargs, e), node=e)
         rest = gast.Subscript(
             value=sugar.name(self.hidden_name(seq)),
-            slice=gast.Slice(lower=gast.Constant(value=n, kind=None), upper=None, step=None),
+            slice=gast.Slice(
+                lower=gast.Constant(value=len(names), kind=None), upper=None, step=None
+            ),
             ctx=gast.Load(),
         )
         fdef = sugar.collect(sugar.locate(rest, e), False, self.sugar_name("unpack", e), e)
         bound = self.bind_signature(graph, [*args, *items], kwargs, e, self.run_sugar(fdef, e))
         return self.apply(fn, *bound, node=e)
 
-    def keywords_from(self, callee: Node, d: Node, filled: int, kwargs: dict, e) -> dict:
+    def positional_from(self, seq: Node, j: int, name: str, graph, d, e) -> Node:
+        """Parameter `name` of a call `f(..., *seq, **d)`: `seq[j]` if `seq` has
+        it, else `d[name]` if `d` has it, else the parameter's default."""
+        default = graph.defaults.get(name)
+        if d is None and default is None:
+            return self.apply(prims.GetItem(), seq, self.const(j, e), node=e)  # length checked
+        hidden_seq = sugar.name(self.hidden_name(seq))
+        position = gast.Constant(value=j, kind=None)
+        fallback = sugar.name(self.hidden_name(default)) if default is not None else None
+        if d is not None:
+            hidden, key = sugar.name(self.hidden_name(d)), gast.Constant(value=name, kind=None)
+            read = gast.Subscript(value=hidden, slice=key, ctx=gast.Load())
+            found = gast.Compare(left=key, ops=[gast.In()], comparators=[hidden])
+            fallback = (
+                read if fallback is None else gast.IfExp(test=found, body=read, orelse=fallback)
+            )
+        length = gast.Call(func=sugar.name("len"), args=[hidden_seq], keywords=[])
+        has = gast.Compare(left=length, ops=[gast.Gt()], comparators=[position])
+        item = gast.Subscript(value=hidden_seq, slice=position, ctx=gast.Load())
+        return self.expr(sugar.locate(gast.IfExp(test=has, body=item, orelse=fallback), e))
+
+    def keywords_from(
+        self, callee: Node, d: Node, filled: int, kwargs: dict, e, consumed: tuple = ()
+    ) -> dict:
         """`f(**d)` for a user function `f` and a dict `d` whose keys are known
         only when run: each parameter `f` takes by keyword (after the `filled`
         positional ones) is `d[name] if name in d else <its default>`; the
@@ -138,7 +169,7 @@ class UnpackingBuilder:
             other = sugar.name(self.hidden_name(default))
             pick = gast.IfExp(test=found, body=read, orelse=other)
             out[n] = self.expr(sugar.locate(pick, e))
-        taken = self.const(tuple([*names, *kwargs]), e)
+        taken = self.const(tuple([*consumed, *names, *kwargs]), e)
         if sig is not None and sig.kwarg is not None:
             rest = gast.DictComp(
                 key=sugar.name("_kt_k"),
@@ -222,11 +253,14 @@ class UnpackingBuilder:
         fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
         self.assign(elts[k].value, self.run_sugar(fdef, s), s)
 
-    def check_length(self, value: Node, n: int, s, exact: bool = False) -> None:
-        """Assert (when run) that `value` has `n` items (`exact`) or at least `n`."""
+    def check_length(
+        self, value: Node, n: int, s, exact: bool = False, at_most: bool = False
+    ) -> None:
+        """Assert (when run) that `value` has `n` items (`exact`), at least `n`,
+        or at most `n` (`at_most`)."""
         length = self.apply(call_of(rt.seq_len, "seq_len"), value, node=s)
-        op = ops.BINARY["eq" if exact else "ge"]()
+        op = ops.BINARY["eq" if exact else "le" if at_most else "ge"]()
         enough = self.apply(op, length, self.const(n, s), node=s)
-        expected = f"{n}" if exact else f"at least {n}"
+        expected = f"{n}" if exact else f"at most {n}" if at_most else f"at least {n}"
         message = self.const(f"wrong number of values to unpack (expected {expected})", s)
         self.apply(prims.Assert(), enough, message, node=s)
