@@ -189,5 +189,5 @@ class _LoopK:
         if self.kind is control.ForRange:
             trips = self.prim(bp, prims.LibraryCall(rt.trip_count, "_rt.trip_count"), *fixed[:3])
         else:
-            trips = self.prim(bp, prims.LibraryCall(rt.seq_len, "_rt.seq_len"), fixed[0])
+            trips = self.prim(bp, prims.LibraryCall(rt.each_count, "_rt.each_count"), fixed[0])
         return [Constant(0), trips, Constant(1), Constant(body)]

@@ -31,10 +31,15 @@ def unrolls(step, xs, carry) -> bool:
 def changes_structure(step, xs, carry) -> bool:
     """Whether `step(xs[0], carry)` gives a carry of another structure: a list
     the body appends to. Such a loop cannot be a lax loop; its callers, whose
-    trip count is static, unroll it instead."""
+    trip count is static, unroll it instead. A body that needs a concrete
+    value of its carry (a Python int it indexes with, kept on a stack) cannot
+    run on abstract values either, and unrolls too."""
     lists = jax.tree_util.tree_leaves(carry, is_leaf=lambda v: isinstance(v, list))
     if not any(isinstance(v, list) for v in lists) or len(xs) == 0:
         return False
     first = xs[0] if not isinstance(xs, range) else xs.start
-    out = jax.eval_shape(lambda cr: step(first, cr), shape_of(carry))
+    try:
+        out = jax.eval_shape(lambda cr: step(first, cr), shape_of(carry))
+    except jax.errors.JAXTypeError:  # concrete values needed: only unrolling runs it
+        return True
     return jax.tree_util.tree_structure(out) != jax.tree_util.tree_structure(shape_of(carry))

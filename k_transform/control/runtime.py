@@ -252,8 +252,11 @@ def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", gra
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
         indices = range(int(start), int(stop), int(step))
         run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
-        small = policy.unrolls(run, indices, carry)
-        if not any_traced((carry, inv)) or small:
+        if (
+            not any_traced((carry, inv))
+            or _walks_pystack(grads, carry)
+            or policy.unrolls(run, indices, carry)
+        ):
             for i in indices:
                 carry = tuple(body_fn(i, *carry, *inv))
             return carry
@@ -286,8 +289,7 @@ def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = Fals
     if jnp.ndim(seq) == 0:
         raise KTransformError(f"cannot iterate over a 0-d array{describe(where)}")
     run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
-    small = policy.unrolls(run, seq, carry)
-    if not any_traced((seq, carry, inv)) or small:
+    if not any_traced((seq, carry, inv)) or policy.unrolls(run, seq, carry):
         for k in range(seq.shape[0]):
             carry = tuple(body_fn(seq[k], *carry, *inv))
         return carry
@@ -359,6 +361,12 @@ def settle_carry(body, carry, where, trips=None, grads=False):
                 f"{describe(where)}"
             )
     return carry
+
+
+def _walks_pystack(grads: bool, carry) -> bool:
+    """A reverse loop (`grads`) popping a Python stack: its forward ran in
+    Python, and so does it (its items may be Python ints it indexes with)."""
+    return grads and any(isinstance(c, rs.PyStack) and c.size for c in carry)
 
 
 def _holds_pystack(tree) -> bool:

@@ -442,7 +442,8 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
     rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
     rt.seq_len,
-    rt.trip_count,  # the reverse loop of a `for` (control.k_loops)
+    rt.trip_count,  # the reverse loops of `for`s (control.k_loops)
+    rt.each_count,
     rt.zip_length,
     rt.zip_strict_length,
     rt.dict_keys,

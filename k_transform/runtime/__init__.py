@@ -29,6 +29,7 @@ from k_transform.runtime.python import (  # noqa: F401
     assert_,
     copy_value,
     dict_keys,
+    each_count,
     fstring,
     indices,
     insert_position,

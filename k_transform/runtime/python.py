@@ -183,6 +183,11 @@ def trip_count(start, stop, step):
     return len(range(int(start), int(stop), int(step)))
 
 
+def each_count(seq):
+    """How many times `for item in seq` runs (a dict iterates its keys)."""
+    return seq.shape[0] if hasattr(seq, "shape") else len(seq)
+
+
 def zip_length(*lengths) -> int:
     """How many items `zip` yields, given its iterables' lengths: the shortest."""
     return min(lengths)

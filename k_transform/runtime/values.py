@@ -67,6 +67,11 @@ def is_tracer(x) -> bool:
 
 
 def any_traced(tree) -> bool:
+    """Whether any leaf of `tree` is traced (dicts may mix key types: envs)."""
+    if isinstance(tree, dict):
+        return any(any_traced(v) for v in tree.values())
+    if isinstance(tree, (tuple, list)):
+        return any(any_traced(v) for v in tree)
     return any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves(tree))
 
 
