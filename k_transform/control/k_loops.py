@@ -120,7 +120,7 @@ class _LoopK:
             loop_fixed = [Constant(cond), Constant(body)]
         else:
             loop_fixed[-1] = Constant(body)
-        loop = self.kind(n + each + 1, self.ctl.where)
+        loop = self.kind(n + each + 1, self.ctl.where, grads=self.ctl.attrs.get("grads", False))
         stack0 = self.prim(g, control.StackNew())
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
         final = self.tuple(g, *(self.item(g, res, j) for j in range(n)))
