@@ -39,6 +39,7 @@ from k_transform import runtime as rt
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
+from k_transform.frontend import pytrees
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -735,6 +736,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         kwvals = [self.expr(k.value) for k in e.keywords]
         if e.func.attr == "copy" and not args and not kwvals:
             return self.apply(prims.Copy(), receiver, node=e)
+        if e.func.attr == "_replace" and not args:  # a NamedTuple's
+            return self.replace_fields(receiver, dict(zip(kwnames, kwvals, strict=True)), e)
         adapted = adapt_method(
             e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
         )
@@ -787,6 +790,14 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
+        if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
+            return self.replace_fields(args[0], kwargs, e)
+        try:
+            made = pytrees.constructor(value, args, kwargs)  # a NamedTuple or dataclass
+        except KTransformError as exc:
+            raise self.fp.error(exc.bare_message, e) from None
+        if made is not None:
+            return self.apply(made[0], *made[1], node=e)
         folded = fold_call(value, args, kwargs)
         if folded is not None:
             return folded
@@ -796,6 +807,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         hint = callee.hint or getattr(value, "__name__", "fn")
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def replace_fields(self, receiver: Node, kwargs: dict[str, Node], e) -> Node:
+        """`receiver` with the fields `kwargs` replaced (`_replace`, `dataclasses.replace`)."""
+        values = self.apply(prims.MakeTuple(), *kwargs.values(), node=e)
+        return self.apply(prims.ReplaceFields(tuple(kwargs)), receiver, values, node=e)
 
     def callee_graph(self, callee: Node) -> FuncGraph | None:
         """The graph a call of `callee` runs: a user function, method or Cell."""
