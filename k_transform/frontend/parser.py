@@ -204,6 +204,7 @@ class FunctionParser:
         own API functions, marked `__kt_static__` or `__kt_lower__`, stay values:
         see `call`)."""
         api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
+        api = api or pytrees.is_replace(value)  # a primitive (`call`)
         if is_user_function(value) and not api:
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
@@ -752,6 +753,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 raise self.fp.unsupported("keyword arguments to a function value", e)
             return self.apply(callee, *args, node=e)
         value = callee.value
+        if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
+            return self.replace_fields(args[0], kwargs, e)
         if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
@@ -790,8 +793,6 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
-        if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
-            return self.replace_fields(args[0], kwargs, e)
         try:
             made = pytrees.constructor(value, args, kwargs)  # a NamedTuple or dataclass
         except KTransformError as exc:
