@@ -15,6 +15,13 @@ and on each call:
    both modes. In both, the concrete `while` loops of gradient and jvp
    functions are bounded (see `runtime.bounds.bounded_loops`).
 
+Pytrees. Inputs, outputs, sensitivities, tangents and `has_aux` values may
+be nested tuples, lists, dicts, NamedTuples and registered dataclasses or
+classes; gradients come back with the input's structure and types, and
+`jacrev`/`jacfwd`/`hessian` nest as JAX's do (the output's structure of the
+input's). Pytree fields read inside the program are differentiated
+(`ops.python.GetAttr`, `MakeNode`, `ReplaceFields`).
+
 Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
 `jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
 input it differentiates is an integer or boolean (array or Python int).
