@@ -15,6 +15,13 @@ and on each call:
    both modes. In both, the concrete `while` loops of gradient and jvp
    functions are bounded (see `runtime.bounds.bounded_loops`).
 
+Pytrees. Inputs, outputs, sensitivities, tangents and `has_aux` values may
+be nested tuples, lists, dicts, NamedTuples and registered dataclasses or
+classes; gradients come back with the input's structure and types, and
+`jacrev`/`jacfwd`/`hessian` nest as JAX's do (the output's structure of the
+input's). Pytree fields read inside the program are differentiated
+(`ops.python.GetAttr`, `MakeNode`, `ReplaceFields`).
+
 Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
 `jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
 input it differentiates is an integer or boolean (array or Python int).
@@ -488,27 +495,69 @@ class Jacobian:
         return self._forward(args) if self.forward else self._reverse(args)
 
     def _reverse(self, args):
+        """One vmapped vjp per output leaf; a pytree output and input give
+        JAX's nesting: the output's structure of the input's structure."""
         grad_fn = GradFunction(self.fn, GradSpec(inputs=self.argnum, sens_param=True))
         out = CompiledGraph(graph_of(self.fn))(*args)
-        basis = jnp.eye(out.size, dtype=out.dtype).reshape(out.size, *out.shape)
-        rows = jax.vmap(lambda u: grad_fn(*args, u))(basis)
-        return rows.reshape(*out.shape, *jnp.shape(args[self.argnum]))
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        blocks = []
+        for k, leaf in enumerate(leaves):
+            basis = _basis(leaf)
+
+            def row(u, k=k):
+                sens = [u if j == k else jnp.zeros_like(other) for j, other in enumerate(leaves)]
+                return grad_fn(*args, jax.tree_util.tree_unflatten(tree, sens))
+
+            rows = jax.vmap(row)(basis)
+            blocks.append(
+                jax.tree_util.tree_map(
+                    lambda r, x, leaf=leaf: r.reshape(*jnp.shape(leaf), *jnp.shape(x)),
+                    rows,
+                    args[self.argnum],
+                )
+            )
+        return jax.tree_util.tree_unflatten(tree, blocks)
 
     def _forward(self, args):
-        x = jnp.asarray(args[self.argnum])
-        basis = jnp.eye(x.size, dtype=x.dtype).reshape(x.size, *x.shape)
+        """One vmapped jvp per input leaf, regrouped as `_reverse` nests them."""
+        x_leaves, x_tree = jax.tree_util.tree_flatten(args[self.argnum])
+        per_input = []
+        for k, leaf in enumerate(x_leaves):
+            leaf = jnp.asarray(leaf)
 
-        def column(v):
-            tangents = tuple(
-                v if k == self.argnum else jnp.zeros_like(a) for k, a in enumerate(args)
-            )
-            return _jvp(self.fn, tuple(args), tangents)[1]
+            def column(v, k=k):
+                seed = [v if j == k else jnp.zeros_like(o) for j, o in enumerate(x_leaves)]
+                tangents = tuple(
+                    jax.tree_util.tree_unflatten(x_tree, seed)
+                    if i == self.argnum
+                    else jax.tree_util.tree_map(jnp.zeros_like, a)
+                    for i, a in enumerate(args)
+                )
+                return _jvp(self.fn, tuple(args), tangents)[1]
 
-        cols = jax.vmap(column)(basis)
-        return jnp.moveaxis(cols.reshape(x.size, -1), 0, -1).reshape(*cols.shape[1:], *x.shape)
+            cols = jax.vmap(column)(_basis(leaf))
+            out_leaves, out_tree = jax.tree_util.tree_flatten(cols)
+            per_input.append([_columns_last(c, leaf) for c in out_leaves])
+        blocks = [
+            jax.tree_util.tree_unflatten(x_tree, [cols[j] for cols in per_input])
+            for j in range(len(per_input[0]))
+        ]
+        return jax.tree_util.tree_unflatten(out_tree, blocks)
 
     def __kt_lower__(self, builder, args, kwargs, e):
         return lowering.lower_jacobian(builder, self.fn, self.argnum, self.forward, args, e)
+
+
+def _basis(leaf):
+    """The unit vectors of `leaf`'s space, stacked: shape (size, *leaf.shape)."""
+    size, shape = int(np.prod(jnp.shape(leaf))), jnp.shape(leaf)
+    return jnp.eye(size, dtype=jnp.result_type(leaf)).reshape(size, *shape)
+
+
+def _columns_last(cols, leaf):
+    """Columns stacked first (size, *out) as a Jacobian block (*out, *leaf.shape)."""
+    out_shape = cols.shape[1:]
+    return jnp.moveaxis(cols.reshape(cols.shape[0], -1), 0, -1).reshape(*out_shape, *leaf.shape)
 
 
 def jacrev(fn, argnum: int = 0) -> Jacobian:
@@ -531,7 +580,8 @@ def hvp(fn, args, v, argnum: int = 0):
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     check_float_inputs("kt.hvp", args, (argnum,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
-    tangents = tuple(v if k == argnum else jnp.zeros_like(a) for k, a in enumerate(args))
+    zeros = jax.tree_util.tree_map
+    tangents = tuple(v if k == argnum else zeros(jnp.zeros_like, a) for k, a in enumerate(args))
     return _jvp(grad_fn, args, tangents)[1]
 
 

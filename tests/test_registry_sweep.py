@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -116,6 +117,14 @@ SHIFTS = Arr(value=[1, 2, 0], domain="int")
 UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
 IDX = np.array([2, 0, 2], np.int32)
 GETITEM_GRAD = ops.GetItemGrad()
+FIELDS = prims.FieldsOf(("w", "b"))
+
+
+class Pair(typing.NamedTuple):  # a pytree node for MakeNode, FieldsOf, ReplaceFields
+    w: object
+    b: object
+
+
 SUM_TO = ops.SumTo()
 SPLIT_LIKE = ops.SplitLike(1)
 INVERT_PERMUTATION = ops.InvertPermutation()
@@ -400,6 +409,9 @@ CASES = [
     case(prims.ListInsert(), list_insert, (2,), (3,), (1,), args=lambda x, y, z: ([x, y], -1, z)),
     case(prims.ListDelete(), list_pop, (2,), (3,), (1,), args=lambda x, y, z: ([x, y, z], 1)),
     case(prims.Copy(), lambda x: x.copy(), (2, 3)),
+    case(prims.MakeNode(Pair, ("w", "b")), lambda x, y: Pair(x, b=y), (2,), (3,)),
+    case(FIELDS, lambda x, y: FIELDS(Pair(x, y)), (2,), (3,), args=lambda x, y: (Pair(x, y),)),
+    case(prims.ReplaceFields(("b",)), lambda x, y, z: Pair(x, y)._replace(b=z), (2,), (3,), (3,), args=lambda x, y, z: (Pair(x, y), (z,))),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
     case(ops.StopGradient(), lambda x: jax.lax.stop_gradient(x), (2, 3)),

@@ -40,7 +40,7 @@ from k_transform import runtime as rt
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables
+from k_transform.frontend import callables, pytrees
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -230,6 +230,7 @@ class FunctionParser:
         own API functions, marked `__kt_static__` or `__kt_lower__`, stay values:
         see `call`)."""
         api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
+        api = api or pytrees.is_replace(value)  # a primitive (`call`)
         if is_user_function(value) and not api:
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
@@ -762,6 +763,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         kwvals = [self.expr(k.value) for k in e.keywords]
         if e.func.attr == "copy" and not args and not kwvals:
             return self.apply(prims.Copy(), receiver, node=e)
+        if e.func.attr == "_replace" and not args:  # a NamedTuple's
+            return self.replace_fields(receiver, dict(zip(kwnames, kwvals, strict=True)), e)
         adapted = adapt_method(
             e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
         )
@@ -776,6 +779,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 raise self.fp.unsupported("keyword arguments to a function value", e)
             return self.apply(callee, *args, node=e)
         value = callee.value
+        if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
+            return self.replace_fields(args[0], kwargs, e)
         if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
@@ -819,6 +824,12 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
+        try:
+            made = pytrees.constructor(value, args, kwargs)  # a NamedTuple or dataclass
+        except KTransformError as exc:
+            raise self.fp.error(exc.bare_message, e) from None
+        if made is not None:
+            return self.apply(made[0], *made[1], node=e)
         folded = fold_call(value, args, kwargs)
         if folded is not None:
             return folded
@@ -837,6 +848,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         bound = [self.fp.value_node(v, f"{name}_arg{k}", e) for k, v in enumerate(p.args)]
         keywords = {k: self.fp.value_node(v, k, e) for k, v in p.keywords.items()}
         return self.call(fn, [*bound, *args], {**keywords, **kwargs}, e)
+
+    def replace_fields(self, receiver: Node, kwargs: dict[str, Node], e) -> Node:
+        """`receiver` with the fields `kwargs` replaced (`_replace`, `dataclasses.replace`)."""
+        values = self.apply(prims.MakeTuple(), *kwargs.values(), node=e)
+        return self.apply(prims.ReplaceFields(tuple(kwargs)), receiver, values, node=e)
 
     def callee_graph(self, callee: Node) -> FuncGraph | None:
         """The graph a call of `callee` runs: a user function, method or Cell."""

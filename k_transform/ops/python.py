@@ -1,7 +1,10 @@
 """Primitives the parser emits for Python syntax itself.
 
 Operators (`a + b`, `a @ b`, `not a`), containers (tuple/list/dict literals,
-slices, indexing), attribute and method access on runtime values, calls to
+slices, indexing), pytree nodes (a NamedTuple or registered dataclass built
+by `MakeNode`, read by `GetAttr`, updated by `ReplaceFields`: `_replace`,
+`dataclasses.replace`; their gradients are the same type, with zeros in the
+fields not read), attribute and method access on runtime values, calls to
 library functions that have no dedicated primitive (`LibraryCall`), and the
 effects `print` and `assert`. Library functions with a dedicated primitive
 (`jnp.sin` -> `ops.Sin`) are mapped by `k_transform.ir.resolve`.
@@ -17,6 +20,7 @@ from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.primitive import Primitive
+from k_transform.ops.base import RuntimeCall
 from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
 
 
@@ -165,6 +169,49 @@ class GetAttr(Primitive):
 
     def __repr__(self):
         return f"getattr.{self.attr}"
+
+
+class MakeNode(Primitive):
+    """`cls(name0=v0, ...)`: a NamedTuple or dataclass registered as a pytree,
+    built from its fields (the parser names positional arguments)."""
+
+    def __init__(self, cls: type, names: tuple[str, ...]):
+        super().__init__(cls.__name__, cls=cls, names=tuple(names))
+
+    def impl(self, *values):
+        return self.cls(**dict(zip(self.names, values, strict=True)))
+
+    def emit(self, e, args):
+        fields = ", ".join(f"{k}={v}" for k, v in zip(self.names, args, strict=True))
+        return f"{e.ref(self.cls, self.cls.__name__)}({fields})"
+
+
+class FieldsOf(RuntimeCall):
+    """The tuple of fields `names` of a pytree node (Nones for a None gradient)."""
+
+    n_inputs = 1
+    rt_name = "fields_of"
+
+    def __init__(self, names: tuple[str, ...]):
+        super().__init__("fields_of", names=tuple(names))
+
+    def extra(self) -> list:
+        return [self.names]
+
+
+class ReplaceFields(RuntimeCall):
+    """`x` with its fields `names` set to the tuple `values` (`x._replace(...)`,
+    `dataclasses.replace(x, ...)`; `grad`: of gradient values, see
+    `runtime.values.replace_fields`)."""
+
+    n_inputs = 2
+    rt_name = "replace_fields"
+
+    def __init__(self, names: tuple[str, ...], grad: bool = False):
+        super().__init__("replace_fields", names=tuple(names), grad=grad)
+
+    def extra(self) -> list:
+        return [self.names, True] if self.grad else [self.names]
 
 
 class MethodCall(Primitive):
@@ -530,12 +577,48 @@ STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype")
 
 @bprop_getters.register(GetAttr)
 def get_bprop_getattr(self):
-    if self.attr not in STATIC_ATTRIBUTES:
-        raise KTransformError(
-            f"cannot differentiate the attribute `.{self.attr}` of a value: it has no "
-            "primitive with a gradient rule"
-        )
-    return no_gradient(lambda x, out, dout: (None,))
+    """A field of a pytree node (`params.w`): the gradient is the node's type
+    with `dout` in that field and zeros elsewhere; any other attribute of a
+    value fails when the rule runs (`runtime.values.replace_fields`)."""
+    if self.attr in STATIC_ATTRIBUTES:
+        return no_gradient(lambda x, out, dout: (None,))
+    put = ReplaceFields((self.attr,), grad=True)
+
+    def bprop(x, out, dout):
+        return (put(zeros_like(x), (dout,)),)
+
+    return bprop
+
+
+@bprop_getters.register(MakeNode)
+def get_bprop_make_node(self):
+    fields = FieldsOf(self.names)
+
+    def bprop(xs, out, dout):
+        return fields(dout)
+
+    return bprop
+
+
+@bprop_getters.register(FieldsOf)
+def get_bprop_fields_of(self):
+    put = ReplaceFields(self.names, grad=True)
+
+    def bprop(x, out, dout):
+        return (put(zeros_like(x), dout),)
+
+    return bprop
+
+
+@bprop_getters.register(ReplaceFields)
+def get_bprop_replace_fields(self):
+    put = ReplaceFields(self.names, grad=True)
+    fields = FieldsOf(self.names)
+
+    def bprop(x, values, out, dout):
+        return put(dout, zeros_like(values)), fields(dout)
+
+    return bprop
 
 
 @bprop_getters.register(CustomBpropCall)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from k_transform.runtime.values import zeros_like_value
+from k_transform.runtime.values import rebuild, zeros_like_value
 
 
 # -- helpers of gradient rules ---------------------------------------------------
@@ -37,7 +37,7 @@ def getitem_grad(x, index, dout):
     if isinstance(x, (tuple, list)):
         grads = [zeros_like_value(v) for v in x]
         grads[index] = dout
-        return type(x)(grads)
+        return rebuild(x, grads)  # a NamedTuple stays one
     if isinstance(x, dict):
         grads = {k: zeros_like_value(v) for k, v in x.items()}
         grads[index] = dout

@@ -7,7 +7,9 @@ gives, which Python semantics guarantee is never read.
 
 Gradient values mirror primal values: arrays for arrays, tuples for tuples,
 dicts ("envs", keyed by free-variable keys) for functions, None for values
-with no gradient (None, strings, objects). `add_grad` adds them. A value with
+with no gradient (None, strings, objects), and for a registered pytree node
+(a NamedTuple, a registered dataclass or class) the same type with gradient
+children, as `jax.grad` gives. `add_grad` adds them. A value with
 gradient arithmetic of its own (the stacks of `k_transform.runtime.stack`)
 subclasses `GradValue`; `add_grad`, `zeros_like_value` and `fit` defer to it.
 """
@@ -60,6 +62,75 @@ class GradValue:
     def fit_value(self, value):
         """`value` (a gradient or None) padded to the structure of `self`."""
         raise NotImplementedError
+
+
+# -- pytree nodes --------------------------------------------------------------
+_LEAF_TYPES = (jax.Array, np.ndarray, np.generic, int, float, complex, str, bytes, slice)
+
+
+def pytree_node(x):
+    """`(children, treedef)` of a registered pytree node other than a plain
+    tuple, list, dict or None (NamedTuples, registered dataclasses and
+    classes), one level down; None for anything else."""
+    if type(x) in (tuple, list, dict) or x is None or isinstance(x, (_LEAF_TYPES, GradValue)):
+        return None
+    if x is UNDEFINED or is_tracer(x):
+        return None
+    children, treedef = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
+    return None if jax.tree_util.treedef_is_leaf(treedef) else (children, treedef)
+
+
+def rebuild(x, children):
+    """A container of `x`'s type (tuple, list, NamedTuple, pytree node) over `children`."""
+    node = pytree_node(x)
+    if node is not None:
+        return jax.tree_util.tree_unflatten(node[1], list(children))
+    return type(x)(children)
+
+
+def _field_index(x, name: str, children, paths) -> int | None:
+    """The position among `x`'s pytree children of its field `name`: by key
+    path (dataclasses, NamedTuples), else by identity (`x.name is child`)."""
+    for k, path in enumerate(paths):
+        if getattr(path[0], "name", None) == name:
+            return k
+    if isinstance(getattr(type(x), name, None), property):
+        raise KTransformError(
+            f"`.{name}` is a property of {type(x).__name__}, not one of its pytree fields: "
+            "k_transform cannot differentiate through it (compute it in the function instead)"
+        )
+    value = getattr(x, name, UNDEFINED)
+    return next((k for k, c in enumerate(children) if c is value), None)
+
+
+def replace_fields(x, values, names, grad: bool = False):
+    """`x` with its fields `names` set to `values` (NamedTuple `_replace`,
+    `dataclasses.replace`). With `grad`, `x` and `values` are gradients: a
+    field that is not a pytree child (static data) takes no gradient."""
+    if x is None:
+        return None
+    if isinstance(x, tuple) and hasattr(x, "_replace"):
+        return x._replace(**dict(zip(names, values, strict=True)))
+    node = pytree_node(x)
+    if node is None:
+        raise KTransformError(f"`.{names[0]}` of a {type(x).__name__}: not a pytree with fields")
+    children, treedef = node
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)[0]]
+    children = list(children)
+    for name, value in zip(names, values, strict=True):
+        k = _field_index(x, name, children, paths)
+        if k is None and not grad:
+            raise KTransformError(f"`{name}` is not a pytree field of {type(x).__name__}")
+        if k is not None:
+            children[k] = value
+    return jax.tree_util.tree_unflatten(treedef, children)
+
+
+def fields_of(x, names):
+    """The fields `names` of the pytree node `x` (Nones when `x` is None)."""
+    if x is None:
+        return (None,) * len(names)
+    return tuple(getattr(x, name) for name in names)
 
 
 def is_tracer(x) -> bool:
@@ -128,9 +199,13 @@ def fit(value, shape):
     if isinstance(shape, dict):
         value = value if isinstance(value, dict) else {}
         return {k: fit(value.get(k), s) for k, s in shape.items()}
+    node = pytree_node(shape)
+    if node is not None:
+        kids = pytree_node(value)[0] if value is not None else (None,) * len(node[0])
+        return rebuild(shape, [fit(v, s) for v, s in zip(kids, node[0], strict=True)])
     if isinstance(shape, (tuple, list)):
         value = value if value is not None else (None,) * len(shape)
-        return type(shape)(fit(v, s) for v, s in zip(value, shape, strict=True))
+        return rebuild(shape, [fit(v, s) for v, s in zip(value, shape, strict=True)])
     if value is None:
         return jnp.zeros(shape.shape, shape.dtype)
     return jnp.asarray(value, shape.dtype)
@@ -152,6 +227,10 @@ def add_grad(a, b):
         for key, value in b.items():
             out[key] = add_grad(out[key], value) if key in out else value
         return out
+    node = pytree_node(a)
+    if node is not None:
+        kids = pytree_node(b)[0]
+        return rebuild(a, [add_grad(x, y) for x, y in zip(node[0], kids, strict=True)])
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a)(add_grad(x, y) for x, y in zip(a, b, strict=True))
     return a + b
@@ -163,6 +242,9 @@ def zeros_like_value(x):
         return None
     if isinstance(x, GradValue):
         return x.zeros_like()
+    node = pytree_node(x)
+    if node is not None:
+        return rebuild(x, [zeros_like_value(v) for v in node[0]])
     if isinstance(x, (tuple, list)):
         return type(x)(zeros_like_value(v) for v in x)
     if isinstance(x, dict):
@@ -180,6 +262,9 @@ def zeros_like_value(x):
 
 def ones_like_value(x):
     """The default output sensitivity: ones shaped like `x`."""
+    node = pytree_node(x)
+    if node is not None:
+        return rebuild(x, [ones_like_value(v) for v in node[0]])
     if isinstance(x, (tuple, list)):
         return type(x)(ones_like_value(v) for v in x)
     if isinstance(x, dict):
@@ -231,7 +316,11 @@ def input_grad(d, arg, integers: bool = False):
     """The gradient reported for an input. Integer arrays get a zero (JAX's
     float0 cotangent) or, with `integers` (MindSpore's GradOperation), their
     gradient cast to their own dtype; boolean arrays, static inputs (Python
-    ints, bools, None, strings) and inputs nothing flowed to get a zero."""
+    ints, bools, None, strings) and inputs nothing flowed to get a zero.
+    Containers and pytree nodes get theirs leaf by leaf."""
+    node = pytree_node(arg)
+    if node is not None or type(arg) in (tuple, list, dict):
+        return _container_input_grad(d, arg, node, integers)
     if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
         if not integers or d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
             return jnp.zeros_like(arg)
@@ -241,9 +330,24 @@ def input_grad(d, arg, integers: bool = False):
     return d
 
 
+def _container_input_grad(d, arg, node, integers: bool):
+    if isinstance(arg, dict):
+        d = d if isinstance(d, dict) else {}
+        return {k: input_grad(d.get(k), v, integers) for k, v in arg.items()}
+    kids = node[0] if node is not None else list(arg)
+    if d is None or d is UNDEFINED:
+        d_kids = [None] * len(kids)
+    else:
+        d_kids = pytree_node(d)[0] if node is not None else list(d)
+    return rebuild(arg, [input_grad(g, v, integers) for g, v in zip(d_kids, kids, strict=True)])
+
+
 def tree_vdot(a, b):
     """The sum of elementwise products over matching leaves (None is zero)."""
     total = 0.0
+    node_a, node_b = pytree_node(a), pytree_node(b)
+    if node_a is not None and node_b is not None:
+        a, b = node_a[0], node_b[0]
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         for x, y in zip(a, b, strict=True):
             total = total + tree_vdot(x, y)
@@ -259,6 +363,9 @@ def tree_vdot(a, b):
 
 def tree_scale(tree, s):
     """Every leaf of `tree` times the scalar `s`."""
+    node = pytree_node(tree)
+    if node is not None:
+        return rebuild(tree, [tree_scale(t, s) for t in node[0]])
     if isinstance(tree, (tuple, list)):
         return type(tree)(tree_scale(t, s) for t in tree)
     if isinstance(tree, dict):

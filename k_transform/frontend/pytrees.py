@@ -1,0 +1,49 @@
+"""Pytree nodes built and updated in parsed code.
+
+A call of a NamedTuple class or of a dataclass (`Params(w, b)`,
+`Params(w=w, b=b)`) becomes `prims.MakeNode(cls, field names)` over the
+field values, its positional arguments named by the class's fields;
+`p._replace(w=...)` and `dataclasses.replace(p, w=...)` become
+`prims.ReplaceFields(names)(p, (values...))`. Their rules give the gradient
+as the same pytree type, field by field. Reading a field (`p.w`) is
+`prims.GetAttr`. Other classes (a `register_pytree_node_class` with its own
+`__init__`) stay library calls: their constructor maps arguments to
+children in a way only their code knows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from k_transform.errors import KTransformError
+from k_transform.ops import python as prims
+
+
+def field_names(cls) -> tuple[str, ...] | None:
+    """The fields a NamedTuple or dataclass `cls` takes, in order; None for other classes."""
+    if not isinstance(cls, type):
+        return None
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return tuple(cls._fields)
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    return None
+
+
+def constructor(cls, args: list, kwargs: dict):
+    """`(MakeNode, inputs)` for a call `cls(*args, **kwargs)`, or None when `cls`
+    is not a NamedTuple or dataclass."""
+    names = field_names(cls)
+    if names is None:
+        return None
+    if len(args) > len(names):
+        raise KTransformError(f"{cls.__name__}() takes {len(names)} fields, got {len(args)}")
+    chosen = names[: len(args)] + tuple(kwargs)
+    if len(set(chosen)) != len(chosen) or not set(kwargs) <= set(names):
+        raise KTransformError(f"{cls.__name__}(): a field given twice or unknown: {chosen}")
+    return prims.MakeNode(cls, chosen), [*args, *kwargs.values()]
+
+
+def is_replace(value) -> bool:
+    """`dataclasses.replace`."""
+    return value is dataclasses.replace
