@@ -24,6 +24,7 @@ import numpy as np
 from k_transform import runtime as rt
 from k_transform.codegen.naming import Namer, sanitize
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ir.prims import GetItem
 from k_transform.ir.primitive import Primitive
 
 _STANDARD_GLOBALS = {"_rt": rt, "jax": jax, "jnp": jnp, "np": np, "math": math}
@@ -111,23 +112,48 @@ class ModuleEmitter:
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         body_pad = pad + "    "
         live = self.live_nodes(graph)
+        unpacks = _unpackings(graph, live)
+        moved = {id(item) for items, _ in unpacks.values() for item in items.values()}
         defined_children: set[int] = set()
-        last_line = None
+        comment = _Comments(graph.kind == "bprop", self.comments)
         for node in graph.nodes:
-            if id(node) not in live:
+            if id(node) not in live or id(node) in moved:
                 continue
             lines += self.emit_children(graph, node.inputs, defined_children, namer, names, depth)
-            if self.comments and node.debug.line and node.debug.line != last_line:
-                last_line = node.debug.line
-                src = node.debug.source_line.strip()
-                lines.append(body_pad + f"# line {node.debug.line}: {src}".rstrip())
-            target = self._name_node(node, namer, names)
+            lines += [body_pad + c for c in comment.before(node)]
             expr = self.expression(node, names, namer)
-            lines.append(body_pad + _statement(f"{target} = {expr}"))
+            lines += [body_pad + line for line in self._assign(node, expr, unpacks, namer, names)]
         out = graph.output
         lines += self.emit_children(graph, [out], defined_children, namer, names, depth)
         lines.append(body_pad + _statement(f"return {self.atom(out, names, namer)}"))
         return lines
+
+    def _assign(self, node: Apply, expr: str, unpacks: dict, namer, names) -> list[str]:
+        """`name = expr`, or the tuple unpacked into the names of its items
+        (`a, _, b = expr`), and so on for items that are tuples themselves."""
+        items, whole = unpacks.get(id(node), (None, True))
+        if items is None:
+            return [_statement(f"{self._name_node(node, namer, names)} = {expr}")]
+        unpacked = self._unpack_target(node, items, namer, names)
+        if whole:  # the tuple is used as a whole too
+            target = self._name_node(node, namer, names)
+            lines = [_statement(f"{target} = {expr}"), _statement(f"{unpacked} = {target}")]
+        else:
+            lines = [_statement(f"{unpacked} = {expr}")]
+        for k in sorted(items):
+            item = items[k]
+            if id(item) in unpacks:
+                lines += self._assign(item, names[id(item)], unpacks, namer, names)[1:]
+        return lines
+
+    def _unpack_target(self, node: Apply, items: dict[int, Apply], namer, names) -> str:
+        """`a, _, b` (or `a, _, b, *_` when the length is unknown) for a tuple
+        whose items are read only by constant index."""
+        n = node.tuple_arity if node.tuple_arity > 0 else max(items) + 1
+        parts = [self._name_node(items[k], namer, names) if k in items else "_" for k in range(n)]
+        if node.tuple_arity < 0:
+            parts.append("*_")
+        return ", ".join(parts) + ("," if len(parts) == 1 else "")
 
     def emit_children(self, graph, nodes, defined: set, namer, names, depth) -> list[str]:
         """Nested defs for the graphs of `graph` that `nodes` need, not yet emitted."""
@@ -143,6 +169,9 @@ class ModuleEmitter:
     def _name_node(self, node: Node, namer: Namer, names: dict[int, str]) -> str:
         if id(node) not in names:
             base = node.name if isinstance(node, Parameter) else node.debug.name
+            of = node.sens_of
+            if of is not None and id(of) in names and (of.debug.name or isinstance(of, Parameter)):
+                base = "d_" + names[id(of)]  # the gradient of exactly that name
             names[id(node)] = namer.fresh(base) if base else namer.temp()
         return names[id(node)]
 
@@ -173,13 +202,18 @@ class ModuleEmitter:
                 self.copies[value.uid] = self.module_names.fresh(value.name)
                 self.pending.append(value)
             return self.copies[value.uid]
-        literal = _literal(value)
-        if literal is not None:
-            return literal
         if getattr(value, "__kt_parameter__", False):
             # Read when the code runs (bound by gradient functions), never baked in.
             return f"{self.ref(rt, '_rt')}.read_param({self.ref(value, value.name)})"
-        return self.ref(value, node.hint)
+        return self.value_source(value, node.hint)
+
+    def value_source(self, value, hint: str = "") -> str:
+        """Source for a constant value: its own spelling (`kt_source`), a
+        literal, or a global name."""
+        if hasattr(value, "kt_source"):
+            return value.kt_source(self)
+        literal = _literal(value)
+        return literal if literal is not None else self.ref(value, hint)
 
     # -- liveness ------------------------------------------------------------------------
     def live_nodes(self, graph: FuncGraph) -> set[int]:
@@ -214,6 +248,70 @@ class ModuleEmitter:
             self._effects[graph.uid] = False  # recursion: assume none
             self._effects[graph.uid] = any(self.has_effect(n) for n in graph.nodes)
         return self._effects[graph.uid]
+
+
+class _Comments:
+    """`# line N: <source>` over the statements of each source line; in a
+    bprop `# grad of line N: <source>`, once per run of statements from that
+    line (statements without a line of their own stay in the current run)."""
+
+    def __init__(self, backward: bool, enabled: bool):
+        self.prefix = "grad of line" if backward else "line"
+        self.enabled = enabled
+        self.last = None
+
+    def before(self, node: Apply) -> list[str]:
+        debug = node.debug
+        if not self.enabled or not debug.line or debug.line == self.last:
+            return []
+        self.last = debug.line
+        return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
+
+
+def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict[int, Apply], bool]]:
+    """Tuples (nodes with a `tuple_arity`) of `graph` read through distinct
+    constant indices by live `getitem`s of `graph`: (index -> item, whether
+    the tuple is used as a whole too)."""
+    uses: dict[int, list[Node]] = {}
+    for g in [graph, *(c for c in graph.reachable() if graph.is_ancestor_of(c))]:
+        for user in g.nodes:
+            for inp in user.inputs:
+                uses.setdefault(id(inp), []).append(user)
+        uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
+    found = {}
+    for node in graph.nodes:
+        if not node.tuple_arity or id(node) not in live:
+            continue
+        items, whole = _index_reads(node, uses.get(id(node), []), live)
+        if items:
+            found[id(node)] = (items, whole)
+    return found
+
+
+def _index_reads(node: Apply, users: list, live: set[int]) -> tuple[dict[int, Apply], bool]:
+    items: dict[int, Apply] = {}
+    whole = False
+    for user in users:
+        if isinstance(user, Apply) and user.graph is node.graph and id(user) not in live:
+            continue  # not emitted
+        index = user.args[1] if isinstance(user, Apply) and len(user.args) == 2 else None
+        ok = (
+            isinstance(user, Apply)
+            and user.graph is node.graph
+            and isinstance(user.fn, Constant)
+            and isinstance(user.fn.value, GetItem)
+            and user.args[0] is node
+            and isinstance(index, Constant)
+            and type(index.value) is int
+            and 0 <= index.value
+            and (node.tuple_arity < 0 or index.value < node.tuple_arity)
+            and index.value not in items
+        )
+        if ok:
+            items[index.value] = user
+        else:
+            whole = True
+    return items, whole
 
 
 def _graph_inputs(node: Apply) -> list[FuncGraph]:
