@@ -23,9 +23,10 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.codegen.naming import Namer, sanitize
+from k_transform.ir.control import Switch
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
-from k_transform.ir.prims import GetItem
 from k_transform.ir.primitive import Primitive
+from k_transform.ir.prims import GetItem, MakeTuple
 
 _STANDARD_GLOBALS = {"_rt": rt, "jax": jax, "jnp": jnp, "np": np, "math": math}
 
@@ -171,8 +172,12 @@ class ModuleEmitter:
             base = node.name if isinstance(node, Parameter) else node.debug.name
             of = node.sens_of
             if of is not None and id(of) in names and (of.debug.name or isinstance(of, Parameter)):
-                base = "d_" + names[id(of)]  # the gradient of exactly that name
-            names[id(node)] = namer.fresh(base) if base else namer.temp()
+                # The gradient of exactly that name, or a temporary.
+                names[id(node)] = namer.exact("d_" + names[id(of)]) or namer.temp()
+            elif base.startswith("d_") and _made_by_transform(node):  # a sensitivity
+                names[id(node)] = namer.exact(base) or namer.temp()
+            else:
+                names[id(node)] = namer.fresh(base) if base else namer.temp()
         return names[id(node)]
 
     def expression(self, node: Apply, names, namer) -> str:
@@ -250,6 +255,10 @@ class ModuleEmitter:
         return self._effects[graph.uid]
 
 
+def _made_by_transform(node: Node) -> bool:
+    return isinstance(node, Apply) and node.graph.kind in ("fprop", "bprop", "transform")
+
+
 class _Comments:
     """`# line N: <source>` over the statements of each source line; in a
     bprop `# grad of line N: <source>`, once per run of statements from that
@@ -280,12 +289,24 @@ def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict[int, A
         uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
     found = {}
     for node in graph.nodes:
+        if not node.tuple_arity:
+            node.tuple_arity = _switch_arity(node)
         if not node.tuple_arity or id(node) not in live:
             continue
         items, whole = _index_reads(node, uses.get(id(node), []), live)
         if items:
             found[id(node)] = (items, whole)
     return found
+
+
+def _switch_arity(node: Apply) -> int:
+    """The number of results of a `switch` whose branches return tuples."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    if not isinstance(fn, Switch) or not isinstance(node.args[1], Constant):
+        return 0
+    out = node.args[1].value.output
+    maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
+    return len(out.args) if isinstance(maker, MakeTuple) else 0
 
 
 def _index_reads(node: Apply, users: list, live: set[int]) -> tuple[dict[int, Apply], bool]:
