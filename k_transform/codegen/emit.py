@@ -7,9 +7,21 @@ referenced as constants become module-level functions. Each `Apply` is one
 assignment `name = <expression>` where the expression comes from the
 primitive's `emit` (or is a call of a function value). Values no output or
 effect needs are not emitted. A `# line N: <source>` comment precedes the
-statements of each user source line. Every statement is built as an `ast`
-node and printed with `ast.unparse`, so the output is valid, formatted and
-byte-identical for the same graph.
+statements of each user source line; in a backward pass (a bprop graph) it
+reads `# grad of line N: <source>`, once per run of statements from that line.
+
+A tuple whose items are read by constant index (a `(result, bprop)` pair, a
+bprop's gradients, the results of a branch or loop: nodes with a
+`tuple_arity`, and `switch`es) is unpacked into the names of its items,
+`out, bprop = f_fprop(x)`, `env, _, d_x, *_ = bp(d)`, never read back as
+`_t5[3]`. A sensitivity (`Node.sens_of`) is named `d_<the name its variable
+got>`, so `d_s_1` is the gradient of `s_1`.
+
+Names come only from the graphs (user names, graph names, numbered
+temporaries per function), never from ids or process-wide counters: every
+statement is built as an `ast` node and printed with `ast.unparse`, so the
+output is valid, formatted and byte-identical for the same graph, whatever
+was transformed before.
 """
 
 from __future__ import annotations
@@ -154,7 +166,7 @@ class ModuleEmitter:
         parts = [self._name_node(items[k], namer, names) if k in items else "_" for k in range(n)]
         if node.tuple_arity < 0:
             parts.append("*_")
-        return ", ".join(parts) + ("," if len(parts) == 1 else "")
+        return f"[{parts[0]}]" if len(parts) == 1 else ", ".join(parts)
 
     def emit_children(self, graph, nodes, defined: set, namer, names, depth) -> list[str]:
         """Nested defs for the graphs of `graph` that `nodes` need, not yet emitted."""

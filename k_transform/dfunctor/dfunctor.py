@@ -12,6 +12,11 @@ the K-value computed in `h_fprop`, read by closure. Its gradient leaves
 `g_bprop` in `env`, a dict from free-variable keys to gradients; `h_bprop`
 takes the entries of its own nodes out of the env it collected (env_get) and
 passes the rest upward. The gradient of a function value *is* its env.
+Keys are text derived from the owning graph and the node's place in it
+(`fv_key`: `'<graph>@<line>:<name>'`), a `kt.Parameter`'s key is
+`param_key(<parameter>)`: generated source never depends on what was
+transformed before. An env that collects nothing is never built: the bprop
+returns the shared `EMPTY_ENV`, and adding to an empty env is the addend.
 
 MapValueObject: a Primitive constant becomes its fprop graph (when it flows
 as a value), a FuncGraph constant becomes K of that graph (memoized, so
@@ -29,6 +34,12 @@ MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
 The backward pass visits only nodes whose sensitivity is non-zero, in reverse
 program order; contributions are summed with `add_grad`. Parameters that
 receive nothing get zeros of their shape and dtype.
+
+For codegen, a node's total sensitivity records the K-value it is the
+gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
+calls for (`(result, bprop)` pairs, bprop results) their `tuple_arity`, so
+they are unpacked by name; both hints carry over when K-graphs are
+transformed again.
 """
 
 from __future__ import annotations

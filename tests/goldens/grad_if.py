@@ -10,7 +10,7 @@ def branch_fprop(x):
     # line 39: if x > 0.0:
     _t1 = x > 0.0
     _t2, bp = _rt.switch(_t1, branch_if39_true_fprop, branch_if39_false_fprop, x, where='<root>/tests/test_codegen_readable.py:39')
-    y, = _t2
+    [y] = _t2
     # line 43: return y * 2.0
     _t3 = y * 2.0
     def branch_bprop(dout):
