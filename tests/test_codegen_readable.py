@@ -343,3 +343,21 @@ def test_backward_comments_name_each_source_line_once_per_run():
     bprop_runs = [c for c in comments if c.startswith("# grad of line")]
     for a, b in zip(bprop_runs, bprop_runs[1:], strict=False):
         assert a != b
+
+
+def branch_and(x):
+    if x > 0.0 and x < 2.0:
+        y = jnp.sin(x) * x
+    else:
+        y = x + 1.0
+    return y * y
+
+
+def test_nested_tuples_unpacked_in_turn_second_order():
+    """K of K of a branch: a pair whose first item is a tuple of results,
+    itself unpacked from its name (regression: its names were never bound)."""
+    gg = kt.grad(kt.grad(branch_and))
+    x = jnp.float32(0.7)
+    want = jax.grad(jax.grad(lambda v: (jnp.sin(v) * v) ** 2))(x)
+    np.testing.assert_allclose(gg(x), want, rtol=1e-5)
+    compile(kt.get_source(gg), "<gg>", "exec")

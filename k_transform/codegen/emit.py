@@ -153,10 +153,18 @@ class ModuleEmitter:
             lines = [_statement(f"{target} = {expr}"), _statement(f"{unpacked} = {target}")]
         else:
             lines = [_statement(f"{unpacked} = {expr}")]
+        return lines + self._unpack_items(items, unpacks, namer, names)
+
+    def _unpack_items(self, items: dict[int, Apply], unpacks: dict, namer, names) -> list[str]:
+        """Items that are tuples themselves, unpacked from their names in turn."""
+        lines = []
         for k in sorted(items):
             item = items[k]
             if id(item) in unpacks:
-                lines += self._assign(item, names[id(item)], unpacks, namer, names)[1:]
+                inner = unpacks[id(item)][0]
+                unpacked = self._unpack_target(item, inner, namer, names)
+                lines.append(_statement(f"{unpacked} = {names[id(item)]}"))
+                lines += self._unpack_items(inner, unpacks, namer, names)
         return lines
 
     def _unpack_target(self, node: Apply, items: dict[int, Apply], namer, names) -> str:
