@@ -361,3 +361,18 @@ def test_nested_tuples_unpacked_in_turn_second_order():
     want = jax.grad(jax.grad(lambda v: (jnp.sin(v) * v) ** 2))(x)
     np.testing.assert_allclose(gg(x), want, rtol=1e-5)
     compile(kt.get_source(gg), "<gg>", "exec")
+
+
+def test_parameter_keys_are_spelled_by_name_not_by_id():
+    w = kt.Parameter(jnp.float32(2.0), name="w")
+
+    def f(x):
+        return jnp.sin(x * w)
+
+    g = kt.grad(f, weights=kt.ParameterTuple([w]))
+    source = kt.get_source(g)
+    assert "param_key(w)" in source and "'param:" not in source
+    x = jnp.float32(0.3)
+    (d_x, (d_w,)) = g(x)
+    np.testing.assert_allclose(d_w, jax.grad(lambda v: jnp.sin(x * v))(jnp.float32(2.0)), rtol=1e-6)
+    np.testing.assert_allclose(d_x, jax.grad(lambda v: jnp.sin(v * 2.0))(x), rtol=1e-6)
