@@ -335,14 +335,33 @@ def test_no_magic_indexing_of_bprop_results_and_no_empty_env():
             assert not calls.get(node.value.id), f"indexed call result: {ast.unparse(node)}"
 
 
-def test_backward_comments_name_each_source_line_once_per_run():
-    source = kt.get_source(kt.grad(closure))
-    comments = [line.strip() for line in source.splitlines() if line.strip().startswith("#")]
-    assert any(c.startswith("# grad of line") for c in comments)
-    assert any(c.startswith("# line") for c in comments)
-    bprop_runs = [c for c in comments if c.startswith("# grad of line")]
-    for a, b in zip(bprop_runs, bprop_runs[1:], strict=False):
-        assert a != b
+def _comments_by_function(source: str) -> dict[str, list[str]]:
+    """The `#` comments directly in each `def` of generated source."""
+    found: dict[str, list[str]] = {}
+    stack: list[tuple[int, str]] = []
+    for line in source.splitlines():
+        text, indent = line.strip(), len(line) - len(line.lstrip())
+        if text.startswith(("def ", "#")):
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+        if text.startswith("def "):
+            stack.append((indent, text[4:].split("(")[0]))
+        elif text.startswith("#") and stack:
+            found.setdefault(stack[-1][1], []).append(text)
+    return found
+
+
+@pytest.mark.parametrize("case", ["closure", "while", "if"])
+def test_backward_comments_once_per_source_line(case):
+    """A bprop says `# grad of line N: <source>` once per source line it
+    differentiates; forward code keeps `# line N: <source>`."""
+    comments = _comments_by_function(kt.get_source(CASES[case][0]()))
+    backward = {f: c for f, c in comments.items() if f.endswith("_bprop")}
+    forward = {f: c for f, c in comments.items() if not f.endswith("_bprop")}
+    assert backward and all(x.startswith("# grad of line ") for c in backward.values() for x in c)
+    assert all(x.startswith("# line ") for c in forward.values() for x in c)
+    for c in backward.values():
+        assert len(c) == len(set(c)), c
 
 
 def branch_and(x):
