@@ -126,7 +126,7 @@ class ModuleEmitter:
         body_pad = pad + "    "
         live = self.live_nodes(graph)
         unpacks = _unpackings(graph, live)
-        moved = {id(item) for items, _ in unpacks.values() for item in items.values()}
+        moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
         defined_children: set[int] = set()
         comment = _Comments(graph.kind == "bprop", self.comments)
         for node in graph.nodes:
@@ -144,10 +144,10 @@ class ModuleEmitter:
     def _assign(self, node: Apply, expr: str, unpacks: dict, namer, names) -> list[str]:
         """`name = expr`, or the tuple unpacked into the names of its items
         (`a, _, b = expr`), and so on for items that are tuples themselves."""
-        items, whole = unpacks.get(id(node), (None, True))
+        items, whole, arity = unpacks.get(id(node), (None, True, 0))
         if items is None:
             return [_statement(f"{self._name_node(node, namer, names)} = {expr}")]
-        unpacked = self._unpack_target(node, items, namer, names)
+        unpacked = self._unpack_target(items, arity, namer, names)
         if whole:  # the tuple is used as a whole too
             target = self._name_node(node, namer, names)
             lines = [_statement(f"{target} = {expr}"), _statement(f"{unpacked} = {target}")]
@@ -161,18 +161,18 @@ class ModuleEmitter:
         for k in sorted(items):
             item = items[k]
             if id(item) in unpacks:
-                inner = unpacks[id(item)][0]
-                unpacked = self._unpack_target(item, inner, namer, names)
+                inner, _, arity = unpacks[id(item)]
+                unpacked = self._unpack_target(inner, arity, namer, names)
                 lines.append(_statement(f"{unpacked} = {names[id(item)]}"))
                 lines += self._unpack_items(inner, unpacks, namer, names)
         return lines
 
-    def _unpack_target(self, node: Apply, items: dict[int, Apply], namer, names) -> str:
+    def _unpack_target(self, items: dict[int, Apply], arity: int, namer, names) -> str:
         """`a, _, b` (or `a, _, b, *_` when the length is unknown) for a tuple
         whose items are read only by constant index."""
-        n = node.tuple_arity if node.tuple_arity > 0 else max(items) + 1
+        n = arity if arity > 0 else max(items) + 1
         parts = [self._name_node(items[k], namer, names) if k in items else "_" for k in range(n)]
-        if node.tuple_arity < 0:
+        if arity < 0:
             parts.append("*_")
         return f"[{parts[0]}]" if len(parts) == 1 else ", ".join(parts)
 
@@ -297,26 +297,39 @@ class _Comments:
         return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
 
 
-def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict[int, Apply], bool]]:
-    """Tuples (nodes with a `tuple_arity`) of `graph` read through distinct
-    constant indices by live `getitem`s of `graph`: (index -> item, whether
-    the tuple is used as a whole too)."""
-    uses: dict[int, list[Node]] = {}
-    for g in [graph, *(c for c in graph.reachable() if graph.is_ancestor_of(c))]:
+def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict, bool, int]]:
+    """Tuples of `graph` (nodes with a `tuple_arity`, `switch`es) read through
+    distinct constant indices by live `getitem`s of `graph`: (index -> item,
+    whether the tuple is used as a whole too, its length or -1)."""
+    uses: dict[int, list[Node | None]] = {}
+    for g in _graph_and_nested(graph):
         for user in g.nodes:
             for inp in user.inputs:
                 uses.setdefault(id(inp), []).append(user)
         uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
     found = {}
     for node in graph.nodes:
-        if not node.tuple_arity:
-            node.tuple_arity = _switch_arity(node)
-        if not node.tuple_arity or id(node) not in live:
+        arity = node.tuple_arity or _switch_arity(node)
+        if not arity or id(node) not in live:
             continue
-        items, whole = _index_reads(node, uses.get(id(node), []), live)
+        items, whole = _index_reads(node, arity, uses.get(id(node), []), live)
         if items:
-            found[id(node)] = (items, whole)
+            found[id(node)] = (items, whole, arity)
     return found
+
+
+def _graph_and_nested(graph: FuncGraph) -> list[FuncGraph]:
+    """`graph` and the graphs nested in it that it or they use."""
+    found: dict[int, FuncGraph] = {graph.uid: graph}
+    todo = [graph]
+    while todo:
+        for node in todo.pop().used_nodes():
+            value = node.value if isinstance(node, Constant) else None
+            if isinstance(value, FuncGraph) and value.uid not in found:
+                if graph.is_ancestor_of(value):
+                    found[value.uid] = value
+                    todo.append(value)
+    return list(found.values())
 
 
 def _switch_arity(node: Apply) -> int:
@@ -329,7 +342,7 @@ def _switch_arity(node: Apply) -> int:
     return len(out.args) if isinstance(maker, MakeTuple) else 0
 
 
-def _index_reads(node: Apply, users: list, live: set[int]) -> tuple[dict[int, Apply], bool]:
+def _index_reads(node: Apply, arity: int, users: list, live: set[int]) -> tuple[dict, bool]:
     items: dict[int, Apply] = {}
     whole = False
     for user in users:
@@ -345,7 +358,7 @@ def _index_reads(node: Apply, users: list, live: set[int]) -> tuple[dict[int, Ap
             and isinstance(index, Constant)
             and type(index.value) is int
             and 0 <= index.value
-            and (node.tuple_arity < 0 or index.value < node.tuple_arity)
+            and (arity < 0 or index.value < arity)
             and index.value not in items
         )
         if ok:
