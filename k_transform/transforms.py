@@ -68,8 +68,10 @@ class _Builder:
     def call(self, fn: Node, *args: Node) -> Node:
         return self.graph.apply(fn, *args)
 
-    def item(self, tup: Node, k: int) -> Node:
-        return self.prim(prims.GetItem(), tup, Constant(k))
+    def item(self, tup: Node, k: int, name: str = "") -> Node:
+        node = self.prim(prims.GetItem(), tup, Constant(k))
+        node.debug = node.debug.named(name)
+        return node
 
     def tuple(self, *items: Node) -> Node:
         return self.prim(prims.MakeTuple(), *items)
@@ -90,7 +92,8 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     b = _Builder(graph)
     inputs = args[: len(names)]
     pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)
-    out, bprop = b.item(pair, 0), b.item(pair, 1)
+    pair.tuple_arity = 2
+    out, bprop = b.item(pair, 0, "out"), b.item(pair, 1, "bprop")
     if spec.sens_param:
         dout = args[-1]
     elif spec.has_aux:
@@ -100,10 +103,14 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
         )
     else:
         dout = b.prim(structural.OnesLike(), out)
+        dout.debug = dout.debug.named("dout")
     grads = b.call(bprop, dout)
+    grads.tuple_arity = len(primal.parameters) + 1
     integers = structural.InputGrad(spec.integer_grads)
-    d_args = [b.prim(integers, b.item(grads, k + 1), x) for k, x in enumerate(inputs)]
-    result = _select(b, spec, b.item(grads, 0), d_args)
+    d_args = [
+        b.prim(integers, b.item(grads, k + 1, f"d_{x.name}"), x) for k, x in enumerate(inputs)
+    ]
+    result = _select(b, spec, b.item(grads, 0, "env"), d_args)
     if spec.with_value:
         result = b.tuple(out, result)
     elif spec.has_aux:

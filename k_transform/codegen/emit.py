@@ -7,9 +7,21 @@ referenced as constants become module-level functions. Each `Apply` is one
 assignment `name = <expression>` where the expression comes from the
 primitive's `emit` (or is a call of a function value). Values no output or
 effect needs are not emitted. A `# line N: <source>` comment precedes the
-statements of each user source line. Every statement is built as an `ast`
-node and printed with `ast.unparse`, so the output is valid, formatted and
-byte-identical for the same graph.
+statements of each user source line; in a backward pass (a bprop graph) it
+reads `# grad of line N: <source>`, once per run of statements from that line.
+
+A tuple whose items are read by constant index (a `(result, bprop)` pair, a
+bprop's gradients, the results of a branch or loop: nodes with a
+`tuple_arity`, and `switch`es) is unpacked into the names of its items,
+`out, bprop = f_fprop(x)`, `env, _, d_x, *_ = bp(d)`, never read back as
+`_t5[3]`. A sensitivity (`Node.sens_of`) is named `d_<the name its variable
+got>`, so `d_s_1` is the gradient of `s_1`.
+
+Names come only from the graphs (user names, graph names, numbered
+temporaries per function), never from ids or process-wide counters: every
+statement is built as an `ast` node and printed with `ast.unparse`, so the
+output is valid, formatted and byte-identical for the same graph, whatever
+was transformed before.
 """
 
 from __future__ import annotations
@@ -111,23 +123,56 @@ class ModuleEmitter:
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         body_pad = pad + "    "
         live = self.live_nodes(graph)
+        unpacks = _unpackings(graph, live)
+        moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
         defined_children: set[int] = set()
-        last_line = None
+        comment = _Comments(graph.kind == "bprop", self.comments)
         for node in graph.nodes:
-            if id(node) not in live:
+            if id(node) not in live or id(node) in moved:
                 continue
             lines += self.emit_children(graph, node.inputs, defined_children, namer, names, depth)
-            if self.comments and node.debug.line and node.debug.line != last_line:
-                last_line = node.debug.line
-                src = node.debug.source_line.strip()
-                lines.append(body_pad + f"# line {node.debug.line}: {src}".rstrip())
-            target = self._name_node(node, namer, names)
+            lines += [body_pad + c for c in comment.before(node)]
             expr = self.expression(node, names, namer)
-            lines.append(body_pad + _statement(f"{target} = {expr}"))
+            lines += [body_pad + line for line in self._assign(node, expr, unpacks, namer, names)]
         out = graph.output
         lines += self.emit_children(graph, [out], defined_children, namer, names, depth)
         lines.append(body_pad + _statement(f"return {self.atom(out, names, namer)}"))
         return lines
+
+    def _assign(self, node: Apply, expr: str, unpacks: dict, namer, names) -> list[str]:
+        """`name = expr`, or the tuple unpacked into the names of its items
+        (`a, _, b = expr`), and so on for items that are tuples themselves."""
+        items, whole, arity = unpacks.get(id(node), (None, True, 0))
+        if items is None:
+            return [_statement(f"{self._name_node(node, namer, names)} = {expr}")]
+        unpacked = self._unpack_target(items, arity, namer, names)
+        if whole:  # the tuple is used as a whole too
+            target = self._name_node(node, namer, names)
+            lines = [_statement(f"{target} = {expr}"), _statement(f"{unpacked} = {target}")]
+        else:
+            lines = [_statement(f"{unpacked} = {expr}")]
+        return lines + self._unpack_items(items, unpacks, namer, names)
+
+    def _unpack_items(self, items: dict[int, Apply], unpacks: dict, namer, names) -> list[str]:
+        """Items that are tuples themselves, unpacked from their names in turn."""
+        lines = []
+        for k in sorted(items):
+            item = items[k]
+            if id(item) in unpacks:
+                inner, _, arity = unpacks[id(item)]
+                unpacked = self._unpack_target(inner, arity, namer, names)
+                lines.append(_statement(f"{unpacked} = {names[id(item)]}"))
+                lines += self._unpack_items(inner, unpacks, namer, names)
+        return lines
+
+    def _unpack_target(self, items: dict[int, Apply], arity: int, namer, names) -> str:
+        """`a, _, b` (or `a, _, b, *_` when the length is unknown) for a tuple
+        whose items are read only by constant index."""
+        n = arity if arity > 0 else max(items) + 1
+        parts = [self._name_node(items[k], namer, names) if k in items else "_" for k in range(n)]
+        if arity < 0:
+            parts.append("*_")
+        return f"[{parts[0]}]" if len(parts) == 1 else ", ".join(parts)
 
     def emit_children(self, graph, nodes, defined: set, namer, names, depth) -> list[str]:
         """Nested defs for the graphs of `graph` that `nodes` need, not yet emitted."""
@@ -143,7 +188,14 @@ class ModuleEmitter:
     def _name_node(self, node: Node, namer: Namer, names: dict[int, str]) -> str:
         if id(node) not in names:
             base = node.name if isinstance(node, Parameter) else node.debug.name
-            names[id(node)] = namer.fresh(base) if base else namer.temp()
+            of = node.sens_of
+            if of is not None and id(of) in names and (of.debug.name or isinstance(of, Parameter)):
+                # The gradient of exactly that name, or a temporary.
+                names[id(node)] = namer.exact("d_" + names[id(of)]) or namer.temp()
+            elif base.startswith("d_") and _made_by_transform(node):  # a sensitivity
+                names[id(node)] = namer.exact(base) or namer.temp()
+            else:
+                names[id(node)] = namer.fresh(base) if base else namer.temp()
         return names[id(node)]
 
     def expression(self, node: Apply, names, namer) -> str:
@@ -173,13 +225,18 @@ class ModuleEmitter:
                 self.copies[value.uid] = self.module_names.fresh(value.name)
                 self.pending.append(value)
             return self.copies[value.uid]
-        literal = _literal(value)
-        if literal is not None:
-            return literal
         if getattr(value, "__kt_parameter__", False):
             # Read when the code runs (bound by gradient functions), never baked in.
             return f"{self.ref(rt, '_rt')}.read_param({self.ref(value, value.name)})"
-        return self.ref(value, node.hint)
+        return self.value_source(value, node.hint)
+
+    def value_source(self, value, hint: str = "") -> str:
+        """Source for a constant value: its own spelling (`kt_source`), a
+        literal, or a global name."""
+        if hasattr(value, "kt_source"):
+            return value.kt_source(self)
+        literal = _literal(value)
+        return literal if literal is not None else self.ref(value, hint)
 
     # -- liveness ------------------------------------------------------------------------
     def live_nodes(self, graph: FuncGraph) -> set[int]:
@@ -214,6 +271,95 @@ class ModuleEmitter:
             self._effects[graph.uid] = False  # recursion: assume none
             self._effects[graph.uid] = any(self.has_effect(n) for n in graph.nodes)
         return self._effects[graph.uid]
+
+
+def _made_by_transform(node: Node) -> bool:
+    return isinstance(node, Apply) and node.graph.kind in ("fprop", "bprop", "transform")
+
+
+class _Comments:
+    """`# line N: <source>` over the statements of each source line; in a
+    bprop `# grad of line N: <source>`, once per run of statements from that
+    line (statements without a line of their own stay in the current run)."""
+
+    def __init__(self, backward: bool, enabled: bool):
+        self.prefix = "grad of line" if backward else "line"
+        self.enabled = enabled
+        self.last = None
+
+    def before(self, node: Apply) -> list[str]:
+        debug = node.debug
+        if not self.enabled or not debug.line or debug.line == self.last:
+            return []
+        self.last = debug.line
+        return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
+
+
+def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict, bool, int]]:
+    """Tuples of `graph` (nodes with a `tuple_arity`, `switch`es) read through
+    distinct constant indices by live `getitem`s of `graph`: (index -> item,
+    whether the tuple is used as a whole too, its length or -1)."""
+    uses: dict[int, list[Node | None]] = {}
+    for g in _graph_and_nested(graph):
+        for user in g.nodes:
+            for inp in user.inputs:
+                uses.setdefault(id(inp), []).append(user)
+        uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
+    found = {}
+    for node in graph.nodes:
+        arity = node.tuple_arity or _result_arity(node)
+        if not arity or id(node) not in live:
+            continue
+        items, whole = _index_reads(node, arity, uses.get(id(node), []), live)
+        if items:
+            found[id(node)] = (items, whole, arity)
+    return found
+
+
+def _graph_and_nested(graph: FuncGraph) -> list[FuncGraph]:
+    """`graph` and the graphs nested in it that it or they use."""
+    found: dict[int, FuncGraph] = {graph.uid: graph}
+    todo = [graph]
+    while todo:
+        for node in todo.pop().used_nodes():
+            value = node.value if isinstance(node, Constant) else None
+            if isinstance(value, FuncGraph) and value.uid not in found:
+                if graph.is_ancestor_of(value):
+                    found[value.uid] = value
+                    todo.append(value)
+    return list(found.values())
+
+
+def _result_arity(node: Apply) -> int:
+    """How many results a primitive gives as a tuple (a `switch` of tuples), or 0."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    return fn.result_arity(node.args) if isinstance(fn, Primitive) else 0
+
+
+def _index_reads(node: Apply, arity: int, users: list, live: set[int]) -> tuple[dict, bool]:
+    items: dict[int, Apply] = {}
+    whole = False
+    for user in users:
+        if isinstance(user, Apply) and user.graph is node.graph and id(user) not in live:
+            continue  # not emitted
+        index = user.args[1] if isinstance(user, Apply) and len(user.args) == 2 else None
+        ok = (
+            isinstance(user, Apply)
+            and user.graph is node.graph
+            and isinstance(user.fn, Constant)
+            and getattr(user.fn.value, "reads_item", False)
+            and user.args[0] is node
+            and isinstance(index, Constant)
+            and type(index.value) is int
+            and 0 <= index.value
+            and (arity < 0 or index.value < arity)
+            and index.value not in items
+        )
+        if ok:
+            items[index.value] = user
+        else:
+            whole = True
+    return items, whole
 
 
 def _graph_inputs(node: Apply) -> list[FuncGraph]:

@@ -3,7 +3,10 @@
 User names are kept; a clash gets a numeric suffix (`x`, `x_1`, `x_2`);
 unnamed intermediate values are numbered temporaries (`_t1`, `_t2`); graphs
 made by a transform are `<fn>_fprop` / `<fn>_bprop`; sensitivities are
-`d_<name>`. The same input always gives the same names.
+`d_<name>`, the gradient of exactly the variable named `<name>` (a
+sensitivity whose `d_<name>` is taken is a temporary instead, never a
+suffixed `d_<name>_1`, which would name the gradient of `<name>_1`). The same
+input always gives the same names.
 """
 
 from __future__ import annotations
@@ -56,6 +59,14 @@ class Namer:
             k += 1
             name = f"{base}_{k}"
         self.next_suffix[base] = k + 1
+        return self._take(name)
+
+    def exact(self, name: str) -> str | None:
+        """`name` itself if it is free here, else None (no suffix: a
+        sensitivity `d_x` suffixed to `d_x_1` would read as that of `x_1`)."""
+        name = sanitize(name)
+        if not self._is_free(name) or name in self.locals_seen:
+            return None
         return self._take(name)
 
     def temp(self) -> str:

@@ -123,6 +123,7 @@ class _LoopK:
         loop = self.kind(n + each + 1, self.ctl.where, grads=self.ctl.attrs.get("grads", False))
         stack0 = self.prim(g, control.StackNew())
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
+        res.tuple_arity = -1  # codegen unpacks the carries by name
         final = self.tuple(g, *(self.item(g, res, j) for j in range(n)))
         bprop = self.backward(g, self.item(g, res, n + each), fixed, inv)
         g.output = self.tuple(g, final, Constant(bprop, hint=bprop.name))
@@ -134,7 +135,7 @@ class _LoopK:
         bp = FuncGraph(f"{self.graph.name}_bprop", g, self.debug, "bprop")
         dout = bp.add_parameter("dout")
         seq = fixed[:each]
-        env0 = self.prim(bp, prims.MakeDict())
+        env0 = Constant(structural.EMPTY_ENV, hint="EMPTY_ENV")
         d_carry = [self.item(bp, dout, j) for j in range(n)]
         d_inv = [self.prim(bp, structural.ZerosLike(), x) for x in inv]
         d_seq = [self.prim(bp, structural.ZerosLike(), s) for s in seq]
@@ -148,11 +149,14 @@ class _LoopK:
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
         popped = self.prim(body, control.StackPop(), st, Constant(None))
+        popped.tuple_arity = 2
         item, rest = self.item(body, popped, 0), self.item(body, popped, 1)
         heads = [self.item(body, item, k) for k in range(h)]
         cr = [self.item(body, item, h + each + j) for j in range(n)]
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
+        pair.tuple_arity = 2
         grads = body.apply(self.item(body, pair, 1), self.tuple(body, *dc), debug=self.debug)
+        grads.tuple_arity = -1
         new_env = self.prim(body, structural.AddGrad(), env, self.item(body, grads, 0))
         new_dc = [self.item(body, grads, 1 + h + j) for j in range(n)]
         new_di = [
@@ -171,6 +175,7 @@ class _LoopK:
             n_acc + 1, self.ctl.where, grads=True
         )
         res = self.prim(bp, loop, *loop_fixed, env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq)
+        res.tuple_arity = -1
         d_fixed = [Constant(None)] * self.n_fixed
         if each:
             d_fixed[0] = self.item(bp, res, n_acc - 1)

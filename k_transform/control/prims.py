@@ -24,8 +24,10 @@ from __future__ import annotations
 from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.control import runtime as ctl
+from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.base import RuntimeCall
+from k_transform.ops.python import MakeTuple
 from k_transform.runtime import stack as rs
 
 
@@ -84,6 +86,13 @@ class Switch(ControlPrimitive):
 
     def __init__(self, where: str = ""):
         super().__init__("switch", where=where)
+
+    def result_arity(self, args) -> int:
+        """Branches that return a tuple literal: its length."""
+        graph = args[1].value if isinstance(args[1], Constant) else None
+        out = graph.output if isinstance(graph, FuncGraph) else None
+        maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
+        return len(out.args) if isinstance(maker, MakeTuple) else 0
 
     def graph_arity(self, slot, n_args):
         return n_args - 3

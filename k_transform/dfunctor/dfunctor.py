@@ -12,6 +12,11 @@ the K-value computed in `h_fprop`, read by closure. Its gradient leaves
 `g_bprop` in `env`, a dict from free-variable keys to gradients; `h_bprop`
 takes the entries of its own nodes out of the env it collected (env_get) and
 passes the rest upward. The gradient of a function value *is* its env.
+Keys are text derived from the owning graph and the node's place in it
+(`fv_key`: `'<graph>@<line>:<name>'`), a `kt.Parameter`'s key is
+`param_key(<parameter>)`: generated source never depends on what was
+transformed before. An env that collects nothing is never built: the bprop
+returns the shared `EMPTY_ENV`, and adding to an empty env is the addend.
 
 MapValueObject: a Primitive constant becomes its fprop graph (when it flows
 as a value), a FuncGraph constant becomes K of that graph (memoized, so
@@ -29,6 +34,12 @@ MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
 The backward pass visits only nodes whose sensitivity is non-zero, in reverse
 program order; contributions are summed with `add_grad`. Parameters that
 receive nothing get zeros of their shape and dtype.
+
+For codegen, a node's total sensitivity records the K-value it is the
+gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
+calls for (`(result, bprop)` pairs, bprop results) their `tuple_arity`, so
+they are unpacked by name; both hints carry over when K-graphs are
+transformed again.
 """
 
 from __future__ import annotations
@@ -49,8 +60,9 @@ from k_transform.ops.mapping import primitive_for_value
 
 _functors: dict[int, DFunctor] = {}
 _prim_fprops: dict[Primitive, FuncGraph] = {}
-_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_key_counts: dict[str, int] = {}
+_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> env key
+_labels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> key prefix
+_label_owners: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def k_graph(graph: FuncGraph) -> FuncGraph:
@@ -71,18 +83,47 @@ def _functor(graph: FuncGraph, parent: DFunctor | None) -> DFunctor:
 
 
 def fv_key(node: Node) -> str:
-    """The env key of a node that is a free variable somewhere (stable text)."""
+    """The env key of a node that is a free variable somewhere.
+
+    Derived from the owning graph and the node's place in it, never from
+    what was transformed before: `<graph>@<line>:<name>`, with `#k` for the
+    k-th earlier node of that graph carrying the same name.
+    """
     if node not in _keys:
-        name = getattr(node, "name", "") or node.debug.name or "v"
-        base = f"{node.graph.name}:{name}"
-        count = _key_counts.get(base, 0)
-        _key_counts[base] = count + 1
-        _keys[node] = base if count == 0 else f"{base}#{count}"
+        graph = node.graph
+        name = _key_name(node)
+        same = [n for n in [*graph.parameters, *graph.nodes] if _key_name(n) == name]
+        position = next((k for k, n in enumerate(same) if n is node), 0)
+        suffix = f"#{position}" if position else ""
+        _keys[node] = f"{_graph_label(graph)}:{name}{suffix}"
     return _keys[node]
 
 
-def param_key(param) -> str:
-    return f"param:{param.name}:{param.uid}"
+def _key_name(node: Node) -> str:
+    return getattr(node, "name", "") or node.debug.name or "v"
+
+
+def _graph_label(graph: FuncGraph) -> str:
+    """`<name>@<line>`, unique among live graphs: a same-named graph defined
+    at the same line (another file) adds its file, a copy a number."""
+    if graph not in _labels:
+        debug = graph.debug
+        base = f"{graph.name}@{debug.line}" if debug.line else graph.name
+        candidates = [base, f"{base}@{debug.file}"]
+        label = next((c for c in candidates if _label_owners.get(c) is None), "")
+        copy = 1
+        while not label:
+            label = f"{candidates[1]}~{copy}"
+            label = "" if _label_owners.get(label) is not None else label
+            copy += 1
+        _label_owners[label] = graph
+        _labels[graph] = label
+    return _labels[graph]
+
+
+def param_key(param) -> structural.ParamKey:
+    """The env key of a `kt.Parameter`'s gradient (shown as `param_key(<name>)`)."""
+    return structural.ParamKey(param)
 
 
 def _is_param(value) -> bool:
@@ -107,7 +148,7 @@ class DFunctor:
         self.k: dict[int, Node] = {}  # primal node -> its K-value in fprop
         self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
         self.sens: dict[int, list[Node]] = {}
-        self.env: Node | None = None  # the env being collected in bprop
+        self.env: Node | None = None  # the env being collected in bprop (None: empty)
         self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop
 
     # -- forward ------------------------------------------------------------
@@ -179,6 +220,7 @@ class DFunctor:
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
         if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
+            self._copy_hints(node)
             return
         elif isinstance(fn, ControlPrimitive):
             # Graph slots: K-graphs where the gradient needs them, else primal.
@@ -196,13 +238,27 @@ class DFunctor:
                 )
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
+        pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
+        self._copy_hints(node)
+        if isinstance(fn, ControlPrimitive):  # the tuple of results of a branch or loop
+            self.k[id(node)].tuple_arity = _control_arity(fn, node)
         self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
+
+    def _copy_hints(self, node: Apply) -> None:
+        """Codegen hints of a primal node, carried to its K-value."""
+        knode = self.k[id(node)]
+        knode.tuple_arity = node.tuple_arity
+        if node.sens_of is not None:
+            owner = self
+            while owner is not None and owner.primal is not node.sens_of.graph:
+                owner = owner.parent
+            knode.sens_of = owner.k.get(id(node.sens_of)) if owner is not None else None
 
     # -- backward -----------------------------------------------------------------------
     def backward(self) -> None:
         dout = self.bprop.add_parameter("dout")
-        self.env = self.bprop.apply(_const(prims.MakeDict()))
+        self.env = None
         captured = self._captured_nodes()
         self.contribute(self.primal.output, dout)
         for node in reversed(self.primal.nodes):
@@ -215,7 +271,8 @@ class DFunctor:
             if d is None:
                 d = self.bprop.apply(_const(structural.ZerosLike()), self.k[id(p)])
             grads.append(d)
-        self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), self.env, *grads)
+        env = self.env if self.env is not None else Constant(structural.EMPTY_ENV, hint="EMPTY_ENV")
+        self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), env, *grads)
 
     def _captured_nodes(self) -> set[int]:
         """Nodes of the primal graph that closures read (their sens is in env)."""
@@ -226,7 +283,7 @@ class DFunctor:
 
     def total_sens(self, node: Node, captured: set[int]) -> Node | None:
         parts = list(self.sens.get(id(node), []))
-        if id(node) in captured:
+        if id(node) in captured and self.env is not None:
             key = fv_key(node)
             got = self.bprop.apply(_const(structural.EnvGet(key)), self.env, self.k[id(node)])
             self.env = self.bprop.apply(_const(structural.EnvDel(key)), self.env)
@@ -236,8 +293,11 @@ class DFunctor:
         total = parts[0]
         for part in parts[1:]:
             total = self.bprop.apply(_const(structural.AddGrad()), total, part)
-        if isinstance(total, Apply) and node.debug.name:
-            total.debug = node.debug.named(f"d_{node.debug.name}")
+        if isinstance(total, Apply):
+            # Named after the variable as codegen names it (`d_s_1` for `s_1`).
+            line_of = node if len(parts) > 1 else total
+            total.debug = line_of.debug.named(f"d_{node.debug.name}" if node.debug.name else "")
+            total.sens_of = self.k[id(node)]
         return total
 
     def contribute(self, node: Node, grad: Node) -> None:
@@ -261,13 +321,17 @@ class DFunctor:
         self.add_to_env(entry)
 
     def add_to_env(self, env_part: Node) -> None:
-        self.env = self.bprop.apply(_const(structural.AddGrad()), self.env, env_part)
+        if self.env is None:
+            self.env = env_part
+        else:
+            self.env = self.bprop.apply(_const(structural.AddGrad()), self.env, env_part)
 
     def backprop(self, node: Apply, d: Node) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         if id(node) in self.bp:
-            result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug)
-            d_fn = self._item(self.bprop, result, 0, node.debug)
+            result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug.named(""))
+            result.tuple_arity = len(fn.parameters) + 1 if isinstance(fn, FuncGraph) else -1
+            d_fn = self._item(self.bprop, result, 0, node.debug.named(_env_name(node.fn)))
             if isinstance(fn, (FuncGraph, ControlPrimitive)):
                 self.add_to_env(d_fn)
             else:
@@ -275,7 +339,8 @@ class DFunctor:
             for k, arg in enumerate(node.args):
                 index = fn.grad_index(k) if isinstance(fn, ControlPrimitive) else k + 1
                 if index is not None:
-                    self.contribute(arg, self._item(self.bprop, result, index, node.debug))
+                    item = self._item(self.bprop, result, index, node.debug.named(""))
+                    self.contribute(arg, item)
             return
         self.backprop_primitive(node, fn, d)
 
@@ -309,6 +374,22 @@ class DFunctor:
     @staticmethod
     def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
+
+
+def _control_arity(fn: ControlPrimitive, node: Apply) -> int:
+    """How many results a branch or loop returns (-1: not known here)."""
+    if isinstance(fn, Switch):
+        out = node.args[1].value.output
+        maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
+        if isinstance(maker, prims.MakeTuple):
+            return len(out.args)
+    return -1
+
+
+def _env_name(fn: Node) -> str:
+    """The name of the gradient of a called function value: its env."""
+    name = fn.hint if isinstance(fn, Constant) else fn.debug.name
+    return f"env_{name.split('.')[-1]}" if name else "env"
 
 
 def _const(prim: Primitive) -> Constant:

@@ -50,10 +50,19 @@ NO_DEBUG = DebugInfo()
 
 
 class Node:
-    """A node of the IR. `graph` is the owner (None for constants)."""
+    """A node of the IR. `graph` is the owner (None for constants).
+
+    Two hints for code generation, set by transforms: `sens_of` on a
+    sensitivity names the node it is the gradient of (emitted `d_<its name>`);
+    `tuple_arity` on a node known to be a tuple (a `(result, bprop)` pair, a
+    bprop's gradients) is its length, -1 when unknown, so its items can be
+    unpacked by name.
+    """
 
     graph: FuncGraph | None = None
     debug: DebugInfo = NO_DEBUG
+    sens_of: Node | None = None
+    tuple_arity: int = 0
 
 
 class Parameter(Node):

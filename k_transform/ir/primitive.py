@@ -21,6 +21,7 @@ class Primitive:
     effectful = False
     n_inputs: int | None = None
     graph_slots: tuple[int, ...] = ()  # inputs that must be FuncGraphs (control flow)
+    reads_item = False  # `x[k]`: codegen may unpack the tuples read this way
     name = ""
     attrs: dict = {}
 
@@ -48,6 +49,10 @@ class Primitive:
     def graph_arity(self, slot: int, n_args: int) -> int:
         """How many parameters the graph at input `slot` takes, given `n_args` inputs."""
         raise NotImplementedError(f"{self.name} takes no graphs")
+
+    def result_arity(self, args: list) -> int:
+        """How many results it returns as a tuple, when known from `args` (else 0)."""
+        return 0
 
     def subgraphs(self) -> list:
         """FuncGraphs this primitive runs (beyond its inputs)."""

@@ -127,6 +127,7 @@ class GetItem(Primitive):
     """`x[i]` for arrays, tuples, lists and dicts."""
 
     n_inputs = 2
+    reads_item = True
 
     def __init__(self):
         super().__init__("getitem")

@@ -72,6 +72,25 @@ class AddGrad(RuntimeCall):
         super().__init__("add_grad")
 
 
+class ParamKey(str):
+    """The env key of a `kt.Parameter` (its name and a process-unique id).
+
+    Generated code spells it `param_key(<parameter>)`, so the text does not
+    depend on the id.
+    """
+
+    def __new__(cls, param):
+        key = super().__new__(cls, f"param:{param.name}:{param.uid}")
+        key.param = param
+        return key
+
+    def kt_source(self, e) -> str:
+        return f"{e.ref(ParamKey, 'param_key')}({e.ref(self.param, self.param.name)})"
+
+
+EMPTY_ENV: dict = {}  # the env of a bprop that collects nothing (never mutated)
+
+
 class EnvGet(RuntimeCall):
     """`env[key]`, or zeros like the second input when the key is absent."""
 
@@ -85,7 +104,8 @@ class EnvGet(RuntimeCall):
         return rt.env_get(env, self.key, like)
 
     def emit(self, e, args):
-        return f"{e.ref(rt, '_rt')}.env_get({args[0]}, {self.key!r}, {args[1]})"
+        key = e.value_source(self.key)
+        return f"{e.ref(rt, '_rt')}.env_get({args[0]}, {key}, {args[1]})"
 
 
 class EnvDel(RuntimeCall):
@@ -97,6 +117,9 @@ class EnvDel(RuntimeCall):
 
     def extra(self):
         return [self.key]
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.env_del({args[0]}, {e.value_source(self.key)})"
 
 
 class CheckGrad(RuntimeCall):
