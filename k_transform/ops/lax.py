@@ -76,10 +76,10 @@ class LaxPrimitive(Primitive):
 
     def emit(self, e, args):
         name = self.prim.name.replace("-", "_")
-        call = f"{e.ref(self.prim, f'lax_{name}_p')}.bind({', '.join(args)}"
+        parts = list(args)
         if self.params:
-            call += f", **{e.ref(self.param_dict(), f'{name}_params')}"
-        call += ")"
+            parts.append(f"**{e.ref(self.param_dict(), f'{name}_params')}")
+        call = f"{e.ref(self.prim, f'lax_{name}_p')}.bind({', '.join(parts)})"
         return f"tuple({call})" if self.multiple_results else call
 
     def param_dict(self) -> dict:
@@ -113,3 +113,14 @@ def jax_primitive(name: str):
 def lax_op(name: str, in_avals, **params) -> LaxPrimitive:
     """A LaxPrimitive for rules: `lax_op("cumsum", [aval], axis=0, reverse=True)`."""
     return LaxPrimitive(jax_primitive(name), params, tuple(in_avals))
+
+
+def traced_op(name: str, fn, in_avals) -> LaxPrimitive:
+    """The `name` primitive that `fn` lowers to at `in_avals`, with the parameters
+    JAX fills in (`scatter-add`'s update jaxpr): rules build gathers and scatters
+    this way, so their structured parameters never pass through generated code."""
+    structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
+    eqns = [e for e in jax.make_jaxpr(fn)(*structs).jaxpr.eqns if e.primitive.name == name]
+    if len(eqns) != 1:
+        raise KTransformError(f"internal: expected one `{name}` in the trace of {fn}")
+    return LaxPrimitive(eqns[0].primitive, dict(eqns[0].params), tuple(in_avals))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from k_transform.errors import KTransformError
-from k_transform.ops.lax import lax_op
+from k_transform.ops.lax import lax_op, traced_op
 from k_transform.ops.lax_rules import _inexact, _no_gradient, lax_rule
 
 
@@ -215,13 +215,22 @@ def _gather(p):
         operand_batching_dims=dn.operand_batching_dims,
         scatter_indices_batching_dims=dn.start_indices_batching_dims,
     )
-    sorted_, unique, mode = q["indices_are_sorted"], q["unique_indices"], q["mode"]
+
+    def scatter(x, indices, updates):
+        return jax.lax.scatter_add(
+            x,
+            indices,
+            updates,
+            scatter_dn,
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
+        )
+
+    add = traced_op("scatter-add", scatter, [*p.in_avals, p.out_avals()])
 
     def bprop(x, indices, out, dout):
-        dx = jax.lax.scatter_add(
-            jnp.zeros_like(x), indices, dout, scatter_dn, sorted_, unique, mode
-        )
-        return dx, None
+        return add(jnp.zeros_like(x), indices, dout), None
 
     return bprop
 
@@ -244,26 +253,20 @@ def _scatter_add(p):
         operand_batching_dims=dn.operand_batching_dims,
         start_indices_batching_dims=dn.scatter_indices_batching_dims,
     )
-    sizes, sorted_, unique, mode = (
-        tuple(slice_sizes),
-        q["indices_are_sorted"],
-        q["unique_indices"],
-        q["mode"],
-    )
 
-    def bprop(x, indices, updates, out, dout):
-        d_updates = jax.lax.gather(
-            dout,
+    def gather(x, indices):
+        return jax.lax.gather(
+            x,
             indices,
             gather_dn,
-            sizes,
-            unique_indices=unique,
-            indices_are_sorted=sorted_,
-            mode=mode,
+            tuple(slice_sizes),
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
         )
-        return dout, None, d_updates
 
-    return bprop
+    pick = traced_op("gather", gather, p.in_avals[:2])
+    return lambda x, indices, updates, out, dout: (dout, None, pick(dout, indices))
 
 
 # -- sort ---------------------------------------------------------------------------------
