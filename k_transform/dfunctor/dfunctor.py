@@ -39,12 +39,12 @@ from __future__ import annotations
 import weakref
 
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.codegen.compile import compile_graph
 from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
-from k_transform.codegen.compile import compile_graph
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node

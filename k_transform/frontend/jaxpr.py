@@ -45,8 +45,7 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from k_transform.errors import KTransformError
-from k_transform.ir.nodes import DebugInfo, Constant, FuncGraph, Node
-from k_transform.ops import lax_shape_rules  # noqa: F401 - registers the shape rules
+from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.lax import LaxPrimitive
 

@@ -796,7 +796,9 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return self.apply(adapted[0], *adapted[1], node=e)
         hint = callee.hint or getattr(value, "__name__", "fn")
         twin = numpy_twin(value)  # np.multiply on traced values runs as jnp.multiply
-        if twin is not value and not all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+        if twin is not value and not all(
+            isinstance(a, Constant) for a in [*args, *kwargs.values()]
+        ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)

@@ -11,7 +11,9 @@ operators, `sum_to`, other `LaxPrimitive`s), so the parser reads it and the
 DFunctor differentiates it again (second order, jvp).
 
 Lax binary operations broadcast rank-0 operands (weak-typed literals), hence
-`sum_to` on their gradients. Integer inputs get None (no gradient).
+`sum_to` on their gradients. Integer inputs get None (no gradient), and so
+does every input of a primitive whose results are all integers or booleans
+(index arithmetic: its sensitivity may be None at run time).
 
 Knowingly unsupported (the getter raises a KTransformError naming the lax
 primitive): control flow inside a jaxpr (`while`, `cond`, `scan`: issue 13
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -52,6 +53,9 @@ def get_bprop_lax(self):
             f"cannot differentiate the lax primitive `{self.prim.name}`: k_transform has no "
             "gradient rule for it (see k_transform/ops/lax_rules.py for what is supported)"
         )
+    outs = self.out_avals()
+    if not any(_inexact(a) for a in (outs if self.multiple_results else [outs])):
+        return _no_gradient(self)  # integer and boolean results (index arithmetic)
     return getter(self)
 
 
@@ -246,16 +250,6 @@ def d_erf_inv(x, out):
     return math.sqrt(math.pi) / 2.0 * jnp.exp(out * out)
 
 
-@derivative("lgamma")
-def d_lgamma(x, out):
-    return jax.scipy.special.digamma(x)
-
-
-@derivative("digamma")
-def d_digamma(x, out):
-    return jax.scipy.special.polygamma(1, x)
-
-
 def _unary(derivative):
     def get(p):
         def bprop(x, out, dout):
@@ -364,25 +358,54 @@ def _max_min(p):
     return bprop
 
 
+@lax_rule("lgamma")
+def _lgamma(p):
+    digamma = lax_op("digamma", p.in_avals)
+    return lambda x, out, dout: (dout * digamma(x),)
+
+
+@lax_rule("digamma")
+def _digamma(p):
+    polygamma = lax_op("polygamma", [p.in_avals[0], p.in_avals[0]])
+    one = np.ones(p.in_avals[0][0], p.in_avals[0][1])
+    return lambda x, out, dout: (dout * polygamma(one, x),)
+
+
 @lax_rule("polygamma")
 def _polygamma(p):
+    polygamma = lax_op("polygamma", p.in_avals)
+
     def bprop(m, x, out, dout):
-        return None, dout * jax.scipy.special.polygamma(m + 1, x)
+        return None, dout * polygamma(m + 1.0, x)
 
     return bprop
 
 
 @lax_rule("select_n")
 def _select_n(p):
-    def bprop(xs, out, dout):
-        pred = xs[0]
-        zero = jnp.zeros_like(dout)
-        grads = (None,)
-        for k in range(1, len(xs)):
-            grads = grads + (sum_to(jnp.where(pred == k - 1, dout, zero), xs[k]),)
-        return grads
+    if len(p.in_avals) == 3:  # a boolean predicate: case 0 where False
 
-    return bprop
+        def bprop(xs, out, dout):
+            zero = jnp.zeros_like(dout)
+            pred = xs[0]
+            return (
+                None,
+                sum_to(jnp.where(pred, zero, dout), xs[1]),
+                sum_to(jnp.where(pred, dout, zero), xs[2]),
+            )
+
+        return bprop
+    picks = tuple(range(len(p.in_avals) - 1))
+
+    def bprop_n(xs, out, dout):
+        zero = jnp.zeros_like(dout)
+        pred = xs[0]
+        grads = [
+            sum_to(jnp.where(pred == k, dout, zero), x) for k, x in zip(picks, xs[1:], strict=True)
+        ]
+        return (None,) + tuple(grads)
+
+    return bprop_n
 
 
 @lax_rule("clamp")

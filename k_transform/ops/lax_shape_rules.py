@@ -144,7 +144,7 @@ def _slice(p):
 
 @lax_rule("pad")
 def _pad(p):
-    (shape, dtype), config = p.in_avals[0], p.param["padding_config"]
+    dtype, config = p.in_avals[0][1], p.param["padding_config"]
     out_shape = p.out_avals()[0]
     unpad_config = tuple((-lo, -hi, 0) for lo, hi, _ in config)
     unpad = lax_op("pad", [(out_shape, dtype), ((), dtype)], padding_config=unpad_config)
