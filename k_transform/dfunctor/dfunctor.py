@@ -187,7 +187,8 @@ class DFunctor:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
         if prims.imports_jaxpr(fn):  # K deferred to trace time (TracedCallK)
-            traced = Constant(TracedCallK(fn, 1), node.debug, TracedCallK(fn, 1).hint)
+            k1 = TracedCallK(fn, 1, node.debug)
+            traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
         elif isinstance(fn, control.ControlFprop):  # a loop's K, differentiated again
             lowered = Constant(loops.lowered(node), node.debug, "loop_k")
@@ -355,18 +356,25 @@ class TracedCallK:
     bprop differentiated again: jvp, second order).
     """
 
-    def __init__(self, call: prims.LibraryCall, order: int):
+    def __init__(self, call: prims.LibraryCall, order: int, debug=NO_DEBUG):
         self.call = call
         self.order = order
+        self.debug = debug  # the user's call site, for errors (not part of equality)
         base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
         self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
 
     def k(self) -> TracedCallK:
-        return TracedCallK(self.call, self.order + 1)
+        return TracedCallK(self.call, self.order + 1, self.debug)
 
     def __call__(self, *args):
-        graph = imported_graph(self.call.fn, self.call.hint, self.call.kwnames, args)
-        return _compiled_k(graph, self.order)(*args)
+        try:
+            graph = imported_graph(self.call.fn, self.call.hint, self.call.kwnames, args)
+            fprop = _compiled_k(graph, self.order)
+        except KTransformError as exc:
+            if exc.debug is not None and exc.debug.line > 0:
+                raise
+            raise KTransformError(exc.bare_message, self.debug) from None
+        return fprop(*args)
 
     def __eq__(self, other):
         return isinstance(other, TracedCallK) and (self.call, self.order) == (

@@ -50,8 +50,9 @@ def get_bprop_lax(self):
     getter = RULES.get(self.prim.name)
     if getter is None:
         raise KTransformError(
-            f"cannot differentiate the lax primitive `{self.prim.name}`: k_transform has no "
-            "gradient rule for it (see k_transform/ops/lax_rules.py for what is supported)"
+            f"cannot differentiate the lax primitive `{self.prim.name}` (in a library call "
+            "imported from its jaxpr): k_transform has no gradient rule for it (see "
+            "k_transform/ops/lax_rules.py for what is supported)"
         )
     outs = self.out_avals()
     if not any(_inexact(a) for a in (outs if self.multiple_results else [outs])):
