@@ -39,6 +39,7 @@ from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
 from k_transform.ops import structural
+from k_transform.ops.lax import LaxPrimitive
 
 # Rules tested elsewhere: the DFunctor's own helpers, which only appear in
 # K-graphs (tested by grad-of-grad and jvp tests), a Cell's custom bprop and
@@ -54,6 +55,7 @@ INTERNAL = (
     structural.InputGrad,
     structural.TreeVdot,
     structural.TreeScale,
+    LaxPrimitive,  # one class for every lax primitive: tests/test_jaxpr_import.py
     control.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
     control.StackPush,
     control.StackPop,

@@ -27,6 +27,9 @@ MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
 - `f` a primitive: `y = f(a, b)` in `g_fprop`; in `g_bprop` the registered
   rule is inlined, `(da, db) = rule(a, b, y, dy)`, each gradient checked
   against its input's shape;
+- a library call with no primitive (`prims.imports_jaxpr`): `(y, bp) =
+  TracedCallK(call)(K(a), K(b))`, a run-time object that imports the call's
+  jaxpr at trace time and runs K of it (see `TracedCallK`);
 - anything else (a user function, a closure value, a control primitive):
   `(y, bp) = K(f)(K(a), K(b))` in `g_fprop`, `(d_f, da, db) = bp(dy)` in
   `g_bprop`, with `d_f` added to the env (or to `f`'s own sensitivity when
@@ -47,10 +50,12 @@ from __future__ import annotations
 import weakref
 
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.codegen.compile import compile_graph
 from k_transform.control import k_loops as loops
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
+from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
@@ -192,6 +197,9 @@ class DFunctor:
             return Constant(_functor(value, parent).fprop, node.debug, node.hint)
         if isinstance(value, ControlPrimitive):
             return node
+        if isinstance(value, TracedCallK):  # K of K of an imported call: one order up
+            higher = value.k()
+            return Constant(higher, node.debug, higher.hint)
         if not isinstance(value, Primitive):
             value = primitive_for_value(value) if callable(value) else None
             if value is None:
@@ -218,7 +226,11 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
-        if isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
+        if prims.imports_jaxpr(fn):  # K deferred to trace time (TracedCallK)
+            k1 = TracedCallK(fn, 1, node.debug)
+            traced = Constant(k1, node.debug, k1.hint)
+            pair = self.fprop.apply(traced, *args, debug=node.debug)
+        elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             self._copy_hints(node)
             return
@@ -414,3 +426,61 @@ def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
     graph = k_graph(primal)
     _prim_fprops[prim] = graph
     return graph
+
+
+class TracedCallK:
+    """K^order of a library call whose graph is only known at trace time.
+
+    Called with the call's arguments, it imports `fn`'s jaxpr at their avals
+    (`frontend.jaxpr.imported_graph`, cached), applies the DFunctor `order`
+    times and runs the generated code: order 1 returns `(result, bprop)` as
+    any fprop does. K of this object (`map_value`) is the same call one order
+    higher, which is what differentiating code that calls it needs (the
+    bprop differentiated again: jvp, second order).
+    """
+
+    def __init__(self, call: prims.LibraryCall, order: int, debug=NO_DEBUG):
+        self.call = call
+        self.order = order
+        self.debug = debug  # the user's call site, for errors (not part of equality)
+        base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
+        self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
+
+    def k(self) -> TracedCallK:
+        return TracedCallK(self.call, self.order + 1, self.debug)
+
+    def __call__(self, *args):
+        try:
+            graph = imported_graph(self.call.fn, self.call.hint, self.call.kwnames, args)
+            fprop = _compiled_k(graph, self.order)
+        except KTransformError as exc:
+            if exc.debug is not None and exc.debug.line > 0:
+                raise
+            raise KTransformError(exc.bare_message, self.debug) from None
+        return fprop(*args)
+
+    def __eq__(self, other):
+        return isinstance(other, TracedCallK) and (self.call, self.order) == (
+            other.call,
+            other.order,
+        )
+
+    def __hash__(self):
+        return hash((self.call, self.order))
+
+    def __repr__(self):
+        return f"K{self.order}[{self.call!r}]"
+
+
+_compiled: dict[tuple[int, int], object] = {}
+
+
+def _compiled_k(graph: FuncGraph, order: int):
+    """The generated function of K^order(graph) (cached with the graph)."""
+    key = (graph.uid, order)
+    if key not in _compiled:
+        k = graph
+        for _ in range(order):
+            k = k_graph(k)
+        _compiled[key] = compile_graph(k)
+    return _compiled[key]

@@ -59,6 +59,7 @@ from k_transform.frontend.desugar import (
     mutation_base,
 )
 from k_transform.frontend.fold import fold, fold_call, tuple_item
+from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.mutation import check_mutations
 from k_transform.frontend.parse_sugar import SugarBuilder, View
 from k_transform.frontend.signature import Signature, SignatureBinding, signature_params
@@ -837,6 +838,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
         hint = callee.hint or getattr(value, "__name__", "fn")
+        twin = numpy_twin(value)  # np.multiply on traced values runs as jnp.multiply
+        if twin is not value and not all(
+            isinstance(a, Constant) for a in [*args, *kwargs.values()]
+        ):
+            return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 

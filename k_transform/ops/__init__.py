@@ -12,6 +12,8 @@ from k_transform.ops import (
     conv,
     gather,
     indexing,
+    lax_rules,  # noqa: F401 - registers the rules of imported lax primitives
+    lax_shape_rules,  # noqa: F401
     linalg,
     nn,
     reduce,

@@ -501,6 +501,15 @@ NON_DIFFERENTIABLE_CALLS = (
 )
 
 
+def imports_jaxpr(prim) -> bool:
+    """A library call the DFunctor differentiates through its jaxpr, imported at
+    trace time (`k_transform.frontend.jaxpr`): anything but the calls above and
+    k_transform's own run-time helpers."""
+    if not isinstance(prim, LibraryCall) or any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+        return False
+    return not (getattr(prim.fn, "__module__", None) or "").startswith("k_transform.")
+
+
 @bprop_getters.register(LibraryCall)
 def get_bprop_library_call(self):
     if not any(self.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):

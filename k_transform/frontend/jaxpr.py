@@ -1,0 +1,217 @@
+"""Library calls without Python source, imported from their jaxprs.
+
+Most library functions (`jnp.arccos`, `jnp.sort`, `jax.nn.softplus`,
+`jax.scipy.special.logsumexp`, third-party JAX code such as optax losses)
+have no primitive of ours and no source we parse. Their gradients still come
+from our rules, through their jaxprs:
+
+Design.
+- *Parse time.* The parser keeps such a call as an opaque
+  `ops.python.LibraryCall(fn, hint, kwnames)` (a numpy function called on
+  traced values first becomes its `jax.numpy` twin: `numpy_twin`). Calls on
+  constants are folded; calls of the non-differentiable list
+  (`ops.python.NON_DIFFERENTIABLE_CALLS`: shapes, constructors, comparisons)
+  keep their no-gradient rule.
+- *K time.* Shapes are unknown when the DFunctor runs, so K of such a call is
+  deferred to trace time: the DFunctor (`dfunctor.TracedCallK`) emits
+  `pair = <fn>_fprop(*args)`, a call of a run-time object exactly like a call
+  of a user's closure value, with `pair = (result, bprop)`.
+- *Trace time.* That object, called with the arguments' concrete avals, asks
+  `imported_graph(fn, hint, kwnames, args)` for the FuncGraph of the call
+  (traced with `jax.make_jaxpr`, cached by fn, avals and static arguments),
+  applies our DFunctor to it and runs the generated code. K of that object is
+  the same object one order higher (K applied twice to the imported graph), so
+  the bprop is differentiable again: jvp (double reverse) and second order work.
+- `make_jaxpr` is tracing, not differentiation: JAX's rules are never used.
+
+The graph. One parameter per argument of the call (keywords last, as the
+LibraryCall passes them); array leaves inside tuples, lists and dicts are
+read with `getitem`; non-array leaves (ints, strings, dtypes) are static and
+baked into the trace. One `LaxPrimitive` Apply per equation (a tuple and
+`getitem`s for primitives with several results); `constvars` and literals are
+Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
+`custom_vjp_call` are inlined by their primal body (never JAX's rule), so a
+`custom_jvp` function is differentiated through what it computes. The output
+is rebuilt as the function's tuple/list/dict structure. Control flow inside a
+jaxpr (`while`, `cond`, `scan`) is imported as an opaque LaxPrimitive that
+runs but has no rule yet (issue 13 item 4).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+
+from k_transform.errors import KTransformError
+from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
+from k_transform.ops import python as prims
+from k_transform.ops.lax import LaxPrimitive
+
+# Call-like primitives inlined by the body they call; the value is the param
+# holding that body.
+INLINED = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat": "jaxpr",
+    "checkpoint": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+}
+
+
+def numpy_twin(fn):
+    """The `jax.numpy` function of the same name as numpy function `fn`, else `fn`."""
+    module = getattr(fn, "__module__", None) or ""
+    is_numpy = isinstance(fn, np.ufunc) or module == "numpy" or module.startswith("numpy.")
+    twin = getattr(jnp, getattr(fn, "__name__", ""), None) if is_numpy else None
+    return twin if callable(twin) else fn
+
+
+def _traced(leaf) -> bool:
+    if isinstance(leaf, bool):
+        return False
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex))
+
+
+def _static_key(leaf):
+    try:
+        hash(leaf)
+    except TypeError:
+        return ("id", id(leaf))
+    return (type(leaf), leaf)
+
+
+def _struct(leaf):
+    aval = jax.typeof(leaf)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+_graphs: dict[tuple, tuple] = {}
+
+
+def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
+    """The FuncGraph of `fn(*args)` (the last `len(kwnames)` as keywords),
+    imported from its jaxpr at these argument avals (cached)."""
+    flat, treedef = jax.tree_util.tree_flatten_with_path(list(args))
+    leaves = [leaf for _, leaf in flat]
+    traced = [_traced(leaf) for leaf in leaves]
+    structs = [_struct(leaf) for leaf, t in zip(leaves, traced, strict=True) if t]
+    key = (
+        id(fn),
+        tuple(kwnames),
+        treedef,
+        tuple(traced),
+        tuple((s.shape, s.dtype, s.weak_type) for s in structs),
+        tuple(_static_key(leaf) for leaf, t in zip(leaves, traced, strict=True) if not t),
+    )
+    entry = _graphs.get(key)
+    if entry is not None and entry[0] is fn:
+        return entry[1]
+
+    def flat_fn(*xs):
+        it = iter(xs)
+        full = [next(it) if t else leaf for leaf, t in zip(leaves, traced, strict=True)]
+        values = jax.tree_util.tree_unflatten(treedef, full)
+        pos, kw = prims.split_kwargs(values, kwnames)
+        return fn(*pos, **kw)
+
+    try:
+        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
+        raise KTransformError(
+            f"cannot differentiate the call {hint}(...): it has no primitive with a gradient "
+            f"rule and tracing it with jax.make_jaxpr failed ({type(exc).__name__}: {exc})"
+        ) from None
+    paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
+    graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
+    _graphs[key] = (fn, graph)
+    return graph
+
+
+def _build(closed, out_shape, paths, hint, n_args, kwnames) -> FuncGraph:
+    name = "".join(c if c.isalnum() else "_" for c in hint).strip("_") or "call"
+    graph = FuncGraph(f"{name}_jaxpr", debug=DebugInfo(file=f"<jaxpr of {hint}>", name=name))
+    n_pos = n_args - len(kwnames)
+    names = [f"x{k}" for k in range(n_pos)] + [f"kw_{k}" for k in kwnames]
+    params = [graph.add_parameter(n) for n in names]
+    graph.param_names = names
+    inputs = [_leaf_node(graph, params, path, hint) for path in paths]
+    consts = [Constant(c, hint="c") for c in closed.consts]
+    outs = _inline(graph, closed.jaxpr, consts, inputs)
+    graph.output = _rebuild(graph, out_shape, iter(outs), hint)
+    return graph
+
+
+def _leaf_node(graph: FuncGraph, params: list, path, hint: str) -> Node:
+    node = params[path[0].idx]
+    for entry in path[1:]:
+        key = getattr(entry, "idx", getattr(entry, "key", None))
+        if key is None:
+            raise KTransformError(
+                f"cannot import the call {hint}(...): an argument holds a pytree node "
+                f"({entry}) other than a tuple, list or dict"
+            )
+        node = graph.apply(Constant(prims.GetItem()), node, Constant(key))
+    return node
+
+
+def _inline(graph: FuncGraph, jaxpr, consts: list, inputs: list) -> list[Node]:
+    env: dict = {}
+
+    def read(v) -> Node:
+        if isinstance(v, jex_core.Literal):
+            return Constant(np.asarray(v.val, v.aval.dtype), hint="lit")
+        return env[v]
+
+    for var, node in zip(jaxpr.constvars, consts, strict=True):
+        env[var] = node
+    for var, node in zip(jaxpr.invars, inputs, strict=True):
+        env[var] = node
+    for eqn in jaxpr.eqns:
+        outs = _equation(graph, eqn, [read(v) for v in eqn.invars])
+        for var, node in zip(eqn.outvars, outs, strict=True):
+            env[var] = node
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _equation(graph: FuncGraph, eqn, args: list[Node]) -> list[Node]:
+    name = eqn.primitive.name
+    if name in INLINED:
+        body = eqn.params[INLINED[name]]
+        if isinstance(body, jex_core.ClosedJaxpr):
+            consts = [Constant(c, hint="c") for c in body.consts]
+            return _inline(graph, body.jaxpr, consts, args)
+        return _inline(graph, body, [], args)
+    avals = tuple((tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars)
+    prim = LaxPrimitive(eqn.primitive, dict(eqn.params), avals)
+    debug = DebugInfo(name=name.replace("-", "_"))
+    node = graph.apply(Constant(prim, hint=name), *args, debug=debug)
+    if not prim.multiple_results:
+        return [node]
+    get = Constant(prims.GetItem())
+    return [graph.apply(get, node, Constant(k), debug=debug) for k in range(len(eqn.outvars))]
+
+
+def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:
+    if isinstance(shape, jax.ShapeDtypeStruct):
+        return next(outs)
+    if shape is None:
+        return Constant(None)
+    if isinstance(shape, (tuple, list)) and not hasattr(shape, "_fields"):
+        items = [_rebuild(graph, s, outs, hint) for s in shape]
+        prim = prims.MakeTuple() if isinstance(shape, tuple) else prims.MakeList()
+        return graph.apply(Constant(prim), *items)
+    if isinstance(shape, dict):
+        kv = []
+        for k in sorted(shape):
+            kv += [Constant(k), _rebuild(graph, shape[k], outs, hint)]
+        return graph.apply(Constant(prims.MakeDict()), *kv)
+    raise KTransformError(
+        f"cannot import the call {hint}(...): it returns a {type(shape).__name__}, "
+        "not arrays in tuples, lists or dicts"
+    )

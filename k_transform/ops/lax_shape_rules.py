@@ -1,0 +1,293 @@
+"""Gradient rules of the lax reductions, contractions and shape primitives.
+
+Same contract as `k_transform.ops.lax_rules` (which holds the table and the
+elementwise rules): a getter per lax primitive name reads the parameters and
+input avals statically and returns a bprop written with our primitives.
+Rules that need a scatter or a gather call `jax.lax` functions; the parser
+keeps them as library calls, which second order imports from their jaxprs
+again (`k_transform.frontend.jaxpr`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform.errors import KTransformError
+from k_transform.ops.lax import lax_op, traced_op
+from k_transform.ops.lax_rules import _inexact, _no_gradient, lax_rule
+
+
+# -- reductions -------------------------------------------------------------------------
+@lax_rule("reduce_sum")
+def _reduce_sum(p):
+    shape, axes = p.in_avals[0][0], p.param["axes"]
+    return lambda x, out, dout: (jnp.broadcast_to(jnp.expand_dims(dout, axes), shape),)
+
+
+@lax_rule("reduce_max", "reduce_min")
+def _reduce_max(p):
+    axes = p.param["axes"]
+
+    def bprop(x, out, dout):
+        hit = jnp.where(x == jnp.expand_dims(out, axes), 1.0, 0.0)
+        count = jnp.sum(hit, axis=axes, keepdims=True)
+        return (hit / count * jnp.expand_dims(dout, axes),)
+
+    return bprop
+
+
+@lax_rule("reduce_prod")
+def _reduce_prod(p):
+    axes = p.param["axes"]
+    return lambda x, out, dout: (jnp.expand_dims(dout * out, axes) / x,)
+
+
+# -- cumulative ---------------------------------------------------------------------------
+def _reverse_cumsum(p):
+    return lax_op("cumsum", [p.in_avals[0]], axis=p.param["axis"], reverse=not p.param["reverse"])
+
+
+@lax_rule("cumsum")
+def _cumsum(p):
+    back = _reverse_cumsum(p)
+    return lambda x, out, dout: (back(dout),)
+
+
+@lax_rule("cumprod")
+def _cumprod(p):
+    back = _reverse_cumsum(p)
+    return lambda x, out, dout: (back(dout * out) / x,)
+
+
+@lax_rule("cumlogsumexp")
+def _cumlogsumexp(p):
+    back = _reverse_cumsum(p)
+    return lambda x, out, dout: (jnp.exp(x) * back(dout * jnp.exp(-out)),)
+
+
+# -- contraction ----------------------------------------------------------------------------
+def _dot_specs(p) -> tuple[str, str, str]:
+    """einsum subscripts of dot_general's lhs, rhs and result."""
+    (lc, rc), (lb, rb) = p.param["dimension_numbers"]
+    nx, ny = len(p.in_avals[0][0]), len(p.in_avals[1][0])
+    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    xs = [next(letters) for _ in range(nx)]
+    ys = [None] * ny
+    for i, j in zip(lc, rc, strict=True):
+        ys[j] = xs[i]
+    for i, j in zip(lb, rb, strict=True):
+        ys[j] = xs[i]
+    ys = [c if c is not None else next(letters) for c in ys]
+    free_x = [xs[i] for i in range(nx) if i not in lc and i not in lb]
+    free_y = [ys[j] for j in range(ny) if j not in rc and j not in rb]
+    out = [xs[i] for i in lb] + free_x + free_y
+    return "".join(xs), "".join(ys), "".join(out)
+
+
+@lax_rule("dot_general")
+def _dot_general(p):
+    x, y, o = _dot_specs(p)
+    to_x, to_y = f"{o},{y}->{x}", f"{x},{o}->{y}"
+
+    def bprop(x, y, out, dout):
+        return jnp.einsum(to_x, dout, y), jnp.einsum(to_y, x, dout)
+
+    return bprop
+
+
+# -- shapes ---------------------------------------------------------------------------------
+@lax_rule("reshape", "squeeze")
+def _reshape(p):
+    shape = p.in_avals[0][0]
+    return lambda x, out, dout: (jnp.reshape(dout, shape),)
+
+
+@lax_rule("broadcast_in_dim")
+def _broadcast_in_dim(p):
+    shape, dims, out_shape = p.in_avals[0][0], p.param["broadcast_dimensions"], p.param["shape"]
+    summed = [k for k in range(len(out_shape)) if k not in dims]
+    summed += [d for d, n in zip(dims, shape, strict=True) if n == 1 and out_shape[d] != 1]
+    axes = tuple(sorted(summed))
+    if not axes:
+        return lambda x, out, dout: (jnp.reshape(dout, shape),)
+    return lambda x, out, dout: (jnp.reshape(jnp.sum(dout, axis=axes), shape),)
+
+
+@lax_rule("transpose")
+def _transpose(p):
+    inverse = tuple(int(k) for k in np.argsort(p.param["permutation"]))
+    return lambda x, out, dout: (jnp.transpose(dout, inverse),)
+
+
+@lax_rule("rev")
+def _rev(p):
+    dims = tuple(p.param["dimensions"])
+    return lambda x, out, dout: (jnp.flip(dout, dims),)
+
+
+@lax_rule("slice")
+def _slice(p):
+    (shape, dtype) = p.in_avals[0]
+    start, limit = p.param["start_indices"], p.param["limit_indices"]
+    strides = p.param["strides"] or (1,) * len(shape)
+    out_shape = tuple(-(-(hi - lo) // s) for lo, hi, s in zip(start, limit, strides, strict=True))
+    config = tuple(
+        (lo, n - (lo + (m - 1) * s + 1) if m else n - lo, s - 1)
+        for lo, n, m, s in zip(start, shape, out_shape, strides, strict=True)
+    )
+    pad = lax_op("pad", [(out_shape, dtype), ((), dtype)], padding_config=config)
+    zero = np.zeros((), dtype)
+    return lambda x, out, dout: (pad(dout, zero),)
+
+
+@lax_rule("pad")
+def _pad(p):
+    dtype, config = p.in_avals[0][1], p.param["padding_config"]
+    out_shape = p.out_avals()[0]
+    unpad_config = tuple((-lo, -hi, 0) for lo, hi, _ in config)
+    unpad = lax_op("pad", [(out_shape, dtype), ((), dtype)], padding_config=unpad_config)
+    mid = tuple(n - lo - hi for n, (lo, hi, _) in zip(out_shape, config, strict=True))
+    pick = lax_op(
+        "slice",
+        [(mid, dtype)],
+        start_indices=(0,) * len(mid),
+        limit_indices=mid,
+        strides=tuple(i + 1 for _, _, i in config),
+    )
+    zero = np.zeros((), dtype)
+
+    def bprop(x, pad_value, out, dout):
+        dx = pick(unpad(dout, zero))
+        return dx, jnp.sum(dout) - jnp.sum(dx)
+
+    return bprop
+
+
+@lax_rule("concatenate")
+def _concatenate(p):
+    dim = p.param["dimension"]
+    sizes = tuple(shape[dim] for shape, _ in p.in_avals)
+    split = lax_op("split", [p.out_avals()], sizes=sizes, axis=dim)
+    return lambda xs, out, dout: split(dout)
+
+
+@lax_rule("split")
+def _split(p):
+    axis = p.param["axis"]
+    return lambda x, out, dout: (jnp.concatenate(dout, axis=axis),)
+
+
+# -- dynamic slices, gather, scatter ------------------------------------------------------
+@lax_rule("dynamic_slice")
+def _dynamic_slice(p):
+    nones = (None,) * (len(p.in_avals) - 1)
+
+    def bprop(xs, out, dout):
+        x = xs[0]
+        zeros = jnp.zeros_like(x)
+        return (jax.lax.dynamic_update_slice(zeros, dout, xs[1:]),) + nones
+
+    return bprop
+
+
+@lax_rule("dynamic_update_slice")
+def _dynamic_update_slice(p):
+    nones = (None,) * (len(p.in_avals) - 2)
+    sizes = p.in_avals[1][0]
+
+    def bprop(xs, out, dout):
+        index = xs[2:]
+        dx = jax.lax.dynamic_update_slice(dout, jnp.zeros_like(xs[1]), index)
+        return (dx, jax.lax.dynamic_slice(dout, index, sizes)) + nones
+
+    return bprop
+
+
+@lax_rule("gather")
+def _gather(p):
+    dn, q = p.param["dimension_numbers"], p.param
+    scatter_dn = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=dn.offset_dims,
+        inserted_window_dims=dn.collapsed_slice_dims,
+        scatter_dims_to_operand_dims=dn.start_index_map,
+        operand_batching_dims=dn.operand_batching_dims,
+        scatter_indices_batching_dims=dn.start_indices_batching_dims,
+    )
+
+    def scatter(x, indices, updates):
+        return jax.lax.scatter_add(
+            x,
+            indices,
+            updates,
+            scatter_dn,
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
+        )
+
+    add = traced_op("scatter-add", scatter, [*p.in_avals, p.out_avals()])
+
+    def bprop(x, indices, out, dout):
+        return add(jnp.zeros_like(x), indices, dout), None
+
+    return bprop
+
+
+@lax_rule("scatter-add")
+def _scatter_add(p):
+    dn, q = p.param["dimension_numbers"], p.param
+    updates_shape = p.in_avals[2][0]
+    slice_sizes, pos = [], 0
+    for i in range(len(p.in_avals[0][0])):
+        if i in dn.inserted_window_dims or i in dn.operand_batching_dims:
+            slice_sizes.append(1)
+        else:
+            slice_sizes.append(updates_shape[dn.update_window_dims[pos]])
+            pos += 1
+    gather_dn = jax.lax.GatherDimensionNumbers(
+        offset_dims=dn.update_window_dims,
+        collapsed_slice_dims=dn.inserted_window_dims,
+        start_index_map=dn.scatter_dims_to_operand_dims,
+        operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=dn.scatter_indices_batching_dims,
+    )
+
+    def gather(x, indices):
+        return jax.lax.gather(
+            x,
+            indices,
+            gather_dn,
+            tuple(slice_sizes),
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
+        )
+
+    pick = traced_op("gather", gather, p.in_avals[:2])
+    return lambda x, indices, updates, out, dout: (dout, None, pick(dout, indices))
+
+
+# -- sort ---------------------------------------------------------------------------------
+@lax_rule("sort")
+def _sort(p):
+    dim, n = p.param["dimension"], len(p.in_avals)
+    if p.param["num_keys"] != 1 or n > 2:
+        raise KTransformError(
+            "cannot differentiate the lax primitive `sort` with several keys or more than "
+            "two operands"
+        )
+    if not _inexact(p.in_avals[0]):
+        return _no_gradient(p)
+    second = n == 2 and _inexact(p.in_avals[1])
+
+    def unsort(x, d):
+        inverse = jnp.argsort(jnp.argsort(x, axis=dim, stable=True), axis=dim)
+        return jnp.take_along_axis(d, inverse, axis=dim)
+
+    if n == 1:
+        return lambda xs, out, dout: (unsort(xs[0], dout[0]),)
+    if second:
+        return lambda xs, out, dout: (unsort(xs[0], dout[0]), unsort(xs[0], dout[1]))
+    return lambda xs, out, dout: (unsort(xs[0], dout[0]), None)

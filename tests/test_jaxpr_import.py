@@ -1,0 +1,341 @@
+"""Library calls with no primitive of ours, differentiated through their jaxprs.
+
+Each case is a `jax.numpy` / `jax.nn` / `jax.scipy.special` function that
+`k_transform` does not map (checked: `primitive_for_value` is None), called
+in user code that the parser reads; the call is imported from its jaxpr at
+trace time and differentiated with our lax-level rules
+(`k_transform/frontend/jaxpr.py`, `k_transform/ops/lax_rules.py`). Oracle:
+JAX's own `jax.grad` / `jax.jvp` of the same program, in float64, eager and
+under `jax.jit`; a second derivative for a few. Inputs stay away from ties
+and kinks (max, abs, sort), where any subgradient is right.
+
+Knowingly not covered here: control flow inside a jaxpr (`lax.while_loop`,
+`cond`, `scan`; issue 13 item 4) -- differentiating through one raises a
+KTransformError naming the lax primitive (tested below). That excludes, for
+now, functions that lower to a loop: `jnp.polyval` and `jsp.ndtri` (`scan`),
+`jnp.interp`/`searchsorted` (`while`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from k_transform.codegen.compile import emit_source
+from k_transform.errors import KTransformError
+from k_transform.frontend import jaxpr as jaxpr_import
+from k_transform.ops.mapping import primitive_for_value
+
+jax.config.update("jax_enable_x64", True)
+
+RNG = np.random.default_rng(0)
+X = jnp.asarray(RNG.uniform(0.15, 0.85, (2, 3)))  # distinct, in (0, 1)
+Y = jnp.asarray(RNG.uniform(0.15, 0.85, (2, 3)))
+BIG = X + 1.5  # > 1
+V = jnp.asarray(RNG.normal(size=(2, 3)))
+W = jnp.asarray(RNG.normal(size=(2, 3)))
+
+# (name, function of the inputs, inputs); one input: unary, two: binary.
+UNARY = [
+    ("arccos", jnp.arccos, X),
+    ("arcsin", jnp.arcsin, X),
+    ("arccosh", jnp.arccosh, BIG),
+    ("arctanh", jnp.arctanh, X),
+    ("log2", jnp.log2, X),
+    ("log10", jnp.log10, X),
+    ("exp2", jnp.exp2, X),
+    ("cbrt", jnp.cbrt, X),
+    ("deg2rad", jnp.deg2rad, X),
+    ("sinc", jnp.sinc, X),
+    ("fabs", jnp.fabs, X - 0.5),
+    ("negative", jnp.negative, X),
+    ("sort", jnp.sort, X),
+    ("sort_axis0", functools.partial(jnp.sort, axis=0), X),
+    ("diff", jnp.diff, X),
+    ("cumulative_sum", functools.partial(jnp.cumulative_sum, axis=1), X),
+    ("cumulative_prod", functools.partial(jnp.cumulative_prod, axis=1), X),
+    ("trace", jnp.trace, X),
+    ("diagonal", jnp.diagonal, X),
+    ("fliplr", jnp.fliplr, X),
+    ("rot90", jnp.rot90, X),
+    ("repeat", functools.partial(jnp.repeat, repeats=2, axis=1), X),
+    ("atleast_3d", jnp.atleast_3d, X),
+    ("nansum", jnp.nansum, X),
+    ("average", jnp.average, X),
+    ("median", jnp.median, X),
+    ("ptp", jnp.ptp, X),
+    ("logcumsumexp", lambda x: jax.lax.cumlogsumexp(x, axis=1), X),
+    ("asarray_stack", lambda x: jnp.array([x[0], 2.0 * x[1]]), X),
+    ("silu", jax.nn.silu, X - 0.5),
+    ("elu", jax.nn.elu, X - 0.5),
+    ("selu", jax.nn.selu, X - 0.5),
+    ("celu", jax.nn.celu, X - 0.5),
+    ("leaky_relu", jax.nn.leaky_relu, X - 0.5),
+    ("log_sigmoid", jax.nn.log_sigmoid, X),
+    ("relu6", jax.nn.relu6, 8.0 * X - 1.0),
+    ("hard_tanh", jax.nn.hard_tanh, 3.0 * X - 1.5),
+    ("mish", jax.nn.mish, X),
+    ("squareplus", jax.nn.squareplus, X),
+    ("standardize", jax.nn.standardize, X),
+    ("glu", jax.nn.glu, jnp.concatenate([X, Y], axis=1)),
+    ("expit", jsp.expit, X),
+    ("logit", jsp.logit, X),
+    ("entr", jsp.entr, X),
+    ("gammaln", jsp.gammaln, BIG),
+    ("erfc", jsp.erfc, X),
+    ("erfinv", jsp.erfinv, X - 0.5),
+    ("ndtr", jsp.ndtr, X),
+    ("digamma", jsp.digamma, BIG),
+    # lax functions, one per rule not reached above
+    ("lax_pad", lambda x: jax.lax.pad(x, 0.5, ((1, 2, 1), (0, -1, 0))), X),
+    ("lax_dynamic_slice", lambda x: jax.lax.dynamic_slice(x, (1, 1), (1, 2)), X),
+    ("lax_clamp", lambda x: jax.lax.clamp(0.3, x, 0.7), X),
+    ("lax_select", lambda x: jax.lax.select(x > 0.5, x, 2.0 * x), X),
+    ("lax_tan", jax.lax.tan, X),
+    ("lax_logistic", jax.lax.logistic, X),
+    ("lax_square", jax.lax.square, X),
+    ("lax_integer_pow", lambda x: jax.lax.integer_pow(x, 3), X),
+    ("lax_cumsum_reverse", lambda x: jax.lax.cumsum(x, axis=1, reverse=True), X),
+    ("lax_convert", lambda x: jnp.float64(jax.lax.convert_element_type(x, jnp.float32)), X),
+    ("nanmax", lambda x: jnp.nanmax(x, axis=1), X),
+    ("nanprod", jnp.nanprod, X),
+    ("permute_dims", lambda x: jnp.permute_dims(x, (1, 0)), X),
+]
+
+BINARY = [
+    ("logaddexp", jnp.logaddexp, X, Y),
+    ("logaddexp2", jnp.logaddexp2, X, Y),
+    ("hypot", jnp.hypot, X, Y),
+    ("power", jnp.power, X, Y),
+    ("float_power", jnp.float_power, X, Y),
+    ("true_divide", jnp.true_divide, X, Y),
+    ("copysign", jnp.copysign, X, Y - 0.5),
+    ("fmax", jnp.fmax, X, Y),
+    ("kron", jnp.kron, X, Y),
+    ("inner", jnp.inner, X, Y),
+    ("vdot", jnp.vdot, X, Y),
+    ("tensordot", functools.partial(jnp.tensordot, axes=((1,), (1,))), X, Y),
+    ("cross", lambda a, b: jnp.cross(a, b), X, Y),
+    ("hstack", lambda a, b: jnp.hstack([a, b]), X, Y),
+    ("xlogy", jsp.xlogy, X, Y),
+    ("xlog1py", jsp.xlog1py, X, Y),
+    ("rel_entr", jsp.rel_entr, X, Y),
+    ("logsumexp_b", lambda a, b: jsp.logsumexp(a, b=b, axis=1), X, Y),
+    ("fmod", lambda a, b: jnp.fmod(3.0 * a, b), X, Y),
+    ("lax_atan2", jax.lax.atan2, X, Y),
+    ("batch_matmul", lambda a, b: jax.lax.batch_matmul(a[None], b.T[None]), X, Y),
+    ("lax_sort_two", lambda a, b: jax.lax.sort((a, b), num_keys=1)[1], X, Y),
+    ("dynamic_update_slice", lambda a, b: jax.lax.dynamic_update_slice(a, b[:1, :2], (1, 0)), X, Y),
+]
+
+
+def tangent_like(x):
+    return jnp.cos(1.0 + jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape)
+
+
+def unary_program(fn):
+    def f(x):
+        return jnp.sum(jnp.sin(fn(x)))
+
+    return f
+
+
+def binary_program(fn):
+    def f(x, y):
+        return jnp.sum(jnp.sin(fn(x, y)))
+
+    return f
+
+
+def _fn_of(case):
+    fn = case[1]
+    return fn.func if isinstance(fn, functools.partial) else fn
+
+
+def test_cases_are_not_mapped():
+    """Every function swept here reaches the jaxpr import, not a mapped primitive."""
+    mapped = [c[0] for c in UNARY + BINARY if primitive_for_value(_fn_of(c)) is not None]
+    assert not mapped
+
+
+@pytest.fixture(params=["graph", "eager"])
+def mode(request):
+    kt.set_mode(request.param)
+    yield request.param
+    kt.set_mode("graph")
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("case", UNARY, ids=[c[0] for c in UNARY])
+def test_unary_grad_and_jvp(case, mode):
+    _, fn, x = case
+    f = unary_program(fn)
+    _close(kt.grad(f)(x), jax.grad(f)(x))
+    v = tangent_like(x)
+    out, tangent = kt.jvp(f, x, v)
+    want_out, want_tangent = jax.jvp(f, (x,), (v,))
+    _close(out, want_out)
+    _close(tangent, want_tangent)
+
+
+@pytest.mark.parametrize("case", BINARY, ids=[c[0] for c in BINARY])
+def test_binary_grad_and_jvp(case, mode):
+    _, fn, x, y = case
+    f = binary_program(fn)
+    for got, want in zip(
+        kt.grad(f, grad_position=(0, 1))(x, y), jax.grad(f, argnums=(0, 1))(x, y), strict=True
+    ):
+        _close(got, want)
+    out, tangent = kt.jvp(f, (x, y), (V, W))
+    want_out, want_tangent = jax.jvp(f, (x, y), (V, W))
+    _close(out, want_out)
+    _close(tangent, want_tangent)
+
+
+def test_under_user_jit():
+    """The gradient function inside the user's own jax.jit."""
+    f = unary_program(jnp.arccos)
+    _close(jax.jit(kt.grad(f))(X), jax.grad(f)(X))
+
+
+# -- second order ------------------------------------------------------------------------
+SECOND = [
+    "arccos",
+    "sort",
+    "cbrt",
+    "elu",
+    "standardize",
+    "logcumsumexp",
+    "median",
+    "diagonal",
+    "lax_pad",
+    "lax_dynamic_slice",
+    "cumulative_prod",
+]
+
+
+@pytest.mark.parametrize("name", SECOND)
+def test_second_derivative(name):
+    fn, x = next((c[1], c[2]) for c in UNARY if c[0] == name)
+    f = unary_program(fn)
+
+    def df_v(x):
+        return jnp.vdot(kt.grad(f)(x), V)
+
+    want = jax.grad(lambda x: jnp.vdot(jax.grad(f)(x), V))(x)
+    _close(kt.grad(df_v)(x), want)
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "power", "kron", "dynamic_update_slice"])
+def test_second_derivative_binary(name):
+    fn, x, y = next((c[1], c[2], c[3]) for c in BINARY if c[0] == name)
+    f = binary_program(fn)
+    h = kt.grad(lambda x, y: kt.grad(f, grad_position=1)(x, y)[0, 0])(x, y)
+    want = jax.grad(lambda x, y: jax.grad(f, argnums=1)(x, y)[0, 0])(x, y)
+    _close(h, want)
+
+
+# -- a third-party JAX function ---------------------------------------------------------
+def optax_like_softmax_cross_entropy(logits, labels):
+    """Written as optax writes its losses: jax.nn and take_along_axis."""
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    picked = jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+    smooth = jnp.mean(jnp.clip(logits, -3.0, 3.0) ** 2, axis=-1)
+    return -picked + 0.01 * smooth
+
+
+def test_third_party_loss():
+    labels = jnp.array([2, 0])
+    opaque = jax.jit(optax_like_softmax_cross_entropy)  # no source k_transform reads
+
+    def loss(logits):
+        return jnp.mean(opaque(logits, labels))
+
+    def oracle(logits):
+        return jnp.mean(optax_like_softmax_cross_entropy(logits, labels))
+
+    _close(kt.grad(loss)(4.0 * X), jax.grad(oracle)(4.0 * X))
+    _, tangent = kt.jvp(loss, 4.0 * X, V)
+    _close(tangent, jax.jvp(oracle, (4.0 * X,), (V,))[1])
+
+
+# -- item 5: constructors and numpy twins --------------------------------------------------
+def test_constructors_and_numpy_twins():
+    """numpy functions on traced values run as their jax.numpy twins (JAX itself
+    refuses them: the oracle spells the twins)."""
+
+    def f(x):
+        base = jnp.full((2, 3), 0.5) + jnp.zeros_like(x) + np.ones((2, 3))
+        stacked = jnp.array([x[0, 0], x[1, 2] * 3.0])
+        twin = np.multiply(x, x) + np.arccos(x)
+        return jnp.sum(base * twin) + jnp.sum(stacked**2) + jnp.sum(jnp.asarray(x) * 2.0)
+
+    def oracle(x):
+        base = jnp.full((2, 3), 0.5) + jnp.zeros_like(x) + np.ones((2, 3))
+        stacked = jnp.array([x[0, 0], x[1, 2] * 3.0])
+        twin = jnp.multiply(x, x) + jnp.arccos(x)
+        return jnp.sum(base * twin) + jnp.sum(stacked**2) + jnp.sum(jnp.asarray(x) * 2.0)
+
+    _close(kt.grad(f)(X), jax.grad(oracle)(X))
+    _close(kt.jvp(f, X, V)[1], jax.jvp(oracle, (X,), (V,))[1])
+
+
+def test_integer_and_static_arguments():
+    """Integer arrays and Python ints are inputs without gradients."""
+
+    def f(x):
+        idx = jnp.array([2, 0, 1])
+        return jnp.sum(jnp.roll(jnp.take(x, idx, axis=1), 1) * jnp.linspace(0.0, 1.0, 3))
+
+    _close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+def test_control_flow_in_jaxpr_names_the_primitive():
+    def body(x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: c * 1.5, x)
+
+    opaque = jax.jit(body)
+
+    def f(x):
+        return jnp.sum(opaque(x))
+
+    with pytest.raises(KTransformError, match="lax primitive `(while|scan)`") as info:
+        kt.grad(f)(X)
+    assert "return jnp.sum(opaque(x))" in str(info.value)  # the user's call site
+
+
+def test_untraceable_call_is_a_clear_error():
+    def untraceable(x):
+        return float(x[0, 0]) * x  # concrete value of a traced array
+
+    def f(x):
+        return jnp.sum(untraceable_opaque(x))
+
+    untraceable_opaque = jax.jit(untraceable)
+    with pytest.raises(KTransformError, match="tracing it with jax.make_jaxpr failed"):
+        kt.grad(f)(X)
+
+
+def test_generated_code_binds_lax_primitives():
+    kt.grad(unary_program(jnp.arccos))(X)
+    sources = [emit_source(graph)[0] for _, graph in jaxpr_import._graphs.values()]
+    assert any("lax_acos_p.bind(" in text for text in sources)
+
+
+def test_select_with_several_cases():
+    """`jnp.select` lowers to a `select_n` with an integer predicate."""
+
+    def g(x):
+        return jnp.select([x < 0.3, x < 0.6], [jnp.sin(x), 2.0 * x], x * x)
+
+    f = unary_program(g)
+    _close(kt.grad(f)(X), jax.grad(f)(X))
