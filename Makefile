@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 lint: install
 	$(VENV)/bin/ruff check $(SOURCES)
@@ -38,7 +38,10 @@ demo: install
 	$(PY) -m k_transform.demo
 
 fuzz: install
-	KT_FUZZ_EXAMPLES=$${KT_FUZZ_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_fuzz.py
+	mkdir -p .fuzz && rm -f .fuzz/last.jsonl
+	KT_FUZZ_LOG=.fuzz/last.jsonl KT_FUZZ_EXAMPLES=$${KT_FUZZ_EXAMPLES:-5000} \
+		$(PY) -m pytest -q -n auto -p no:cacheprovider tests/test_fuzz.py -k matches || true
+	$(PY) -m tests.fuzz.report .fuzz/last.jsonl
 
 bench: install
 	@if [ -f bench/run.py ]; then \

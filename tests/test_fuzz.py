@@ -17,9 +17,10 @@ smallest failing program. The table of outcomes by class is printed at the end
 of the module.
 
 `make test` runs `EXAMPLES` deterministic programs (shared among the classes).
-For a long random run (`make fuzz`):
-
-    KT_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz.py
+For a long random run, `make fuzz` runs 5,000 programs (`KT_FUZZ_EXAMPLES`),
+the classes spread over the cores (pytest-xdist), each program logged to
+`.fuzz/last.jsonl`, then prints the totals and every failing program
+(`tests/fuzz/report.py`).
 
 `KT_FUZZ_CONSTRUCTS=a,b` / `KT_FUZZ_SKIP=a,b` restrict the classes drawn.
 `KT_FUZZ_LOG=path` appends one JSON line per program as it is checked
