@@ -395,3 +395,36 @@ def test_parameter_keys_are_spelled_by_name_not_by_id():
     (d_x, (d_w,)) = g(x)
     np.testing.assert_allclose(d_w, jax.grad(lambda v: jnp.sin(x * v))(jnp.float32(2.0)), rtol=1e-6)
     np.testing.assert_allclose(d_x, jax.grad(lambda v: jnp.sin(v * 2.0))(x), rtol=1e-6)
+
+
+# -- `_` is the unpacking throwaway, never a variable --------------------------------------
+def underscore_loop(x):
+    y = x
+    for _ in range(12):  # a run-time loop: `_` is read back in K of its reverse
+        y = jnp.tanh(y * (_ + 1.0) * 0.1 + x)
+    return jnp.sum(y)
+
+
+def rows_loop(x):
+    y = x * 0.5 + 0.1
+    for r in jnp.stack((jnp.cos(x[0] * x), jnp.sin(x))):
+        y = jnp.tanh(0.2 * jnp.sum(x[1] * y) * x + r)
+    return jnp.sum(jnp.cos(y))
+
+
+@pytest.mark.parametrize("fn", [underscore_loop, rows_loop], ids=lambda f: f.__name__)
+def test_regression_underscore_variable_not_clobbered(fn):
+    """Codegen unpacks tuples as `a, _, b = t`; a variable named `_` (a user's
+    loop index, a reverse loop's step) read later must not be overwritten
+    (fuzzer-found: hvp through a loop over array rows raised TypeError)."""
+    x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
+    with jax.enable_x64(True):
+        kt.set_mode("eager")
+        try:
+            got = kt.hvp(fn, (x,), v)
+        finally:
+            kt.set_mode("graph")
+        want = jax.jvp(jax.grad(fn), (x,), (v,))[1]
+        np.testing.assert_allclose(got, want, rtol=1e-9)
+        np.testing.assert_allclose(kt.grad(fn)(x), jax.grad(fn)(x), rtol=1e-9)
+    assert not re.search(r"^\s*_ = ", kt.get_source(fn), re.M)

@@ -47,7 +47,8 @@ class ModuleEmitter:
     def __init__(self, comments: bool = True):
         self.globals: dict[str, object] = dict(_STANDARD_GLOBALS)
         self.by_id: dict[int, str] = {id(v): k for k, v in _STANDARD_GLOBALS.items()}
-        self.module_names = Namer(self.globals)
+        # `_` is the throwaway of tuple unpacking: no variable is ever named so.
+        self.module_names = Namer([*self.globals, "_"])
         self.graph_names: dict[int, str] = {}
         self.pending: list[FuncGraph] = []
         self.emitted: set[int] = set()

@@ -144,7 +144,7 @@ class _LoopK:
         names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
         rev = self.kind is not control.WhileLoop  # a `for` reverses over its trip count
-        body, ps = self.sub("reverse_body", "loop_body", ["_"] * rev + names)
+        body, ps = self.sub("reverse_body", "loop_body", ["step"] * rev + names)
         ps = ps[rev:]
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
