@@ -6,8 +6,8 @@
 - `runtime`: what those primitives do when generated code runs (`_ctl`):
   Python control flow on concrete values, `lax.cond`/`lax.while_loop`/
   `lax.scan` on traced ones.
-- `k_loops`: K of a loop, written as IR (the one definition of a loop's
-  gradient, for every order).
+- `loop_grad`: first-order K of a loop at run time (`_rtg`); `k_loops`: K
+  of a loop written as IR, used when a loop's K is differentiated again.
 - `policy`: when a loop unrolls.
 
 K of a `switch` is a `switch` of K-graphs (in the DFunctor itself).

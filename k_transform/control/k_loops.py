@@ -1,10 +1,17 @@
-"""K of a loop, written as IR: the one place a loop's gradient is defined.
+"""K of a loop written as IR, for loops differentiated more than once.
 
-The DFunctor maps a loop primitive to `k_of(...)`, a graph computing
-`(out, bprop)` from ordinary loop primitives and stacks, so the result
-differentiates again, to any order (grad of grad, jvp by double reverse), and
-runs through the same run-time loops as primal code (`control.runtime`:
-Python loops eagerly, `lax` loops under `jax.jit`).
+First-order K of a loop is a run-time helper (`k_transform.control.loop_grad`,
+`ControlFprop`): it stores each iteration's carry with its stacks as counts
+only (`runtime.stack.light`), but it is Python, so the DFunctor cannot
+transform it again. When a K-graph that contains one is differentiated (grad
+of grad, jvp), the DFunctor uses `k_of(...)` instead: the same `(out, bprop)`
+built from ordinary loop primitives and stacks, so it differentiates again,
+to any order, through the same run-time loops as primal code.
+
+(Using `k_of` for first order too, so a loop's gradient is written once, was
+tried: it is as fast at first order, but each further order then stores the
+stacks of the order below inside its own, a power of the trip count more
+memory; `light`/`heavy` storage has to move into these graphs first.)
 
 For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
 

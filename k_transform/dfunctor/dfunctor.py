@@ -52,6 +52,7 @@ import weakref
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.codegen.compile import compile_graph
 from k_transform.control import k_loops as loops
+from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
@@ -230,6 +231,11 @@ class DFunctor:
             k1 = TracedCallK(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
+        elif isinstance(fn, control.ControlFprop):  # a loop's K, differentiated again
+            ctl = fn.control
+            graphs = [node.args[k].value for k in ctl.graph_slots]
+            loop_k = Constant(loops.k_of(ctl, graphs, len(node.args), node.debug), node.debug)
+            pair = self.fprop.apply(self.kval(loop_k), *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             self._copy_hints(node)
@@ -240,14 +246,9 @@ class DFunctor:
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
                 for k, a in enumerate(node.args)
             ]
-            if isinstance(fn, Switch):  # K of a switch is a switch of K-graphs
-                pair = self.fprop.apply(node.fn, *args, debug=node.debug)
-            else:  # K of a loop is a graph of loops (control.k_loops)
-                graphs = [args[k].value for k in fn.graph_slots]
-                loop_k = loops.k_of(fn, graphs, len(args), node.debug)
-                pair = self.fprop.apply(
-                    Constant(loop_k, node.debug, "loop_k"), *args, debug=node.debug
-                )
+            # K of a switch is a switch of K-graphs; K of a loop, its run-time K.
+            prim = node.fn if isinstance(fn, Switch) else _const(control.ControlFprop(fn))
+            pair = self.fprop.apply(prim, *args, debug=node.debug)
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2
@@ -344,7 +345,7 @@ class DFunctor:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug.named(""))
             result.tuple_arity = len(fn.parameters) + 1 if isinstance(fn, FuncGraph) else -1
             d_fn = self._item(self.bprop, result, 0, node.debug.named(_env_name(node.fn)))
-            if isinstance(fn, (FuncGraph, ControlPrimitive)):
+            if isinstance(fn, (FuncGraph, ControlPrimitive, control.ControlFprop)):
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)
