@@ -150,7 +150,10 @@ class _LoopK:
         names = ["env", *(f"d_{c}" for c in self.carry_names), *(f"d_{v}" for v in self.inv_names)]
         names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
-        rev = self.kind is not control.WhileLoop  # a `for` reverses over its trip count
+        # Reversing a `for` over its trip count (a `lax.scan` when static) was tried with
+        # loop-gradient-once; second order through `for` with `continue` then mixed float32
+        # into float64 switch branches. Until that is found, every reverse is a `while`.
+        rev = False
         body, ps = self.sub("reverse_body", "loop_body", ["step"] * rev + names)
         ps = ps[rev:]
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
@@ -177,7 +180,7 @@ class _LoopK:
             new_ds = [self.prim(body, structural.AddGrad(), ps[n_acc - 1], placed)]
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 
-        loop_fixed = self.reverse_head(bp, body, names, fixed, n_acc)
+        loop_fixed = self.reverse_head(bp, body, names, fixed, n_acc, rev)
         loop = (control.ForRange if rev else control.WhileLoop)(
             n_acc + 1, self.ctl.where, grads=True
         )
@@ -190,11 +193,10 @@ class _LoopK:
         bp.output = self.tuple(bp, outs[0], *d_fixed, *outs[1:])
         return bp
 
-    def reverse_head(self, bp: FuncGraph, body: FuncGraph, names, fixed, n_acc) -> list[Node]:
-        """The inputs before the carry of the reverse loop: a `for` over the
-        forward's trip count (a `lax.scan` when static), or, for a `while`, a
-        `while` until the stack is empty."""
-        if self.kind is control.WhileLoop:
+    def reverse_head(self, bp: FuncGraph, body: FuncGraph, names, fixed, n_acc, rev) -> list[Node]:
+        """The inputs before the carry of the reverse loop: a `while` until the
+        stack is empty, or (`rev`) a `for` over the forward's trip count."""
+        if not rev:
             cond, cps = self.sub("reverse_cond", "loop_cond", names)
             cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
             return [Constant(cond), Constant(body)]
