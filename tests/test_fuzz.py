@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz import check, generator
 
-EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "68"))
+EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "34"))
 GRAPH_EVERY = int(os.environ.get("KT_FUZZ_GRAPH_EVERY", "4"))
 HIGHER_EVERY = int(os.environ.get("KT_FUZZ_HIGHER_EVERY", "2"))
 CLASSES = generator.enabled_constructs()
