@@ -255,7 +255,7 @@ class DFunctor:
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
         self._copy_hints(node)
         if isinstance(fn, ControlPrimitive):  # the tuple of results of a branch or loop
-            self.k[id(node)].tuple_arity = _control_arity(fn, node)
+            self.k[id(node)].tuple_arity = fn.result_arity(node.args) or -1
         self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
 
     def _copy_hints(self, node: Apply) -> None:
@@ -387,16 +387,6 @@ class DFunctor:
     @staticmethod
     def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
-
-
-def _control_arity(fn: ControlPrimitive, node: Apply) -> int:
-    """How many results a branch or loop returns (-1: not known here)."""
-    if isinstance(fn, Switch):
-        out = node.args[1].value.output
-        maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
-        if isinstance(maker, prims.MakeTuple):
-            return len(out.args)
-    return -1
 
 
 def _env_name(fn: Node) -> str:
