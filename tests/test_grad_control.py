@@ -857,6 +857,27 @@ def test_get_all_through_control(restore_mode):
                 np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
 
 
+X64_CASES = ["for_range_continue", "for_rows_continue", "for_for_inner_break"]
+
+
+@pytest.mark.parametrize("name", X64_CASES)
+def test_graph_float32_inputs_under_x64(name, restore_mode):
+    """With x64 on, `s = 0.0` is a weak float64 that one branch of a traced
+    `if` keeps while the other makes it float32; the branches join as in
+    lax.cond (the weak value takes the other's dtype), jitted and in jvp."""
+    c = CASES[name]
+    kt.set_mode("graph")
+    with jax.enable_x64(True):
+        x = jnp.asarray(c.inputs[0][0], jnp.float32)
+        want = jax.grad(c.fn)(x)
+        got = kt.GradOperation()(c.fn)(x)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
+        v = jnp.cos(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape)
+        got_t = kt.jvp(c.fn, x, v)[1]
+        want_t = jax.jvp(c.fn, (x,), (v,))[1]
+        np.testing.assert_allclose(np.asarray(got_t), np.asarray(want_t), rtol=RTOL, atol=ATOL)
+
+
 # ---------------------------------------------------------------------------
 # A 10,000-iteration data-dependent while loop
 # ---------------------------------------------------------------------------

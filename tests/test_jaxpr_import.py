@@ -32,14 +32,22 @@ from k_transform.errors import KTransformError
 from k_transform.frontend import jaxpr as jaxpr_import
 from k_transform.ops.mapping import primitive_for_value
 
-jax.config.update("jax_enable_x64", True)
-
 RNG = np.random.default_rng(0)
-X = jnp.asarray(RNG.uniform(0.15, 0.85, (2, 3)))  # distinct, in (0, 1)
-Y = jnp.asarray(RNG.uniform(0.15, 0.85, (2, 3)))
+# numpy float64 inputs: arithmetic on them at import (X - 0.5) stays float64
+# whatever the x64 switch, which is on only inside this module's tests.
+X = RNG.uniform(0.15, 0.85, (2, 3))  # distinct, in (0, 1)
+Y = RNG.uniform(0.15, 0.85, (2, 3))
 BIG = X + 1.5  # > 1
-V = jnp.asarray(RNG.normal(size=(2, 3)))
-W = jnp.asarray(RNG.normal(size=(2, 3)))
+V = RNG.normal(size=(2, 3))
+W = RNG.normal(size=(2, 3))
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    """float64 for this module's tests only (a module-level switch leaked
+    into every later test on the same xdist worker)."""
+    with jax.enable_x64(True):
+        yield
 
 # (name, function of the inputs, inputs); one input: unary, two: binary.
 UNARY = [
@@ -83,7 +91,7 @@ UNARY = [
     ("mish", jax.nn.mish, X),
     ("squareplus", jax.nn.squareplus, X),
     ("standardize", jax.nn.standardize, X),
-    ("glu", jax.nn.glu, jnp.concatenate([X, Y], axis=1)),
+    ("glu", jax.nn.glu, np.concatenate([X, Y], axis=1)),
     ("expit", jsp.expit, X),
     ("logit", jsp.logit, X),
     ("entr", jsp.entr, X),

@@ -75,12 +75,13 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
     single = not isinstance(t_out, tuple)
     if single:
         t_out, f_out = (t_out,), (f_out,)
-    _check_branch_match(t_out, f_out, where)
+    joined = _joined_branches(t_out, f_out, where)
 
     def branch(fn, other):
         def run():
             value = fn(*args)
-            return fill_undefined((value,) if single else tuple(value), other)
+            value = fill_undefined((value,) if single else tuple(value), other)
+            return _cast_to(value, joined)
 
         return run
 
@@ -194,13 +195,23 @@ def _unify(a, b, where: str = ""):
     return a
 
 
-def _check_branch_match(t_out, f_out, where):
+def _joined_branches(t_out, f_out, where):
+    """The dtypes both branches' values take, as lax.cond would join them.
+
+    A weakly typed value (a Python float such as `s = 0.0` left alone by one
+    branch) takes the other branch's dtype, as `s + x` would in Python: under
+    x64 a bare 0.0 is a weak float64 that must meet a float32 carry. Returns
+    per value the leaves' dtypes (None where UNDEFINED); strong dtypes that
+    differ are an error naming the line.
+    """
     if not isinstance(f_out, tuple) or len(t_out) != len(f_out):
         raise KTransformError(
             f"the branches of a traced `if` give different numbers of values{describe(where)}"
         )
+    joined = []
     for a, b in zip(t_out, f_out, strict=True):
         if a is UNDEFINED or b is UNDEFINED:
+            joined.append(None)
             continue
         a_leaves, a_tree = jax.tree_util.tree_flatten(a)
         b_leaves, b_tree = jax.tree_util.tree_flatten(b)
@@ -209,12 +220,35 @@ def _check_branch_match(t_out, f_out, where):
                 "the branches of a traced `if` give values of different structure: "
                 f"{a_tree} vs {b_tree}{describe(where)}"
             )
+        dtypes = []
         for x, y in zip(a_leaves, b_leaves, strict=True):
-            if x.shape != y.shape or x.dtype != y.dtype:
+            weak = getattr(x, "weak_type", False) or getattr(y, "weak_type", False)
+            if x.shape != y.shape or (x.dtype != y.dtype and not weak):
                 raise KTransformError(
                     "the branches of a traced `if` give values of different shape or dtype: "
                     f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}{describe(where)}"
                 )
+            dtypes.append(_join_dtype(x, y))
+        joined.append(dtypes)
+    return joined
+
+
+def _join_dtype(x, y):
+    x_weak, y_weak = getattr(x, "weak_type", False), getattr(y, "weak_type", False)
+    if x_weak != y_weak:
+        return y.dtype if x_weak else x.dtype
+    return jnp.promote_types(x.dtype, y.dtype)
+
+
+def _cast_to(values, joined):
+    out = []
+    for value, dtypes in zip(values, joined, strict=True):
+        if dtypes is not None:
+            leaves, tree = jax.tree_util.tree_flatten(value)
+            leaves = [jnp.asarray(v, d) for v, d in zip(leaves, dtypes, strict=True)]
+            value = jax.tree_util.tree_unflatten(tree, leaves)
+        out.append(value)
+    return tuple(out)
 
 
 # -- loops --------------------------------------------------------------------

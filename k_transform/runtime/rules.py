@@ -46,7 +46,7 @@ def getitem_grad(x, index, dout):
     if padded is not None:
         return padded
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
-    return zeros.at[index].add(dout)
+    return zeros.at[index].add(jnp.asarray(dout, zeros.dtype))
 
 
 def _pad_into(x, index, dout):
