@@ -49,6 +49,7 @@ def x64():
     with jax.enable_x64(True):
         yield
 
+
 # (name, function of the inputs, inputs); one input: unary, two: binary.
 UNARY = [
     ("arccos", jnp.arccos, X),
