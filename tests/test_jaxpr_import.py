@@ -9,11 +9,11 @@ JAX's own `jax.grad` / `jax.jvp` of the same program, in float64, eager and
 under `jax.jit`; a second derivative for a few. Inputs stay away from ties
 and kinks (max, abs, sort), where any subgradient is right.
 
-Knowingly not covered here: control flow inside a jaxpr (`lax.while_loop`,
-`cond`, `scan`; issue 13 item 4) -- differentiating through one raises a
-KTransformError naming the lax primitive (tested below). That excludes, for
-now, functions that lower to a loop: `jnp.polyval` and `jsp.ndtri` (`scan`),
-`jnp.interp`/`searchsorted` (`while`).
+Control flow inside a jaxpr (`while`, `cond`, `scan`) is imported onto our
+own control primitives: functions that lower to loops (`jnp.polyval`,
+`jsp.ndtri`, `jnp.interp`) are swept too, and an opaque library function
+running `lax.while_loop` gets a reverse-mode gradient (tested below against
+the same loop unrolled, since JAX refuses it).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ UNARY = [
     ("logcumsumexp", lambda x: jax.lax.cumlogsumexp(x, axis=1), X),
     ("asarray_stack", lambda x: jnp.array([x[0], 2.0 * x[1]]), X),
     ("silu", jax.nn.silu, X - 0.5),
+    ("ndtri", jsp.ndtri, X),  # a scan and selects in its jaxpr
     ("elu", jax.nn.elu, X - 0.5),
     ("selu", jax.nn.selu, X - 0.5),
     ("celu", jax.nn.celu, X - 0.5),
@@ -141,6 +142,8 @@ BINARY = [
     ("batch_matmul", lambda a, b: jax.lax.batch_matmul(a[None], b.T[None]), X, Y),
     ("lax_sort_two", lambda a, b: jax.lax.sort((a, b), num_keys=1)[1], X, Y),
     ("dynamic_update_slice", lambda a, b: jax.lax.dynamic_update_slice(a, b[:1, :2], (1, 0)), X, Y),
+    ("polyval", lambda a, b: jnp.polyval(a[0], b), X, Y),  # a scan
+    ("interp", lambda a, b: jnp.interp(b * 0.9, jnp.linspace(0.0, 1.0, 6), a.ravel()), X, Y),
 ]
 
 
@@ -308,19 +311,48 @@ def test_integer_and_static_arguments():
     _close(kt.grad(f)(X), jax.grad(f)(X))
 
 
-def test_control_flow_in_jaxpr_names_the_primitive():
-    def body(x):
-        return jax.lax.fori_loop(0, 3, lambda i, c: c * 1.5, x)
+def _opaque(fn):
+    fn.__module__ = "jax.opaque_for_test"  # library code: traced, never parsed
+    return jax.jit(fn)  # (a jitted *user* function is read from its source)
 
-    body.__module__ = "jax.opaque_for_test"  # library code: traced, never parsed
-    opaque = jax.jit(body)  # (a jitted *user* function is read from its source)
+
+def test_control_flow_in_opaque_jaxpr(mode):
+    """fori_loop (a scan), cond and switch inside a library function's jaxpr."""
+
+    def body(x):
+        y = jax.lax.fori_loop(0, 3, lambda i, c: jnp.sin(c) * 1.5 + i, x)
+        y = jax.lax.cond(jnp.sum(y) > 0, jnp.cos, lambda v: v * v, y)
+        return jax.lax.switch(jnp.argmax(y[0]), [jnp.sin, jnp.exp, jnp.tanh], y)
+
+    opaque = _opaque(body)
 
     def f(x):
-        return jnp.sum(opaque(x))
+        return jnp.sum(opaque(x) ** 2)
 
-    with pytest.raises(KTransformError, match="lax primitive `(while|scan)`") as info:
-        kt.grad(f)(X)
-    assert "return jnp.sum(opaque(x))" in str(info.value)  # the user's call site
+    for x in (X, -X):
+        _close(kt.grad(f)(x), jax.grad(f)(x))
+    _close(kt.jvp(f, X, V)[1], jax.jvp(f, (X,), (V,))[1])
+
+
+def test_while_in_opaque_jaxpr_reverse_mode(mode):
+    """A library `lax.while_loop` (JAX cannot reverse it) against the same
+    loop run by Python under `jax.grad`."""
+
+    def loop(x, while_loop):
+        return while_loop(lambda c: jnp.sum(c) < 20.0, lambda c: c * 1.5 + jnp.sin(c), x)
+
+    opaque = _opaque(lambda x: loop(x, jax.lax.while_loop))
+
+    def python_while(cond, body, c):
+        while cond(c):
+            c = body(c)
+        return c
+
+    def f(x):
+        return jnp.sum(opaque(x) ** 2)
+
+    want = jax.grad(lambda x: jnp.sum(loop(x, python_while) ** 2))(X)
+    _close(kt.grad(f)(X), want)
 
 
 def test_untraceable_call_is_a_clear_error():

@@ -38,7 +38,7 @@ from k_transform.control import prims as control
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
-from k_transform.ops import structural
+from k_transform.ops import structural, trees
 from k_transform.ops.lax import LaxPrimitive
 
 # Rules tested elsewhere: the DFunctor's own helpers, which only appear in
@@ -119,6 +119,9 @@ SHIFTS = Arr(value=[1, 2, 0], domain="int")
 UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
 IDX = np.array([2, 0, 2], np.int32)
 GETITEM_GRAD = ops.GetItemGrad()
+TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
+TREE_STACK_AT, TREE_SET = trees.TreeStackAt(), trees.TreeSet()
+SCAN_LENGTH, BATCH_SIZE = trees.ScanLength(), trees.BatchSize()
 FIELDS = prims.FieldsOf(("w", "b"))
 
 
@@ -416,6 +419,13 @@ CASES = [
     case(prims.ReplaceFields(("b",)), lambda x, y, z: Pair(x, y)._replace(b=z), (2,), (3,), (3,), args=lambda x, y, z: (Pair(x, y), (z,))),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
+    # -- rows of pytrees (the lax.scan / jax.vmap models) --
+    case(trees.TreeIndex(), lambda x: TREE_INDEX(x, 1), (3, 2), args=lambda x: (x, 1)),
+    case(trees.TreePut(), lambda like, y: TREE_PUT(like, 2, y), (3, 2), (2,), args=lambda like, y: (like, 2, y)),  # noqa: E501
+    case(trees.TreeStackAt(), lambda y: TREE_STACK_AT(y, 3, 1), (2,), args=lambda y: (y, 3, 1)),
+    case(trees.TreeSet(), lambda ys, y: TREE_SET(ys, 0, y), (3, 2), (2,), args=lambda ys, y: (ys, 0, y)),  # noqa: E501
+    case(trees.ScanLength(), lambda x: x * SCAN_LENGTH(x, None) * 0.0, (3, 2), args=lambda x: (x, None), mode="zero", value=False),  # noqa: E501
+    case(trees.BatchSize(), lambda x: x * BATCH_SIZE((0,), (x,)) * 0.0, (3, 2), args=lambda x: ((0,), (x,)), mode="zero", value=False),  # noqa: E501
     case(ops.StopGradient(), lambda x: jax.lax.stop_gradient(x), (2, 3)),
     case(ops.ZerosLike(), lambda x: jnp.zeros_like(x), (2, 3)),
     case(ops.OnesLike(), lambda x: jnp.ones_like(x), (2, 3)),

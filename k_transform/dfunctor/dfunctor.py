@@ -56,6 +56,7 @@ from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
+from k_transform.frontend import lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
@@ -208,6 +209,13 @@ class DFunctor:
         return Constant(prim_fprop(value, node.debug), node.debug, node.hint)
 
     def _map_plain(self, node: Constant) -> Node:
+        if lax_models.is_modelled(node.value):
+            name = getattr(node.value, "__name__", "it")
+            raise KTransformError(
+                f"`{name}` used as a value in differentiated code: k_transform reads it "
+                f"only where it is called (`{name}(...)`), so pass a function that calls it",
+                node.debug,
+            )
         if not _is_param(node.value):
             return node
         p = node.value
@@ -246,6 +254,10 @@ class DFunctor:
                 self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
                 for k, a in enumerate(node.args)
             ]
+            if isinstance(fn, control.WhileLoop) and _calls_values(node.args[0].value):
+                # The condition runs on K-values: a function it is passed is an
+                # fprop there, so it runs as the result of K(cond).
+                args[0] = Constant(_result_of(self.kval(node.args[0]).value), node.debug)
             # K of a switch is a switch of K-graphs; K of a loop, its run-time K.
             prim = node.fn if isinstance(fn, Switch) else _const(control.ControlFprop(fn))
             pair = self.fprop.apply(prim, *args, debug=node.debug)
@@ -417,6 +429,31 @@ def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
     graph = k_graph(primal)
     _prim_fprops[prim] = graph
     return graph
+
+
+def _calls_values(graph: FuncGraph) -> bool:
+    """Whether `graph` (or a graph it reaches) calls a value, not a known graph
+    or primitive: a function it was passed, which K turns into its fprop."""
+    return any(
+        isinstance(node, Apply) and not isinstance(node.fn, Constant)
+        for g in graph.reachable()
+        for node in g.nodes
+    )
+
+
+_results: dict[int, FuncGraph] = {}
+
+
+def _result_of(fprop: FuncGraph) -> FuncGraph:
+    """A graph returning item 0 (the result) of the fprop graph `fprop`."""
+    if fprop.uid not in _results:
+        g = FuncGraph(f"{fprop.name}_result", debug=fprop.debug)
+        params = [g.add_parameter(p.name) for p in fprop.parameters]
+        g.param_names = [p.name for p in fprop.parameters]
+        pair = g.apply(Constant(fprop), *params, debug=fprop.debug)
+        g.output = g.apply(_const(prims.GetItem()), pair, Constant(0), debug=fprop.debug)
+        _results[fprop.uid] = g
+    return _results[fprop.uid]
 
 
 class TracedCallK:

@@ -12,11 +12,14 @@ and `GraphBuilder.call` read them by these rules:
   `*args`/`**kwargs`, `g` being what it wraps) means exactly a call of what
   it wraps and is read as that (`forwards_only`), so the target keeps its
   named parameters.
-- A library wrapper, which is not user code (what `jax.jit(f)` and
+- A library wrapper object, which is not user code (what `jax.jit(f)` and
   `partial(jax.jit, static_argnums=...)(f)` return, `functools.lru_cache`),
   is read through its `__wrapped__` chain down to the first user callable
   (`unwrap`). These wrappers call what they wrap with the arguments given
   and return its result, so reading `f` means what calling them means.
+  A library *Python function* with a `__wrapped__` is not unwrapped: what
+  `jax.vmap(f)`, `jax.grad(f)` or `jax.checkpoint(f)` return computes
+  something other than `f`, and is called as a library function.
   Static arguments are plain Python values to k_transform, and Python ints
   stay static when the gradient function runs (and when the user jits it
   with the same `static_argnums`). A library function is never unwrapped
@@ -81,6 +84,8 @@ def unwrap(value):
     wrapper, the first user callable down its `__wrapped__` chain."""
     current, seen = value, {id(value)}
     while not is_readable(current) or forwards_only(current):
+        if isinstance(current, types.FunctionType) and not is_user_function(current):
+            return value  # a library function (`jax.vmap(f)`, `jax.grad(f)`) transforms f
         try:
             current = current.__wrapped__
         except Exception:  # noqa: BLE001 - any object may be asked; none is an answer

@@ -33,8 +33,11 @@ Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 `custom_vjp_call` are inlined by their primal body (never JAX's rule), so a
 `custom_jvp` function is differentiated through what it computes. The output
 is rebuilt as the function's tuple/list/dict structure. Control flow inside a
-jaxpr (`while`, `cond`, `scan`) is imported as an opaque LaxPrimitive that
-runs but has no rule yet (issue 13 item 4).
+jaxpr is imported onto our own control primitives, so our loop and branch
+rules differentiate it (a `while` in reverse mode too, which JAX refuses):
+`while` is a `while_loop` of two closed graphs, `cond` a chain of `switch`es
+on `index > k`, `scan` a `for_range` over the rows whose stacked outputs are
+buffers it carries and writes row by row (`setitem`).
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
+from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
+from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax import LaxPrimitive
 
 # Call-like primitives inlined by the body they call; the value is the param
@@ -181,6 +186,10 @@ def _inline(graph: FuncGraph, jaxpr, consts: list, inputs: list) -> list[Node]:
 
 def _equation(graph: FuncGraph, eqn, args: list[Node]) -> list[Node]:
     name = eqn.primitive.name
+    if name in CONTROL:
+        loop = CONTROL[name](graph, eqn, args)
+        get = Constant(prims.GetItem())
+        return [graph.apply(get, loop, Constant(k)) for k in range(len(eqn.outvars))]
     if name in INLINED:
         body = eqn.params[INLINED[name]]
         if isinstance(body, jex_core.ClosedJaxpr):
@@ -195,6 +204,110 @@ def _equation(graph: FuncGraph, eqn, args: list[Node]) -> list[Node]:
         return [node]
     get = Constant(prims.GetItem())
     return [graph.apply(get, node, Constant(k), debug=debug) for k in range(len(eqn.outvars))]
+
+
+# -- control flow: onto our own control primitives (k_transform.control.prims) --------
+def _closed_graph(name: str, closed, n_params: int, inputs_of) -> tuple[FuncGraph, list, list]:
+    """A closed FuncGraph of `n_params` parameters running `closed` (a
+    ClosedJaxpr) on `inputs_of(graph, params)`; returns (graph, params, outs)."""
+    graph = FuncGraph(name, debug=DebugInfo(file="<jaxpr>", name=name))
+    params = [graph.add_parameter(f"a{k}") for k in range(n_params)]
+    graph.param_names = [p.name for p in params]
+    consts = [Constant(c, hint="c") for c in closed.consts]
+    outs = _inline(graph, closed.jaxpr, consts, inputs_of(graph, params))
+    return graph, params, outs
+
+
+def _tuple(graph: FuncGraph, items) -> Node:
+    return graph.apply(Constant(prims.MakeTuple()), *items)
+
+
+def _while(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+    """`while[cond_jaxpr, body_jaxpr](*cond_consts, *body_consts, *carry)`."""
+    nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    consts, carry = args[: nc + nb], args[nc + nb :]
+    n = len(carry)
+    cond, _, outs = _closed_graph(
+        "while_cond", eqn.params["cond_jaxpr"], n + nc + nb, lambda g, ps: ps[n : n + nc] + ps[:n]
+    )
+    cond.output = outs[0]
+    body, _, outs = _closed_graph(
+        "while_body", eqn.params["body_jaxpr"], n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n]
+    )
+    body.output = _tuple(body, outs)
+    loop = Constant(control.WhileLoop(n), hint="while_loop")
+    return graph.apply(loop, Constant(cond), Constant(body), *carry, *consts)
+
+
+def _cond(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+    """`cond[branches](index, *operands)`: a chain of our switches on `index > k`."""
+    index, ops = args[0], args[1:]
+    n_params = 1 + len(ops)
+    branches = []
+    for k, closed in enumerate(eqn.params["branches"]):
+        g, _, outs = _closed_graph(f"branch{k}", closed, n_params, lambda g, ps: ps[1:])
+        g.output = _tuple(g, outs)
+        branches.append(g)
+    chosen = branches[-1]
+    for k in range(len(branches) - 2, 0, -1):  # index > k ? (the rest) : branch k
+        g = FuncGraph(f"branches_from{k}", debug=DebugInfo(file="<jaxpr>", name="cond"))
+        params = [g.add_parameter(f"a{j}") for j in range(n_params)]
+        g.param_names = [p.name for p in params]
+        test = g.apply(Constant(Greater()), params[0], Constant(k))
+        g.output = g.apply(
+            Constant(control.Switch()), test, Constant(chosen), Constant(branches[k]), *params
+        )
+        chosen = g
+    test = graph.apply(Constant(Greater()), index, Constant(0))
+    switch = Constant(control.Switch(), hint="switch")
+    return graph.apply(switch, test, Constant(chosen), Constant(branches[0]), index, *ops)
+
+
+def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+    """`scan[jaxpr, length, reverse](*consts, *init, *xs)`: a `for` over the rows,
+    writing row `i` of each stacked output (`ys`) into a buffer it carries."""
+    p = eqn.params
+    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    body_jaxpr = p["jaxpr"]
+    y_avals = [v.aval for v in body_jaxpr.jaxpr.outvars[n_carry:]]
+    buffers = [Constant(np.zeros((length, *a.shape), a.dtype), hint="ys") for a in y_avals]
+    n = n_carry + len(buffers)
+    consts, init, xs = (
+        args[:n_consts],
+        args[n_consts : n_consts + n_carry],
+        args[n_consts + n_carry :],
+    )
+    get = Constant(prims.GetItem())
+    # rows read at a traced index: a numpy constant (polynomial coefficients)
+    # becomes a jax array
+    xs = [_as_jax(x) for x in xs]
+
+    def inputs(g, ps):
+        i, carry, rest = ps[0], ps[1 : 1 + n_carry], ps[1 + n :]
+        rows = [g.apply(get, x, i) for x in rest[n_consts:]]
+        return [*rest[:n_consts], *carry, *rows]
+
+    body, params, outs = _closed_graph(
+        "scan_body", body_jaxpr, 1 + n + len(consts) + len(xs), inputs
+    )
+    i, held = params[0], params[1 + n_carry : 1 + n]
+    put = Constant(prims.SetItem())
+    written = [body.apply(put, b, i, y) for b, y in zip(held, outs[n_carry:], strict=True)]
+    body.output = _tuple(body, [*outs[:n_carry], *written])
+    bounds = (length - 1, -1, -1) if p["reverse"] else (0, length, 1)
+    loop = Constant(control.ForRange(n), hint="for_range")
+    bound_nodes = [Constant(b) for b in bounds]
+    return graph.apply(loop, *bound_nodes, Constant(body), *init, *buffers, *consts, *xs)
+
+
+def _as_jax(node: Node) -> Node:
+    if isinstance(node, Constant) and isinstance(node.value, np.ndarray):
+        with jax.ensure_compile_time_eval():  # a concrete array, even mid-trace (cached)
+            return Constant(jnp.asarray(node.value), hint="c")
+    return node
+
+
+CONTROL = {"while": _while, "cond": _cond, "scan": _scan}
 
 
 def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:

@@ -34,13 +34,14 @@ import types
 from collections import Counter
 
 import gast
+import jax
 
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables, pytrees
+from k_transform.frontend import callables, lax_models, pytrees
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -232,6 +233,9 @@ class FunctionParser:
         see `call`)."""
         api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
         api = api or pytrees.is_replace(value)  # a primitive (`call`)
+        model = lax_models.fixed_model(value)  # lax.scan, lax.while_loop, ...: Python
+        if model is not None:
+            return Constant(parse(model), self.source.debug(node), hint)
         if is_user_function(value) and not api:
             return Constant(parse(value), self.source.debug(node), hint)
         return Constant(value, self.source.debug(node), hint)
@@ -775,6 +779,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
     def call(self, callee: Node, args: list[Node], kwargs: dict[str, Node], e) -> Node:
+        if isinstance(callee, Apply) and isinstance(callee.fn.value, prims.Vmapped):
+            return self.vmapped_call(callee, args, kwargs, e)
         if not isinstance(callee, Constant):
             if kwargs:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
@@ -825,6 +831,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
+        if lax_models.is_modelled(value):
+            return self.model_call(value, args, kwargs, e)
         try:
             made = pytrees.constructor(value, args, kwargs)  # a NamedTuple or dataclass
         except KTransformError as exc:
@@ -845,6 +853,63 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         prim = prims.LibraryCall(value, hint, tuple(kwargs))
         return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def model_call(self, value, args, kwargs, e) -> Node:
+        """`lax.scan(f, ...)`, `lax.cond(...)`, `jax.vmap(f)`, ...: a call of the
+        Python model of the function (`k_transform.frontend.lax_models`)."""
+        if value is jax.lax.cond:
+            if "operand" in kwargs:  # the old `cond(pred, t, f, operand=x)` form
+                kwargs = dict(kwargs)
+                args = [*args, kwargs.pop("operand")]
+            if len(args) < 3 or kwargs:
+                raise self.fp.error("lax.cond(pred, true_fun, false_fun, *operands) expected", e)
+            model = lax_models.cond_model(len(args) - 3)
+        elif value is jax.lax.switch:
+            if len(args) < 2 or kwargs:
+                raise self.fp.error("lax.switch(index, branches, *operands) expected", e)
+            branches = self.items_of(args[1], "the branches of lax.switch", e)
+            model = lax_models.switch_model(len(branches), len(args) - 2)
+            args = [args[0], *branches, *args[2:]]
+        else:  # jax.vmap(fun, in_axes=0, out_axes=0, ...): a value called later
+            options = {k: v for k, v in kwargs.items() if k not in ("in_axes", "out_axes")}
+            static = [*args[1:], *kwargs.values()]
+            if not args or not all(isinstance(a, Constant) for a in static):
+                raise self.fp.error(
+                    "jax.vmap(fun, in_axes, out_axes) with constant axes expected", e
+                )
+            in_axes = kwargs["in_axes"].value if "in_axes" in kwargs else 0
+            in_axes = args[1].value if len(args) > 1 else in_axes
+            out_axes = kwargs["out_axes"].value if "out_axes" in kwargs else 0
+            out_axes = args[2].value if len(args) > 2 else out_axes
+            if isinstance(in_axes, list):
+                in_axes = tuple(in_axes)
+            prim = prims.Vmapped(in_axes, out_axes, tuple(sorted(options)))
+            return self.apply(prim, args[0], node=e)
+        graph = Constant(parse(model), self.debug(e), model.__name__)
+        return self.call(graph, args, kwargs, e)
+
+    def vmapped_call(self, callee: Apply, args, kwargs, e) -> Node:
+        """`jax.vmap(fun, in_axes)(*args)`: the loop its model writes."""
+        vm = callee.fn.value
+        try:
+            axes = lax_models.vmap_axes(
+                vm.in_axes, vm.out_axes, len(args), dict.fromkeys(vm.options)
+            )
+            if kwargs:
+                raise KTransformError("keyword arguments to a jax.vmap function are not supported")
+        except KTransformError as exc:
+            raise self.fp.error(exc.bare_message, e) from None
+        model = lax_models.vmap_model(axes)
+        graph = Constant(parse(model), self.debug(e), model.__name__)
+        return self.call(graph, [callee.args[0], *args], {}, e)
+
+    def items_of(self, node: Node, what: str, e) -> list[Node]:
+        """The items of a tuple or list known while parsing."""
+        if isinstance(node, Constant) and isinstance(node.value, (tuple, list)):
+            return [self.fp.value_node(v, f"item{k}", e) for k, v in enumerate(node.value)]
+        if isinstance(node, Apply) and isinstance(node.fn.value, (prims.MakeTuple, prims.MakeList)):
+            return list(node.args)
+        raise self.fp.error(f"{what} must be a tuple or list written at the call", e)
 
     def partial_call(self, p: functools.partial, args, kwargs, e) -> Node:
         """`functools.partial(f, *bound, **kw)(*args, **kwargs)` is

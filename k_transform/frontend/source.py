@@ -36,8 +36,13 @@ def is_user_function(value) -> bool:
     """A Python function k_transform should parse rather than call opaquely."""
     if not isinstance(value, types.FunctionType):
         return False
-    module = getattr(value, "__module__", None) or ""
-    return not any(module == m or module.startswith(m + ".") for m in LIBRARY_MODULES)
+    # Library code by its `__module__` or by the module whose globals it runs
+    # in: `functools.wraps` copies the wrapped function's `__module__` onto a
+    # library wrapper (`jax.vmap(f)`).
+    modules = (getattr(value, "__module__", None) or "", value.__globals__.get("__name__") or "")
+    return not any(
+        module == m or module.startswith(m + ".") for module in modules for m in LIBRARY_MODULES
+    )
 
 
 class Source:
@@ -81,6 +86,11 @@ class Source:
     def _find_lambda(self, text: str, code) -> gast.FunctionDef:
         module = _parse_prefix(text)
         want_line = code.co_firstlineno - self.first_line + 1
+        if module is None:
+            raise KTransformError(
+                "cannot read the source of this lambda (write it as a `def`)",
+                self.debug_at(want_line),
+            )
         names = list(code.co_varnames[: code.co_argcount])
         found = [
             n
@@ -114,13 +124,15 @@ class Source:
 
 
 def _parse_prefix(text: str):
-    """Parse `text`, dropping trailing lines until it parses (lambdas mid-call)."""
+    """Parse `text`, dropping trailing lines until it parses (lambdas mid-call);
+    None when no prefix parses."""
     lines = text.splitlines()
     for end in range(len(lines), 0, -1):
         chunk = "\n".join(lines[:end])
-        for candidate in (chunk, "(" + chunk, "(" + chunk + ")"):
+        # a lambda mid-call, in a tuple or list, or as a dict value
+        for candidate in (chunk, "(" + chunk, "(" + chunk + ")", "{" + chunk + "}"):
             try:
                 return gast.parse(textwrap.dedent(candidate))
             except SyntaxError:
                 continue
-    raise SyntaxError("unparsable lambda source")
+    return None

@@ -20,6 +20,7 @@ from k_transform.ops import (
     shape,
     state,
     structural,
+    trees,  # noqa: F401 - rows of pytrees (the lax.scan / jax.vmap models)
 )
 from k_transform.ops import math as _math
 from k_transform.ops.arithmetic import BINARY, UNARY

@@ -292,7 +292,7 @@ def _convert(p):
 
 
 # -- elementwise binary (rank-0 operands broadcast) ---------------------------------
-@lax_rule("add")
+@lax_rule("add", "add_any")
 def _add(p):
     return lambda x, y, out, dout: (sum_to(dout, x), sum_to(dout, y))
 

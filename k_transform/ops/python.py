@@ -232,6 +232,20 @@ class MethodCall(Primitive):
         return f"method.{self.method}" + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
 
 
+class Vmapped(Primitive):
+    """`jax.vmap(fun, in_axes, out_axes)`: a function value the parser reads
+    when it is called (`k_transform.frontend.lax_models`); it has no rule, so
+    one passed on or returned, not called, is refused by the DFunctor."""
+
+    n_inputs = 1
+
+    def __init__(self, in_axes=0, out_axes=0, options: tuple = ()):
+        super().__init__("vmap", in_axes=in_axes, out_axes=out_axes, options=options)
+
+    def impl(self, fun):
+        return jax.vmap(fun, in_axes=self.in_axes, out_axes=self.out_axes)
+
+
 class LibraryCall(Primitive):
     """A call to a library function with no dedicated primitive (`jax.nn.relu`)."""
 
@@ -538,8 +552,11 @@ def bprop_getitem(x, index, out, dout):
 def bprop_setitem(x, index, value, out, dout):
     if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
         dout = to_list(dout)
+    # Read row `index` before writing it: XLA updates `dout` in place then
+    # (written the other way round, a loop copied the whole array every step).
+    dvalue = sum_to(dout[index], value)  # value may broadcast
     dx = set_item(dout, index, zeros_like(value))
-    return dx, None, sum_to(dout[index], value)  # value may broadcast
+    return dx, None, dvalue
 
 
 # -- list mutation, made functional (the parser rebinds the list) ---------

@@ -9,6 +9,7 @@ generated code and `rt.<name>` read as one namespace:
 - `rules`: helpers of gradient rules (`sum_to`, `getitem_grad`)
 - `stack`: the stacks K of a loop pushes its iterations on
 - `bounds`: the bound of traced `while` loops that store iterations
+- `trees`: item `i` of pytrees of arrays (the models of `lax.scan`, `jax.vmap`)
 
 The control flow itself (`switch`, loops) is `k_transform.control.runtime`.
 """
@@ -74,6 +75,14 @@ from k_transform.runtime.state import (  # noqa: F401
     assign,
     param_scope,
     read_param,
+)
+from k_transform.runtime.trees import (  # noqa: F401
+    batch_size,
+    scan_length,
+    tree_index,
+    tree_put,
+    tree_set,
+    tree_stack_at,
 )
 from k_transform.runtime.values import (  # noqa: F401
     UNDEFINED,

@@ -1,0 +1,170 @@
+"""`lax.scan`, `lax.while_loop`, `lax.fori_loop`, `lax.map`, `lax.cond`,
+`lax.switch` and `jax.vmap` called in differentiated code, read as Python.
+
+Their bodies are the user's Python functions, often closures over the
+values being differentiated, so they cannot go through the jaxpr import (a
+closure's free variables would be baked into the trace as constants). The
+parser reads a call of one of them as a call of its *model* below: Python
+with the same meaning, written with our own control flow (`for`, `while`,
+`if`), so the body stays user code read by our parser, its gradient comes
+from our loop and branch rules, and a traced `lax.while_loop` gets a
+reverse-mode gradient (JAX refuses one).
+
+- `scan(f, init, xs, length, reverse)`: the first step is peeled to learn the
+  shape of `ys`; the rest is a `for` over the remaining rows, writing row `i`
+  of every leaf of `ys` (`k_transform.ops.trees`).
+- `while_loop`, `fori_loop`: the loop they name. A traced `fori_loop` index
+  is an int32 array in JAX and a Python int here where the bounds are static.
+- `cond(pred, t, f, *operands)`, `switch(index, branches, *operands)`:
+  written per number of operands (and branches) at the call (`model`); the
+  index of `switch` is clamped into range, as JAX does.
+- `jax.vmap(fun, in_axes, out_axes)(*args)`: a loop over the mapped axis
+  (`in_axes` 0 or None per argument, `out_axes` 0), the same values as the
+  batched call; under jit it runs as a `lax.scan`, not as a batched kernel.
+
+Not read here (a KTransformError names the option): `scan(unroll=...)` and
+`_split_transpose` are accepted and ignored (they change speed, not values);
+`vmap` with other axes, `axis_name` or keyword arguments to the mapped function.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+
+import jax
+from jax import lax
+
+from k_transform.errors import KTransformError
+from k_transform.ops import trees
+
+
+def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
+    n = trees.scan_length(xs, length)
+    first = n - 1 if reverse else 0
+    carry, y = f(init, trees.tree_index(xs, first))
+    ys = trees.tree_stack_at(y, n, first)
+    for k in range(1, n):
+        i = n - 1 - k if reverse else k
+        carry, y = f(carry, trees.tree_index(xs, i))
+        ys = trees.tree_set(ys, i, y)
+    return carry, ys
+
+
+def lax_map(f, xs, batch_size=None):
+    n = trees.scan_length(xs, None)
+    ys = trees.tree_stack_at(f(trees.tree_index(xs, 0)), n, 0)
+    for i in range(1, n):
+        ys = trees.tree_set(ys, i, f(trees.tree_index(xs, i)))
+    return ys
+
+
+def while_loop(cond_fun, body_fun, init_val):
+    val = init_val
+    while cond_fun(val):
+        val = body_fun(val)
+    return val
+
+
+def fori_loop(lower, upper, body_fun, init_val, unroll=None):
+    val = init_val
+    for i in range(lower, upper):
+        val = body_fun(i, val)
+    return val
+
+
+FIXED = {lax.scan: scan, lax.map: lax_map, lax.while_loop: while_loop, lax.fori_loop: fori_loop}
+
+
+@functools.cache
+def cond_model(n_ops: int):
+    ops = ", ".join(f"op{k}" for k in range(n_ops))
+    return _define(
+        f"cond_{n_ops}",
+        f"def cond_{n_ops}(pred, true_fun, false_fun{', ' if ops else ''}{ops}):\n"
+        f"    if pred:\n"
+        f"        return true_fun({ops})\n"
+        f"    return false_fun({ops})\n",
+    )
+
+
+@functools.cache
+def switch_model(n_branches: int, n_ops: int):
+    ops = ", ".join(f"op{k}" for k in range(n_ops))
+    branches = ", ".join(f"branch{k}" for k in range(n_branches))
+    lines = [f"def switch_{n_branches}_{n_ops}(index, {branches}{', ' if ops else ''}{ops}):"]
+    for k in range(n_branches - 1):
+        test = "index <= 0" if k == 0 else f"index == {k}"
+        lines += [f"    if {test}:", f"        return branch{k}({ops})"]
+    lines.append(f"    return branch{n_branches - 1}({ops})")
+    return _define(f"switch_{n_branches}_{n_ops}", "\n".join(lines) + "\n")
+
+
+@functools.cache
+def vmap_model(axes: tuple):
+    """The loop `jax.vmap(fun, in_axes=axes)(*args)` means, for len(axes) args."""
+    args = [f"a{k}" for k in range(len(axes))]
+
+    def row(i):
+        return ", ".join(
+            a if ax is None else f"trees.tree_index({a}, {i})" for a, ax in zip(args, axes, strict=True)
+        )
+
+    name = f"vmap_{len(axes)}"
+    source = (
+        f"def {name}(fun, {', '.join(args)}):\n"
+        f"    n = trees.batch_size({axes!r}, ({', '.join(args)},))\n"
+        f"    ys = trees.tree_stack_at(fun({row(0)}), n, 0)\n"
+        f"    for i in range(1, n):\n"
+        f"        ys = trees.tree_set(ys, i, fun({row('i')}))\n"
+        f"    return ys\n"
+    )
+    return _define(name, source)
+
+
+def _define(name: str, source: str):
+    filename = f"<k_transform: model of {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = {"__name__": __name__, "trees": trees}
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own text
+    return scope[name]
+
+
+def vmap_axes(in_axes, out_axes, n_args: int, kwargs: dict) -> tuple:
+    """`in_axes` as one entry (0 or None) per argument; refuses what the model cannot read."""
+    if kwargs:
+        raise KTransformError(
+            f"jax.vmap options {sorted(kwargs)} are not supported by k_transform in "
+            "differentiated code (in_axes and out_axes=0 are)"
+        )
+    if out_axes != 0:
+        raise KTransformError(
+            f"jax.vmap with out_axes={out_axes!r} is not supported by k_transform in "
+            "differentiated code (out_axes=0 is)"
+        )
+    axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n_args
+    if len(axes) != n_args or any(a not in (0, None) for a in axes):
+        raise KTransformError(
+            f"jax.vmap with in_axes={in_axes!r} over {n_args} arguments is not supported by "
+            "k_transform in differentiated code (0 or None per argument is)"
+        )
+    if all(a is None for a in axes):
+        raise KTransformError("jax.vmap with every in_axes None has no axis to map")
+    return axes
+
+
+def fixed_model(value):
+    """The model of `value` when it has one of its own (read as a graph
+    wherever the name is read, so it can be passed and called later)."""
+    try:
+        return FIXED.get(value)
+    except TypeError:  # unhashable
+        return None
+
+
+PER_CALL = (lax.cond, lax.switch, jax.vmap)
+
+
+def is_modelled(value) -> bool:
+    """Whether a call of `value` is read as a model written for that call."""
+    return any(value is f for f in PER_CALL)

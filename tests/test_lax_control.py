@@ -1,0 +1,241 @@
+"""`lax.scan`, `lax.while_loop`, `lax.fori_loop`, `lax.map`, `lax.cond`,
+`lax.switch` and `jax.vmap` with Python bodies, in differentiated code.
+
+The calls are read as Python models (`k_transform/frontend/lax_models.py`),
+so their bodies, closures over the differentiated values included, are
+differentiated by our own loop and branch rules. Oracle: `jax.grad` /
+`jax.jvp` of the same program in float64 (JAX differentiates these calls
+itself); for a traced `lax.while_loop`, which JAX cannot reverse, the same
+program with the loop written as a Python `while` run eagerly by JAX.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import k_transform as kt
+
+RNG = np.random.default_rng(3)
+X = RNG.uniform(-0.8, 0.8, (4, 3))  # numpy float64: stays float64 under the x64 fixture
+W = RNG.uniform(-0.6, 0.6, (3, 3))
+V = RNG.normal(size=(4, 3))
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture(params=["graph", "eager"])
+def mode(request):
+    kt.set_mode(request.param)
+    yield request.param
+    kt.set_mode("graph")
+
+
+def close(a, b, tol=1e-9):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+# -- programs: each is f(x) -> scalar, x of shape (4, 3) --------------------------------
+def scan_rnn(x):
+    w = jnp.tanh(x[0])  # a closure over a value that depends on x
+
+    def step(h, xt):
+        h = jnp.tanh(h * w + xt)
+        return h, jnp.sum(h * h)
+
+    h, ys = lax.scan(step, jnp.zeros(3), x)
+    return jnp.sum(h) + jnp.sum(ys * jnp.arange(1.0, 5.0))
+
+
+def scan_reverse_pytree(x):
+    def step(carry, item):
+        a, b = carry
+        row, scale = item["row"], item["scale"]
+        a = a * jnp.cos(row) + scale
+        b = b + jnp.sin(a)
+        return (a, b), (a, jnp.sum(b))
+
+    (a, b), (ys, zs) = lax.scan(
+        step, (x[0], 0.5 * x[1]), {"row": x, "scale": x[:, 0]}, reverse=True
+    )
+    return jnp.sum(a * b) + jnp.sum(ys**2) + jnp.sum(zs)
+
+
+def scan_length_only(x):
+    def step(c, _):
+        return c * jnp.sin(c) + 0.1, None
+
+    c, ys = lax.scan(step, x[1], None, length=5)
+    return jnp.sum(c)
+
+
+def fori_static(x):
+    def body(i, y):
+        return y * jnp.cos(y) + x[i % 4]
+
+    return jnp.sum(lax.fori_loop(0, 6, body, x[0]))
+
+
+def map_rows(x):
+    return jnp.sum(lax.map(lambda r: jnp.sin(r) * jnp.sum(r), x) ** 2)
+
+
+def cond_two_operands(x):
+    out = lax.cond(
+        jnp.sum(x[0]) > 0,
+        lambda a, b: jnp.sin(a) * b,
+        lambda a, b: a * a - b,
+        x[1],
+        x[2],
+    )
+    return jnp.sum(out)
+
+
+def switch_three(x):
+    branches = [lambda a: jnp.sin(a), lambda a: a * a, lambda a: jnp.exp(-a)]
+    index = jnp.argmax(jnp.sum(x, axis=1)) % 3
+    return jnp.sum(lax.switch(index, branches, x[3]))
+
+
+def vmap_rows(x):
+    scale = jnp.sum(x[0])
+
+    def per_row(r, m):
+        return jnp.sum(jnp.tanh(r @ m) * scale)
+
+    return jnp.sum(jax.vmap(per_row, in_axes=(0, None))(x, jnp.eye(3) + 0.1) ** 2)
+
+
+def vmap_nested(x):
+    inner = jax.vmap(lambda a: a * jnp.sin(a))
+    return jnp.sum(jax.vmap(lambda r: inner(r) * jnp.sum(r))(x))
+
+
+PROGRAMS = [
+    scan_rnn,
+    scan_reverse_pytree,
+    scan_length_only,
+    fori_static,
+    map_rows,
+    cond_two_operands,
+    switch_three,
+    vmap_rows,
+    vmap_nested,
+]
+INPUTS = [X, -X]  # both branches of the cond and of the switch are taken
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_grad(f, mode):
+    for x in INPUTS:
+        close(kt.grad(f)(x), jax.grad(f)(x))
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_jvp_and_second_order(f):
+    x = X
+    out, tangent = kt.jvp(f, x, V)
+    want_out, want_tangent = jax.jvp(f, (x,), (V,))
+    close(out, want_out)
+    close(tangent, want_tangent)
+
+    def hvp(x):
+        return jnp.sum(kt.grad(f)(x) * V)
+
+    close(kt.grad(hvp)(x), jax.grad(lambda x: jnp.sum(jax.grad(f)(x) * V))(x), 1e-7)
+
+
+def test_under_user_jit():
+    for f in (scan_rnn, vmap_rows, switch_three):
+        close(jax.jit(kt.grad(f))(X), jax.grad(f)(X))
+
+
+# -- a traced lax.while_loop: reverse mode that JAX itself refuses ---------------------
+def newton_like(x, while_loop):
+    def cond(state):
+        y, k = state
+        return jnp.logical_and(jnp.sum(y * y) < 40.0, k < 50)
+
+    def body(state):
+        y, k = state
+        return y * 1.3 + jnp.sin(y) * x[0], k + 1
+
+    y, k = while_loop(cond, body, (x[1], 0))
+    return jnp.sum(y) + k
+
+
+def python_while(cond, body, value):
+    while cond(value):
+        value = body(value)
+    return value
+
+
+def test_while_loop_reverse_mode(mode):
+    f = lambda x: newton_like(x, lax.while_loop)  # noqa: E731
+    oracle = lambda x: newton_like(x, python_while)  # noqa: E731
+    with pytest.raises(ValueError):  # JAX: reverse-mode of while_loop is not supported
+        jax.grad(f)(X)
+    for x in INPUTS:
+        close(kt.grad(f)(x), jax.grad(oracle)(x))
+    close(jax.jit(kt.grad(f))(X), jax.grad(oracle)(X))
+    close(kt.jvp(f, X, V)[1], jax.jvp(oracle, (X,), (V,))[1])
+
+
+def test_while_condition_calls_a_function_argument(mode):
+    """A `while` whose condition calls a function it was passed (the model of
+    lax.while_loop, and user code alike) sees the loop's current value."""
+
+    def loop(cond_fun, body_fun, val):
+        while cond_fun(val):
+            val = body_fun(val)
+        return val
+
+    def f(x):
+        y, n = loop(lambda s: s[1] < 5, lambda s: (s[0] * jnp.sin(s[0]) + 1.0, s[1] + 1), (x, 0))
+        return jnp.sum(y) * n
+
+    close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+# -- global transformed functions: library functions, not read as their `f` ---------
+def row_energy(r):
+    return jnp.sum(jnp.sin(r) * r)
+
+
+batched_energy = jax.vmap(row_energy)
+energy_grad = jax.grad(row_energy)
+
+
+def test_global_vmap_and_grad_are_not_read_as_f(mode):
+    """`jax.vmap(f)` and `jax.grad(f)` carry `__wrapped__ = f`; reading them as
+    `f` would be silently wrong. They are library calls (jaxpr import)."""
+
+    def f(x):
+        return jnp.sum(batched_energy(x) ** 2) + jnp.sum(energy_grad(x[0]) ** 2)
+
+    close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+# -- refused with the user's line ---------------------------------------------------------
+def vmap_out_axes(x):
+    return jnp.sum(jax.vmap(jnp.sin, out_axes=1)(x))
+
+
+def vmap_axis_1(x):
+    return jnp.sum(jax.vmap(jnp.sin, in_axes=1)(x))
+
+
+@pytest.mark.parametrize("f", [vmap_out_axes, vmap_axis_1], ids=lambda f: f.__name__)
+def test_unsupported_vmap_options_name_the_line(f):
+    with pytest.raises(kt.KTransformError) as info:
+        kt.grad(f)(X)
+    message = str(info.value)
+    assert "jax.vmap" in message and "test_lax_control.py" in message
+    assert "return jnp.sum(jax.vmap(" in message
