@@ -106,9 +106,8 @@ def vmap_model(axes: tuple):
     args = [f"a{k}" for k in range(len(axes))]
 
     def row(i):
-        return ", ".join(
-            a if ax is None else f"trees.tree_index({a}, {i})" for a, ax in zip(args, axes, strict=True)
-        )
+        items = zip(args, axes, strict=True)
+        return ", ".join(a if ax is None else f"trees.tree_index({a}, {i})" for a, ax in items)
 
     name = f"vmap_{len(axes)}"
     source = (
