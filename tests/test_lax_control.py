@@ -11,6 +11,8 @@ program with the loop written as a Python `while` run eagerly by JAX.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -239,3 +241,55 @@ def test_unsupported_vmap_options_name_the_line(f):
     message = str(info.value)
     assert "jax.vmap" in message and "test_lax_control.py" in message
     assert "return jnp.sum(jax.vmap(" in message
+
+
+# -- acceptance: the shape of GradBench's JAX evals (jit + vmap + scan), in our words ---
+def coupled_rate(x):
+    """dy_k/dt = x_k * y_{k-1} (x_0 for k = 0), one component per vmap lane."""
+
+    def field(y):
+        def lane(k, xk, y_prev):
+            return jnp.where(k == 0, xk, xk * y_prev)
+
+        return jax.vmap(lane)(jnp.arange(x.shape[0]), x, jnp.roll(y, 1))
+
+    return field
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def integrate_rk4(x, steps):
+    field, dt = coupled_rate(x), 1.5 / steps
+
+    def step(y, _):
+        a = field(y)
+        b = field(y + dt / 2 * a)
+        c = field(y + dt / 2 * b)
+        d = field(y + dt * c)
+        y = y + dt / 6 * (a + 2 * b + 2 * c + d)
+        return y, y
+
+    _, path = lax.scan(step, jnp.zeros_like(x), None, length=steps)
+    return path[-1]
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def polynomial_fit_loss(coef, n_samples):
+    def residual(i):
+        t = -1.0 + 2.0 * i / (n_samples - 1.0)
+        powers = jnp.cumprod(jnp.full(coef.shape[0], t).at[0].set(1.0))
+        return (jnp.sign(t) - jnp.sum(coef * powers)) ** 2
+
+    return 0.5 * jnp.sum(jax.vmap(residual)(jnp.arange(n_samples)))
+
+
+def test_jitted_vmap_scan_programs(mode):
+    """Gradient targets decorated with `partial(jax.jit, static_argnums=1)`
+    that call `jax.vmap` and `lax.scan`, as GradBench's ode and llsq evals do."""
+    x = jnp.linspace(0.2, 0.9, 5)
+
+    def last(x):
+        return integrate_rk4(x, 8)[-1]
+
+    close(kt.grad(last)(x), jax.grad(last)(x))
+    close(jax.jit(kt.grad(last))(x), jax.grad(last)(x))
+    close(kt.grad(polynomial_fit_loss)(x, 12), jax.grad(polynomial_fit_loss)(x, 12))

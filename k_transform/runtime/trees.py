@@ -81,7 +81,9 @@ def tree_put(like, i, y):
 
     def put(a, v):
         zeros = jnp.zeros(jnp.shape(a), jnp.result_type(a))
-        return zeros if v is None else zeros.at[i].set(v)
+        if v is None or not jnp.issubdtype(zeros.dtype, jnp.inexact):
+            return zeros  # an integer leaf (indices) has no gradient to hold
+        return zeros.at[i].set(v)
 
     return _map2(put, like, y)
 
