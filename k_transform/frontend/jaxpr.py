@@ -282,6 +282,9 @@ def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     # becomes a jax array
     xs = [_as_jax(x) for x in xs]
 
+    if p["unroll"] is True or p["unroll"] >= length:  # unrolled by its author (jnp.polyval)
+        return _unrolled_scan(graph, p, consts, init, xs, buffers)
+
     def inputs(g, ps):
         i, carry, rest = ps[0], ps[1 : 1 + n_carry], ps[1 + n :]
         rows = [g.apply(get, x, i) for x in rest[n_consts:]]
@@ -298,6 +301,23 @@ def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     loop = Constant(control.ForRange(n), hint="for_range")
     bound_nodes = [Constant(b) for b in bounds]
     return graph.apply(loop, *bound_nodes, Constant(body), *init, *buffers, *consts, *xs)
+
+
+def _unrolled_scan(graph: FuncGraph, p, consts, carry, xs, buffers) -> Node:
+    """A scan its author unrolled (`unroll >= length`): its body, once per row."""
+    body, n_carry = p["jaxpr"], p["num_carry"]
+    body_consts = [Constant(c, hint="c") for c in body.consts]
+    get, put = Constant(prims.GetItem()), Constant(prims.SetItem())
+    rows = range(p["length"] - 1, -1, -1) if p["reverse"] else range(p["length"])
+    for k in rows:
+        items = [graph.apply(get, x, Constant(k)) for x in xs]
+        outs = _inline(graph, body.jaxpr, body_consts, [*consts, *carry, *items])
+        carry = outs[:n_carry]
+        buffers = [
+            graph.apply(put, b, Constant(k), y)
+            for b, y in zip(buffers, outs[n_carry:], strict=True)
+        ]
+    return _tuple(graph, [*carry, *buffers])
 
 
 def _as_jax(node: Node) -> Node:

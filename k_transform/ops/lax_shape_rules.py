@@ -283,7 +283,10 @@ def _sort(p):
     second = n == 2 and _inexact(p.in_avals[1])
 
     def unsort(x, d):
-        inverse = jnp.argsort(jnp.argsort(x, axis=dim, stable=True), axis=dim)
+        # the inverse permutation by one scatter, not a second argsort
+        order = jnp.argsort(x, axis=dim, stable=True)
+        iota = jax.lax.broadcasted_iota(order.dtype, order.shape, dim)
+        inverse = jnp.put_along_axis(jnp.zeros_like(order), order, iota, axis=dim, inplace=False)
         return jnp.take_along_axis(d, inverse, axis=dim)
 
     if n == 1:
