@@ -213,6 +213,7 @@ def row_energy(r):
 
 batched_energy = jax.vmap(row_energy)
 energy_grad = jax.grad(row_energy)
+checkpointed_energy = jax.checkpoint(row_energy)
 
 
 def test_global_vmap_and_grad_are_not_read_as_f(mode):
@@ -293,3 +294,21 @@ def test_jitted_vmap_scan_programs(mode):
     close(kt.grad(last)(x), jax.grad(last)(x))
     close(jax.jit(kt.grad(last))(x), jax.grad(last)(x))
     close(kt.grad(polynomial_fit_loss)(x, 12), jax.grad(polynomial_fit_loss)(x, 12))
+
+
+def test_checkpoint_and_named_call_closures_are_read_as_f(mode):
+    """`jax.checkpoint` and `jax.named_call` return what they wrap returns:
+    a local closure under them is read as its source (its free variables
+    keep their gradients); a global one is read through to its function."""
+
+    def f(x):
+        w = jnp.sin(x[0])
+
+        def tanh_layer(h):
+            return jnp.tanh(h * w)
+
+        layer = jax.checkpoint(tanh_layer)
+        named = jax.named_call(lambda h: h * jnp.cos(w), name="scaled")
+        return jnp.sum(named(layer(layer(x[1])))) + jnp.sum(checkpointed_energy(x[2]))
+
+    close(kt.grad(f)(X), jax.grad(f)(X))

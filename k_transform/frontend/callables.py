@@ -18,8 +18,9 @@ and `GraphBuilder.call` read them by these rules:
   (`unwrap`). These wrappers call what they wrap with the arguments given
   and return its result, so reading `f` means what calling them means.
   A library *Python function* with a `__wrapped__` is not unwrapped: what
-  `jax.vmap(f)`, `jax.grad(f)` or `jax.checkpoint(f)` return computes
-  something other than `f`, and is called as a library function.
+  `jax.vmap(f)` or `jax.grad(f)` return computes something other than `f`,
+  and is called as a library function; except the wrappers known to return
+  `f`'s values (`SAME_VALUES`: `jax.checkpoint`, `jax.named_call`).
   Static arguments are plain Python values to k_transform, and Python ints
   stay static when the gradient function runs (and when the user jits it
   with the same `static_argnums`). A library function is never unwrapped
@@ -84,7 +85,11 @@ def unwrap(value):
     wrapper, the first user callable down its `__wrapped__` chain."""
     current, seen = value, {id(value)}
     while not is_readable(current) or forwards_only(current):
-        if isinstance(current, types.FunctionType) and not is_user_function(current):
+        if (
+            isinstance(current, types.FunctionType)
+            and not is_user_function(current)
+            and not same_values(current)
+        ):
             return value  # a library function (`jax.vmap(f)`, `jax.grad(f)`) transforms f
         try:
             current = current.__wrapped__
@@ -94,6 +99,32 @@ def unwrap(value):
             return value
         seen.add(id(current))
     return current
+
+
+# Library wrappers that return what they wrap returns (they change memory use
+# or names only): `jax.checkpoint`/`jax.remat` (`fun_remat`), `jax.named_call`.
+SAME_VALUES = {
+    ("jax._src.ad_checkpoint", "fun_remat"),
+    ("jax._src.source_info_util", "wrapper"),
+}
+
+
+def same_values(fn: types.FunctionType) -> bool:
+    """Whether the library function `fn` (or the one it closes over, under
+    JAX's traceback wrapper) is one of `SAME_VALUES`."""
+    cells = [c.cell_contents for c in fn.__closure__ or () if _has_contents(c)]
+    inner = [f for f in cells if isinstance(f, types.FunctionType)]
+    return any(
+        (f.__globals__.get("__name__"), f.__code__.co_name) in SAME_VALUES for f in [fn, *inner]
+    )
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def forwards_only(value) -> bool:

@@ -18,6 +18,7 @@ reverse-mode gradient (JAX refuses one).
 - `cond(pred, t, f, *operands)`, `switch(index, branches, *operands)`:
   written per number of operands (and branches) at the call (`model`); the
   index of `switch` is clamped into range, as JAX does.
+- `jax.checkpoint(f)`, `jax.remat(f)`, `jax.named_call(f)`: `f` itself (same values).
 - `jax.vmap(fun, in_axes, out_axes)(*args)`: a loop over the mapped axis
   (`in_axes` 0 or None per argument, `out_axes` 0), the same values as the
   batched call; under jit it runs as a `lax.scan`, not as a batched kernel.
@@ -162,8 +163,11 @@ def fixed_model(value):
 
 
 PER_CALL = (lax.cond, lax.switch, jax.vmap)
+# `jax.checkpoint(f)` and `jax.named_call(f)` compute what `f` computes (they
+# change memory use or names): the call is `f` itself.
+SAME_VALUES = (jax.checkpoint, jax.remat, jax.named_call)
 
 
 def is_modelled(value) -> bool:
     """Whether a call of `value` is read as a model written for that call."""
-    return any(value is f for f in PER_CALL)
+    return any(value is f for f in (*PER_CALL, *SAME_VALUES))

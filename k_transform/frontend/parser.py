@@ -857,6 +857,10 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
     def model_call(self, value, args, kwargs, e) -> Node:
         """`lax.scan(f, ...)`, `lax.cond(...)`, `jax.vmap(f)`, ...: a call of the
         Python model of the function (`k_transform.frontend.lax_models`)."""
+        if any(value is f for f in lax_models.SAME_VALUES):
+            if not args:
+                raise self.fp.error(f"{value.__name__}(f) expected", e)
+            return args[0]
         if value is jax.lax.cond:
             if "operand" in kwargs:  # the old `cond(pred, t, f, operand=x)` form
                 kwargs = dict(kwargs)
