@@ -47,8 +47,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
     ys = trees.tree_stack_at(y, n, first)
     for k in range(1, n):
         i = n - 1 - k if reverse else k
-        carry, y = f(carry, trees.tree_index(xs, i))
-        ys = trees.tree_set(ys, i, y)
+        carry, row = f(carry, trees.tree_index(xs, i))  # `row`, not `y`: not carried
+        ys = trees.tree_set(ys, i, row)
     return carry, ys
 
 
