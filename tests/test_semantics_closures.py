@@ -313,6 +313,61 @@ def test_regression_closure_escaping_if_then_rebound_refused():
     refused(closure_out_of_if_then_rebound, "'g'", "if")
 
 
+# A closure returned by a nested factory reads the enclosing function's variables
+# by cell: rebound after the factory call, Python's closure sees the new value
+# (fuzzer-found: k_transform used the old one, silently). Refused; the factory's
+# own parameters and a binding that does not change are fine.
+def factory_closure_rebound(x):
+    z = x * 2.0
+
+    def make():
+        def g(v):
+            return v * z
+
+        return g
+
+    h = make()
+    for _ in range(2):
+        z = h(x)
+    return jnp.sum(z)
+
+
+def factory_closure_not_rebound(x):
+    z = jnp.sin(x)
+
+    def make(scale):
+        def g(v):
+            return v * z * scale
+
+        return g
+
+    h = make(2.0)
+    return jnp.sum(h(x) + h(z))
+
+
+def factory_own_parameter_shadowing(x):
+    a = x * 2.0
+
+    def make(a):  # the closure reads the factory's `a`, not this function's
+        def g(v):
+            return v * a
+
+        return g
+
+    h = make(jnp.cos(x))
+    a = jnp.sin(x)
+    return jnp.sum(h(x) + a)
+
+
+def test_regression_factory_closure_rebound_refused():
+    refused(factory_closure_rebound, "'g'", "make()", "'z'")
+
+
+def test_regression_factory_closures_by_cell_otherwise():
+    check(factory_closure_not_rebound, X, XN)
+    check(factory_own_parameter_shadowing, X, XN)
+
+
 # -- 3. recursion on a traced base case ---------------------------------------------------
 def _halve(x):
     if jnp.sum(jnp.abs(x)) < 1.0:

@@ -252,13 +252,44 @@ class ClosureScope:
         if builder is None:
             return
         for site, key, node in builder.escaped[id(value)]:
-            if self.closure_key(site)[1] != key:
+            now = self.closure_key(site)[1]
+            if now != key:
+                if isinstance(site, OuterReads):
+                    changed = sorted({name for name, _ in set(now) ^ set(key)})
+                    raise self.fp.error(
+                        f"the closure {site.name!r} returned by {site.factory}() reads "
+                        f"{', '.join(repr(n) for n in changed)} of this function, rebound "
+                        "since that call: Python would see the new value, k_transform cannot "
+                        "rebind it there (pass the value as an argument, or call "
+                        f"{site.factory}() again after the rebinding)",
+                        node,
+                    )
                 raise self.fp.error(
                     f"the closure {site.name!r} is defined inside an `if` on a traced value "
                     "and reads a variable rebound after that `if`; k_transform cannot rebind it "
                     "there (define the closure after the `if`, or pass the value as an argument)",
                     node,
                 )
+
+    def note_returned_closures(self, graph: FuncGraph, result: Node, e) -> None:
+        """`result` of calling the nested function `graph` holds closures that
+        read variables of an enclosing function (a factory's closure reading
+        this function's `z`): where it is used after such a variable was
+        rebound, it is refused (`check_escaped`), since the closure was built
+        over the old binding and Python's would read the new one."""
+        out = graph.output
+        entries = []
+        for value in [out, *(sequence_items(out) or [])]:
+            site = site_of(value)
+            if site is None:
+                continue
+            outer = sorted({n for n in site.reads if n not in site.scope.locals})
+            if outer:
+                reads = OuterReads(site.name, graph.name, outer)
+                entries.append((reads, self.closure_key(reads)[1], e))
+        if entries:
+            self.fp.held.append(result)
+            self.escaped[id(result)] = entries
 
     def note_escaping(self, names: list[str], branches: list, s) -> None:
         """Records the closures that leave `branches` as the values of `names`."""
@@ -291,6 +322,13 @@ class ClosureScope:
                     "variables there (define it outside the loop, or use a static range)",
                     s,
                 )
+
+
+class OuterReads:
+    """The enclosing variables a closure returned by a call reads (`note_returned_closures`)."""
+
+    def __init__(self, name: str, factory: str, reads: list[str]):
+        self.name, self.factory, self.reads = name, factory, reads
 
 
 def _is_append(e) -> bool:

@@ -800,7 +800,10 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
             result = self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
-            return self.thread_nonlocals(value, result, e)
+            result = self.thread_nonlocals(value, result, e)
+            if value.closure_site is not None:
+                self.note_returned_closures(value, result, e)
+            return result
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             graph = Constant(parse(value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
