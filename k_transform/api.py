@@ -21,7 +21,6 @@ import subprocess
 import sysconfig
 
 from k_transform import runtime as rt
-from k_transform.cell import Cell
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.errors import KTransformError
 from k_transform.frontend.parser import parse
@@ -44,7 +43,7 @@ def graph_of(fn) -> FuncGraph:
         return fn
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
-    graph = parse(fn.construct if isinstance(fn, Cell) else fn)
+    graph = parse(fn)  # a Cell: its `construct`, through its own `bprop` if it has one
     verify(graph)
     return graph
 

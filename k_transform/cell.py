@@ -5,7 +5,10 @@ A `Cell` holds Parameters and sub-Cells as attributes and computes in
 parse `construct` with `self` fixed (attributes are resolved at transform
 time), and read each Parameter's value when they are called, never baking it
 into compiled code. A Cell may define `bprop(self, *inputs, out, dout)` to
-override the gradient of its `construct`.
+override the gradient of its `construct` (also when the Cell itself is the
+function differentiated). Run as plain Python (`net(x)`), a Parameter reaches
+JAX as its value: through `__jax_array__`, through kt primitives, and as a
+pytree (one leaf, its value) for jitted JAX functions.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import itertools
 import operator
 
+import jax
 import jax.numpy as jnp
 
 from k_transform import runtime as rt
@@ -98,6 +102,14 @@ for _name, _op in [
     ("ge", operator.ge),
 ]:
     setattr(Parameter, f"__{_name}__", _delegate(_op))
+
+
+# A Parameter handed to a jitted JAX function (`jnp.take`, `jax.jit(f)`) is
+# its current value: a pytree whose one leaf is `value()`, rebuilt as that
+# value (JAX no longer reads `__jax_array__` when it abstracts arguments).
+jax.tree_util.register_pytree_node(
+    Parameter, lambda p: ((p.value(),), None), lambda _, children: children[0]
+)
 
 
 class ParameterTuple(tuple):

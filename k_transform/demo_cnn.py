@@ -188,7 +188,7 @@ def train(epochs: int = 6, n: int = 2000, batch: int = 50, png: str | None = "cn
     net.set_train(False)
     predict = kt.jit(net)  # eval mode (moving statistics), fixed when built
     net.set_train(True)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
     step = kt.jit(nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), optimizer))
 

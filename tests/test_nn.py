@@ -217,7 +217,7 @@ def _small_net_reference(values, x):
 def test_batch_norm_moving_statistics_after_jitted_training_steps():
     net = SmallNet()
     net.set_train(True)
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     params = net.trainable_params()
     optimizer = nn.Momentum(params, learning_rate=0.1, momentum=0.9)
     step = kt.jit(nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer))
@@ -278,7 +278,7 @@ class ProbeSum(kt.Cell):
 def test_fused_cross_entropy_is_finite_for_huge_logits():
     logits = jnp.asarray([[1e4, -1e4, 0.0], [-1e4, 1e4, 3e4]], jnp.float32)
     labels = jnp.asarray([1, 0], jnp.int32)
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     value, grad = kt.value_and_grad(lambda lg: loss(lg, labels))(logits)
     assert np.isfinite(value) and np.all(np.isfinite(grad))
     expected = (jax.nn.softmax(logits) - jax.nn.one_hot(labels, 3)) / 2

@@ -83,12 +83,17 @@ def _traced(leaf) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex))
 
 
-def _static_key(leaf):
+def _by_id(leaf) -> bool:
+    """Whether a static leaf is unhashable, so cached by its id."""
     try:
         hash(leaf)
     except TypeError:
-        return ("id", id(leaf))
-    return (type(leaf), leaf)
+        return True
+    return False
+
+
+def _static_key(leaf):
+    return ("id", id(leaf)) if _by_id(leaf) else (type(leaf), leaf)
 
 
 def _struct(leaf):
@@ -114,8 +119,12 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
         tuple((s.shape, s.dtype, s.weak_type) for s in structs),
         tuple(_static_key(leaf) for leaf, t in zip(leaves, traced, strict=True) if not t),
     )
+    # The entry holds `fn` and the static leaves keyed by id (unhashable), and
+    # is used only when they are the same objects: ids are reused once an
+    # object is gone.
+    held = (fn, *(leaf for leaf, t in zip(leaves, traced, strict=True) if not t and _by_id(leaf)))
     entry = _graphs.get(key)
-    if entry is not None and entry[0] is fn:
+    if entry is not None and all(a is b for a, b in zip(entry[0], held, strict=True)):
         return entry[1]
 
     def flat_fn(*xs):
@@ -134,7 +143,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
         ) from None
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
     graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
-    _graphs[key] = (fn, graph)
+    _graphs[key] = (held, graph)
     return graph
 
 

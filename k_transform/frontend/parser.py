@@ -76,6 +76,8 @@ MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 # entry holds both alive: ids are reused once an object is
 # gone, and a fresh Cell must never get a dead one's graph (its Parameters).
 _cache: dict[tuple, tuple[object, object, FuncGraph]] = {}
+# Graphs of Cells with their own `bprop`, by the uid of `construct`'s graph.
+_own_bprop: dict[int, FuncGraph] = {}
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -179,10 +181,27 @@ def parse_callable(value) -> FuncGraph:
     if isinstance(value, functools.partial):
         return parse(callables.partial_function(value))
     method = callables.user_call_method(value)
+    if method is not None and is_user_function(getattr(type(value), "bprop", None)):
+        return _with_own_bprop(value, parse(method, bound_self=value))
     if method is not None:
         return parse(method, bound_self=value)
     Source(value)  # raises: no Python source
     raise KTransformError(f"k_transform cannot read the callable {value!r}")
+
+
+def _with_own_bprop(cell, graph: FuncGraph) -> FuncGraph:
+    """A graph calling `graph` (`cell`'s `construct`) through `CustomBpropCall`,
+    so that `cell`'s own `bprop` is its gradient when `cell` itself is the
+    function differentiated, as when it is called from other code."""
+    if graph.uid not in _own_bprop:  # uids are never reused; `_cache` holds `graph`
+        wrapper = FuncGraph(graph.name, debug=graph.debug)
+        params = [wrapper.add_parameter(p.name, p.debug) for p in graph.parameters]
+        wrapper.param_names, wrapper.defaults = graph.param_names, graph.defaults
+        wrapper.signature = graph.signature
+        prim = Constant(prims.CustomBpropCall(cell, graph), graph.debug, type(cell).__name__)
+        wrapper.output = wrapper.apply(prim, *params, debug=graph.debug)
+        _own_bprop[graph.uid] = wrapper
+    return _own_bprop[graph.uid]
 
 
 class FunctionParser:

@@ -4,6 +4,9 @@ A primitive instance is a callable value: `impl(*args)` runs it with jax. Its
 attributes (axis, keep_dims, transpose_b, ...) are fixed when it is created,
 so two instances with the same class and attributes are equal. Codegen asks
 `emit` for a Python expression; the default calls the instance by name.
+Called with a `kt.Parameter` (a Cell's `construct` run as plain Python), an
+instance computes with the Parameter's current value, unless the primitive
+`takes_parameters` (`Assign`).
 Gradient rules are looked up by class in `k_transform.bprop_registry`.
 """
 
@@ -22,6 +25,7 @@ class Primitive:
     n_inputs: int | None = None
     graph_slots: tuple[int, ...] = ()  # inputs that must be FuncGraphs (control flow)
     reads_item = False  # `x[k]`: codegen may unpack the tuples read this way
+    takes_parameters = False  # `impl` receives `kt.Parameter`s themselves (assign)
     name = ""
     attrs: dict = {}
 
@@ -40,6 +44,8 @@ class Primitive:
         raise NotImplementedError(f"primitive {self.name} has no impl")
 
     def __call__(self, *args):
+        if not self.takes_parameters:  # a `kt.Parameter` (a Cell run as Python) is its value
+            args = tuple(a.value() if getattr(a, "__kt_parameter__", False) else a for a in args)
         return self.impl(*args)
 
     def emit(self, e, args: list[str]) -> str:

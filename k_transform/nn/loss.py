@@ -1,4 +1,8 @@
-"""Losses."""
+"""Losses, with MindSpore 2.x's signatures and defaults: `MSELoss(reduction="mean")`,
+`SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none")` (a loss per
+example: pass `reduction="mean"` for a scalar). A `reduction` other than
+"none", "mean" or "sum" is a ValueError, as in MindSpore.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,21 @@ from k_transform.ops.nn import SoftmaxCrossEntropyWithLogits as _Fused
 SOFTMAX_CROSS_ENTROPY = _Fused()
 
 
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _checked(reduction: str) -> str:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', not {reduction!r}")
+    return reduction
+
+
 class MSELoss(Cell):
-    """Mean squared error (`reduction`: "mean", "sum" or "none")."""
+    """Mean squared error (`reduction`: "mean", the default, "sum" or "none")."""
 
     def __init__(self, reduction="mean"):
         super().__init__()
-        self.reduction = reduction
+        self.reduction = _checked(reduction)
 
     def construct(self, logits, labels):
         diff = logits - labels
@@ -33,13 +46,14 @@ class SoftmaxCrossEntropyWithLogits(Cell):
 
     The loss is the fused primitive `ops.SoftmaxCrossEntropyWithLogits`:
     `-<labels, log_softmax(logits)>` computed stably, whose gradient
-    `softmax(logits) - labels` stays finite for any logits.
+    `softmax(logits) - labels` stays finite for any logits. `reduction` is
+    "none" by default (one loss per example), as in MindSpore.
     """
 
-    def __init__(self, sparse=False, reduction="mean"):
+    def __init__(self, sparse=False, reduction="none"):
         super().__init__()
         self.sparse = sparse
-        self.reduction = reduction
+        self.reduction = _checked(reduction)
 
     def construct(self, logits, labels):
         if self.sparse:

@@ -19,6 +19,7 @@ class Assign(Primitive):
     """`Assign()(param, value)`: set a Parameter; returns the value."""
 
     effectful = True
+    takes_parameters = True
 
     def __init__(self, param=None):
         super().__init__("Assign")
