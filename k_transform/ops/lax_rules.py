@@ -86,7 +86,8 @@ def _no_gradient(p):
 for _name in (
     "eq ne lt le gt ge and or not xor is_finite sign floor ceil round nextafter "
     "argmax argmin iota stop_gradient reduce_and reduce_or reduce_xor population_count clz "
-    "shift_left shift_right_arithmetic shift_right_logical rng_bit_generator rng_uniform"
+    "shift_left shift_right_arithmetic shift_right_logical rng_bit_generator rng_uniform "
+    "platform_index"
 ).split():
     RULES[_name] = _no_gradient
 
@@ -378,6 +379,27 @@ def _polygamma(p):
 
     def bprop(m, x, out, dout):
         return None, dout * polygamma(m + 1.0, x)
+
+    return bprop
+
+
+@lax_rule("bessel_i0e")
+def _bessel_i0e(p):
+    i1e = lax_op("bessel_i1e", p.in_avals)
+    return lambda x, out, dout: (dout * (i1e(x) - jnp.sign(x) * out),)
+
+
+@lax_rule("bessel_i1e")
+def _bessel_i1e(p):
+    """i1e' = i0e - i1e (sign(x) + 1/x), 1/2 at 0 (JAX's rule, with its safe x)."""
+    i0e = lax_op("bessel_i0e", p.in_avals)
+    tiny = float(np.finfo(p.in_avals[0][1]).eps)
+
+    def bprop(x, out, dout):
+        big = jnp.abs(x) > tiny
+        safe_x = jnp.where(big, x, tiny)
+        d = i0e(safe_x) - out * (jnp.sign(safe_x) + 1.0 / safe_x)
+        return (dout * jnp.where(big, d, 0.5),)
 
     return bprop
 

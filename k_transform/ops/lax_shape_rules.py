@@ -115,6 +115,15 @@ def _broadcast_in_dim(p):
     return lambda x, out, dout: (jnp.reshape(jnp.sum(dout, axis=axes), shape),)
 
 
+@lax_rule("tile")
+def _tile(p):
+    """dout as (reps_0, n_0, reps_1, n_1, ...), summed over the repeats."""
+    shape, reps = p.in_avals[0][0], p.param["reps"]
+    split = tuple(k for r, n in zip(reps, shape, strict=True) for k in (r, n))
+    axes = tuple(range(0, 2 * len(shape), 2))
+    return lambda x, out, dout: (jnp.sum(jnp.reshape(dout, split), axis=axes),)
+
+
 @lax_rule("transpose")
 def _transpose(p):
     inverse = tuple(int(k) for k in np.argsort(p.param["permutation"]))
