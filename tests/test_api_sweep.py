@@ -461,8 +461,8 @@ _SCATTER = "the lax primitive `scatter` (an overwriting `.at[].set`) has no grad
 _CONV = "the lax primitive `conv_general_dilated` has no gradient rule (jnp.convolve)"
 _FN_ARG = "a library call taking a function: the mapped function passed is k_transform's, not JAX's"
 _WHILE = (
-    "a `lax.while_loop` over an elementwise condition inside the jaxpr: the import builds "
-    "a loop whose condition is not a scalar (bare TypeError, not a KTransformError)"
+    "a batched `while` (an elementwise condition) inside the jaxpr: refused by the import "
+    "with a KTransformError (not supported yet)"
 )
 KNOWN_FAILING = {
     "jnp.frexp": "custom_jvp over `bitcast_convert_type` (bit manipulation): we differentiate "
@@ -486,10 +486,6 @@ KNOWN_FAILING = {
     "jnp.apply_over_axes": _FN_ARG + " (tracing fails: 'tuple' object has no attribute 'ndim')",
     "jnp.piecewise": _FN_ARG + " (tracing fails: 'tuple' object has no attribute 'astype')",
     "jnp.vectorize": "a call returning a function, traced as a library call (must return arrays)",
-    "jnp.linspace": "WRONG VALUES: 2 of 6 gradient elements differ from JAX's (traced endpoints)",
-    "nn.dot_product_attention": "WRONG VALUES: differs from JAX's (not investigated)",
-    "jsp.bessel_jn": "WRONG VALUES: 2 of 6 elements differ (0.11 against JAX's 17992; JAX's "
-    "first derivative agrees with finite differences)",
     "jsp.betainc": "the lax primitive `regularized_incomplete_beta` has no gradient rule",
     "jsp.gammainc": "the lax primitive `igamma` has no gradient rule",
     "jsp.gammaincc": "the lax primitive `igammac` has no gradient rule",
@@ -502,7 +498,15 @@ KNOWN_FAILING = {
 }
 
 # Issue 13 asks for 0.95; the floor is the rate reached, raised as KNOWN_FAILING shrinks.
-MIN_PASS_RATE = 0.89
+MIN_PASS_RATE = 0.90
+
+# Functions checked with a looser tolerance, and why.
+# (rtol, atol); the default is (1e-7, 1e-10)
+TOL = {"nn.dot_product_attention": (1e-5, 1e-6)}  # its softmax runs in float32 under x64
+# Where JAX's own second derivative is wrong, the oracle of the second derivative is
+# central differences of JAX's first derivative (which matches finite differences):
+# jsp.bessel_jn's is off by 1e4 at two of six points.
+SECOND_BY_DIFFERENCES = {"jsp.bessel_jn"}
 
 
 def public_callables() -> set[str]:
@@ -547,8 +551,19 @@ def program(fn, n_inputs):
     return f
 
 
-def _close(got, want):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-10)
+def _close(got, want, tol=(1e-7, 1e-10)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol[0], atol=tol[1])
+
+
+def _second_by_differences(f, xs, vs, h=1e-5):
+    """d/dt <grad f(x + t v), v> at t = 0, by JAX's first derivative and central differences."""
+    at = tuple(range(len(xs)))
+
+    def dfv(t):
+        moved = [x + t * v for x, v in zip(xs, vs, strict=True)]
+        return sum(jnp.sum(g * v) for g, v in zip(jax.grad(f, at)(*moved), vs, strict=True))
+
+    return (dfv(h) - dfv(-h)) / (2 * h)
 
 
 def derivatives(f, grad, jvp, at, vs):
@@ -580,8 +595,13 @@ def check_case(name):
     vs = (V, W)[: len(xs)] if xs[0].shape == V.shape else tuple(np.cos(x + 1.0) for x in xs)
     got = derivatives(f, kt.grad, kt.jvp, at, vs)(*xs)
     want = derivatives(f, _jax_grad, jax.jvp, at, vs)(*xs)
+    tol = TOL.get(name, (1e-7, 1e-10))
+    if name in SECOND_BY_DIFFERENCES:
+        second = sum(jnp.sum(g * v) for g, v in zip(got[2], vs, strict=True))
+        _close(second, _second_by_differences(f, xs, vs), (1e-6, 1e-8))
+        got, want = got[:2], want[:2]
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        _close(g, w)
+        _close(g, w, tol)
 
 
 def test_every_public_callable_is_classified():
@@ -610,6 +630,6 @@ def test_matches_jax(name):
 @pytest.mark.parametrize("name", sorted(KNOWN_FAILING))
 def test_known_failing_still_fails(name):
     """A fixed function must leave KNOWN_FAILING (and count as passing)."""
-    # a refusal (KTransformError, or a bare error) or a wrong value (AssertionError)
-    with pytest.raises(Exception):  # noqa: B017
+    # a refusal (a KTransformError, never a bare error) or a wrong value (AssertionError)
+    with pytest.raises((kt.KTransformError, AssertionError)):
         check_case(name)

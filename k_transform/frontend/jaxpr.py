@@ -234,6 +234,11 @@ def _tuple(graph: FuncGraph, items) -> Node:
 def _while(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     """`while[cond_jaxpr, body_jaxpr](*cond_consts, *body_consts, *carry)`."""
     nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    if eqn.params["cond_jaxpr"].jaxpr.outvars[0].aval.shape != ():
+        raise KTransformError(
+            "cannot import the lax primitive `while` with a batched condition (a vmapped "
+            "while_loop, as in jsp.exp1 or jnp.vectorize): not supported yet"
+        )
     consts, carry = args[: nc + nb], args[nc + nb :]
     n = len(carry)
     cond, _, outs = _closed_graph(

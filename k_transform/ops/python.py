@@ -469,7 +469,6 @@ NON_DIFFERENTIABLE_CALLS = (
     jnp.empty,
     jnp.eye,
     jnp.arange,
-    jnp.linspace,
     jnp.argmax,
     jnp.argmin,
     jnp.argsort,
