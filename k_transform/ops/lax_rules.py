@@ -48,6 +48,8 @@ def _inexact(aval) -> bool:
 @bprop_getters.register(LaxPrimitive)
 def get_bprop_lax(self):
     getter = RULES.get(self.prim.name)
+    if getter is None and not any(_inexact(a) for a in self.in_avals):
+        return _no_gradient(self)  # integer and boolean inputs only (an index scatter)
     if getter is None:
         raise KTransformError(
             f"cannot differentiate the lax primitive `{self.prim.name}` (in a library call "
