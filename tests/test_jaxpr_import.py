@@ -187,7 +187,17 @@ def _close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-11)
 
 
-@pytest.mark.parametrize("case", UNARY, ids=[c[0] for c in UNARY])
+def _with_modes(cases):
+    """Every case jitted (graph mode); every third also eagerly, to keep `make test`
+    under 15 minutes on 2 cores (eager mode runs the same rules op by op)."""
+    return [
+        pytest.param(c, m, id=f"{m}-{c[0]}")
+        for k, c in enumerate(cases)
+        for m in (("graph", "eager") if k % 3 == 0 else ("graph",))
+    ]
+
+
+@pytest.mark.parametrize("case, mode", _with_modes(UNARY), indirect=["mode"])
 def test_unary_grad_and_jvp(case, mode):
     _, fn, x = case
     f = unary_program(fn)
@@ -199,7 +209,7 @@ def test_unary_grad_and_jvp(case, mode):
     _close(tangent, want_tangent)
 
 
-@pytest.mark.parametrize("case", BINARY, ids=[c[0] for c in BINARY])
+@pytest.mark.parametrize("case, mode", _with_modes(BINARY), indirect=["mode"])
 def test_binary_grad_and_jvp(case, mode):
     _, fn, x, y = case
     f = binary_program(fn)

@@ -18,7 +18,7 @@ and `GraphBuilder.call` read them by these rules:
   (`unwrap`). These wrappers call what they wrap with the arguments given
   and return its result, so reading `f` means what calling them means.
   A library *Python function* with a `__wrapped__` is not unwrapped: what
-  `jax.vmap(f)` or `jax.grad(f)` return computes something other than `f`,
+  `jax.vmap(f)` or JAX's gradient of `f` return computes something other than `f`,
   and is called as a library function; except the wrappers known to return
   `f`'s values (`SAME_VALUES`: `jax.checkpoint`, `jax.named_call`).
   Static arguments are plain Python values to k_transform, and Python ints
@@ -90,7 +90,7 @@ def unwrap(value):
             and not is_user_function(current)
             and not same_values(current)
         ):
-            return value  # a library function (`jax.vmap(f)`, `jax.grad(f)`) transforms f
+            return value  # a library function (`jax.vmap(f)`, a JAX gradient) transforms f
         try:
             current = current.__wrapped__
         except Exception:  # noqa: BLE001 - any object may be asked; none is an answer
