@@ -25,7 +25,7 @@ input's). Pytree fields read inside the program are differentiated
 Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
 `jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
 input it differentiates is an integer or boolean (array or Python int).
-`vjp` accepts them, as `jax.vjp` does, and gives them a zero gradient (JAX
+`vjp` accepts them, as JAX's vjp does, and gives them a zero gradient (JAX
 gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
 `GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
 PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed

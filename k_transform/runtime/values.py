@@ -9,7 +9,7 @@ Gradient values mirror primal values: arrays for arrays, tuples for tuples,
 dicts ("envs", keyed by free-variable keys) for functions, None for values
 with no gradient (None, strings, objects), and for a registered pytree node
 (a NamedTuple, a registered dataclass or class) the same type with gradient
-children, as `jax.grad` gives. `add_grad` adds them. A value with
+children, as JAX's gradient gives. `add_grad` adds them. A value with
 gradient arithmetic of its own (the stacks of `k_transform.runtime.stack`)
 subclasses `GradValue`; `add_grad`, `zeros_like_value` and `fit` defer to it.
 """
