@@ -457,7 +457,6 @@ EXCLUDED = {
     "jsp.wofz": "complex results",
 }
 
-_SCATTER = "the lax primitive `scatter` (an overwriting `.at[].set`) has no gradient rule"
 _CONV = "the lax primitive `conv_general_dilated` has no gradient rule (jnp.convolve)"
 _FN_ARG = "a library call taking a function: the mapped function passed is k_transform's, not JAX's"
 _WHILE = (
@@ -472,14 +471,6 @@ KNOWN_FAILING = {
     "jnp.correlate": _CONV,
     "jnp.poly": _CONV,
     "jnp.polymul": _CONV,
-    "jnp.diagflat": _SCATTER,
-    "jnp.fill_diagonal": _SCATTER,
-    "jnp.insert": _SCATTER,
-    "jnp.place": _SCATTER,
-    "jnp.put": _SCATTER,
-    "jnp.put_along_axis": _SCATTER,
-    "jnp.polydiv": _SCATTER,
-    "jnp.partition": "the lax primitive `top_k` has no gradient rule",
     "jnp.polyfit": "the lax primitive `svd` has no gradient rule (linalg inside a jaxpr)",
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jnp.apply_along_axis": _FN_ARG + " (tracing fails: a bprop closure is returned)",

@@ -108,6 +108,7 @@ UNARY = [
     ("lax_clamp", lambda x: jax.lax.clamp(0.3, x, 0.7), X),
     ("lax_select", lambda x: jax.lax.select(x > 0.5, x, 2.0 * x), X),
     ("lax_tan", jax.lax.tan, X),
+    ("lax_top_k", lambda x: jax.lax.top_k(x, 2)[0], X),
     ("lax_logistic", jax.lax.logistic, X),
     ("lax_square", jax.lax.square, X),
     ("lax_integer_pow", lambda x: jax.lax.integer_pow(x, 3), X),
@@ -143,6 +144,8 @@ BINARY = [
     ("lax_sort_two", lambda a, b: jax.lax.sort((a, b), num_keys=1)[1], X, Y),
     ("dynamic_update_slice", lambda a, b: jax.lax.dynamic_update_slice(a, b[:1, :2], (1, 0)), X, Y),
     ("polyval", lambda a, b: jnp.polyval(a[0], b), X, Y),  # a scan
+    # an overwriting scatter with a repeated index: one update wins element 0
+    ("put_repeated", lambda a, b: jnp.put(a, jnp.array([0, 4, 0]), b[0], inplace=False), X, Y),
     ("interp", lambda a, b: jnp.interp(b * 0.9, jnp.linspace(0.0, 1.0, 6), a.ravel()), X, Y),
 ]
 

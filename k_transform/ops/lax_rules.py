@@ -16,12 +16,12 @@ does every input of a primitive whose results are all integers or booleans
 (index arithmetic: its sensitivity may be None at run time).
 
 Knowingly unsupported (the getter raises a KTransformError naming the lax
-primitive): control flow inside a jaxpr (`while`, `cond`, `scan`: issue 13
-item 4), linear algebra primitives (`cholesky`, `triangular_solve`, `lu`,
+primitive; control flow inside a jaxpr is imported onto our own control
+primitives by `k_transform.frontend.jaxpr`): linear algebra primitives (`cholesky`, `triangular_solve`, `lu`,
 `eigh`, `qr`, `svd`: jnp.linalg's mapped functions have rules), `conv_general_dilated`
 (mapped as `jax.lax.conv`), windowed reductions (`reduce_window*`,
 `select_and_*`), `cummax`/`cummin`, `top_k`, `sort` with several keys,
-scatters other than `scatter-add`, complex numbers, FFTs, random bits.
+scatters that multiply, take a min or max, complex numbers, FFTs, random bits.
 """
 
 from __future__ import annotations

@@ -244,8 +244,9 @@ def _gather(p):
     return bprop
 
 
-@lax_rule("scatter-add")
-def _scatter_add(p):
+def _window_gather(p):
+    """The gather that reads back, for each element of a scatter's updates, the
+    operand element it was scattered to (the scatter's adjoint on `updates`)."""
     dn, q = p.param["dimension_numbers"], p.param
     updates_shape = p.in_avals[2][0]
     slice_sizes, pos = [], 0
@@ -274,8 +275,62 @@ def _scatter_add(p):
             mode=q["mode"],
         )
 
-    pick = traced_op("gather", gather, p.in_avals[:2])
+    return lambda avals: traced_op("gather", gather, avals)
+
+
+@lax_rule("scatter-add")
+def _scatter_add(p):
+    pick = _window_gather(p)(p.in_avals[:2])
     return lambda x, indices, updates, out, dout: (dout, None, pick(dout, indices))
+
+
+@lax_rule("scatter")
+def _scatter(p):
+    """An overwriting scatter (`x.at[i].set(u)` in library code). With repeated
+    indices one update wins each operand element; which one is found by
+    scattering unique ids the same way and reading them back (JAX's approach):
+    the operand gets `dout` where nothing was written, each update the `dout`
+    of the element it won."""
+    dn, q = p.param["dimension_numbers"], p.param
+    (x_shape, _), index_aval, (u_shape, _) = p.in_avals
+    ids_avals = [(x_shape, np.int32), index_aval, (u_shape, np.int32)]
+
+    def scatter(x, indices, updates):
+        return jax.lax.scatter(
+            x,
+            indices,
+            updates,
+            dn,
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
+        )
+
+    place = traced_op("scatter", scatter, ids_avals)
+    pick_ids = _window_gather(p)(ids_avals[:2])
+    pick = _window_gather(p)(p.in_avals[:2])
+    ids = np.arange(1, int(np.prod(u_shape)) + 1, dtype=np.int32).reshape(u_shape)
+
+    def bprop(x, indices, updates, out, dout):
+        written = place(jnp.zeros(x_shape, jnp.int32), indices, ids)
+        won = pick_ids(written, indices) == ids
+        dx = jnp.where(written == 0, dout, jnp.zeros_like(dout))
+        return dx, None, jnp.where(won, pick(dout, indices), jnp.zeros_like(updates))
+
+    return bprop
+
+
+@lax_rule("top_k")
+def _top_k(p):
+    """The k largest along `axis`: each value's sensitivity goes back to where it
+    was taken from (the indices are distinct within a row)."""
+    axis = p.param.get("axis", len(p.in_avals[0][0]) - 1)
+
+    def bprop(x, out, dout):
+        back = jnp.put_along_axis(jnp.zeros_like(x), out[1], dout[0], axis=axis, inplace=False)
+        return (back,)
+
+    return bprop
 
 
 # -- sort ---------------------------------------------------------------------------------
