@@ -459,9 +459,10 @@ EXCLUDED = {
 
 _CONV = "the lax primitive `conv_general_dilated` has no gradient rule (jnp.convolve)"
 _FN_ARG = "a library call taking a function: the mapped function passed is k_transform's, not JAX's"
-_WHILE = (
-    "a batched `while` (an elementwise condition) inside the jaxpr: refused by the import "
-    "with a KTransformError (not supported yet)"
+_SERIES = (
+    "a custom_jvp over a series `while` (batched): JAX differentiates its closed-form rule, we "
+    "the primal loop, whose extra steps on finished elements and infinite initial carries give "
+    "NaN partials (our own rule for it would fix this)"
 )
 KNOWN_FAILING = {
     "jnp.frexp": "custom_jvp over `bitcast_convert_type` (bit manipulation): we differentiate "
@@ -481,15 +482,15 @@ KNOWN_FAILING = {
     "jsp.gammainc": "the lax primitive `igamma` has no gradient rule",
     "jsp.gammaincc": "the lax primitive `igammac` has no gradient rule",
     "jsp.zeta": "the lax primitive `zeta` has no gradient rule",
-    "jsp.exp1": _WHILE,
-    "jsp.expi": _WHILE,
-    "jsp.expn": _WHILE,
-    "jsp.hyp1f1": _WHILE,
-    "jsp.hyp2f1": _WHILE,
+    "jsp.exp1": "its series `while` runs 1,083 times, over the stored-carry bound under the "
+    "user's `jax.jit` (LoopBoundExceeded; issue 15)",
+    "jsp.expn": _SERIES,
+    "jsp.hyp1f1": _SERIES + " (the jvp and second order)",
+    "jsp.hyp2f1": _SERIES + " (the jvp and second order)",
 }
 
 # Issue 13 asks for 0.95; the floor is the rate reached, raised as KNOWN_FAILING shrinks.
-MIN_PASS_RATE = 0.90
+MIN_PASS_RATE = 0.93
 
 # Functions checked with a looser tolerance, and why.
 # (rtol, atol); the default is (1e-7, 1e-10)
@@ -629,6 +630,14 @@ def test_matches_jax(name):
 @pytest.mark.parametrize("name", sorted(KNOWN_FAILING))
 def test_known_failing_still_fails(name):
     """A fixed function must leave KNOWN_FAILING (and count as passing)."""
-    # a refusal (a KTransformError, never a bare error) or a wrong value (AssertionError)
-    with pytest.raises((kt.KTransformError, AssertionError)):
+    # a refusal (a KTransformError, never a bare error) or a wrong value (AssertionError);
+    # under the user's jax.jit a loop over its stored-carry bound reaches the user as
+    # JAX's error around ours (issue 15)
+    try:
         check_case(name)
+    except (kt.KTransformError, AssertionError):
+        return
+    except jax.errors.JaxRuntimeError as e:
+        assert "LoopBoundExceeded" in str(e) and "kt.set_loop_bound" in str(e)
+        return
+    pytest.fail(f"{name} passes: move it out of KNOWN_FAILING")

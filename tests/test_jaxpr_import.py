@@ -368,6 +368,33 @@ def test_while_in_opaque_jaxpr_reverse_mode(mode):
     _close(kt.grad(f)(X), want)
 
 
+def test_batched_while_in_opaque_jaxpr(mode):
+    """A vmapped `lax.while_loop` (one condition per element, as in jsp.expi)
+    inside a library function: each element loops its own number of times.
+    Oracle: the same loop run by Python for each element under `jax.grad`."""
+
+    def loop(x, while_loop):
+        step = lambda c: (c[0] * 1.3 + jnp.sin(c[1]), c[1] + 0.5)  # noqa: E731
+        return while_loop(lambda c: c[0] < 4.0, step, (x, x))[0]
+
+    opaque = _opaque(jax.vmap(lambda x: loop(x, jax.lax.while_loop)))
+
+    def python_while(cond, body, c):
+        while cond(c):
+            c = body(c)
+        return c
+
+    def f(x):
+        return jnp.sum(jnp.cos(opaque(x.ravel())))
+
+    def oracle(x):
+        return sum(jnp.cos(loop(v, python_while)) for v in x.ravel())
+
+    trips = [int(np.ceil(np.log(4.0 / v) / np.log(1.3))) for v in X.ravel()]
+    assert len(set(trips)) > 1  # the elements need different trip counts
+    _close(kt.grad(f)(X), jax.grad(oracle)(X))
+
+
 def test_untraceable_call_is_a_clear_error():
     def untraceable(x):
         return float(x[0, 0]) * x  # concrete value of a traced array

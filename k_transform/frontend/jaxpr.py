@@ -35,7 +35,8 @@ Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 is rebuilt as the function's tuple/list/dict structure. Control flow inside a
 jaxpr is imported onto our own control primitives, so our loop and branch
 rules differentiate it (a `while` in reverse mode too, which JAX refuses):
-`while` is a `while_loop` of two closed graphs, `cond` a chain of `switch`es
+`while` is a `while_loop` of two closed graphs (a batched `while`, one
+condition per element, loops while any holds and updates only those), `cond` a chain of `switch`es
 on `index > k`, `scan` a `for_range` over the rows whose stacked outputs are
 buffers it carries and writes row by row (`setitem`).
 """
@@ -234,23 +235,68 @@ def _tuple(graph: FuncGraph, items) -> Node:
 def _while(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     """`while[cond_jaxpr, body_jaxpr](*cond_consts, *body_consts, *carry)`."""
     nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-    if eqn.params["cond_jaxpr"].jaxpr.outvars[0].aval.shape != ():
-        raise KTransformError(
-            "cannot import the lax primitive `while` with a batched condition (a vmapped "
-            "while_loop, as in jsp.exp1 or jnp.vectorize): not supported yet"
-        )
+    cond_jaxpr, body_jaxpr = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
+    if cond_jaxpr.jaxpr.outvars[0].aval.shape != ():
+        cond_jaxpr, body_jaxpr = _unbatched_while(eqn)
+        args = args[: nc + nb] + args  # both now read (*cond_consts, *body_consts)
+        nc = nb = nc + nb
     consts, carry = args[: nc + nb], args[nc + nb :]
     n = len(carry)
     cond, _, outs = _closed_graph(
-        "while_cond", eqn.params["cond_jaxpr"], n + nc + nb, lambda g, ps: ps[n : n + nc] + ps[:n]
+        "while_cond", cond_jaxpr, n + nc + nb, lambda g, ps: ps[n : n + nc] + ps[:n]
     )
     cond.output = outs[0]
     body, _, outs = _closed_graph(
-        "while_body", eqn.params["body_jaxpr"], n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n]
+        "while_body", body_jaxpr, n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n]
     )
     body.output = _tuple(body, outs)
     loop = Constant(control.WhileLoop(n), hint="while_loop")
     return graph.apply(loop, Constant(cond), Constant(body), *carry, *consts)
+
+
+def _unbatched_while(eqn) -> tuple:
+    """A `while` with a batched condition (a vmapped `while_loop`: one condition
+    per element) as a `while` with a scalar one, as XLA runs it: loop while any
+    element's condition holds, and let the body change only those elements.
+    Returns the (cond, body) closed jaxprs, both over (*cond_consts,
+    *body_consts, *carry); traced, not differentiated."""
+    nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+    cond_fn = jex_core.jaxpr_as_fun(eqn.params["cond_jaxpr"])
+    body_fn = jex_core.jaxpr_as_fun(eqn.params["body_jaxpr"])
+
+    def holds(args):
+        return cond_fn(*args[:nc], *args[nc + nb :])[0]
+
+    def body(*args):
+        pred, carry = holds(args), args[nc + nb :]
+        # finished elements still run the body; their inputs are cut from the
+        # gradient, so their (unused) partials cannot turn zeros into NaNs
+        consts = [_cut_finished(pred, c) for c in args[nc : nc + nb]]
+        new = body_fn(*consts, *[_cut_finished(pred, x) for x in carry])
+        return [jnp.where(_per_element(pred, x), y, x) for x, y in zip(carry, new, strict=True)]
+
+    structs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+    return jax.make_jaxpr(lambda *a: jnp.any(holds(a)))(*structs), jax.make_jaxpr(body)(*structs)
+
+
+def _cut_finished(pred, x):
+    """`x` where the condition holds, its value without gradient elsewhere (a
+    const not batched like the condition is kept as it is)."""
+    if jnp.shape(x)[: jnp.ndim(pred)] != jnp.shape(pred):
+        return x
+    return jnp.where(_per_element(pred, x), x, jax.lax.stop_gradient(x))
+
+
+def _per_element(pred, x):
+    """`pred` (one flag per batch element) broadcast against a carry `x` whose
+    leading axes are the batch's."""
+    if jnp.shape(x)[: jnp.ndim(pred)] != jnp.shape(pred):
+        raise KTransformError(
+            "cannot import the lax primitive `while` with a batched condition: a loop "
+            f"carry of shape {jnp.shape(x)} is not batched like the condition "
+            f"{jnp.shape(pred)}"
+        )
+    return jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(x) - jnp.ndim(pred)))
 
 
 def _cond(graph: FuncGraph, eqn, args: list[Node]) -> Node:

@@ -17,11 +17,12 @@ does every input of a primitive whose results are all integers or booleans
 
 Knowingly unsupported (the getter raises a KTransformError naming the lax
 primitive; control flow inside a jaxpr is imported onto our own control
-primitives by `k_transform.frontend.jaxpr`): linear algebra primitives (`cholesky`, `triangular_solve`, `lu`,
-`eigh`, `qr`, `svd`: jnp.linalg's mapped functions have rules), `conv_general_dilated`
-(mapped as `jax.lax.conv`), windowed reductions (`reduce_window*`,
-`select_and_*`), `cummax`/`cummin`, `top_k`, `sort` with several keys,
-scatters that multiply, take a min or max, complex numbers, FFTs, random bits.
+primitives by `k_transform.frontend.jaxpr`): linear algebra primitives
+(`cholesky`, `triangular_solve`, `lu`, `eigh`, `qr`, `svd`: jnp.linalg's
+mapped functions have rules), windowed reductions (`reduce_window*`,
+`select_and_*`), `cummax`/`cummin`, `sort` with several keys, scatters that
+multiply or take a min or max, the incomplete gamma and beta functions,
+`zeta`, complex numbers, FFTs, random bits.
 """
 
 from __future__ import annotations
