@@ -457,7 +457,6 @@ EXCLUDED = {
     "jsp.wofz": "complex results",
 }
 
-_CONV = "the lax primitive `conv_general_dilated` has no gradient rule (jnp.convolve)"
 _FN_ARG = "a library call taking a function: the mapped function passed is k_transform's, not JAX's"
 _SERIES = (
     "a custom_jvp over a series `while` (batched): JAX differentiates its closed-form rule, we "
@@ -468,10 +467,6 @@ KNOWN_FAILING = {
     "jnp.frexp": "custom_jvp over `bitcast_convert_type` (bit manipulation): we differentiate "
     "the primal body, and refuse `bitcast_convert_type` rather than give zeros",
     "jnp.ldexp": "custom_jvp over `bitcast_convert_type`, as frexp",
-    "jnp.convolve": _CONV,
-    "jnp.correlate": _CONV,
-    "jnp.poly": _CONV,
-    "jnp.polymul": _CONV,
     "jnp.polyfit": "the lax primitive `svd` has no gradient rule (linalg inside a jaxpr)",
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jnp.apply_along_axis": _FN_ARG + " (tracing fails: a bprop closure is returned)",

@@ -395,6 +395,53 @@ def test_batched_while_in_opaque_jaxpr(mode):
     _close(kt.grad(f)(X), jax.grad(oracle)(X))
 
 
+CONV_CASES = {
+    # name: (lhs shape, rhs shape, conv_general_dilated keywords); an explicit
+    # lhs_dilation keeps NCHW cases off our own Conv2D mapping (the lax rule is tested)
+    "strided_padded": ((2, 3, 7, 6), (4, 3, 3, 2), dict(window_strides=(2, 1), padding=((1, 2), (0, 1)), lhs_dilation=(1, 1))),
+    "dilated": ((1, 2, 7, 7), (3, 2, 2, 3), dict(window_strides=(1, 2), padding=((1, 1), (2, 0)), lhs_dilation=(2, 1), rhs_dilation=(1, 2))),
+    "feature_groups": ((2, 4, 5, 5), (6, 2, 3, 3), dict(window_strides=(1, 1), padding="VALID", lhs_dilation=(1, 1), feature_group_count=2)),
+    "batch_groups": ((4, 2, 5, 5), (6, 2, 2, 2), dict(window_strides=(1, 1), padding="VALID", batch_group_count=2)),
+    "nhwc_1d": ((2, 9, 3), (3, 3, 4), dict(window_strides=(2,), padding=((2, 1),), dimension_numbers=("NWC", "WIO", "NWC"))),
+}  # fmt: skip
+
+
+def _close_tree(a, b):
+    for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        _close(u, v)
+
+
+@pytest.mark.parametrize("name", sorted(CONV_CASES))
+def test_conv_general_dilated(name):
+    """`lax.conv_general_dilated` (no primitive of ours) through its lax rule: strides,
+    padding, both dilations, feature and batch groups, other layouts; gradients of
+    both operands, a jvp and a second derivative against JAX's."""
+    lhs_shape, rhs_shape, kw = CONV_CASES[name]
+    x = np.cos(np.arange(np.prod(lhs_shape))).reshape(lhs_shape)
+    w = np.sin(np.arange(np.prod(rhs_shape)) + 0.5).reshape(rhs_shape)
+
+    def f(x, w):
+        return jnp.sum(jnp.sin(jax.lax.conv_general_dilated(x, w, **kw)))
+
+    _close_tree(jax.jit(kt.grad(f, (0, 1)))(x, w), jax.grad(f, (0, 1))(x, w))
+    tangents = (np.cos(x), np.cos(w))
+    _close_tree(kt.jvp(f, (x, w), tangents)[1], jax.jvp(f, (x, w), tangents)[1])
+
+    def second(grad):
+        def g(x, w):
+            dx, dw = grad(f, (0, 1))(x, w)
+            return jnp.sum(dx * tangents[0]) + jnp.sum(dw * tangents[1])
+
+        return g
+
+    def g_kt(x, w):
+        dx, dw = kt.grad(f, (0, 1))(x, w)
+        return jnp.sum(dx * tangents[0]) + jnp.sum(dw * tangents[1])
+
+    want = jax.grad(second(jax.grad), (0, 1))(x, w)
+    _close_tree(jax.jit(kt.grad(g_kt, (0, 1)))(x, w), want)
+
+
 def test_untraceable_call_is_a_clear_error():
     def untraceable(x):
         return float(x[0, 0]) * x  # concrete value of a traced array

@@ -798,7 +798,9 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
     def call(self, callee: Node, args: list[Node], kwargs: dict[str, Node], e) -> Node:
-        if isinstance(callee, Apply) and isinstance(callee.fn.value, prims.Vmapped):
+        if isinstance(callee, Apply) and isinstance(
+            getattr(callee.fn, "value", None), prims.Vmapped
+        ):
             return self.vmapped_call(callee, args, kwargs, e)
         if not isinstance(callee, Constant):
             if kwargs:

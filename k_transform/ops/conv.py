@@ -301,6 +301,8 @@ def _lax_conv_general_dilated(call):
     """NCHW / OIHW only (the default dimension numbers), no lhs dilation."""
     if not call.names_ok(_CONV_GENERAL, 8) or call.static(4, "lhs_dilation") is not None:
         return None
+    if call.static(2, "window_strides") is None:  # (a probe without arguments)
+        return None
     dims = call.static(6, "dimension_numbers")
     if dims is not None and tuple(dims) != NCHW:
         return None

@@ -358,3 +358,110 @@ def _sort(p):
     if second:
         return lambda xs, out, dout: (unsort(xs[0], dout[0]), unsort(xs[0], dout[1]))
     return lambda xs, out, dout: (unsort(xs[0], dout[0]), None)
+
+
+# -- convolution ----------------------------------------------------------------------------
+def _dilate(sizes, factors) -> np.ndarray:
+    return np.array([0 if s == 0 else 1 + f * (s - 1) for s, f in zip(sizes, factors, strict=True)])
+
+
+def _swap01(spec) -> tuple:
+    return (spec[1], spec[0], *spec[2:])
+
+
+def _split_axis(shape, src: int, parts: int) -> tuple:
+    """`shape` with axis `src` split into (parts, shape[src] // parts)."""
+    return (*shape[:src], parts, shape[src] // parts, *shape[src + 1 :])
+
+
+def _merge_axis(shape, src: int, dst: int) -> tuple:
+    """(perm, shape) moving axis `src` in front of axis `dst` (numbered with `src`
+    removed) and merging the two: JAX's `lax.reshape(x, shape, perm)` idiom."""
+    perm = [i for i in range(len(shape)) if i != src]
+    perm.insert(dst, src)
+    merged = [s for i, s in enumerate(shape) if i != src]
+    merged[dst] *= shape[src]
+    return tuple(perm), tuple(merged)
+
+
+@lax_rule("conv_general_dilated")
+def _conv_general_dilated(p):
+    """Both transposes of a convolution are convolutions (XLA's arithmetic, as in
+    JAX's rule): the input's gradient convolves `dout` with the flipped kernel
+    (strides and input dilation trade places), the kernel's convolves the input
+    with `dout` (groups of features become groups of the batch)."""
+    q = p.param
+    dn = q["dimension_numbers"]
+    (lhs_shape, _), (rhs_shape, _) = p.in_avals
+    out_shape = p.out_avals()[0]
+    fg, bg = q["feature_group_count"], q["batch_group_count"]
+    strides, pads = q["window_strides"], q["padding"]
+    lhs_dil, rhs_dil = q["lhs_dilation"], q["rhs_dilation"]
+    in_sp = [lhs_shape[d] for d in dn.lhs_spec[2:]]
+    k_sp = [rhs_shape[d] for d in dn.rhs_spec[2:]]
+    out_sp = [out_shape[d] for d in dn.out_spec[2:]]
+    k_dil, out_dil = _dilate(k_sp, rhs_dil), _dilate(out_sp, strides)
+    lo = np.array([a for a, _ in pads])
+    before = k_dil - lo - 1
+    after = _dilate(in_sp, lhs_dil) + k_dil - 1 - out_dil - before
+    lhs_pads = [(int(a), int(b)) for a, b in zip(before, after, strict=True)]
+    hi = out_dil - _dilate(in_sp, lhs_dil) + k_dil - lo - 1
+    rhs_pads = [(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+    common = {"precision": q["precision"], "preferred_element_type": q["preferred_element_type"]}
+    groups = max(fg, bg)
+    # the kernel for the input's gradient: groups moved from its out axis to its in axis
+    o_axis, i_axis = dn.rhs_spec[0], dn.rhs_spec[1]
+    split = _split_axis(rhs_shape, o_axis, groups)
+    perm, merged = _merge_axis(split, o_axis, i_axis)
+    flip_axes = tuple(dn.rhs_spec[2:])
+
+    def lhs_conv(g, w):
+        return jax.lax.conv_general_dilated(
+            g,
+            w,
+            lhs_dil,
+            lhs_pads,
+            lhs_dilation=strides,
+            rhs_dilation=rhs_dil,
+            dimension_numbers=jax.lax.ConvDimensionNumbers(
+                dn.out_spec, _swap01(dn.rhs_spec), dn.lhs_spec
+            ),
+            feature_group_count=groups,
+            **common,
+        )
+
+    def rhs_conv(x, g):
+        return jax.lax.conv_general_dilated(
+            x,
+            g,
+            rhs_dil,
+            rhs_pads,
+            lhs_dilation=lhs_dil,
+            rhs_dilation=strides,
+            dimension_numbers=jax.lax.ConvDimensionNumbers(
+                _swap01(dn.lhs_spec), _swap01(dn.out_spec), _swap01(dn.rhs_spec)
+            ),
+            feature_group_count=bg,
+            batch_group_count=fg,
+            **common,
+        )
+
+    dout_aval = (out_shape, p.in_avals[0][1])
+    to_lhs = traced_op("conv_general_dilated", lhs_conv, [dout_aval, (merged, p.in_avals[1][1])])
+    to_rhs = traced_op("conv_general_dilated", rhs_conv, [p.in_avals[0], dout_aval])
+    # batch groups: the input's gradient comes out with groups on its feature axis
+    b_axis, f_axis = dn.lhs_spec[0], dn.lhs_spec[1]
+    lhs_grad_shape = to_lhs.out_avals()[0]
+    out_perm, out_merged = _merge_axis(_split_axis(lhs_grad_shape, f_axis, bg), f_axis, b_axis)
+
+    def bprop(x, w, out, dout):
+        kernel = jnp.flip(w, flip_axes)
+        if groups > 1:
+            kernel = jnp.reshape(jnp.transpose(jnp.reshape(kernel, split), perm), merged)
+        dx = to_lhs(dout, kernel)
+        if bg > 1:
+            parts = jnp.reshape(dx, _split_axis(lhs_grad_shape, f_axis, bg))
+            dx = jnp.reshape(jnp.transpose(parts, out_perm), out_merged)
+        return dx, to_rhs(x, dout)
+
+    return bprop
