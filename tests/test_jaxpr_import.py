@@ -395,15 +395,21 @@ def test_batched_while_in_opaque_jaxpr(mode):
     _close(kt.grad(f)(X), jax.grad(oracle)(X))
 
 
+_STRIDED = dict(window_strides=(2, 1), padding=((1, 2), (0, 1)), lhs_dilation=(1, 1))
+_DILATED = dict(
+    window_strides=(1, 2), padding=((1, 1), (2, 0)), lhs_dilation=(2, 1), rhs_dilation=(1, 2)
+)
+_GROUPS = dict(window_strides=(1, 1), padding="VALID", lhs_dilation=(1, 1))
+_NWC = dict(window_strides=(2,), padding=((2, 1),), dimension_numbers=("NWC", "WIO", "NWC"))
+# name: (lhs shape, rhs shape, conv_general_dilated keywords); an explicit lhs_dilation
+# keeps NCHW cases off our own Conv2D mapping (the lax rule is what is tested)
 CONV_CASES = {
-    # name: (lhs shape, rhs shape, conv_general_dilated keywords); an explicit
-    # lhs_dilation keeps NCHW cases off our own Conv2D mapping (the lax rule is tested)
-    "strided_padded": ((2, 3, 7, 6), (4, 3, 3, 2), dict(window_strides=(2, 1), padding=((1, 2), (0, 1)), lhs_dilation=(1, 1))),
-    "dilated": ((1, 2, 7, 7), (3, 2, 2, 3), dict(window_strides=(1, 2), padding=((1, 1), (2, 0)), lhs_dilation=(2, 1), rhs_dilation=(1, 2))),
-    "feature_groups": ((2, 4, 5, 5), (6, 2, 3, 3), dict(window_strides=(1, 1), padding="VALID", lhs_dilation=(1, 1), feature_group_count=2)),
-    "batch_groups": ((4, 2, 5, 5), (6, 2, 2, 2), dict(window_strides=(1, 1), padding="VALID", batch_group_count=2)),
-    "nhwc_1d": ((2, 9, 3), (3, 3, 4), dict(window_strides=(2,), padding=((2, 1),), dimension_numbers=("NWC", "WIO", "NWC"))),
-}  # fmt: skip
+    "strided_padded": ((2, 3, 7, 6), (4, 3, 3, 2), _STRIDED),
+    "dilated": ((1, 2, 7, 7), (3, 2, 2, 3), _DILATED),
+    "feature_groups": ((2, 4, 5, 5), (6, 2, 3, 3), dict(_GROUPS, feature_group_count=2)),
+    "batch_groups": ((4, 2, 5, 5), (6, 2, 2, 2), dict(_GROUPS, batch_group_count=2)),
+    "nwc_1d": ((2, 9, 3), (3, 3, 4), _NWC),
+}
 
 
 def _close_tree(a, b):

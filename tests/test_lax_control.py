@@ -120,6 +120,14 @@ def vmap_nested(x):
     return jnp.sum(jax.vmap(lambda r: inner(r) * jnp.sum(r))(x))
 
 
+def apply_along_and_over_axes(x):
+    w = jnp.sin(x[0])  # the mapped functions close over a value that depends on x
+    y = jnp.apply_along_axis(lambda r: jnp.cumsum(r * w[0]) + jnp.sum(r * w), 1, x)
+    z = jnp.apply_along_axis(lambda c: jnp.sum(jnp.tanh(c) * w[1]), 0, x)
+    u = jnp.apply_over_axes(jnp.sum, x * w, [0, 1])
+    return jnp.sum(jnp.sin(y)) + jnp.sum(z**2) + jnp.sum(u**3)
+
+
 PROGRAMS = [
     scan_rnn,
     scan_reverse_pytree,
@@ -130,6 +138,7 @@ PROGRAMS = [
     switch_three,
     vmap_rows,
     vmap_nested,
+    apply_along_and_over_axes,
 ]
 INPUTS = [X, -X]  # both branches of the cond and of the switch are taken
 

@@ -1,5 +1,7 @@
 """`lax.scan`, `lax.while_loop`, `lax.fori_loop`, `lax.map`, `lax.cond`,
-`lax.switch` and `jax.vmap` called in differentiated code, read as Python.
+`lax.switch`, `jax.vmap` and the `jnp` functions that take functions
+(`apply_along_axis`, `apply_over_axes`) called in differentiated code, read
+as Python.
 
 Their bodies are the user's Python functions, often closures over the
 values being differentiated, so they cannot go through the jaxpr import (a
@@ -19,6 +21,9 @@ reverse-mode gradient (JAX refuses one).
   written per number of operands (and branches) at the call (`model`); the
   index of `switch` is clamped into range, as JAX does.
 - `jax.checkpoint(f)`, `jax.remat(f)`, `jax.named_call(f)`: `f` itself (same values).
+- `jnp.apply_along_axis(func1d, axis, arr)`: a loop over the 1-d slices,
+  results stacked as JAX places them; `jnp.apply_over_axes(func, a, axes)`:
+  the loop over `axes` (a result that lost the axis gets it back).
 - `jax.vmap(fun, in_axes, out_axes)(*args)`: a loop over the mapped axis
   (`in_axes` 0 or None per argument, `out_axes` 0), the same values as the
   batched call; under jit it runs as a `lax.scan`, not as a batched kernel.
@@ -34,6 +39,7 @@ import functools
 import linecache
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from k_transform.errors import KTransformError
@@ -74,7 +80,37 @@ def fori_loop(lower, upper, body_fun, init_val, unroll=None):
     return val
 
 
-FIXED = {lax.scan: scan, lax.map: lax_map, lax.while_loop: while_loop, lax.fori_loop: fori_loop}
+def apply_along_axis(func1d, axis, arr):
+    axis = axis % jnp.ndim(arr)
+    moved = jnp.moveaxis(arr, axis, -1)
+    rows = jnp.reshape(moved, (-1, jnp.shape(moved)[-1]))
+    n = jnp.shape(rows)[0]
+    first = func1d(rows[0])
+    ys = trees.tree_stack_at(first, n, 0)
+    for i in range(1, n):
+        ys = trees.tree_set(ys, i, func1d(rows[i]))
+    ys = jnp.reshape(ys, jnp.shape(moved)[:-1] + jnp.shape(first))
+    outer, k = jnp.ndim(arr) - 1, jnp.ndim(first)
+    return jnp.moveaxis(ys, tuple(range(outer, outer + k)), tuple(range(axis, axis + k)))
+
+
+def apply_over_axes(func, a, axes):
+    for axis in axes:
+        b = func(a, axis)
+        if jnp.ndim(b) == jnp.ndim(a) - 1:
+            b = jnp.expand_dims(b, axis)
+        a = b
+    return a
+
+
+FIXED = {
+    lax.scan: scan,
+    lax.map: lax_map,
+    lax.while_loop: while_loop,
+    lax.fori_loop: fori_loop,
+    jnp.apply_along_axis: apply_along_axis,
+    jnp.apply_over_axes: apply_over_axes,
+}
 
 
 @functools.cache

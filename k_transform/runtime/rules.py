@@ -34,6 +34,8 @@ def sum_to(g, like, tail: bool = False):
 
 def getitem_grad(x, index, dout):
     """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
+    if isinstance(x, range):  # integers: no gradient
+        return None
     if isinstance(x, (tuple, list)):
         grads = [zeros_like_value(v) for v in x]
         grads[index] = dout
