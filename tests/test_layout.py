@@ -21,7 +21,7 @@ LAYERS = [
     ["errors"],
     ["runtime"],
     ["ir"],
-    ["bprop_registry", "codegen", "cell"],
+    ["bprop_registry", "codegen", "cell", "common"],
     ["ops"],
     ["control"],
     ["frontend"],
@@ -31,6 +31,7 @@ LAYERS = [
     ["lowering"],
     ["grad"],
     ["nn"],
+    ["train"],
     ["__init__"],  # the public API, `import k_transform as kt`
     ["demo_cnn", "__main__"],  # programs written against the public API
     ["demo"],
