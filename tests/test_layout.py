@@ -22,7 +22,7 @@ LAYERS = [
     ["runtime"],
     ["ir"],
     ["bprop_registry", "codegen", "cell", "common"],
-    ["ops"],
+    ["ops", "dataset"],
     ["control"],
     ["frontend"],
     ["dfunctor"],

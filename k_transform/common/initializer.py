@@ -13,8 +13,8 @@
 
 Fans follow MindSpore (and PyTorch): for a shape (out, in, *kernel), fan_in =
 in * prod(kernel), fan_out = out * prod(kernel); a Dense weight is (out, in).
-Random values come from one numpy generator, reseeded by `set_seed(seed)`
-(MindSpore's `ms.set_seed`), so a script that seeds builds the same network
+Random values come from one numpy generator (`common/seed.py`), reseeded by
+`set_seed(seed)` (MindSpore's `ms.set_seed`), so a script that seeds builds the same network
 each run; the values differ from MindSpore's own generator.
 """
 
@@ -24,16 +24,7 @@ import math
 
 import numpy as np
 
-_STATE = {"rng": np.random.RandomState(0)}
-
-
-def set_seed(seed: int) -> None:
-    """Reseed the generator every random initializer draws from."""
-    _STATE["rng"] = np.random.RandomState(seed)
-
-
-def _rng() -> np.random.RandomState:
-    return _STATE["rng"]
+from k_transform.common.seed import generator as _rng
 
 
 def fans(shape) -> tuple[int, int]:
