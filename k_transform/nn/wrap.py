@@ -1,4 +1,7 @@
-"""Training wrappers: `WithLossCell` and `TrainOneStepCell`."""
+"""Training wrappers: `WithLossCell` and `TrainOneStepCell`. As in MindSpore,
+both are built with `auto_prefix=False`: wrapping a network does not rename
+its Parameters (`fc1.weight` stays `fc1.weight`, so checkpoints of the
+network and of the wrapped network agree)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ class WithLossCell(Cell):
     """`loss_fn(backbone(data), label)`."""
 
     def __init__(self, backbone, loss_fn):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.backbone = backbone
         self.loss_fn = loss_fn
 
@@ -32,7 +35,7 @@ class TrainOneStepCell(Cell):
     """
 
     def __init__(self, network, optimizer, sens=None, return_grad=False):
-        super().__init__()
+        super().__init__(auto_prefix=False)
         self.network = network
         self.optimizer = optimizer
         self.sens = 1.0 if sens is None else float(sens)
