@@ -6,6 +6,10 @@
   `{"name": ..., "data": ...}` dicts (MindSpore's list form) or a dict
   name -> array. `append_dict` adds entries. The file is a safetensors file
   whatever its suffix (MindSpore's own `.ckpt` protobuf is not written).
+  MindSpore 2.10 reads it with `load_checkpoint(path, format="safetensors")`,
+  and its `save_checkpoint(net, path, format="safetensors")` files load here
+  (both ways tried, same names and values); `format` and MindSpore's other
+  options (encryption, async saving) are accepted and ignored.
 - `load_checkpoint(ckpt_file_name, net=None, strict_load=False,
   filter_prefix=None, specify_prefix=None, choice_func=None)` -> dict
   name -> Parameter (named `name`); with `net`, also loads it into `net`.
