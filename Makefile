@@ -1,6 +1,6 @@
 # k_transform: every target sets itself up on a fresh machine with Python 3.11.
 #
-#   make demo    install, then run the demo
+#   make demo    install, then run the demo (an MLP, then examples/lenet_mindspore.py)
 #   make test    install, then run the test suite
 #
 # `install` is quick the second time: a stamp file records that `.venv` holds
@@ -10,7 +10,7 @@ PYTHON3 ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-SOURCES := k_transform tests bench
+SOURCES := k_transform tests bench examples
 
 .PHONY: install test lint format demo bench fuzz clean
 
@@ -20,7 +20,7 @@ $(PY):
 	$(PYTHON3) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --disable-pip-version-check -e '.[test,demo]'
 	touch $(STAMP)
 
 test: install
@@ -36,6 +36,9 @@ format: install
 
 demo: install
 	$(PY) -m k_transform.demo
+	@printf '\n%s\nPart 2: a MindSpore LeNet-5 script run by k_transform (examples/lenet_mindspore.py)\n\n' \
+		'========================================================================'
+	$(PY) examples/lenet_mindspore.py --plot lenet_loss.png
 
 fuzz: install
 	mkdir -p .fuzz && rm -f .fuzz/last.jsonl

@@ -4,10 +4,22 @@ The public API (see DESIGN.md). Reads a function's source, builds FuncGraph
 IR, transforms it with the DFunctor, and generates Python that JAX compiles.
 """
 
-from k_transform import nn, ops
+from k_transform import common, dataset, nn, ops, train
 from k_transform.api import compile, draw, get_ir, get_source
 from k_transform.bprop_registry import bprop_getters
 from k_transform.cell import Cell, Parameter, ParameterTuple
+from k_transform.common import Tensor, set_seed
+from k_transform.common.tensor import (
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
 from k_transform.errors import KTransformError
 from k_transform.grad import (
     GradOperation,
@@ -26,9 +38,39 @@ from k_transform.grad import (
 )
 from k_transform.ir.primitive import Primitive
 from k_transform.runtime.bounds import set_loop_bound
+from k_transform.train import (
+    Callback,
+    LossMonitor,
+    Model,
+    RunContext,
+    load_checkpoint,
+    load_param_into_net,
+    save_checkpoint,
+)
 
 __all__ = [
+    "Callback",
     "Cell",
+    "LossMonitor",
+    "Model",
+    "RunContext",
+    "Tensor",
+    "bool_",
+    "common",
+    "dataset",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "load_checkpoint",
+    "load_param_into_net",
+    "save_checkpoint",
+    "set_seed",
+    "train",
+    "uint8",
     "GradOperation",
     "Jvp",
     "KTransformError",

@@ -127,6 +127,7 @@ class Cell:
     """Base class of networks: subclass it and write `construct`."""
 
     def __init__(self, auto_prefix: bool = True):
+        object.__setattr__(self, "_auto_prefix", auto_prefix)
         object.__setattr__(self, "_params", {})
         object.__setattr__(self, "_cells", {})
         object.__setattr__(self, "training", False)
@@ -141,7 +142,7 @@ class Cell:
             self._params[name] = value
         elif isinstance(value, Cell):
             for _, p in value.parameters_and_names():
-                if getattr(p, "auto_named", False):
+                if self.__dict__.get("_auto_prefix", True) and getattr(p, "auto_named", False):
                     p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight"
             self._cells[name] = value
         object.__setattr__(self, name, value)

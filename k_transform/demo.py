@@ -1,5 +1,6 @@
-"""`make demo`: train a two-layer MLP Cell, then a LeNet-style CNN, with
-gradients from k_transform.
+"""`make demo`, part 1: train a two-layer MLP Cell with gradients from
+k_transform (part 2, run by the Makefile, is examples/lenet_mindspore.py: a
+MindSpore LeNet-5 script run with only its imports changed).
 
 Generated data: a noisy smooth function of 4 inputs. `GradOperation(get_by_list=True)`
 gives the gradients of the loss w.r.t. the Cell's Parameters; plain SGD
@@ -15,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import k_transform as kt
-from k_transform import demo_cnn
 
 
 class Dense(kt.Cell):
@@ -80,5 +80,3 @@ def main(steps: int = 400, lr: float = 0.3) -> None:
 
 if __name__ == "__main__":
     main()
-    print("\n" + "=" * 72 + "\nPart 2: a LeNet-style CNN with BatchNorm (k_transform.demo_cnn)\n")
-    demo_cnn.main([])

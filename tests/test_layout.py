@@ -21,8 +21,8 @@ LAYERS = [
     ["errors"],
     ["runtime"],
     ["ir"],
-    ["bprop_registry", "codegen", "cell"],
-    ["ops"],
+    ["bprop_registry", "codegen", "cell", "common"],
+    ["ops", "dataset"],
     ["control"],
     ["frontend"],
     ["dfunctor"],
@@ -31,8 +31,9 @@ LAYERS = [
     ["lowering"],
     ["grad"],
     ["nn"],
+    ["train"],
     ["__init__"],  # the public API, `import k_transform as kt`
-    ["demo_cnn", "__main__"],  # programs written against the public API
+    ["__main__"],  # programs written against the public API
     ["demo"],
 ]
 RANK = {unit: k for k, row in enumerate(LAYERS) for unit in row}

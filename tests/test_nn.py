@@ -183,7 +183,7 @@ def test_dense_and_layer_norm():
 
     def reference(values, x):
         w, b, gamma, beta = values
-        y = x @ w + b
+        y = x @ w.T + b  # MindSpore's Dense layout: weight (out, in)
         mean = jnp.mean(y, -1, keepdims=True)
         var = jnp.var(y, -1, keepdims=True)
         return (y - mean) / jnp.sqrt(var + 1e-5) * gamma + beta
@@ -210,7 +210,7 @@ def _small_net_reference(values, x):
         x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW")
     )
     z, mean, var = _batch_norm_train(y, gamma, beta)
-    logits = jnp.reshape(jax.nn.relu(z), (x.shape[0], -1)) @ fc_w + fc_b
+    logits = jnp.reshape(jax.nn.relu(z), (x.shape[0], -1)) @ fc_w.T + fc_b
     return logits, mean, var
 
 

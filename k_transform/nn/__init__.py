@@ -4,6 +4,7 @@ Every layer is a `kt.Cell` whose `construct` is parsed like user code, so its
 gradient comes from the registry rules of the primitives it calls.
 """
 
+from k_transform.cell import Cell
 from k_transform.nn.layers import (
     GELU,
     AvgPool2d,
@@ -21,11 +22,30 @@ from k_transform.nn.layers import (
     Sigmoid,
     Tanh,
 )
-from k_transform.nn.loss import MSELoss, SoftmaxCrossEntropyWithLogits
-from k_transform.nn.optim import SGD, Adam, Momentum
+from k_transform.nn.loss import L1Loss, MSELoss, SoftmaxCrossEntropyWithLogits
+from k_transform.nn.metrics import Accuracy, Metric
+from k_transform.nn.optim import (
+    SGD,
+    Adam,
+    CosineDecayLR,
+    ExponentialDecayLR,
+    LearningRateSchedule,
+    Momentum,
+    Optimizer,
+    PolynomialDecayLR,
+)
 from k_transform.nn.wrap import TrainOneStepCell, WithLossCell
 
 __all__ = [
+    "Accuracy",
+    "Cell",
+    "CosineDecayLR",
+    "ExponentialDecayLR",
+    "L1Loss",
+    "LearningRateSchedule",
+    "Metric",
+    "Optimizer",
+    "PolynomialDecayLR",
     "GELU",
     "SGD",
     "Adam",

@@ -10,48 +10,113 @@ the Cell directly, `net(x)`, always reads the current flag).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from k_transform import ops
 from k_transform.cell import Cell, Parameter
+from k_transform.common import initializer as init
 from k_transform.ops.state import Assign
 
 ASSIGN = Assign()
 
+# MindSpore's default weight initializer for Dense and Conv2d: HeUniform with
+# negative_slope sqrt(5), i.e. uniform on [-1/sqrt(fan_in), 1/sqrt(fan_in)].
+DEFAULT_WEIGHT = init.HeUniform(negative_slope=math.sqrt(5))
 
-def _init(shape, fan_in: int, seed: int):
-    """He-uniform initial values (deterministic per seed)."""
-    bound = np.sqrt(6.0 / max(fan_in, 1))
-    return np.random.RandomState(seed).uniform(-bound, bound, size=shape).astype(np.float32)
+
+def _values(how, shape, seed, dtype=np.float32):
+    """Initial values: `how` is a name, an Initializer, a number or an array."""
+    return init.initializer(how, shape, dtype, seed)
+
+
+def _default_bias(fan_in: int):
+    """MindSpore's default bias: uniform on [-1/sqrt(fan_in), 1/sqrt(fan_in)]."""
+    return init.Uniform(1.0 / math.sqrt(max(fan_in, 1)))
+
+
+def _plus(seed, k):
+    return None if seed is None else seed + k
+
+
+def get_activation(activation):
+    """A Cell for `activation`: None, a Cell, or one of MindSpore's names."""
+    if activation is None or isinstance(activation, Cell):
+        return activation
+    if isinstance(activation, str) and activation.lower() in ACTIVATIONS:
+        return ACTIVATIONS[activation.lower()]()
+    known = sorted(ACTIVATIONS)
+    raise ValueError(f"activation must be a Cell or one of {known}, not {activation!r}")
 
 
 class Dense(Cell):
-    """`x @ weight + bias` (weight stored as (in, out)), optional activation Cell."""
+    """`activation(x @ weight.T + bias)`, MindSpore's layout: weight (out, in).
 
-    def __init__(self, in_channels, out_channels, has_bias=True, activation=None, seed=0):
+    `weight_init` / `bias_init`: a name ("normal", "he_uniform", "zeros", ...),
+    an initializer (`kt.common.initializer.Normal(0.02)`), a number or an
+    array; by default MindSpore's (both uniform on +-1/sqrt(in_channels)).
+    `activation`: a Cell or a name ("relu", "tanh", "gelu", "sigmoid").
+    `seed` (k_transform's): draw this layer's values from that seed.
+    """
+
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        weight_init=None,
+        bias_init=None,
+        has_bias=True,
+        activation=None,
+        dtype=np.float32,
+        seed=None,
+    ):
         super().__init__()
-        self.weight = Parameter(_init((in_channels, out_channels), in_channels, seed))
+        self.in_channels, self.out_channels = in_channels, out_channels
+        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
+        shape = (out_channels, in_channels)
+        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
         self.has_bias = has_bias
         if has_bias:
-            self.bias = Parameter(np.zeros(out_channels, np.float32))
-        self.activation = activation
+            bias_init = _default_bias(in_channels) if bias_init is None else bias_init
+            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        self.activation = get_activation(activation)
+        self.activation_flag = self.activation is not None
 
     def construct(self, x):
-        y = x @ self.weight
+        y = jnp.matmul(x, jnp.transpose(self.weight))
         if self.has_bias:
             y = y + self.bias
-        if self.activation is not None:
+        if self.activation_flag:
             y = self.activation(y)
         return y
 
 
-class Conv2d(Cell):
-    """2-D convolution of NCHW images; weight (out, in / group, kh, kw), He-uniform.
+def _conv_padding(pad_mode, padding):
+    """The `ops.Conv2D` padding for MindSpore's `pad_mode` and `padding` (an
+    int, or (top, bottom, left, right); k_transform also takes (ph, pw) and
+    ((top, bottom), (left, right)))."""
+    if pad_mode not in ("same", "valid", "pad"):
+        raise ValueError(f"pad_mode must be 'same', 'valid' or 'pad', got {pad_mode!r}")
+    if pad_mode != "pad":
+        if padding not in (0, (0, 0, 0, 0)):
+            raise ValueError(f"padding must be 0 when pad_mode is {pad_mode!r}, got {padding!r}")
+        return pad_mode.upper()
+    if isinstance(padding, (tuple, list)) and len(padding) == 4:
+        top, bottom, left, right = padding
+        return ((top, bottom), (left, right))
+    return padding
 
-    `pad_mode`: "same" (output size ceil(H / stride)), "valid" (no padding),
-    or "pad" (`padding`: an int, (ph, pw) or ((top, bottom), (left, right))).
+
+class Conv2d(Cell):
+    """2-D convolution of NCHW images; weight (out, in / group, kh, kw).
+
+    MindSpore's signature and defaults: `pad_mode="same"` (output size
+    ceil(H / stride)), "valid" (no padding) or "pad" (`padding`: an int or
+    (top, bottom, left, right)); `has_bias=False`; `weight_init` / `bias_init`
+    as `Dense` (default uniform on +-1/sqrt(fan_in)); `seed` as `Dense`.
     """
 
     def __init__(
@@ -65,20 +130,27 @@ class Conv2d(Cell):
         dilation=1,
         group=1,
         has_bias=False,
-        seed=0,
+        weight_init=None,
+        bias_init=None,
+        data_format="NCHW",
+        dtype=np.float32,
+        seed=None,
     ):
         super().__init__()
+        if data_format != "NCHW":
+            raise ValueError(f"Conv2d supports data_format='NCHW' only, got {data_format!r}")
         kh, kw = ops.conv.pair(kernel_size)
-        fan_in = in_channels // group * kh * kw
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (kh, kw)
+        self.pad_mode, self.padding = pad_mode, padding
         shape = (out_channels, in_channels // group, kh, kw)
-        self.weight = Parameter(_init(shape, fan_in, seed))
+        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
+        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
         self.has_bias = has_bias
         if has_bias:
-            self.bias = Parameter(np.zeros(out_channels, np.float32))
-        if pad_mode not in ("same", "valid", "pad"):
-            raise ValueError(f"pad_mode must be 'same', 'valid' or 'pad', got {pad_mode!r}")
-        pads = padding if pad_mode == "pad" else pad_mode.upper()
-        self.conv = ops.Conv2D(stride, pads, dilation, group)
+            fan_in = in_channels // group * kh * kw
+            bias_init = _default_bias(fan_in) if bias_init is None else bias_init
+            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        self.conv = ops.Conv2D(stride, _conv_padding(pad_mode, padding), dilation, group)
 
     def construct(self, x):
         y = self.conv(x, self.weight)
@@ -113,49 +185,83 @@ class AvgPool2d(Cell):
 class BatchNorm2d(Cell):
     """Batch normalisation over (N, H, W) per channel of NCHW images.
 
-    Training (`set_train(True)`): normalises with the batch statistics and
+    With batch statistics, normalises with the batch's mean and variance and
     updates `moving_mean` / `moving_variance` (Parameters with
     requires_grad=False) as `moving = momentum * moving + (1 - momentum) *
-    batch`, the variance unbiased (n / (n - 1)). Eval: uses the moving
-    statistics. The mode is fixed when a gradient function is built (see the
+    batch`, the variance unbiased (n / (n - 1)); otherwise uses the moving
+    statistics. `use_batch_statistics`, as MindSpore: None (the default)
+    means batch statistics in training (`set_train(True)`) and moving ones in
+    eval; True or False fixes it. `affine=False` keeps gamma 1 and beta 0
+    untrained. The mode is fixed when a gradient function is built (see the
     module docstring).
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.9):
+    def __init__(
+        self,
+        num_features,
+        eps=1e-5,
+        momentum=0.9,
+        affine=True,
+        gamma_init="ones",
+        beta_init="zeros",
+        moving_mean_init="zeros",
+        moving_var_init="ones",
+        use_batch_statistics=None,
+        data_format="NCHW",
+        dtype=np.float32,
+    ):
         super().__init__()
-        self.gamma = Parameter(np.ones(num_features, np.float32))
-        self.beta = Parameter(np.zeros(num_features, np.float32))
-        self.moving_mean = Parameter(np.zeros(num_features, np.float32), requires_grad=False)
-        self.moving_variance = Parameter(np.ones(num_features, np.float32), requires_grad=False)
+        if data_format != "NCHW":
+            raise ValueError(f"BatchNorm2d supports data_format='NCHW' only, got {data_format!r}")
+        shape = (num_features,)
+        self.gamma = Parameter(_values(gamma_init, shape, None, dtype), requires_grad=affine)
+        self.beta = Parameter(_values(beta_init, shape, None, dtype), requires_grad=affine)
+        self.moving_mean = Parameter(
+            _values(moving_mean_init, shape, None, dtype), requires_grad=False
+        )
+        self.moving_variance = Parameter(
+            _values(moving_var_init, shape, None, dtype), requires_grad=False
+        )
         self.eps = eps
         self.momentum = momentum
+        self.use_batch_statistics = use_batch_statistics
         self.batch_norm = ops.BatchNorm(eps)
 
     def construct(self, x):
-        if self.training:
-            y, mean, var = self.batch_norm(x, self.gamma, self.beta)
-            n = jnp.size(x) // jnp.shape(x)[1]
-            m = self.momentum
-            new_mean = self.moving_mean * m + mean * (1.0 - m)
-            new_var = self.moving_variance * m + var * (n / (n - 1) * (1.0 - m))
-            ASSIGN(self.moving_mean, new_mean)
-            ASSIGN(self.moving_variance, new_var)
-            return y
+        if self.use_batch_statistics is None:
+            if self.training:
+                return self.normalise_with_batch(x)
+            return self.normalise_with_moving(x)
+        if self.use_batch_statistics:
+            return self.normalise_with_batch(x)
+        return self.normalise_with_moving(x)
+
+    def normalise_with_batch(self, x):
+        y, mean, var = self.batch_norm(x, self.gamma, self.beta)
+        n = jnp.size(x) // jnp.shape(x)[1]
+        m = self.momentum
+        new_mean = self.moving_mean * m + mean * (1.0 - m)
+        new_var = self.moving_variance * m + var * (n / (n - 1) * (1.0 - m))
+        ASSIGN(self.moving_mean, new_mean)
+        ASSIGN(self.moving_variance, new_var)
+        return y
+
+    def normalise_with_moving(self, x):
         scale = self.gamma * jax.lax.rsqrt(self.moving_variance + self.eps)
         shift = self.beta - self.moving_mean * scale
         return x * jnp.reshape(scale, (1, -1, 1, 1)) + jnp.reshape(shift, (1, -1, 1, 1))
 
 
 class Embedding(Cell):
-    """`table[ids]`: rows of a (vocab_size, embedding_size) table (normal(0, 1)
-    initial values), gradient scatter-added into the rows looked up."""
+    """`table[ids]`: rows of a (vocab_size, embedding_size) table, gradient
+    scatter-added into the rows looked up. `embedding_table` initialises the
+    table as `Dense`'s `weight_init` ("normal" by default: sigma 0.01, as
+    MindSpore)."""
 
-    def __init__(self, vocab_size, embedding_size, seed=0):
+    def __init__(self, vocab_size, embedding_size, embedding_table="normal", seed=None):
         super().__init__()
-        rng = np.random.RandomState(seed)
-        self.embedding_table = Parameter(
-            rng.normal(0.0, 1.0, (vocab_size, embedding_size)).astype(np.float32)
-        )
+        shape = (vocab_size, embedding_size)
+        self.embedding_table = Parameter(_values(embedding_table, shape, seed))
 
     def construct(self, ids):
         return jnp.take(self.embedding_table, ids, axis=0)
@@ -189,13 +295,24 @@ class Flatten(Cell):
 
 
 class Dropout(Cell):
-    """Zeroes inputs with probability `1 - keep_prob` in training; identity in eval.
+    """Zeroes inputs with probability `p` in training and scales the rest by
+    1 / (1 - p); identity in eval. `Dropout(p=0.2)` as MindSpore 2.x;
+    `keep_prob` (= 1 - p, the first positional argument, default 0.5) is
+    MindSpore's deprecated spelling and is used only when `p` is None.
 
-    Randomness is explicit: pass a `jax.random` key as the second argument.
+    Randomness is explicit (a difference from MindSpore): pass a `jax.random`
+    key as the second argument.
     """
 
-    def __init__(self, keep_prob=0.5):
+    def __init__(self, keep_prob=0.5, p=None, dtype=np.float32):
         super().__init__()
+        if p is not None:
+            if not 0.0 <= p < 1.0:
+                raise ValueError(f"Dropout p must be in [0, 1), got {p}")
+            keep_prob = 1.0 - p
+        elif not 0.0 < keep_prob <= 1.0:
+            raise ValueError(f"Dropout keep_prob must be in (0, 1], got {keep_prob}")
+        self.p = p
         self.keep_prob = keep_prob
 
     def construct(self, x, key):
@@ -270,3 +387,6 @@ class CellList(Cell):
 
     def __len__(self):
         return len(self.cell_list)
+
+
+ACTIVATIONS = {"relu": ReLU, "gelu": GELU, "tanh": Tanh, "sigmoid": Sigmoid}

@@ -1,4 +1,5 @@
 """Losses, with MindSpore 2.x's signatures and defaults: `MSELoss(reduction="mean")`,
+`L1Loss(reduction="mean")`,
 `SoftmaxCrossEntropyWithLogits(sparse=False, reduction="none")` (a loss per
 example: pass `reduction="mean"` for a scalar). A `reduction` other than
 "none", "mean" or "sum" is a ValueError, as in MindSpore.
@@ -59,6 +60,22 @@ class SoftmaxCrossEntropyWithLogits(Cell):
         if self.sparse:
             labels = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype)
         loss = SOFTMAX_CROSS_ENTROPY(logits, labels)
+        if self.reduction == "mean":
+            return jnp.mean(loss)
+        if self.reduction == "sum":
+            return jnp.sum(loss)
+        return loss
+
+
+class L1Loss(Cell):
+    """Mean absolute error (`reduction`: "mean", the default, "sum" or "none")."""
+
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        self.reduction = _checked(reduction)
+
+    def construct(self, logits, labels):
+        loss = jnp.abs(logits - labels)
         if self.reduction == "mean":
             return jnp.mean(loss)
         if self.reduction == "sum":

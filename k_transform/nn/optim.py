@@ -1,9 +1,33 @@
-"""Optimizers: Cells whose `construct(gradients)` updates Parameters with
+"""Optimizers and learning-rate schedules, as MindSpore 2.x's.
+
+An optimizer is a Cell whose `construct(gradients)` updates Parameters with
 `ops.Assign`, so a training step (`TrainOneStepCell`) is one compiled,
-functionalised program: the new values are written back after each call."""
+functionalised program: the new values are written back after each call.
+
+What every optimizer shares (MindSpore's `nn.Optimizer`):
+
+- `learning_rate`: a float; a list/array, one rate per step (steps past its
+  end keep the last rate); or a `LearningRateSchedule` Cell called with the
+  step number. The step number is `global_step` (an int32 Parameter,
+  requires_grad=False), read before and incremented after each update.
+- `loss_scale`: gradients are divided by it (the loss was multiplied by it).
+- `weight_decay`: L2, `g + weight_decay * p`, applied to every Parameter whose
+  name contains neither "beta" nor "gamma" (MindSpore's default filter).
+  MindSpore scales weight_decay by loss_scale before the division, which is
+  the same update.
+
+Schedules (`construct(global_step) -> rate`, MindSpore's formulas):
+`ExponentialDecayLR`: lr * decay_rate ** p, p = step / decay_steps (floored
+if `is_stair`); `CosineDecayLR`: min_lr + (max_lr - min_lr) * (1 + cos(pi *
+min(step, decay_steps) / decay_steps)) / 2; `PolynomialDecayLR`: (lr - end) *
+(1 - min(step, decay_steps) / decay_steps) ** power + end.
+"""
 
 from __future__ import annotations
 
+import math
+
+import jax.numpy as jnp
 import numpy as np
 
 from k_transform.cell import Cell, Parameter
@@ -12,11 +36,101 @@ from k_transform.ops.state import Assign
 ASSIGN = Assign()
 
 
-class Optimizer(Cell):
-    def __init__(self, params, learning_rate):
+# -- learning-rate schedules ----------------------------------------------------------------
+class LearningRateSchedule(Cell):
+    """Base class: `construct(global_step)` returns the rate of that step."""
+
+
+class ExponentialDecayLR(LearningRateSchedule):
+    def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
         super().__init__()
+        self.learning_rate, self.decay_rate = learning_rate, decay_rate
+        self.decay_steps, self.is_stair = decay_steps, is_stair
+
+    def construct(self, global_step):
+        p = jnp.asarray(global_step, jnp.float32) / self.decay_steps
+        if self.is_stair:
+            p = jnp.floor(p)
+        return self.learning_rate * jnp.power(self.decay_rate, p)
+
+
+class CosineDecayLR(LearningRateSchedule):
+    def __init__(self, min_lr, max_lr, decay_steps):
+        super().__init__()
+        self.min_lr, self.max_lr, self.decay_steps = min_lr, max_lr, decay_steps
+
+    def construct(self, global_step):
+        p = jnp.minimum(jnp.asarray(global_step, jnp.float32), self.decay_steps)
+        cosine = jnp.cos(math.pi * p / self.decay_steps)
+        return self.min_lr + 0.5 * (self.max_lr - self.min_lr) * (1.0 + cosine)
+
+
+class PolynomialDecayLR(LearningRateSchedule):
+    def __init__(self, learning_rate, end_learning_rate, decay_steps, power):
+        super().__init__()
+        self.learning_rate, self.end_learning_rate = learning_rate, end_learning_rate
+        self.decay_steps, self.power = decay_steps, power
+
+    def construct(self, global_step):
+        p = jnp.minimum(jnp.asarray(global_step, jnp.float32), self.decay_steps)
+        fraction = 1.0 - p / self.decay_steps
+        span = self.learning_rate - self.end_learning_rate
+        return span * jnp.power(fraction, self.power) + self.end_learning_rate
+
+
+def _lr_kind(learning_rate) -> str:
+    if isinstance(learning_rate, LearningRateSchedule):
+        return "schedule"
+    if isinstance(learning_rate, (int, float)):
+        return "fixed"
+    return "list"
+
+
+# -- optimizers -----------------------------------------------------------------------------
+def _decays(param: Parameter) -> bool:
+    """MindSpore's default weight-decay filter."""
+    return "beta" not in param.name and "gamma" not in param.name
+
+
+class Optimizer(Cell):
+    """Base class: holds the Parameters, the rate, `global_step` and the
+    gradient preprocessing (`loss_scale`, `weight_decay`); subclasses write
+    `construct(gradients)` with `self.get_lr()` and `self.preprocess(p, g, k)`."""
+
+    def __init__(self, params, learning_rate, weight_decay=0.0, loss_scale=1.0):
+        super().__init__()
+        if loss_scale <= 0:
+            raise ValueError(f"loss_scale must be greater than 0, got {loss_scale}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be at least 0, got {weight_decay}")
         object.__setattr__(self, "parameters", tuple(params))
+        self.lr_kind = _lr_kind(learning_rate)
+        if self.lr_kind == "list":
+            learning_rate = jnp.asarray(np.asarray(learning_rate, np.float32))
+            self.last_step = int(learning_rate.shape[0]) - 1
+        elif self.lr_kind == "fixed":
+            learning_rate = float(learning_rate)
         self.learning_rate = learning_rate
+        self.weight_decay, self.loss_scale = float(weight_decay), float(loss_scale)
+        self.reciprocal_scale = 1.0 / self.loss_scale
+        self.decay_coefficients = tuple(
+            self.weight_decay if _decays(p) else 0.0 for p in self.parameters
+        )
+        self.global_step = Parameter(np.zeros((), np.int32), "global_step", requires_grad=False)
+
+    def get_lr(self):
+        """The rate of this step; advances `global_step`."""
+        step = self.global_step * 1
+        ASSIGN(self.global_step, step + 1)
+        if self.lr_kind == "schedule":
+            return self.learning_rate(step)
+        if self.lr_kind == "list":
+            return self.learning_rate[jnp.minimum(step, self.last_step)]
+        return self.learning_rate
+
+    def preprocess(self, p, g, k):
+        """`g / loss_scale + weight_decay * p` for the k-th Parameter."""
+        return g * self.reciprocal_scale + p * self.decay_coefficients[k]
 
     def _slots(self, name):
         """One zero-initialised state Parameter per trained Parameter."""
@@ -27,57 +141,110 @@ class Optimizer(Cell):
 
 
 class SGD(Optimizer):
-    """`p = p - learning_rate * g`."""
+    """`v = momentum * v + (1 - dampening) * g; p -= lr * v` (Nesterov:
+    `p -= lr * (g + momentum * v)`); with momentum 0, `p -= lr * g`."""
+
+    def __init__(
+        self,
+        params,
+        learning_rate=0.1,
+        momentum=0.0,
+        dampening=0.0,
+        weight_decay=0.0,
+        nesterov=False,
+        loss_scale=1.0,
+    ):
+        super().__init__(params, learning_rate, weight_decay, loss_scale)
+        self.momentum, self.dampening, self.nesterov = momentum, dampening, nesterov
+        object.__setattr__(self, "accum", self._slots("accum"))
 
     def construct(self, gradients):
+        lr = self.get_lr()
         k = 0
         for p in self.parameters:
-            ASSIGN(p, p - self.learning_rate * gradients[k])
+            g = self.preprocess(p, gradients[k], k)
+            if self.momentum > 0.0:
+                v = self.accum[k] * self.momentum + g * (1.0 - self.dampening)
+                ASSIGN(self.accum[k], v)
+                if self.nesterov:
+                    g = g + v * self.momentum
+                else:
+                    g = v
+            ASSIGN(p, p - lr * g)
             k = k + 1
         return gradients
 
 
 class Momentum(Optimizer):
-    """`v = momentum * v + g; p = p - learning_rate * v`."""
+    """`v = momentum * v + g; p -= lr * v` (`use_nesterov`: `p -= lr * (g +
+    momentum * v)`)."""
 
-    def __init__(self, params, learning_rate, momentum=0.9):
-        super().__init__(params, learning_rate)
-        self.momentum = momentum
-        object.__setattr__(self, "moments", self._slots("moment"))
+    def __init__(
+        self,
+        params,
+        learning_rate,
+        momentum=0.9,
+        use_locking=False,
+        use_nesterov=False,
+        weight_decay=0.0,
+        loss_scale=1.0,
+    ):
+        super().__init__(params, learning_rate, weight_decay, loss_scale)
+        self.momentum, self.use_nesterov = momentum, use_nesterov
+        object.__setattr__(self, "moments", self._slots("moments"))
 
     def construct(self, gradients):
+        lr = self.get_lr()
         k = 0
         for p in self.parameters:
-            v = self.moments[k] * self.momentum + gradients[k]
+            g = self.preprocess(p, gradients[k], k)
+            v = self.moments[k] * self.momentum + g
             ASSIGN(self.moments[k], v)
-            ASSIGN(p, p - self.learning_rate * v)
+            if self.use_nesterov:
+                ASSIGN(p, p - lr * (g + v * self.momentum))
+            else:
+                ASSIGN(p, p - lr * v)
             k = k + 1
         return gradients
 
 
 class Adam(Optimizer):
-    """Adam with bias correction (Kingma & Ba)."""
+    """Adam as MindSpore computes it: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 -
+    b2) g^2`, `p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)`."""
 
-    def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
-        super().__init__(params, learning_rate)
+    def __init__(
+        self,
+        params,
+        learning_rate=1e-3,
+        beta1=0.9,
+        beta2=0.999,
+        eps=1e-8,
+        use_locking=False,
+        use_nesterov=False,
+        weight_decay=0.0,
+        loss_scale=1.0,
+    ):
+        super().__init__(params, learning_rate, weight_decay, loss_scale)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
-        object.__setattr__(self, "m", self._slots("adam_m"))
-        object.__setattr__(self, "v", self._slots("adam_v"))
-        self.step = Parameter(np.zeros((), np.float32), "adam_step", requires_grad=False)
+        object.__setattr__(self, "moment1", self._slots("moment1"))
+        object.__setattr__(self, "moment2", self._slots("moment2"))
+        self.beta1_power = Parameter(np.ones((), np.float32), "beta1_power", requires_grad=False)
+        self.beta2_power = Parameter(np.ones((), np.float32), "beta2_power", requires_grad=False)
 
     def construct(self, gradients):
-        t = self.step + 1.0
-        ASSIGN(self.step, t)
-        correction1 = 1.0 - self.beta1**t
-        correction2 = 1.0 - self.beta2**t
+        lr = self.get_lr()
+        beta1_power = self.beta1_power * self.beta1
+        beta2_power = self.beta2_power * self.beta2
+        ASSIGN(self.beta1_power, beta1_power)
+        ASSIGN(self.beta2_power, beta2_power)
+        lr_t = lr * jnp.sqrt(1.0 - beta2_power) / (1.0 - beta1_power)
         k = 0
         for p in self.parameters:
-            g = gradients[k]
-            m = self.m[k] * self.beta1 + g * (1.0 - self.beta1)
-            v = self.v[k] * self.beta2 + g * g * (1.0 - self.beta2)
-            ASSIGN(self.m[k], m)
-            ASSIGN(self.v[k], v)
-            update = (m / correction1) / ((v / correction2) ** 0.5 + self.eps)
-            ASSIGN(p, p - self.learning_rate * update)
+            g = self.preprocess(p, gradients[k], k)
+            m = self.moment1[k] * self.beta1 + g * (1.0 - self.beta1)
+            v = self.moment2[k] * self.beta2 + g * g * (1.0 - self.beta2)
+            ASSIGN(self.moment1[k], m)
+            ASSIGN(self.moment2[k], v)
+            ASSIGN(p, p - lr_t * m / (jnp.sqrt(v) + self.eps))
             k = k + 1
         return gradients

@@ -1,0 +1,71 @@
+"""`kt.dataset`: the smallest part of `mindspore.dataset` that training
+scripts use: `NumpySlicesDataset(data, column_names=None, shuffle=None)`
+and `.batch(batch_size, drop_remainder=False)`.
+
+`data` is a tuple/list of arrays (one column each, sliced along axis 0), a
+dict name -> array, or one array. Iterating (or `create_tuple_iterator()`)
+yields one tuple of numpy arrays per row, or per batch after `.batch(n)`;
+`shuffle` (None means True, as MindSpore) draws a new order each pass from
+the generator `kt.set_seed` seeds. `get_dataset_size()` and `len()` give
+the number of rows or batches. Any iterable of (data, label) batches works
+with `kt.Model` too; this class is for scripts that must also run under
+MindSpore.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from k_transform.common.seed import generator
+
+
+def _columns(data, column_names):
+    if isinstance(data, dict):
+        return tuple(np.asarray(v) for v in data.values()), list(data)
+    if not isinstance(data, (tuple, list)):
+        data = (data,)
+    columns = tuple(np.asarray(v) for v in data)
+    names = list(column_names) if column_names else [f"column_{k}" for k in range(len(columns))]
+    return columns, names
+
+
+class NumpySlicesDataset:
+    def __init__(self, data, column_names=None, num_samples=None, shuffle=None, **kwargs):
+        self.columns, self.column_names = _columns(data, column_names)
+        rows = {len(c) for c in self.columns}
+        if len(rows) != 1:
+            raise ValueError(f"NumpySlicesDataset columns have different lengths {sorted(rows)}")
+        self.rows = rows.pop() if num_samples is None else min(num_samples, rows.pop())
+        self.shuffle = True if shuffle is None else bool(shuffle)
+        self.batch_size, self.drop_remainder = 1, False
+        self.batched = False
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> NumpySlicesDataset:
+        out = NumpySlicesDataset.__new__(NumpySlicesDataset)
+        out.__dict__.update(self.__dict__)
+        out.batch_size, out.drop_remainder, out.batched = batch_size, drop_remainder, True
+        return out
+
+    def get_dataset_size(self) -> int:
+        if not self.batched:
+            return self.rows
+        whole = self.rows // self.batch_size
+        return whole if self.drop_remainder else math.ceil(self.rows / self.batch_size)
+
+    def __len__(self) -> int:
+        return self.get_dataset_size()
+
+    def __iter__(self):
+        order = generator().permutation(self.rows) if self.shuffle else np.arange(self.rows)
+        if not self.batched:
+            for k in order:
+                yield tuple(c[k] for c in self.columns)
+            return
+        for start in range(0, self.get_dataset_size() * self.batch_size, self.batch_size):
+            idx = order[start : start + self.batch_size]
+            yield tuple(c[idx] for c in self.columns)
+
+    def create_tuple_iterator(self, num_epochs=-1, output_numpy=False, do_copy=True):
+        return iter(self)
