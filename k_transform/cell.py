@@ -149,8 +149,8 @@ class Cell:
     def construct(self, *args):
         raise NotImplementedError(f"{type(self).__name__} must define construct")
 
-    def __call__(self, *args):
-        return self.construct(*args)
+    def __call__(self, *args, **kwargs):
+        return self.construct(*args, **kwargs)
 
     def parameters_and_names(self, prefix: str = ""):
         seen: set[int] = set()

@@ -42,6 +42,7 @@ from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models, pytrees
+from k_transform.frontend.cell_state import localize_self_attributes
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -352,9 +353,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         args = fdef.args
         if getattr(fdef, "decorator_list", None) and self.parent is not None:
             raise self.fp.unsupported("a decorator on a nested function", fdef)
+        params = signature_params(args)
+        if bound_self is not None and params and self.parent is None:
+            localize_self_attributes(fdef, params[0].id, bound_self, self.fp.error)
         thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
-        params = signature_params(args)
         constants = {params[0].id} if bound_self is not None and params else set()
         check_mutations(fdef, [a.id for a in params], self.fp.error, constants)
         self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
