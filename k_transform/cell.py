@@ -170,8 +170,29 @@ class Cell:
     def trainable_params(self) -> list[Parameter]:
         return [p for p in self.get_parameters() if p.requires_grad]
 
+    def untrainable_params(self) -> list[Parameter]:
+        return [p for p in self.get_parameters() if not p.requires_grad]
+
     def cells(self) -> list[Cell]:
         return list(self.__dict__.get("_cells", {}).values())
+
+    def name_cells(self) -> dict[str, Cell]:
+        return dict(self.__dict__.get("_cells", {}))
+
+    def cells_and_names(self, prefix: str = ""):
+        """(name, Cell) for this Cell (named `prefix`, "" at the top) and every
+        sub-Cell below it, each once, depth first: MindSpore's order and names
+        (`"layers.0"`)."""
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, cell = stack.pop()
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            yield name, cell
+            children = cell.__dict__.get("_cells", {}).items()
+            stack.extend(reversed([(f"{name}.{n}" if name else n, c) for n, c in children]))
 
     def set_train(self, mode: bool = True) -> Cell:
         object.__setattr__(self, "training", mode)

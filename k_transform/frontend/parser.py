@@ -508,7 +508,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
-        head = range_args if range_args is not None else [self.expr(s.iter)]
+        head = range_args if range_args is not None else [_cells_of(self.expr(s.iter))]
         if range_args is None and _is_constant_sequence(head[0]):
             self.unrolled_for(s, head[0])
             return
@@ -1122,6 +1122,18 @@ def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
 
 def _is_constant_sequence(node: Node) -> bool:
     return isinstance(node, Constant) and isinstance(node.value, (tuple, list))
+
+
+def _cells_of(node: Node) -> Node:
+    """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
+    its Cells, for a `for` loop to unroll; any other node as it is."""
+    value = node.value if isinstance(node, Constant) else None
+    is_container = hasattr(value, "construct") and (
+        hasattr(type(value), "__iter__") or hasattr(type(value), "__getitem__")
+    )
+    if not is_container or isinstance(value, (tuple, list)):
+        return node
+    return Constant(tuple(value), node.debug, node.hint)
 
 
 def _is_closure(node: Constant) -> bool:
