@@ -141,8 +141,7 @@ class Cell:
             self._params[name] = value
         elif isinstance(value, Cell):
             for _, p in value.parameters_and_names():
-                if getattr(p, "auto_named", False):
-                    p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight"
+                p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight", "inner.w"
             self._cells[name] = value
         object.__setattr__(self, name, value)
 

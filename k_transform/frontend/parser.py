@@ -70,6 +70,7 @@ from k_transform.frontend.unpacking import UnpackingBuilder
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.ops import tensor_methods
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -746,7 +747,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 raise self.fp.unsupported(
                     f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
                 )
-            if not isinstance(receiver, Constant):
+            if not isinstance(receiver, Constant) or _array_method_of_parameter(receiver, e):
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
@@ -797,6 +798,10 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         )
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
+        meaning = tensor_methods.method(e.func.attr)  # x.abs(), x.view(3, 1): MindSpore's
+        if meaning is not None:
+            fn = Constant(meaning, self.debug(e), meaning.__name__)
+            return self.call(fn, [receiver, *args], dict(zip(kwnames, kwvals, strict=True)), e)
         prim = prims.MethodCall(e.func.attr, kwnames)
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
@@ -1118,6 +1123,13 @@ def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
             params.append(captured.get(name) or b.graph.add_parameter(name))
         b.graph.parameters = params
     return list(order.values())
+
+
+def _array_method_of_parameter(receiver: Constant, e) -> bool:
+    """`self.w.sum()`, `self.w.abs()`: a method of a Parameter's value (read
+    at run time, differentiated), not of the Parameter object (`set_data`)."""
+    value = receiver.value
+    return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
 
 
 def _is_constant_sequence(node: Node) -> bool:
