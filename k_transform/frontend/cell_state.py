@@ -63,7 +63,9 @@ class _Localize(gast.NodeTransformer):
 
     def visit_Attribute(self, node):
         if _is_self_attr(node, self.self_name) and node.attr in self.attrs:
-            name = gast.Name(id=PREFIX + node.attr, ctx=node.ctx, annotation=None, type_comment=None)
+            name = gast.Name(
+                id=PREFIX + node.attr, ctx=node.ctx, annotation=None, type_comment=None
+            )
             return gast.copy_location(name, node)
         return self.generic_visit(node)
 
@@ -92,7 +94,9 @@ def localize_self_attributes(fdef, self_name: str, bound_self, error) -> None:
         if hasattr(bound_self, attr):
             load = gast.Name(id=self_name, ctx=gast.Load(), annotation=None, type_comment=None)
             read = gast.Attribute(value=load, attr=attr, ctx=gast.Load())
-            store = gast.Name(id=PREFIX + attr, ctx=gast.Store(), annotation=None, type_comment=None)
+            store = gast.Name(
+                id=PREFIX + attr, ctx=gast.Store(), annotation=None, type_comment=None
+            )
             stmt = gast.Assign(targets=[store], value=read, type_comment=None)
             for n in gast.walk(stmt):
                 gast.copy_location(n, first)
