@@ -95,8 +95,8 @@ weights, early return, attribute in an if).
 | 74 | ... net(x) as plain Python leaves the attribute set                   | P1          |
 | 75 | ... a new attribute may be created in construct                       | P1          |
 | 76 | ... assigned in both branches of an if                                | P4          |
-| 77 | ... updated in a loop (`self.acc += ...`)                             | P1          |
-| 78 | assigning a Parameter attribute in construct is refused (ops.assign)  | ours        |
+| 77 | ... updated in a loop after it is set (`self.acc += ...`)            | P1          |
+| 78 | refused: assigning a Parameter; reading state before assigning it     | ours, P1    |
 | 79 | net(x, y=...) keyword arguments                                       | P1          |
 | 80 | defaults of construct's parameters                                    | P1          |
 | 81 | keyword arguments are passed, not differentiated                      | P1          |
@@ -831,9 +831,22 @@ class Accumulates(kt.Cell):
         self.acc = 0.0
 
     def construct(self, x):
+        self.acc = 0.0
         for k in range(3):
             self.acc += x ** (k + 1)
         return jnp.sum(self.acc)
+
+
+class Counts(kt.Cell):
+    """State carried across calls in a plain attribute (MindSpore writes it back)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def construct(self, x):
+        self.count += 1
+        return x * self.count
 
 
 def test_attribute_assignment_in_construct(mode):  # 72-77
@@ -858,9 +871,13 @@ class AssignsParameter(kt.Cell):
         return jnp.sum(x)
 
 
-def test_assigning_a_parameter_attribute_is_refused(mode):  # 78
+def test_assigning_a_parameter_or_carrying_state_is_refused(mode):  # 78
     with pytest.raises(kt.KTransformError, match="ops.assign"):
         kt.GradOperation()(AssignsParameter())(X)
+    counts = Counts()
+    close(counts(X) + counts(X), 3 * X)  # plain Python: 1, then 2
+    with pytest.raises(kt.KTransformError, match="read before the method assigns it"):
+        kt.jit(counts)(X)
 
 
 # == keyword arguments and kt.jit (79-86) =======================================================

@@ -14,14 +14,18 @@ warning; its PyNative mode and ours do not).
 
 Run as plain Python (`net(x)`), the assignment changes the object as Python
 does. Under a transform the object is not written back: attributes are read
-at transform time, like every attribute of a bound `self`. Assigning a
-Parameter or a Cell attribute is refused (a Parameter changes through
-`ops.assign`).
+at transform time, like every attribute of a bound `self`. So an attribute
+the method may read before assigning it (`self.count += 1`: state carried
+from call to call, which MindSpore's graph mode writes back) is refused with
+a KTransformError rather than silently reset each call; so is assigning a
+Parameter (it changes through `ops.assign`) or a Cell attribute.
 """
 
 from __future__ import annotations
 
 import gast
+
+from k_transform.frontend.desugar import exposed_names
 
 PREFIX = "_kt_self_"
 
@@ -88,6 +92,17 @@ def localize_self_attributes(fdef, self_name: str, bound_self, error) -> None:
             if hasattr(current, "construct"):
                 raise error(f"assigning the Cell attribute `{self_name}.{node.attr}`", node)
     _Localize(self_name, set(attrs)).visit(fdef)
+    carried = [a for a in attrs if PREFIX + a in exposed_names(fdef.body)[0]]
+    if carried:
+        node = next(
+            n for n in gast.walk(fdef) if isinstance(n, gast.Name) and n.id == PREFIX + carried[0]
+        )
+        raise error(
+            f"`{self_name}.{carried[0]}` is read before the method assigns it: a value carried "
+            "from one call to the next is state, which k_transform does not write back to the "
+            "object; keep it in a Parameter and update it with ops.assign",
+            node,
+        )
     first = fdef.body[0]
     prologue = []
     for attr in attrs:
