@@ -130,6 +130,9 @@ class Cell:
         object.__setattr__(self, "_params", {})
         object.__setattr__(self, "_cells", {})
         object.__setattr__(self, "training", False)
+        # MindSpore's: sub-Cells' Parameters take the attribute path as a prefix
+        # ("inner.w"); wrappers such as WithLossCell pass False to keep names.
+        object.__setattr__(self, "_auto_prefix", auto_prefix)
 
     def __setattr__(self, name, value):
         if "_params" not in self.__dict__:
@@ -140,8 +143,8 @@ class Cell:
                 value.auto_named = True
             self._params[name] = value
         elif isinstance(value, Cell):
-            for _, p in value.parameters_and_names():
-                p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight", "inner.w"
+            for path, p in value.parameters_and_names() if self._auto_prefix else ():
+                p.name = f"{name}.{path}"  # MindSpore's names: "l1.weight", "inner.dense.w"
             self._cells[name] = value
         object.__setattr__(self, name, value)
 

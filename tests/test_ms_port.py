@@ -50,7 +50,7 @@ weights, early return, attribute in an if).
 | 29 | a bprop reads an output the forward caller drops                      | CB          |
 | 30 | `self.bprop = f` set on the instance is not a custom bprop            | P4          |
 | 31 | requires_grad=False: out of trainable_params, in untrainable_params   | CELL, P2    |
-| 32 | sub-Cell Parameters are named with the attribute path (`inner.w`)     | CELL, P2    |
+| 32 | sub-Cell Parameters named by attribute path (`inner.w`); auto_prefix  | CELL, P2    |
 | 33 | an unnamed Parameter takes its attribute's name                       | P4          |
 | 34 | parameters_and_names: own first, then sub-Cells, in order             | CELL, P2    |
 | 35 | cells_and_names: '' then each sub-Cell by its path, depth first       | CELL, P2    |
@@ -504,6 +504,21 @@ def test_parameter_and_cell_names():  # 31, 32, 34, 35, 36 (P2)
     cells = [n for n, _ in tree.cells_and_names()]
     assert cells == ["", "inner", "inner.dense", "seq", "seq.0", "seq.1"]
     assert list(tree.name_cells()) == ["inner", "seq"]
+    Keep(tree)  # auto_prefix=False (MindSpore's wrappers): names unchanged
+    assert [p.name for p in tree.get_parameters()] == names
+    Keep(tree).again = tree.inner  # a name is the attribute path, not a growing prefix
+    assert tree.inner.w.name == "inner.w"
+    Tree().inner = tree.inner
+    assert tree.inner.w.name == "inner.w"
+
+
+class Keep(kt.Cell):
+    def __init__(self, net):
+        super().__init__(auto_prefix=False)
+        self.net = net
+
+    def construct(self, x):
+        return self.net(x)
 
 
 class Unnamed(kt.Cell):

@@ -1140,12 +1140,13 @@ def _cells_of(node: Node) -> Node:
     """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
     its Cells, for a `for` loop to unroll; any other node as it is."""
     value = node.value if isinstance(node, Constant) else None
-    is_container = hasattr(value, "construct") and (
-        hasattr(type(value), "__iter__") or hasattr(type(value), "__getitem__")
-    )
-    if not is_container or isinstance(value, (tuple, list)):
+    if not hasattr(value, "construct"):
         return node
-    return Constant(tuple(value), node.debug, node.hint)
+    if hasattr(type(value), "__iter__"):
+        return Constant(tuple(value), node.debug, node.hint)
+    if hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__"):
+        return Constant(tuple(value[k] for k in range(len(value))), node.debug, node.hint)
+    return node
 
 
 def _is_closure(node: Constant) -> bool:
