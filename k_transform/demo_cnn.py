@@ -174,10 +174,16 @@ def _progress(epoch: int, epochs: int, done: int, total: int, loss: float) -> No
 
 
 def accuracy(predict, images, labels, batch: int = 500) -> float:
+    """Accuracy of `predict` (a `kt.jit` of the network) in eval mode: BatchNorm
+    uses its moving statistics, as `net.set_train(False)` does in MindSpore."""
+    net = predict.__wrapped__
+    training = net.training
+    net.set_train(False)
     correct = 0
     for start in range(0, len(images), batch):
         logits = predict(jnp.asarray(images[start : start + batch]))
         correct += int(np.sum(np.argmax(np.asarray(logits), -1) == labels[start : start + batch]))
+    net.set_train(training)
     return correct / len(images)
 
 
@@ -186,7 +192,7 @@ def train(epochs: int = 6, n: int = 2000, batch: int = 50, png: str | None = "cn
     test_images, test_labels = make_dataset(n // 4, seed=7)
     net = LeNet()
     net.set_train(False)
-    predict = kt.jit(net)  # eval mode (moving statistics), fixed when built
+    predict = kt.jit(net)  # run in eval mode by `accuracy`
     net.set_train(True)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)

@@ -591,16 +591,20 @@ class Jit:
     call, as MindSpore's `jit` transforms lazily (so `@kt.jit` works on a
     recursive function, and on one calling functions defined after it).
     Keyword arguments and defaults bind as in a call of `fn`. Inside
-    transformed code it is `fn`'s graph."""
+    transformed code it is `fn`'s graph. A Cell is compiled once per
+    `training` flag, read at each call."""
 
     def __init__(self, fn):
         self.__wrapped__ = fn
-        self._compiled: CompiledGraph | None = None
+        self._compiled: dict[object, CompiledGraph] = {}
 
     def compiled(self) -> CompiledGraph:
-        if self._compiled is None:
-            self._compiled = CompiledGraph(graph_of(self.__wrapped__), self.__wrapped__)
-        return self._compiled
+        """The program for the Cell's current `training` flag (MindSpore
+        compiles a Cell once per phase: `set_train` switches between them)."""
+        mode = getattr(self.__wrapped__, "training", None)
+        if mode not in self._compiled:
+            self._compiled[mode] = CompiledGraph(graph_of(self.__wrapped__), self.__wrapped__)
+        return self._compiled[mode]
 
     @property
     def __kt_graph__(self) -> FuncGraph:

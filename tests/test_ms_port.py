@@ -118,6 +118,7 @@ weights, early return, attribute in an if).
 | 97 | x.sigmoid(), x.erf(), x.reciprocal(), x.rsqrt(), x.log1p()             | T, P2       |
 | 98 | x.dim(), x.numel(), x.ndimension(), x.nelement(): static ints         | T, P2       |
 | 99 | a user object's own `.norm()` keeps its meaning                       | ours        |
+| 100| kt.jit(net) follows set_train: one program per training flag          | CELL, JIT   |
 """
 
 from __future__ import annotations
@@ -1048,3 +1049,22 @@ def test_static_sizes_and_user_methods(mode):  # 98, 99
     close(kt.jit(static_sizes)(M), factor * M)
     close(kt.GradOperation(sens_param=True)(static_sizes)(M, jnp.ones_like(M)), factor + 0 * M)
     close(kt.jit(user_norm)(X), 7 * jnp.sum(X))
+
+
+class Normed(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(2)
+
+    def construct(self, x):
+        return self.bn(x)
+
+
+def test_jit_follows_set_train(mode):  # 100
+    x = jnp.asarray(np.random.RandomState(0).randn(4, 2, 3, 3).astype(np.float32)) * 3 + 1
+    net = Normed()
+    run = kt.jit(net)
+    for training in (False, True, False):
+        net.set_train(training)
+        want = net(x)  # plain Python reads the flag; training normalises by the batch
+        close(run(x), want, tol=1e-4)

@@ -159,7 +159,9 @@ def parse(fn, bound_self=None) -> FuncGraph:
         return parse(inner, bound_self)
     if not isinstance(fn, types.FunctionType):
         return parse_callable(fn)
-    key = (id(fn), id(bound_self))  # ids: any function and any `self` will do
+    # ids: any function and any `self` will do. A Cell's `training` flag is
+    # folded into its graph, so each mode has its own (MindSpore compiles per phase).
+    key = (id(fn), id(bound_self), getattr(bound_self, "training", None))
     entry = _cache.get(key)
     if entry is not None and entry[0] is fn and entry[1] is bound_self:
         return entry[2]
