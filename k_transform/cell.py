@@ -127,10 +127,12 @@ class Cell:
     """Base class of networks: subclass it and write `construct`."""
 
     def __init__(self, auto_prefix: bool = True):
-        object.__setattr__(self, "_auto_prefix", auto_prefix)
         object.__setattr__(self, "_params", {})
         object.__setattr__(self, "_cells", {})
         object.__setattr__(self, "training", False)
+        # MindSpore's: sub-Cells' Parameters take the attribute path as a prefix
+        # ("inner.w"); wrappers such as WithLossCell pass False to keep names.
+        object.__setattr__(self, "_auto_prefix", auto_prefix)
 
     def __setattr__(self, name, value):
         if "_params" not in self.__dict__:
@@ -141,17 +143,16 @@ class Cell:
                 value.auto_named = True
             self._params[name] = value
         elif isinstance(value, Cell):
-            for _, p in value.parameters_and_names():
-                if self.__dict__.get("_auto_prefix", True) and getattr(p, "auto_named", False):
-                    p.name = f"{name}.{p.name}"  # MindSpore's prefixes: "l1.weight"
+            for path, p in value.parameters_and_names() if self._auto_prefix else ():
+                p.name = f"{name}.{path}"  # MindSpore's names: "l1.weight", "inner.dense.w"
             self._cells[name] = value
         object.__setattr__(self, name, value)
 
     def construct(self, *args):
         raise NotImplementedError(f"{type(self).__name__} must define construct")
 
-    def __call__(self, *args):
-        return self.construct(*args)
+    def __call__(self, *args, **kwargs):
+        return self.construct(*args, **kwargs)
 
     def parameters_and_names(self, prefix: str = ""):
         seen: set[int] = set()
@@ -171,8 +172,29 @@ class Cell:
     def trainable_params(self) -> list[Parameter]:
         return [p for p in self.get_parameters() if p.requires_grad]
 
+    def untrainable_params(self) -> list[Parameter]:
+        return [p for p in self.get_parameters() if not p.requires_grad]
+
     def cells(self) -> list[Cell]:
         return list(self.__dict__.get("_cells", {}).values())
+
+    def name_cells(self) -> dict[str, Cell]:
+        return dict(self.__dict__.get("_cells", {}))
+
+    def cells_and_names(self, prefix: str = ""):
+        """(name, Cell) for this Cell (named `prefix`, "" at the top) and every
+        sub-Cell below it, each once, depth first: MindSpore's order and names
+        (`"layers.0"`)."""
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, cell = stack.pop()
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            yield name, cell
+            children = cell.__dict__.get("_cells", {}).items()
+            stack.extend(reversed([(f"{name}.{n}" if name else n, c) for n, c in children]))
 
     def set_train(self, mode: bool = True) -> Cell:
         object.__setattr__(self, "training", mode)

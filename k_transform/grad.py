@@ -55,6 +55,7 @@ from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
+from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
@@ -585,11 +586,59 @@ def hvp(fn, args, v, argnum: int = 0):
     return _jvp(grad_fn, args, tangents)[1]
 
 
-def jit(fn) -> CompiledGraph:
+class Jit:
+    """What `kt.jit(fn)` returns: `fn` compiled as one program at its first
+    call, as MindSpore's `jit` transforms lazily (so `@kt.jit` works on a
+    recursive function, and on one calling functions defined after it).
+    Keyword arguments and defaults bind as in a call of `fn`. Inside
+    transformed code it is `fn`'s graph. A Cell is compiled once per
+    `training` flag, read at each call."""
+
+    def __init__(self, fn):
+        self.__wrapped__ = fn
+        self._compiled: dict[object, CompiledGraph] = {}
+
+    def compiled(self) -> CompiledGraph:
+        """The program for the Cell's current `training` flag (MindSpore
+        compiles a Cell once per phase: `set_train` switches between them)."""
+        mode = getattr(self.__wrapped__, "training", None)
+        if mode not in self._compiled:
+            self._compiled[mode] = CompiledGraph(graph_of(self.__wrapped__), self.__wrapped__)
+        return self._compiled[mode]
+
+    @property
+    def __kt_graph__(self) -> FuncGraph:
+        """The graph of `fn` (while `fn` is being parsed, the graph being built:
+        so a recursive `@kt.jit` function calls itself as plain recursion)."""
+        return parse(self.__wrapped__)
+
+    def __call__(self, *args, **kwargs):
+        compiled = self.compiled()
+        graph = compiled.__kt_graph__
+        defaulted = len(args) < len(graph.param_names or ())
+        if kwargs or graph.signature is not None or defaulted:
+            args = _bind_keywords(self.__wrapped__, args, kwargs)[0]
+        return compiled(*args)
+
+    def __getattr__(self, name):  # `params`, ...: the compiled program's
+        if name.startswith("__") or name == "_compiled":  # the parser asks before compiling
+            raise AttributeError(name)
+        return getattr(self.compiled(), name)
+
+    def __repr__(self) -> str:
+        return f"<k_transform jit of {self.__wrapped__!r}>"
+
+
+def jit(fn=None, *, backend: str | None = None, **options):
     """`fn` (a function or Cell, e.g. a `TrainOneStepCell`) compiled as one
-    program: Parameters are read when called and their `Assign`ed values
-    written back afterwards; jitted, with Python scalars static."""
-    return CompiledGraph(graph_of(fn), fn)
+    program at its first call: Parameters are read when called and their
+    `Assign`ed values written back afterwards; jitted, with Python scalars
+    static. MindSpore's `backend`, `jit_level` and other options are
+    accepted and have no effect (XLA compiles every program);
+    `@kt.jit(backend=...)` works as a decorator factory."""
+    if fn is None:
+        return lambda f: Jit(f)
+    return Jit(fn)
 
 
 jacrev.__kt_static__ = jacfwd.__kt_static__ = hessian.__kt_static__ = True

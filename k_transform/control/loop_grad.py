@@ -126,7 +126,7 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
         return k + 1, ctl.like_carry(step(cr), cr, grads), buf
 
     def cond(state):
-        return jnp.asarray(cond_fn(*state[1], *inv), bool)
+        return ctl.condition(cond_fn(*state[1], *inv), "while", where)
 
     n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
     jax.debug.callback(bounds.check_bound, n, bound, where)

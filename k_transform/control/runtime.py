@@ -32,12 +32,23 @@ from k_transform.runtime.values import (
 
 
 # -- if ----------------------------------------------------------------------
+def condition(cond, statement: str, where: str = ""):
+    """A traced condition as a boolean scalar. An array of one element (shape
+    `(1,)`, `(1, 1)`) is its element, as Python's `bool` and MindSpore read it;
+    more elements are ambiguous: a KTransformError."""
+    if jnp.shape(cond) != () and jnp.size(cond) != 1:
+        raise KTransformError(
+            f"the condition of a `{statement}` must be a scalar or have one element, "
+            f"not shape {jnp.shape(cond)}{describe(where)}"
+        )
+    return jnp.asarray(cond, bool).reshape(())
+
+
 def switch(cond, true_fn, false_fn, *args, where: str = ""):
     """`true_fn(*args) if cond else false_fn(*args)`, with `lax.cond` when traced."""
     if not is_tracer(cond):
         return true_fn(*args) if cond else false_fn(*args)
-    if jnp.shape(cond) != ():
-        raise KTransformError(f"the condition of an `if` must be a scalar{describe(where)}")
+    cond = condition(cond, "if", where)
     try:
         return _traced_switch(cond, true_fn, false_fn, args, where)
     except RecursionError:
@@ -272,7 +283,7 @@ def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool 
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
     carry = settle_carry(step, carry, where, None, grads)
     out = lax.while_loop(
-        lambda cr: jnp.asarray(cond_fn(*cr, *inv), bool),
+        lambda cr: condition(cond_fn(*cr, *inv), "while", where),
         lambda cr: like_carry(step(cr), cr, grads),
         carry,
     )

@@ -42,6 +42,7 @@ from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models, pytrees
+from k_transform.frontend.cell_state import localize_self_attributes
 from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
@@ -69,6 +70,7 @@ from k_transform.frontend.unpacking import UnpackingBuilder
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.ops import tensor_methods
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -157,7 +159,9 @@ def parse(fn, bound_self=None) -> FuncGraph:
         return parse(inner, bound_self)
     if not isinstance(fn, types.FunctionType):
         return parse_callable(fn)
-    key = (id(fn), id(bound_self))  # ids: any function and any `self` will do
+    # ids: any function and any `self` will do. A Cell's `training` flag is
+    # folded into its graph, so each mode has its own (MindSpore compiles per phase).
+    key = (id(fn), id(bound_self), getattr(bound_self, "training", None))
     entry = _cache.get(key)
     if entry is not None and entry[0] is fn and entry[1] is bound_self:
         return entry[2]
@@ -352,9 +356,11 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         args = fdef.args
         if getattr(fdef, "decorator_list", None) and self.parent is not None:
             raise self.fp.unsupported("a decorator on a nested function", fdef)
+        params = signature_params(args)
+        if bound_self is not None and params and self.parent is None:
+            localize_self_attributes(fdef, params[0].id, bound_self, self.fp.error)
         thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
-        params = signature_params(args)
         constants = {params[0].id} if bound_self is not None and params else set()
         check_mutations(fdef, [a.id for a in params], self.fp.error, constants)
         self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
@@ -505,7 +511,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             return
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
-        head = range_args if range_args is not None else [self.expr(s.iter)]
+        head = range_args if range_args is not None else [_cells_of(self.expr(s.iter))]
         if range_args is None and _is_constant_sequence(head[0]):
             self.unrolled_for(s, head[0])
             return
@@ -743,7 +749,7 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 raise self.fp.unsupported(
                     f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
                 )
-            if not isinstance(receiver, Constant):
+            if not isinstance(receiver, Constant) or _array_method_of_parameter(receiver, e):
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
@@ -794,6 +800,10 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         )
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
+        meaning = tensor_methods.method(e.func.attr)  # x.abs(), x.view(3, 1): MindSpore's
+        if meaning is not None:
+            fn = Constant(meaning, self.debug(e), meaning.__name__)
+            return self.call(fn, [receiver, *args], dict(zip(kwnames, kwvals, strict=True)), e)
         prim = prims.MethodCall(e.func.attr, kwnames)
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
@@ -1119,8 +1129,28 @@ def close_graphs(builders: list[GraphBuilder]) -> list[Node]:
     return list(order.values())
 
 
+def _array_method_of_parameter(receiver: Constant, e) -> bool:
+    """`self.w.sum()`, `self.w.abs()`: a method of a Parameter's value (read
+    at run time, differentiated), not of the Parameter object (`set_data`)."""
+    value = receiver.value
+    return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
+
+
 def _is_constant_sequence(node: Node) -> bool:
     return isinstance(node, Constant) and isinstance(node.value, (tuple, list))
+
+
+def _cells_of(node: Node) -> Node:
+    """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
+    its Cells, for a `for` loop to unroll; any other node as it is."""
+    value = node.value if isinstance(node, Constant) else None
+    if not hasattr(value, "construct"):
+        return node
+    if hasattr(type(value), "__iter__"):
+        return Constant(tuple(value), node.debug, node.hint)
+    if hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__"):
+        return Constant(tuple(value[k] for k in range(len(value))), node.debug, node.hint)
+    return node
 
 
 def _is_closure(node: Constant) -> bool:

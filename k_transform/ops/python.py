@@ -520,6 +520,8 @@ def imports_jaxpr(prim) -> bool:
     k_transform's own run-time helpers."""
     if not isinstance(prim, LibraryCall) or any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
         return False
+    if getattr(prim.fn, "__kt_library__", False):  # `ops.tensor_methods`: jnp code of ours
+        return True
     return not (getattr(prim.fn, "__module__", None) or "").startswith("k_transform.")
 
 
