@@ -89,6 +89,7 @@ from k_transform.runtime.values import (  # noqa: F401
     GradValue,
     add_grad,
     any_traced,
+    aux_sens,
     as_jax_inputs,
     check_grad,
     env_del,
