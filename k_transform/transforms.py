@@ -169,3 +169,13 @@ def jvp_graph(primal: FuncGraph) -> FuncGraph:
     jv = b.call(Constant(grad_u, hint=grad_u.name), *args, u0)
     graph.output = b.tuple(out, jv)
     return graph
+
+
+def first_output_graph(primal: FuncGraph) -> FuncGraph:
+    """`primal` without its auxiliary outputs: `fn(*xs)[0]` for a `has_aux`
+    function returning `(out, *aux)` (what jvp and the Jacobians differentiate)."""
+    names = [p.name for p in primal.parameters]
+    graph, args = _new_graph(f"{primal.name}_out", primal, names)
+    b = _Builder(graph)
+    graph.output = b.item(b.call(Constant(primal, hint=primal.name), *args), 0, "out")
+    return graph

@@ -23,7 +23,7 @@ from k_transform.nn.layers import (
 )
 from k_transform.nn.loss import MSELoss, SoftmaxCrossEntropyWithLogits
 from k_transform.nn.optim import SGD, Adam, Momentum
-from k_transform.nn.wrap import TrainOneStepCell, WithLossCell
+from k_transform.nn.wrap import Jvp, TrainOneStepCell, Vjp, WithLossCell
 
 __all__ = [
     "GELU",
@@ -37,6 +37,7 @@ __all__ = [
     "Dropout",
     "Embedding",
     "Flatten",
+    "Jvp",
     "LayerNorm",
     "MaxPool2d",
     "MSELoss",
@@ -47,5 +48,6 @@ __all__ = [
     "SoftmaxCrossEntropyWithLogits",
     "Tanh",
     "TrainOneStepCell",
+    "Vjp",
     "WithLossCell",
 ]

@@ -1,9 +1,11 @@
-"""Training wrappers: `WithLossCell` and `TrainOneStepCell`."""
+"""Training wrappers (`WithLossCell`, `TrainOneStepCell`) and MindSpore's
+`nn.Jvp` / `nn.Vjp` Cells."""
 
 from __future__ import annotations
 
 from k_transform.cell import Cell, ParameterTuple
-from k_transform.grad import value_and_grad
+from k_transform.errors import KTransformError
+from k_transform.grad import jvp, value_and_grad, vjp
 
 
 class WithLossCell(Cell):
@@ -36,3 +38,38 @@ class TrainOneStepCell(Cell):
         loss, grads = self.grad_fn(data, label)
         self.optimizer(grads)
         return loss
+
+
+class Jvp(Cell):
+    """MindSpore's `nn.Jvp(network)(*inputs, v) -> (output, J v)`: `v` is the
+    tangent of the one input, or a tuple of tangents, one per input."""
+
+    def __init__(self, fn):
+        super().__init__()
+        object.__setattr__(self, "fn", fn)
+
+    def __call__(self, *args):
+        if len(args) < 2:
+            raise KTransformError("nn.Jvp(network)(*inputs, v): give the inputs and v")
+        inputs, v = args[:-1], args[-1]
+        if len(inputs) == 1:
+            return jvp(self.fn, inputs[0], v)
+        return jvp(self.fn, inputs, v)
+
+
+class Vjp(Cell):
+    """MindSpore's `nn.Vjp(network)(*inputs, v) -> (output, gradients)`: the
+    inputs' gradients for the output sensitivity `v`, bare for one input
+    (MindSpore 2.10's structure), a tuple for several."""
+
+    def __init__(self, fn):
+        super().__init__()
+        object.__setattr__(self, "fn", fn)
+
+    def __call__(self, *args):
+        if len(args) < 2:
+            raise KTransformError("nn.Vjp(network)(*inputs, v): give the inputs and v")
+        inputs, v = args[:-1], args[-1]
+        out, vjp_fn = vjp(self.fn, *inputs)
+        grads = vjp_fn(v)
+        return out, grads[0] if len(inputs) == 1 else grads
