@@ -40,6 +40,11 @@ class TrainOneStepCell(Cell):
         return loss
 
 
+def _check_inputs(name: str, args: tuple) -> None:
+    if len(args) < 2:
+        raise KTransformError(f"{name}(network)(*inputs, v): give the inputs and v")
+
+
 class Jvp(Cell):
     """MindSpore's `nn.Jvp(network)(*inputs, v) -> (output, J v)`: `v` is the
     tangent of the one input, or a tuple of tangents, one per input."""
@@ -49,12 +54,13 @@ class Jvp(Cell):
         object.__setattr__(self, "fn", fn)
 
     def __call__(self, *args):
-        if len(args) < 2:
-            raise KTransformError("nn.Jvp(network)(*inputs, v): give the inputs and v")
-        inputs, v = args[:-1], args[-1]
-        if len(inputs) == 1:
-            return jvp(self.fn, inputs[0], v)
-        return jvp(self.fn, inputs, v)
+        _check_inputs("nn.Jvp", args)
+        return super().__call__(*args)
+
+    def construct(self, *args):
+        if len(args) == 2:
+            return jvp(self.fn, args[0], args[1])
+        return jvp(self.fn, args[:-1], args[-1])
 
 
 class Vjp(Cell):
@@ -67,9 +73,12 @@ class Vjp(Cell):
         object.__setattr__(self, "fn", fn)
 
     def __call__(self, *args):
-        if len(args) < 2:
-            raise KTransformError("nn.Vjp(network)(*inputs, v): give the inputs and v")
-        inputs, v = args[:-1], args[-1]
-        out, vjp_fn = vjp(self.fn, *inputs)
-        grads = vjp_fn(v)
-        return out, grads[0] if len(inputs) == 1 else grads
+        _check_inputs("nn.Vjp", args)
+        return super().__call__(*args)
+
+    def construct(self, *args):
+        out, vjp_fn = vjp(self.fn, *args[:-1])
+        grads = vjp_fn(args[-1])
+        if len(args) == 2:
+            return out, grads[0]
+        return out, grads
