@@ -543,7 +543,13 @@ def _as_weights(weights) -> tuple[tuple | None, bool]:
         return None, False
     if isinstance(weights, Parameter):
         return (weights,), True
-    weights = tuple(weights)
+    try:
+        weights = tuple(weights)
+    except TypeError:
+        raise KTransformError(
+            f"weights must be a Parameter, a ParameterTuple or a list of Parameters, not "
+            f"{type(weights).__name__}"
+        ) from None
     for w in weights:
         if not isinstance(w, Parameter):
             raise KTransformError(f"weights must be Parameters, got {type(w).__name__}")

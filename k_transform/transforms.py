@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from k_transform.dfunctor.dfunctor import k_graph, param_key
+from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -125,6 +126,11 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
 
 def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
     def arg(k: int) -> Node:
+        if not -len(d_args) <= k < len(d_args):
+            raise KTransformError(
+                f"grad_position {k}: the function {b.graph.name.removesuffix('_grad')} has "
+                f"{len(d_args)} inputs"
+            )
         return b.tuple(Constant(k), d_args[k]) if spec.return_ids else d_args[k]
 
     if spec.inputs == "first":

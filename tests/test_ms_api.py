@@ -184,6 +184,15 @@ def test_bad_options():
         kt.jacrev(fv, 1.5)
     with pytest.raises(kt.KTransformError, match="must return a tuple"):
         kt.vjp(fv, X, Y, has_aux=True)
+    # probe: grad(f, 2)(x, y) -> "Position index 2 is exceed input size"
+    with pytest.raises(kt.KTransformError, match="grad_position 2"):
+        kt.grad(f, 2)(X, Y)
+    with pytest.raises(kt.KTransformError, match="grad_position 3"):
+        kt.jacfwd(fv, 3)(X, Y)
+    with pytest.raises(kt.KTransformError, match="weights must be"):
+        kt.vjp(fv, X, Y, weights=3)
+    with pytest.raises(kt.KTransformError, match="give the inputs and v"):
+        nn.Vjp(fv)(X)
 
 
 # -- 3. vjp and jvp: weights, has_aux, library functions ----------------------------------
