@@ -43,7 +43,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-import types
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +55,7 @@ from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
+from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
@@ -369,86 +369,6 @@ def _drop_constants(result, spec: GradSpec, constant: set):
     return (inputs, result[1]) if spec.weights is not None else inputs
 
 
-# -- library functions as the function differentiated ------------------------------------
-LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "math", "scipy", "optax")
-
-
-def _is_library(fn) -> bool:
-    """A library function (`jnp.sin`, `np.tanh`, `jax.nn.relu`): no source of
-    ours to parse as the function differentiated; it is called from a small
-    user-level graph (`target_of`), where the parser maps it to a primitive or
-    imports its jaxpr."""
-    if isinstance(fn, (FuncGraph, Cell)) or hasattr(fn, "__kt_graph__"):
-        return False
-    if isinstance(fn, (types.BuiltinFunctionType, np.ufunc)):
-        return True
-    return (getattr(fn, "__module__", None) or "").split(".")[0] in LIBRARY_ROOTS
-
-
-def _call_1(fn):
-    def library_call(x0):
-        return fn(x0)
-
-    return library_call
-
-
-def _call_2(fn):
-    def library_call(x0, x1):
-        return fn(x0, x1)
-
-    return library_call
-
-
-def _call_3(fn):
-    def library_call(x0, x1, x2):
-        return fn(x0, x1, x2)
-
-    return library_call
-
-
-def _call_4(fn):
-    def library_call(x0, x1, x2, x3):
-        return fn(x0, x1, x2, x3)
-
-    return library_call
-
-
-_LIBRARY_CALLS = {1: _call_1, 2: _call_2, 3: _call_3, 4: _call_4}
-_library_targets: dict[tuple, tuple] = {}
-
-
-def target_of(fn, n: int | None):
-    """`fn`, or for a library function a user-level function of `n` arguments
-    calling it (cached; the entry holds `fn` alive, so its id is not reused)."""
-    if not _is_library(fn):
-        return fn
-    name = getattr(fn, "__name__", repr(fn))
-    if n not in _LIBRARY_CALLS:
-        raise KTransformError(
-            f"the library function {name} as the function differentiated: k_transform wraps "
-            f"library functions of 1 to 4 positional arguments (got {n}); wrap it in a Python "
-            "function"
-        )
-    entry = _library_targets.get((id(fn), n))
-    if entry is None or entry[0] is not fn:
-        entry = (fn, _LIBRARY_CALLS[n](fn))
-        _library_targets[(id(fn), n)] = entry
-    return entry[1]
-
-
-def _arity(fn) -> int | None:
-    """The number of positional parameters without a default in `fn`'s
-    signature (None for `*args` or no signature)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(1 for p in params if p.kind in positional and p.default is p.empty)
-
-
 def _split_aux(out):
     """`(out, aux)` of a `has_aux` output `(out, *aux)`: one aux value bare,
     several as a tuple (MindSpore's vjp, jvp, jacfwd and jacrev)."""
@@ -585,7 +505,7 @@ class GradOperation:
         else:
             inputs = "all" if self.get_all else "first"
         spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
-        grad_fn = GradFunction(target_of(fn, _arity(fn)) if _is_library(fn) else fn, spec)
+        grad_fn = GradFunction(target_of(fn, arity(fn)) if is_library(fn) else fn, spec)
         grad_fn.constant_sequences = True
         return grad_fn
 
@@ -654,9 +574,9 @@ def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_val
 def _library_target(fn):
     """A library function as the target of `grad`-like functions: wrapped for
     the number of positional parameters its signature requires."""
-    if not _is_library(fn):
+    if not is_library(fn):
         return fn
-    return target_of(fn, _arity(fn))
+    return target_of(fn, arity(fn))
 
 
 grad.__kt_static__ = True
