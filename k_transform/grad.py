@@ -484,6 +484,9 @@ class GradOperation:
     Parameter); both: `((inputs...), (weights...))`; `sens_param`: the last
     argument is the output sensitivity, else ones like the output.
     `GradOperation(fn)(x)` is shorthand for `GradOperation()(fn)(x)`.
+    As in MindSpore 2.x, `get_by_list` without weights means all trainable
+    Parameters, and a tuple or list argument is a constant left out of the
+    gradients unless passed as `kt.mutable(xs)` (`_drop_constants`).
     """
 
     def __new__(cls, get_all=False, get_by_list=False, sens_param=False):

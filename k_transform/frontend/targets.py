@@ -19,7 +19,7 @@ from k_transform.cell import Cell
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import FuncGraph
 
-LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "math", "scipy", "optax")
+LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "scipy", "optax")  # array libraries
 
 
 def is_library(fn) -> bool:
@@ -29,8 +29,10 @@ def is_library(fn) -> bool:
     imports its jaxpr."""
     if isinstance(fn, (FuncGraph, Cell)) or hasattr(fn, "__kt_graph__"):
         return False
-    if isinstance(fn, (types.BuiltinFunctionType, np.ufunc)):
+    if isinstance(fn, np.ufunc):
         return True
+    if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
+        return False
     return (getattr(fn, "__module__", None) or "").split(".")[0] in LIBRARY_ROOTS
 
 
