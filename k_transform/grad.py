@@ -56,12 +56,13 @@ from k_transform.codegen.compile import compile_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
 from k_transform.frontend.parser import parse
+from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import LoopBoundExceeded, bounded_loops, set_loop_bound
-from k_transform.transforms import GradSpec, grad_graph, jvp_graph
+from k_transform.transforms import GradSpec, first_output_graph, grad_graph, jvp_graph
 
 _mode = {"jit": True}
 
@@ -211,6 +212,7 @@ class GradFunction(CompiledGraph):
     ):
         self.spec = spec
         self.api = api
+        self.constant_sequences = False  # GradOperation: see `_drop_constants`
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
@@ -222,10 +224,22 @@ class GradFunction(CompiledGraph):
         )
         if self._binds:  # positions in `spec` count the arguments as passed
             spec = dataclasses.replace(spec, inputs="first")
-        super().__init__(grad_graph(primal, spec), fn, jit)
+        # `return_ids`: the ids are attached after the call (strings are no
+        # jit outputs); called inside transformed code, the graph holds them.
+        super().__init__(grad_graph(primal, dataclasses.replace(spec, return_ids=False)), fn, jit)
+        if spec.return_ids:
+            self.__kt_graph__ = grad_graph(primal, spec)
         self.bound_loops = True
 
     def __call__(self, *args, **kwargs):
+        if not self.constant_sequences:
+            return self._call(args, kwargs)
+        n = len(args) - self.spec.sens_param
+        constant = {k for k in range(n) if _constant_sequence(args[k])}
+        result = self._call(tuple(_plain(a) for a in args), kwargs)
+        return _drop_constants(result, self.spec, constant) if constant else result
+
+    def _call(self, args: tuple, kwargs: dict):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
         if self.api is not None:
@@ -234,8 +248,10 @@ class GradFunction(CompiledGraph):
         n_inputs = len(args) - self.spec.sens_param
         defaulted = self._n_params is not None and n_inputs < self._n_params
         if kwargs or self._binds or defaulted:
-            return self._keyword_call(args, kwargs)
-        return super().__call__(*args)
+            result = self._keyword_call(args, kwargs)
+        else:
+            result = super().__call__(*args)
+        return _with_ids(result, self.spec, n_inputs) if self.spec.return_ids else result
 
     def _keyword_call(self, args: tuple, kwargs: dict):
         """Keyword arguments are passed, not differentiated (MindSpore's and
@@ -273,6 +289,109 @@ class GradFunction(CompiledGraph):
         if key not in self._by_keywords:
             self._by_keywords[key] = GradFunction(self.fn, spec, self.jit, bound=True)
         return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
+
+
+def _with_ids(result, spec: GradSpec, n: int):
+    """MindSpore's `return_ids`: each input gradient as `(position, grad)`,
+    each Parameter's as `(name, grad)`, in the structure `spec` returns."""
+    if spec.with_value:
+        return result[0], _with_ids(result[1], dataclasses.replace(spec, with_value=False), n)
+    if spec.has_aux:
+        return _with_ids(result[0], dataclasses.replace(spec, has_aux=False), n), result[1]
+    inputs, weights = spec.inputs, spec.weights
+    if weights is not None:
+        names = [p.name for p in weights]
+        named = (
+            (names[0], result if inputs is None else result[1])
+            if spec.single_weight
+            else tuple(zip(names, result if inputs is None else result[1], strict=True))
+        )
+        if inputs is None:
+            return named
+        return _with_ids(result[0], dataclasses.replace(spec, weights=None), n), named
+    if inputs in ("first", "all", None) or isinstance(inputs, tuple):
+        positions = {"first": 0, "all": tuple(range(n)), None: ()}.get(inputs, inputs)
+    else:
+        positions = inputs
+    if isinstance(positions, int):
+        return (positions, result)
+    return tuple(zip(positions, result, strict=True))
+
+
+class _MutableTuple(tuple):
+    """A tuple argument marked `kt.mutable`: differentiated by GradOperation."""
+
+
+class _MutableList(list):
+    """A list argument marked `kt.mutable`: differentiated by GradOperation."""
+
+
+jax.tree_util.register_pytree_node(_MutableTuple, lambda t: (tuple(t), None), lambda _, c: tuple(c))
+jax.tree_util.register_pytree_node(_MutableList, lambda t: (list(t), None), lambda _, c: list(c))
+
+
+def mutable(x):
+    """MindSpore's `mutable`: a tuple or list argument that `GradOperation`
+    differentiates (its gradient is a tuple or list of the items' gradients,
+    as in MindSpore's GRAPH_MODE). Other values are returned as they are."""
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return _MutableTuple(x)
+    if isinstance(x, list):
+        return _MutableList(x)
+    return x
+
+
+def _constant_sequence(x) -> bool:
+    """MindSpore 2.x treats a tuple or list argument as a constant: it is left
+    out of GradOperation's gradients unless marked `mutable`."""
+    return type(x) in (tuple, list)
+
+
+def _plain(x):
+    if isinstance(x, _MutableTuple):
+        return tuple(x)
+    if isinstance(x, _MutableList):
+        return list(x)
+    return x
+
+
+def _drop_constants(result, spec: GradSpec, constant: set):
+    """GradOperation's gradients without those of constant (tuple or list)
+    arguments, as MindSpore returns them (probed on MindSpore 2.10, PYNATIVE
+    and GRAPH mode): `get_all` leaves them out of the tuple; the first input
+    being one gives `()`."""
+    if spec.inputs is None:
+        return result
+    inputs = result[0] if spec.weights is not None else result
+    if spec.inputs == "first":
+        inputs = () if 0 in constant else inputs
+    else:
+        inputs = tuple(g for k, g in enumerate(inputs) if k not in constant)
+    return (inputs, result[1]) if spec.weights is not None else inputs
+
+
+def _split_aux(out):
+    """`(out, aux)` of a `has_aux` output `(out, *aux)`: one aux value bare,
+    several as a tuple (MindSpore's vjp, jvp, jacfwd and jacrev)."""
+    if not isinstance(out, (tuple, list)) or len(out) < 2:
+        raise KTransformError(
+            "has_aux=True: the function must return a tuple (output, aux, ...), not "
+            f"{type(out).__name__}"
+        )
+    return out[0], (out[1] if len(out) == 2 else tuple(out[1:]))
+
+
+_first_outputs: dict[int, tuple] = {}
+
+
+def _without_aux(fn):
+    """The graph of `fn(*xs)[0]` (cached per graph of `fn`)."""
+    primal = graph_of(fn)
+    entry = _first_outputs.get(id(primal))
+    if entry is None or entry[0] is not primal:
+        entry = (primal, first_output_graph(primal))
+        _first_outputs[id(primal)] = entry
+    return entry[1]
 
 
 def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
@@ -345,7 +464,13 @@ def _as_weights(weights) -> tuple[tuple | None, bool]:
         return None, False
     if isinstance(weights, Parameter):
         return (weights,), True
-    weights = tuple(weights)
+    try:
+        weights = tuple(weights)
+    except TypeError:
+        raise KTransformError(
+            f"weights must be a Parameter, a ParameterTuple or a list of Parameters, not "
+            f"{type(weights).__name__}"
+        ) from None
     for w in weights:
         if not isinstance(w, Parameter):
             raise KTransformError(f"weights must be Parameters, got {type(w).__name__}")
@@ -360,6 +485,9 @@ class GradOperation:
     Parameter); both: `((inputs...), (weights...))`; `sens_param`: the last
     argument is the output sensitivity, else ones like the output.
     `GradOperation(fn)(x)` is shorthand for `GradOperation()(fn)(x)`.
+    As in MindSpore 2.x, `get_by_list` without weights means all trainable
+    Parameters, and a tuple or list argument is a constant left out of the
+    gradients unless passed as `kt.mutable(xs)` (`_drop_constants`).
     """
 
     def __new__(cls, get_all=False, get_by_list=False, sens_param=False):
@@ -373,55 +501,140 @@ class GradOperation:
         self.get_all, self.get_by_list, self.sens_param = get_all, get_by_list, sens_param
 
     def __call__(self, fn, weights=None) -> GradFunction:
-        if self.get_by_list and weights is None:
-            raise KTransformError("GradOperation(get_by_list=True) needs weights: (fn, weights)")
+        if self.get_by_list and weights is None:  # MindSpore: all trainable Parameters
+            weights = _trainable_params(fn)
         params, single = _as_weights(weights) if self.get_by_list else (None, False)
         if self.get_by_list:
             inputs = "all" if self.get_all else None
         else:
             inputs = "all" if self.get_all else "first"
         spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
-        return GradFunction(fn, spec)
+        grad_fn = GradFunction(target_of(fn, arity(fn)) if is_library(fn) else fn, spec)
+        grad_fn.constant_sequences = True
+        return grad_fn
 
 
-def grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
-    """Gradients of `fn` w.r.t. the inputs at `grad_position` (an int, a tuple,
-    or None) and `weights`; `(inputs, weights)` when both are asked for."""
+def _trainable_params(fn) -> list[Parameter]:
+    """A Cell's trainable Parameters, or the trainable Parameters a function
+    reads (what MindSpore's `GradOperation(get_by_list=True)(fn)` without
+    weights differentiates, PYNATIVE mode)."""
+    if isinstance(fn, Cell):
+        return list(fn.trainable_params())
+    return [p for p in parameters_of(graph_of(fn)) if p.requires_grad]
+
+
+def grad(
+    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+) -> GradFunction:
+    """MindSpore's `grad`: gradients of `fn` w.r.t. the inputs at
+    `grad_position` (an int, a tuple, or None) and `weights`;
+    `(inputs, weights)` when both are asked for. `has_aux`: `fn` returns
+    `(out, *aux)` and the result is `(grads, (aux...))`. `return_ids`: each
+    gradient as `(position, grad)` or `(parameter name, grad)`. `sens_param`:
+    the last argument is the output's sensitivity (the first output's with
+    `has_aux`)."""
+    return GradFunction(
+        _library_target(fn),
+        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, False),
+        api="kt.grad",
+    )
+
+
+def value_and_grad(
+    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+) -> GradFunction:
+    """`(value, gradients)`, the value being `fn`'s whole output (with
+    `has_aux`, `(out, *aux)`); see `grad`."""
+    return GradFunction(
+        _library_target(fn),
+        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, True),
+        api="kt.value_and_grad",
+    )
+
+
+def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_value) -> GradSpec:
+    if grad_position is None and weights is None:
+        raise KTransformError("grad: grad_position and weights cannot both be None")
+    ok = isinstance(grad_position, int) or grad_position is None
+    if isinstance(grad_position, (tuple, list)):
+        ok = all(isinstance(k, int) and not isinstance(k, bool) for k in grad_position)
+        grad_position = tuple(grad_position)
+    if not ok or isinstance(grad_position, bool):
+        raise KTransformError(
+            f"grad: grad_position must be an int, a tuple of ints or None, not {grad_position!r}"
+        )
     params, single = _as_weights(weights)
-    spec = GradSpec(grad_position, params, single, has_aux=has_aux)
-    return GradFunction(fn, spec, api="kt.grad")
+    return GradSpec(
+        grad_position,
+        params,
+        single,
+        sens_param=bool(sens_param),
+        has_aux=bool(has_aux),
+        with_value=with_value,
+        return_ids=bool(return_ids),
+    )
 
 
-def value_and_grad(fn, grad_position=0, weights=None, has_aux=False) -> GradFunction:
-    """`(value, gradients)`; see `grad`."""
-    params, single = _as_weights(weights)
-    spec = GradSpec(grad_position, params, single, has_aux=has_aux, with_value=True)
-    return GradFunction(fn, spec, api="kt.value_and_grad")
+def _library_target(fn):
+    """A library function as the target of `grad`-like functions: wrapped for
+    the number of positional parameters its signature requires."""
+    if not is_library(fn):
+        return fn
+    return target_of(fn, arity(fn))
 
 
 grad.__kt_static__ = True
 value_and_grad.__kt_static__ = True
 
 
-def vjp(fn, *inputs):
-    """`(out, vjp_fn)`; `vjp_fn(v)` returns one gradient per input, as a tuple."""
-    primal = graph_of(fn)
-    grad_fn = GradFunction(primal, GradSpec(inputs="all", sens_param=True))
+def vjp(fn, *inputs, weights=None, has_aux=False):
+    """MindSpore's `vjp(fn, *inputs, weights=None, has_aux=False)`:
+    `(out, vjp_fn)`, or `(out, vjp_fn, aux)` with `has_aux` (`fn` returns
+    `(out, *aux)`; one aux value bare, several as a tuple). `vjp_fn(v)`
+    returns a tuple of the inputs' gradients; with `weights`,
+    `(input gradients, weight gradients)` (a bare gradient for one Parameter)."""
+    primal = graph_of(target_of(fn, len(inputs)))
+    params, single = _as_weights(weights)
+    spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
+    grad_fn = GradFunction(primal, spec)
     forward = CompiledGraph(primal)
     forward.bound_loops = True
     out = forward(*inputs)
-    return out, lambda v: grad_fn(*inputs, v)
+    if not has_aux:
+        return out, lambda v: grad_fn(*inputs, v)
+    out, aux = _split_aux(out)
+    return out, lambda v: grad_fn(*inputs, v)[0], aux
 
 
-def jvp(fn, inputs, v):
-    """`(out, J v)`: forward mode by double reverse. `inputs` and `v` are an
-    array or a tuple of them (MindSpore's convention)."""
+def jvp(fn, inputs, v, has_aux=False):
+    """`(out, J v)`, or `(out, J v, aux)` with `has_aux` (`fn` returns
+    `(out, *aux)`; one aux value bare, several as a tuple): forward mode by
+    double reverse. `inputs` and `v` are an array or a tuple of them
+    (MindSpore's convention)."""
     single = not isinstance(inputs, (tuple, list))
     xs, vs = ((inputs,), (v,)) if single else (tuple(inputs), tuple(v))
     if len(xs) != len(vs):
         raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
     vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
-    return _jvp(fn, xs, vs)
+    fn = target_of(fn, len(xs))
+    if not has_aux:
+        return _jvp(fn, xs, vs)
+    out, jv = _jvp(_without_aux(fn), xs, vs)
+    return out, jv, _split_aux(_forward(fn)(*xs))[1]
+
+
+_forwards: dict[int, tuple] = {}
+
+
+def _forward(fn) -> CompiledGraph:
+    """`fn` compiled (cached per graph), for the aux values of `has_aux`."""
+    primal = graph_of(fn)
+    entry = _forwards.get(id(primal))
+    if entry is None or entry[0] is not primal:
+        entry = (primal, CompiledGraph(primal))
+        entry[1].bound_loops = True
+        _forwards[id(primal)] = entry
+    return entry[1]
 
 
 def _integer_tangent(xs, k: int, t):
@@ -483,23 +696,46 @@ class Jvp:
 
 
 class Jacobian:
-    """What `jacrev(fn, argnum)` / `jacfwd(fn, argnum)` return: called on
-    arrays, the Jacobian of `fn` w.r.t. input `argnum` (one vjp per output
-    element, or one jvp per input element, vmapped); called inside code being
-    transformed, it lowers to graphs (`lowering.lower_jacobian`)."""
+    """What `jacrev(fn, grad_position, has_aux)` / `jacfwd(...)` return:
+    called on arrays, the Jacobian of `fn` w.r.t. the input at
+    `grad_position` (one vjp per output element, or one jvp per input
+    element, vmapped), a tuple of them for a tuple of positions, and
+    `(jacobian, aux)` with `has_aux` (MindSpore's structure: one aux value
+    bare, several as a tuple); called inside code being transformed, it
+    lowers to graphs (`lowering.lower_jacobian`)."""
 
-    def __init__(self, fn, argnum: int, forward: bool):
-        self.fn, self.argnum, self.forward = fn, argnum, forward
+    def __init__(self, fn, argnum, forward: bool, has_aux: bool = False):
+        if isinstance(argnum, list):
+            argnum = tuple(argnum)
+        positions = argnum if isinstance(argnum, tuple) else (argnum,)
+        if not positions or not all(
+            isinstance(k, int) and not isinstance(k, bool) for k in positions
+        ):
+            raise KTransformError(
+                f"jacfwd/jacrev: grad_position must be an int or a tuple of ints, not {argnum!r}"
+            )
+        self.fn, self.argnum, self.forward, self.has_aux = fn, argnum, forward, bool(has_aux)
+        self.positions = positions
 
     def __call__(self, *args):
-        check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, (self.argnum,))
-        return self._forward(args) if self.forward else self._reverse(args)
+        check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, self.positions)
+        for k in self.positions:
+            if not -len(args) <= k < len(args):
+                raise KTransformError(
+                    f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs"
+                )
+        fn = target_of(self.fn, len(args))
+        target = _without_aux(fn) if self.has_aux else fn
+        one = self._forward if self.forward else self._reverse
+        jacobians = tuple(one(target, k % len(args), args) for k in self.positions)
+        jac = jacobians if isinstance(self.argnum, tuple) else jacobians[0]
+        return (jac, _split_aux(_forward(fn)(*args))[1]) if self.has_aux else jac
 
-    def _reverse(self, args):
+    def _reverse(self, fn, argnum: int, args):
         """One vmapped vjp per output leaf; a pytree output and input give
         JAX's nesting: the output's structure of the input's structure."""
-        grad_fn = GradFunction(self.fn, GradSpec(inputs=self.argnum, sens_param=True))
-        out = CompiledGraph(graph_of(self.fn))(*args)
+        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
+        out = CompiledGraph(graph_of(fn))(*args)
         leaves, tree = jax.tree_util.tree_flatten(out)
         blocks = []
         for k, leaf in enumerate(leaves):
@@ -514,14 +750,14 @@ class Jacobian:
                 jax.tree_util.tree_map(
                     lambda r, x, leaf=leaf: r.reshape(*jnp.shape(leaf), *jnp.shape(x)),
                     rows,
-                    args[self.argnum],
+                    args[argnum],
                 )
             )
         return jax.tree_util.tree_unflatten(tree, blocks)
 
-    def _forward(self, args):
+    def _forward(self, fn, argnum: int, args):
         """One vmapped jvp per input leaf, regrouped as `_reverse` nests them."""
-        x_leaves, x_tree = jax.tree_util.tree_flatten(args[self.argnum])
+        x_leaves, x_tree = jax.tree_util.tree_flatten(args[argnum])
         per_input = []
         for k, leaf in enumerate(x_leaves):
             leaf = jnp.asarray(leaf)
@@ -530,11 +766,11 @@ class Jacobian:
                 seed = [v if j == k else jnp.zeros_like(o) for j, o in enumerate(x_leaves)]
                 tangents = tuple(
                     jax.tree_util.tree_unflatten(x_tree, seed)
-                    if i == self.argnum
+                    if i == argnum
                     else jax.tree_util.tree_map(jnp.zeros_like, a)
                     for i, a in enumerate(args)
                 )
-                return _jvp(self.fn, tuple(args), tangents)[1]
+                return _jvp(fn, tuple(args), tangents)[1]
 
             cols = jax.vmap(column)(_basis(leaf))
             out_leaves, out_tree = jax.tree_util.tree_flatten(cols)
@@ -546,6 +782,12 @@ class Jacobian:
         return jax.tree_util.tree_unflatten(out_tree, blocks)
 
     def __kt_lower__(self, builder, args, kwargs, e):
+        if self.has_aux or not isinstance(self.argnum, int):
+            raise builder.fp.error(
+                "jacfwd/jacrev with has_aux or a tuple grad_position inside transformed code: "
+                "call it outside, or take one position at a time",
+                e,
+            )
         return lowering.lower_jacobian(builder, self.fn, self.argnum, self.forward, args, e)
 
 
@@ -561,14 +803,16 @@ def _columns_last(cols, leaf):
     return jnp.moveaxis(cols.reshape(cols.shape[0], -1), 0, -1).reshape(*out_shape, *leaf.shape)
 
 
-def jacrev(fn, argnum: int = 0) -> Jacobian:
-    """The Jacobian of `fn` w.r.t. input `argnum`, by reverse mode."""
-    return Jacobian(fn, argnum, forward=False)
+def jacrev(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
+    reverse mode (MindSpore's `jacrev`; see `Jacobian`)."""
+    return Jacobian(fn, grad_position, forward=False, has_aux=has_aux)
 
 
-def jacfwd(fn, argnum: int = 0) -> Jacobian:
-    """The Jacobian of `fn` w.r.t. input `argnum`, by forward mode."""
-    return Jacobian(fn, argnum, forward=True)
+def jacfwd(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
+    forward mode (MindSpore's `jacfwd`; see `Jacobian`)."""
+    return Jacobian(fn, grad_position, forward=True, has_aux=has_aux)
 
 
 def hessian(fn, argnum: int = 0) -> Jacobian:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from k_transform.dfunctor.dfunctor import k_graph, param_key
+from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -41,8 +42,12 @@ class GradSpec:
     a tuple of positions, or None (no input gradients). `weights`: the
     Parameters to differentiate, or None; `single_weight` returns a bare
     gradient for one Parameter. `sens_param`: the last argument is the output
-    sensitivity. `has_aux`: the function returns `(out, aux)` and only `out` is
-    differentiated. `with_value`: return `(value, grads)`. `integer_grads`:
+    sensitivity. `has_aux`: the function returns a tuple `(out, *aux)`, only
+    `out` is differentiated (by the sensitivity, if given) and the gradients
+    come back as `(grads, (aux...))` (MindSpore 2.x). `with_value`: return
+    `(value, grads)`, the value being the whole output. `return_ids`: each
+    input gradient is `(position, grad)`, each Parameter's `(name, grad)`
+    (MindSpore's `return_ids`). `integer_grads`:
     integer array inputs get their gradient in their own dtype (MindSpore's
     GradOperation), else zeros (JAX's float0 cotangent).
     """
@@ -54,6 +59,7 @@ class GradSpec:
     has_aux: bool = False
     with_value: bool = False
     integer_grads: bool = False
+    return_ids: bool = False
 
 
 class _Builder:
@@ -94,13 +100,11 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)
     pair.tuple_arity = 2
     out, bprop = b.item(pair, 0, "out"), b.item(pair, 1, "bprop")
-    if spec.sens_param:
+    if spec.has_aux:  # MindSpore: `(out, *aux)`, the sensitivity is out's
+        first = args[-1] if spec.sens_param else b.prim(structural.OnesLike(), b.item(out, 0))
+        dout = b.prim(structural.AuxSens(), out, first)
+    elif spec.sens_param:
         dout = args[-1]
-    elif spec.has_aux:
-        value = b.item(out, 0)
-        dout = b.tuple(
-            b.prim(structural.OnesLike(), value), b.prim(structural.ZerosLike(), b.item(out, 1))
-        )
     else:
         dout = b.prim(structural.OnesLike(), out)
         dout.debug = dout.debug.named("dout")
@@ -114,20 +118,29 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     if spec.with_value:
         result = b.tuple(out, result)
     elif spec.has_aux:
-        result = b.tuple(result, b.item(out, 1))
+        aux = b.prim(prims.GetItem(), out, Constant(slice(1, None)))
+        result = b.tuple(result, b.prim(prims.AsSequence("tuple"), aux))
     graph.output = result
     return graph
 
 
 def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
+    def arg(k: int) -> Node:
+        if not -len(d_args) <= k < len(d_args):
+            raise KTransformError(
+                f"grad_position {k}: the function {b.graph.name.removesuffix('_grad')} has "
+                f"{len(d_args)} inputs"
+            )
+        return b.tuple(Constant(k), d_args[k]) if spec.return_ids else d_args[k]
+
     if spec.inputs == "first":
-        inputs = d_args[0] if d_args else Constant(None)
+        inputs = arg(0) if d_args else Constant(None)
     elif spec.inputs == "all":
-        inputs = b.tuple(*d_args)
+        inputs = b.tuple(*(arg(k) for k in range(len(d_args))))
     elif isinstance(spec.inputs, int):
-        inputs = d_args[spec.inputs]
+        inputs = arg(spec.inputs)
     elif isinstance(spec.inputs, tuple):
-        inputs = b.tuple(*(d_args[k] for k in spec.inputs))
+        inputs = b.tuple(*(arg(k) for k in spec.inputs))
     else:
         inputs = None
     if spec.weights is None:
@@ -135,6 +148,8 @@ def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
     weights = [
         b.prim(structural.EnvGet(param_key(p)), env, Constant(p, hint=p.name)) for p in spec.weights
     ]
+    if spec.return_ids:
+        weights = [b.tuple(Constant(p.name), w) for p, w in zip(spec.weights, weights, strict=True)]
     chosen = weights[0] if spec.single_weight else b.tuple(*weights)
     return chosen if inputs is None else b.tuple(inputs, chosen)
 
@@ -159,4 +174,14 @@ def jvp_graph(primal: FuncGraph) -> FuncGraph:
     u0 = b.prim(structural.ZerosLike(), out)
     jv = b.call(Constant(grad_u, hint=grad_u.name), *args, u0)
     graph.output = b.tuple(out, jv)
+    return graph
+
+
+def first_output_graph(primal: FuncGraph) -> FuncGraph:
+    """`primal` without its auxiliary outputs: `fn(*xs)[0]` for a `has_aux`
+    function returning `(out, *aux)` (what jvp and the Jacobians differentiate)."""
+    names = [p.name for p in primal.parameters]
+    graph, args = _new_graph(f"{primal.name}_out", primal, names)
+    b = _Builder(graph)
+    graph.output = b.item(b.call(Constant(primal, hint=primal.name), *args), 0, "out")
     return graph

@@ -305,7 +305,9 @@ def test_every_exported_cell_is_called():
         "ExponentialDecayLR",
         "CosineDecayLR",
         "PolynomialDecayLR",
-    }  # tested above or in test_ms_train.py / base classes
+        "Jvp",  # nn.Jvp / nn.Vjp: tests/test_ms_api.py
+        "Vjp",
+    }  # tested above or in test_ms_train.py / test_ms_api.py / base classes
     cells = {
         name
         for name in nn.__all__

@@ -34,7 +34,7 @@ from k_transform.nn.optim import (
     Optimizer,
     PolynomialDecayLR,
 )
-from k_transform.nn.wrap import TrainOneStepCell, WithLossCell
+from k_transform.nn.wrap import Jvp, TrainOneStepCell, Vjp, WithLossCell
 
 __all__ = [
     "Accuracy",
@@ -57,6 +57,7 @@ __all__ = [
     "Dropout",
     "Embedding",
     "Flatten",
+    "Jvp",
     "LayerNorm",
     "MaxPool2d",
     "MSELoss",
@@ -67,5 +68,6 @@ __all__ = [
     "SoftmaxCrossEntropyWithLogits",
     "Tanh",
     "TrainOneStepCell",
+    "Vjp",
     "WithLossCell",
 ]

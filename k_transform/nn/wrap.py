@@ -1,12 +1,14 @@
-"""Training wrappers: `WithLossCell` and `TrainOneStepCell`. As in MindSpore,
-both are built with `auto_prefix=False`: wrapping a network does not rename
-its Parameters (`fc1.weight` stays `fc1.weight`, so checkpoints of the
-network and of the wrapped network agree)."""
+"""Training wrappers (`WithLossCell`, `TrainOneStepCell`) and MindSpore's
+`nn.Jvp` / `nn.Vjp` Cells. As in MindSpore, the training wrappers are built
+with `auto_prefix=False`: wrapping a network does not rename its Parameters
+(`fc1.weight` stays `fc1.weight`, so checkpoints of the network and of the
+wrapped network agree)."""
 
 from __future__ import annotations
 
 from k_transform.cell import Cell, ParameterTuple
-from k_transform.grad import value_and_grad
+from k_transform.errors import KTransformError
+from k_transform.grad import jvp, value_and_grad, vjp
 
 
 class WithLossCell(Cell):
@@ -52,3 +54,47 @@ class TrainOneStepCell(Cell):
         if self.return_grad:
             return loss, grads
         return loss
+
+
+def _check_inputs(name: str, args: tuple) -> None:
+    if len(args) < 2:
+        raise KTransformError(f"{name}(network)(*inputs, v): give the inputs and v")
+
+
+class Jvp(Cell):
+    """MindSpore's `nn.Jvp(network)(*inputs, v) -> (output, J v)`: `v` is the
+    tangent of the one input, or a tuple of tangents, one per input."""
+
+    def __init__(self, fn):
+        super().__init__()
+        object.__setattr__(self, "fn", fn)
+
+    def __call__(self, *args):
+        _check_inputs("nn.Jvp", args)
+        return super().__call__(*args)
+
+    def construct(self, *args):
+        if len(args) == 2:
+            return jvp(self.fn, args[0], args[1])
+        return jvp(self.fn, args[:-1], args[-1])
+
+
+class Vjp(Cell):
+    """MindSpore's `nn.Vjp(network)(*inputs, v) -> (output, gradients)`: the
+    inputs' gradients for the output sensitivity `v`, bare for one input
+    (MindSpore 2.10's structure), a tuple for several."""
+
+    def __init__(self, fn):
+        super().__init__()
+        object.__setattr__(self, "fn", fn)
+
+    def __call__(self, *args):
+        _check_inputs("nn.Vjp", args)
+        return super().__call__(*args)
+
+    def construct(self, *args):
+        out, vjp_fn = vjp(self.fn, *args[:-1])
+        grads = vjp_fn(args[-1])
+        if len(args) == 2:
+            return out, grads[0]
+        return out, grads

@@ -172,6 +172,17 @@ class InputGrad(RuntimeCall):
         return f"{e.ref(rt, '_rt')}.input_grad({', '.join(args)}{flag})"
 
 
+class AuxSens(RuntimeCall):
+    """The sensitivity of a `has_aux` output `(value, *aux)`: `first` for the
+    value, zeros for the auxiliary values (`rt.aux_sens`)."""
+
+    n_inputs = 2
+    rt_name = "aux_sens"
+
+    def __init__(self):
+        super().__init__("aux_sens")
+
+
 class TreeVdot(RuntimeCall):
     """<a, b> summed over all leaves of two gradient trees."""
 
@@ -270,6 +281,11 @@ def get_bprop_env_del(self):
 @rule(ReadParam)
 def bprop_read_param(out, dout):
     return ()
+
+
+@rule(AuxSens)
+def bprop_aux_sens(value, first, out, dout):
+    return (None, dout[0])
 
 
 @rule(TreeVdot)

@@ -90,6 +90,7 @@ from k_transform.runtime.values import (  # noqa: F401
     add_grad,
     any_traced,
     as_jax_inputs,
+    aux_sens,
     check_grad,
     env_del,
     env_get,

@@ -236,6 +236,17 @@ def add_grad(a, b):
     return a + b
 
 
+def aux_sens(out, first):
+    """The sensitivity of a `has_aux` output `(value, *aux)` (MindSpore's
+    convention): `first` for the value, zeros for the auxiliary values."""
+    if not isinstance(out, (tuple, list)) or not out:
+        raise KTransformError(
+            f"has_aux=True: the function must return a tuple (output, *aux), not "
+            f"{type(out).__name__}"
+        )
+    return type(out)((first, *(zeros_like_value(a) for a in out[1:])))
+
+
 def zeros_like_value(x):
     """The zero gradient of `x` (None where `x` has no gradient)."""
     if x is UNDEFINED:

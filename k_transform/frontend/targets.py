@@ -1,0 +1,100 @@
+"""Library functions as the function differentiated.
+
+`kt.vjp(jnp.sin, x)`, `kt.grad(jax.nn.relu)`, `kt.jacrev(np.tanh)`: a library
+function has no source of ours to parse as the *target* of a transform, but a
+call of it inside user code is understood (the parser maps it to a primitive
+or imports its jaxpr, `frontend/jaxpr.py`). So the target becomes a tiny
+user-level function of as many positional parameters as the call has,
+`def library_call(x0, ...): return fn(x0, ...)`, parsed like any other.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import numpy as np
+
+from k_transform.cell import Cell
+from k_transform.errors import KTransformError
+from k_transform.ir.nodes import FuncGraph
+
+LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "scipy", "optax")  # array libraries
+
+
+def is_library(fn) -> bool:
+    """A library function (`jnp.sin`, `np.tanh`, `jax.nn.relu`): no source of
+    ours to parse as the function differentiated; it is called from a small
+    user-level graph (`target_of`), where the parser maps it to a primitive or
+    imports its jaxpr."""
+    if isinstance(fn, (FuncGraph, Cell)) or hasattr(fn, "__kt_graph__"):
+        return False
+    if isinstance(fn, np.ufunc):
+        return True
+    if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
+        return False
+    return (getattr(fn, "__module__", None) or "").split(".")[0] in LIBRARY_ROOTS
+
+
+def _call_1(fn):
+    def library_call(x0):
+        return fn(x0)
+
+    return library_call
+
+
+def _call_2(fn):
+    def library_call(x0, x1):
+        return fn(x0, x1)
+
+    return library_call
+
+
+def _call_3(fn):
+    def library_call(x0, x1, x2):
+        return fn(x0, x1, x2)
+
+    return library_call
+
+
+def _call_4(fn):
+    def library_call(x0, x1, x2, x3):
+        return fn(x0, x1, x2, x3)
+
+    return library_call
+
+
+_LIBRARY_CALLS = {1: _call_1, 2: _call_2, 3: _call_3, 4: _call_4}
+_library_targets: dict[tuple, tuple] = {}
+
+
+def target_of(fn, n: int | None):
+    """`fn`, or for a library function a user-level function of `n` arguments
+    calling it (cached; the entry holds `fn` alive, so its id is not reused)."""
+    if not is_library(fn):
+        return fn
+    name = getattr(fn, "__name__", repr(fn))
+    if n not in _LIBRARY_CALLS:
+        raise KTransformError(
+            f"the library function {name} as the function differentiated: k_transform wraps "
+            f"library functions of 1 to 4 positional arguments (got {n}); wrap it in a Python "
+            "function"
+        )
+    entry = _library_targets.get((id(fn), n))
+    if entry is None or entry[0] is not fn:
+        entry = (fn, _LIBRARY_CALLS[n](fn))
+        _library_targets[(id(fn), n)] = entry
+    return entry[1]
+
+
+def arity(fn) -> int | None:
+    """The number of positional parameters without a default in `fn`'s
+    signature (None for `*args` or no signature)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in positional and p.default is p.empty)
