@@ -55,6 +55,7 @@ INTERNAL = (
     structural.InputGrad,
     structural.TreeVdot,
     structural.TreeScale,
+    structural.AuxSens,  # the has_aux sensitivity: tests/test_ms_api.py
     LaxPrimitive,  # one class for every lax primitive: tests/test_jaxpr_import.py
     control.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
     control.StackPush,
