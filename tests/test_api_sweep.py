@@ -570,7 +570,7 @@ def _jax_grad(fn, at=0):
     return jax.grad(fn, argnums=at)
 
 
-def check_case(name):
+def check_case(name, second=True):
     """kt.grad, kt.jvp and a second derivative of the case's program against JAX's.
 
     Each side runs under one `jax.jit` (one XLA compilation per side instead of one
@@ -580,11 +580,11 @@ def check_case(name):
     f = program(_library(name) if fn is None else fn, len(xs))
     at = tuple(range(len(xs)))
     vs = (V, W)[: len(xs)] if xs[0].shape == V.shape else tuple(np.cos(x + 1.0) for x in xs)
-    second = name in SECOND_ORDER
+    second = second and name in SECOND_ORDER
     got = derivatives(f, kt.grad, kt.jvp, at, vs, second)(*xs)
     want = derivatives(f, _jax_grad, jax.jvp, at, vs, second)(*xs)
     tol = TOL.get(name, (1e-7, 1e-10))
-    if name in SECOND_BY_DIFFERENCES:
+    if second and name in SECOND_BY_DIFFERENCES:
         second = sum(jnp.sum(g * v) for g, v in zip(got[2], vs, strict=True))
         _close(second, _second_by_differences(f, xs, vs), (1e-6, 1e-8))
         got, want = got[:2], want[:2]
@@ -627,7 +627,7 @@ def test_known_failing_still_fails(name):
     # under the user's jax.jit a loop over its stored-carry bound reaches the user as
     # JAX's error around ours (issue 15)
     try:
-        check_case(name)
+        check_case(name, second=False)  # failing already at first order or jvp: CI time
     except (kt.KTransformError, AssertionError):
         return
     except jax.errors.JaxRuntimeError as e:
