@@ -22,13 +22,6 @@ Y = jnp.array([3.0, 4.0])
 V = jnp.array([1.0, -1.0])
 
 
-@pytest.fixture(params=["eager", "graph"])
-def mode(request):
-    kt.set_mode(request.param)
-    yield request.param
-    kt.set_mode("graph")
-
-
 def close(got, want, tol=1e-5):
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves)

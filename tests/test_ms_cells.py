@@ -34,13 +34,6 @@ KEY = jax.random.PRNGKey(3)
 NCHW = ("NCHW", "OIHW", "NCHW")
 
 
-@pytest.fixture(params=["eager", "graph"])
-def mode(request):
-    kt.set_mode(request.param)
-    yield request.param
-    kt.set_mode("graph")
-
-
 def close(got, want, tol=1e-5):
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=tol, atol=tol)

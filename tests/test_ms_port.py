@@ -140,13 +140,6 @@ M = jnp.asarray([[0.5, -1.5, 2.0], [1.0, 0.25, -3.0]], jnp.float32)
 POS = jnp.asarray([[0.5, 1.5, 2.0], [1.0, 0.25, 3.0]], jnp.float32)
 
 
-@pytest.fixture(params=["eager", "graph"])
-def mode(request):
-    kt.set_mode(request.param)
-    yield request.param
-    kt.set_mode("graph")
-
-
 def close(got, want, tol=1e-5):
     got_leaves, want_leaves = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves), (got, want)
