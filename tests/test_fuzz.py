@@ -11,7 +11,8 @@ and `jax.jit` of kt's gradient for one in `GRAPH_EVERY` (compiling and
 transforming again dominate the run time).
 
 A `KTransformError` counts as a refusal (fine); a mismatch, any other
-exception, or a failure of JAX itself on the program (a generator bug) fails
+exception, a program past `check.TIME_LIMIT` seconds (`KT_FUZZ_TIME_LIMIT`),
+or a failure of JAX itself on the program (a generator bug) fails
 the class's test, which runs all its examples first and then reports the
 smallest failing program. The table of outcomes by class is printed at the end
 of the module.
@@ -149,4 +150,17 @@ def test_check_classifies_outcomes(fuzz_dir):
     assert check.check(right, x, v, fuzz_dir, plan).kind == "ok"
     assert check.check(wrong, x, v, fuzz_dir, plan).kind == "mismatch"
     assert check.check(refused, x, v, fuzz_dir, plan).kind == "refused"
+    assert jnp.zeros(1).dtype == jnp.float32
+
+
+def test_check_reports_a_program_past_the_time_limit(fuzz_dir, monkeypatch):
+    """A hang is an outcome with its program, not a stuck worker."""
+    monkeypatch.setattr(check, "TIME_LIMIT", 0.5)
+    x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
+    body = "    time.sleep(30)\n    return jnp.sum(x)\n"
+    slow = _program(body, body)
+    source = "import time\n" + slow.kt_source
+    slow = generator.Program(slow.construct, source, source)
+    outcome = check.check(slow, x, v, fuzz_dir, check.Plan(higher=False, jit=False))
+    assert (outcome.kind, outcome.check) == ("timeout", "jax")
     assert jnp.zeros(1).dtype == jnp.float32

@@ -502,3 +502,66 @@ def test_regression_closure_rebound_inside_a_branch_graph():
     """Found by the fuzzer: a rebinding inside a branch graph of a variable the
     branch had captured was taken for the captured value (a stale closure)."""
     check(def_in_loop_after_tail_if, X, XN)
+
+
+# -- nonlocal accumulators in nested static loops: values share sub-envs -----
+def nonlocal_accumulators_in_nested_loops(x):
+    y = x * 0.5 + 0.1
+    z = jnp.sin(x)
+    for c1 in (-0.5, -0.25):
+        for _c2 in (-1.5, 2.0, -0.5):
+            acc = 0.0 * x
+
+            def add(v):  # noqa: E306
+                nonlocal acc
+                acc = acc + v
+                return v * 0.5
+
+            for _ in range(3):
+                z = add(1.5 * x - x[0] * x)
+            y = jnp.tanh(jnp.tanh(acc) + jnp.cos(c1 * y))
+            acc2 = 0.0 * x
+
+            def add2(v):  # noqa: E306
+                nonlocal acc2
+                acc2 = acc2 + v
+                return v * 0.5
+
+            z = add2(x)
+            add2(1.5 * x)
+            z = jnp.tanh(jnp.tanh(acc2) + 0.2 * jnp.sum(-1.5 * y) * x[0] * x)
+    return jnp.sum(0.2 * jnp.sum(z * x) * y) + jnp.sum(y * z)
+
+
+def test_regression_nonlocal_nested_loops_second_order_eager():
+    """The fuzzer's program whose eager Hessian-vector product took minutes:
+    nested closure envs share sub-envs, and the runtime's test for traced
+    values walked every path through them (now each container once)."""
+    x = jnp.asarray([0.3, -0.2, 0.7], jnp.float32)
+    v = jnp.asarray([1.0, 0.5, -1.0], jnp.float32)
+    fn = nonlocal_accumulators_in_nested_loops
+    kt.set_mode("eager")
+    try:
+        got = kt.hvp(fn, (x,), v)
+    finally:
+        kt.set_mode("graph")
+    want = jax.jvp(jax.grad(fn), (x,), (v,))[1]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_regression_traced_test_visits_shared_values_once(monkeypatch):
+    """`any_traced` on a value whose sub-values are shared 12 levels deep
+    (3**12 paths to the leaf) looks at each container once."""
+    from k_transform.runtime import values
+
+    shared = {"leaf": 1.0}
+    for _ in range(12):
+        shared = {"a": shared, "b": (shared, [shared])}
+    seen = []
+    real = values.is_tracer
+    monkeypatch.setattr(values, "is_tracer", lambda v: seen.append(v) or real(v))
+    assert not values.any_traced(shared)
+    assert len(seen) == 1
+    found = []
+    jax.make_jaxpr(lambda t: found.append(values.any_traced({"env": shared, "t": [t]})) or t)(1.0)
+    assert found == [True]

@@ -138,12 +138,20 @@ def is_tracer(x) -> bool:
 
 
 def any_traced(tree) -> bool:
-    """Whether any leaf of `tree` is traced (dicts may mix key types: envs)."""
-    if isinstance(tree, dict):
-        return any(any_traced(v) for v in tree.values())
-    if isinstance(tree, (tuple, list)):
-        return any(any_traced(v) for v in tree)
-    return any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves(tree))
+    """Whether any leaf of `tree` is traced. Dicts may mix key types (envs),
+    and nested closure envs share sub-envs, so each container is visited once
+    (a walk that unfolds the sharing grows exponentially with nesting depth)."""
+    seen: set[int] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (dict, tuple, list)):
+            if id(node) not in seen:
+                seen.add(id(node))
+                stack.extend(node.values() if isinstance(node, dict) else node)
+        elif any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves(node)):
+            return True
+    return False
 
 
 # -- filling UNDEFINED slots ---------------------------------------------

@@ -18,14 +18,23 @@ The first check that does not pass decides the `Outcome`: "refused" (a
 `KTransformError`: accepted, the construct is refused), "mismatch",
 "internal" (any other exception, or a refusal of a recursive program that
 does not name the function) or "oracle" (JAX itself failed: a generator bug).
+A program that runs past `TIME_LIMIT` seconds (`KT_FUZZ_TIME_LIMIT`, all its
+checks together) is a "timeout": a hang or a time blow-up is a failure to
+report with its program, not a stuck worker. The limit is a SIGALRM, so it
+interrupts Python (tracing, our transforms, eager runs) but waits for a
+running XLA compilation to return.
+
 `Summary` tallies outcomes by construct class and prints the table.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import importlib.util
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -37,7 +46,8 @@ import k_transform as kt
 from k_transform.errors import KTransformError
 from tests.fuzz.generator import RTOL, Program
 
-FAILURES = ("mismatch", "internal", "oracle")
+FAILURES = ("mismatch", "internal", "oracle", "timeout")
+TIME_LIMIT = float(os.environ.get("KT_FUZZ_TIME_LIMIT", "300"))
 KINDS = ("ok", "refused", *FAILURES)
 
 
@@ -132,26 +142,62 @@ def _refusal(program: Program, name: str, exc: KTransformError) -> Outcome:
     return Outcome("refused", name, _describe(exc))
 
 
+class _TimeLimit(BaseException):
+    """Raised by the alarm; a BaseException, so no `except Exception` of the
+    code under test can swallow it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """SIGALRM after `seconds` (main thread only: elsewhere no limit)."""
+
+    def alarm(signum, frame):
+        raise _TimeLimit
+
+    try:
+        old = signal.signal(signal.SIGALRM, alarm)
+    except ValueError:  # not the main thread
+        yield
+        return
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def check(program: Program, x: np.ndarray, v: np.ndarray, tmp_dir: Path, plan: Plan) -> Outcome:
     """Run every check of `program` at input `x`, tangent `v`; the first
-    check that does not pass decides the outcome."""
+    check that does not pass, or `TIME_LIMIT`, decides the outcome."""
+    state = {"check": "load"}
+    try:
+        with _time_limit(TIME_LIMIT):
+            return _check(program, x, v, tmp_dir, plan, state)
+    except _TimeLimit:
+        return Outcome("timeout", state["check"], f"over {TIME_LIMIT:g} s")
+
+
+def _check(program, x, v, tmp_dir, plan, state) -> Outcome:
     kt_mod = load(program.kt_source, tmp_dir, program.key)
     oracle_mod = kt_mod
     if program.oracle_source != program.kt_source:
         oracle_mod = load(program.oracle_source, tmp_dir, program.key + "_oracle")
     with jax.enable_x64(True):
         x, v = jnp.asarray(x), jnp.asarray(v)  # jax arrays, as `jax.grad` passes them
+        state["check"] = "jax"
         try:
             wants = _oracles(oracle_mod, program, x, v, plan)
         except Exception as exc:  # noqa: BLE001 -- a generator bug, reported as such
             return Outcome("oracle", "jax", _describe(exc))
         try:
-            return _run_checks(kt_mod, program, x, v, plan, wants)
+            return _run_checks(kt_mod, program, x, v, plan, wants, state)
         finally:
             kt.set_mode("graph")
 
 
-def _run_checks(mod, program, x, v, plan, wants) -> Outcome:
+def _run_checks(mod, program, x, v, plan, wants, state) -> Outcome:
+    state["check"] = "transform"
     try:
         checks = _checks(mod, program, x, v, plan)
     except KTransformError as exc:
@@ -159,6 +205,7 @@ def _run_checks(mod, program, x, v, plan, wants) -> Outcome:
     except Exception as exc:  # noqa: BLE001
         return Outcome("internal", "transform", _describe(exc))
     for mode, (name, key, run) in checks:
+        state["check"] = name
         kt.set_mode(mode)
         try:
             got = run()
