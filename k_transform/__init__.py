@@ -20,6 +20,7 @@ from k_transform.common.tensor import (
     int64,
     uint8,
 )
+from k_transform.control.policy import set_unroll_budget
 from k_transform.errors import KTransformError
 from k_transform.grad import (
     GradOperation,
@@ -94,6 +95,7 @@ __all__ = [
     "nn",
     "ops",
     "set_loop_bound",
+    "set_unroll_budget",
     "set_mode",
     "stop_gradient",
     "value_and_grad",

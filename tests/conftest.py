@@ -13,3 +13,12 @@ def mode(request):
     kt.set_mode(request.param)
     yield request.param
     kt.set_mode("graph")
+
+
+@pytest.fixture
+def scan_loops():
+    """Loops longer than `UNROLL_LIMIT` become `lax.scan`s whatever their size
+    (unroll budget 0): for the modules that test the scan machinery itself."""
+    old = kt.set_unroll_budget(0)
+    yield
+    kt.set_unroll_budget(old)

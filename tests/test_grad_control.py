@@ -34,6 +34,12 @@ RTOL = 1e-4
 ATOL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _loops_as_scans(scan_loops):
+    """Loops of more than 8 trips run as `lax.scan`s here (the machinery under
+    test); the unroll budget's choice is tested in tests/test_unroll_policy.py."""
+
+
 def vec(*values):
     return jnp.asarray(values, jnp.float32)
 

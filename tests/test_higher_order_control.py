@@ -23,6 +23,12 @@ from tests.test_grad_control import CASES
 G = kt.GradOperation()
 
 
+@pytest.fixture(autouse=True)
+def _loops_as_scans(scan_loops):
+    """Loops of more than 8 trips run as `lax.scan`s here (the machinery under
+    test); the unroll budget's choice is tested in tests/test_unroll_policy.py."""
+
+
 @pytest.fixture
 def restore_mode():
     yield

@@ -122,10 +122,14 @@ def bprop_pos(x, out, dout):
 def bprop_numpy_matmul(x, y, out, dout):
     if x.ndim == 1 and y.ndim == 1:
         return dout * y, dout * x
+    if x.ndim == 1 and y.ndim == 2:  # vector @ matrix
+        return y @ dout, jnp.einsum("i,j->ij", x, dout)
     if x.ndim == 1:  # x is a row: dout (..., k) -> (..., 1, k)
         g = jnp.expand_dims(dout, -2)
         dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
         return sum_to(dx, x), sum_to(jnp.expand_dims(x, -1) * g, y)
+    if y.ndim == 1 and x.ndim == 2:  # matrix @ vector: an outer product and a contraction
+        return jnp.einsum("i,j->ij", dout, y), dout @ x
     if y.ndim == 1:  # y is a column: dout (..., m) -> (..., m, 1)
         g = jnp.expand_dims(dout, -1)
         dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)

@@ -1,0 +1,90 @@
+"""Which static loops unroll (k_transform/control/policy.py).
+
+A `for` with a static trip count unrolls at run time when trip count x body
+equations is at most `UNROLL_BUDGET`, as `jax.grad` of the same Python
+unrolls it (XLA then fuses across iterations); longer loops stay a
+`lax.scan`. Each program's gradient is also checked against `jax.grad`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from k_transform.control import policy
+
+
+def chain40(x):
+    y = x
+    for _ in range(40):
+        y = jnp.sin(y) * 1.01 + jnp.cos(y * 0.5)
+    return jnp.sum(y)
+
+
+def rnn(w, xs):
+    h = jnp.zeros(w.shape[0])
+    for t in range(xs.shape[0]):  # the trip count is known when the loop runs
+        h = jnp.tanh(w @ h + xs[t])
+    return jnp.sum(h * h)
+
+
+def long_update(x):
+    y = x
+    for _ in range(3000):
+        y = y + 0.001 * jnp.sin(y) * x
+    return jnp.sum(y * y)
+
+
+def _primitives(jaxpr) -> set[str]:
+    """Names of the primitives in `jaxpr` and every jaxpr nested in it."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            names |= _primitives(sub)
+    return names
+
+
+def _loops_in_gradient(fn, *args) -> set[str]:
+    jaxpr = jax.make_jaxpr(kt.grad(fn))(*args).jaxpr
+    return _primitives(jaxpr) & {"scan", "while"}
+
+
+X = jnp.linspace(-1.0, 1.0, 6)
+W = 0.3 * jnp.reshape(jnp.sin(jnp.arange(16.0)), (4, 4))
+XS = jnp.reshape(jnp.cos(jnp.arange(48.0)), (12, 4))
+
+
+@pytest.mark.parametrize("fn, args", [(chain40, (X,)), (rnn, (W, XS))], ids=["chain40", "rnn12"])
+def test_small_static_loops_unroll_under_jit(fn, args):
+    assert _loops_in_gradient(fn, *args) == set()
+    got = jax.jit(kt.grad(fn))(*args)
+    np.testing.assert_allclose(got, jax.grad(fn)(*args), rtol=1e-5, atol=1e-6)
+
+
+def test_a_loop_over_the_budget_stays_a_scan():
+    assert _loops_in_gradient(long_update, X) == {"scan"}
+    got = jax.jit(kt.grad(long_update))(X)
+    np.testing.assert_allclose(got, jax.grad(long_update)(X), rtol=1e-4, atol=1e-6)
+
+
+def test_budget_zero_makes_every_long_loop_a_scan():
+    old = kt.set_unroll_budget(0)
+    try:
+        assert _loops_in_gradient(chain40, X) == {"scan"}
+        got = jax.jit(kt.grad(chain40))(X)
+    finally:
+        kt.set_unroll_budget(old)
+    np.testing.assert_allclose(got, jax.grad(chain40)(X), rtol=1e-5, atol=1e-6)
+    assert policy.UNROLL_BUDGET == old
+
+
+def test_body_size_counts_one_iteration():
+    step = lambda i, cr: (jnp.sin(cr[0]) * 2.0 + cr[0],)  # noqa: E731
+    assert policy.body_size(step, range(100), (X,)) == 3
+    assert policy.unrolls(step, range(600), (X,))
+    assert not policy.unrolls(step, range(700), (X,))
