@@ -41,6 +41,7 @@ for a Python float (traced, as the design card says).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 
@@ -117,16 +118,17 @@ class CompiledGraph:
 
     Called like the graph; jitted by default with static Python scalars
     (`set_mode("eager")` or `jit=False` runs the generated code op by op).
-    `__kt_graph__` lets user code that calls this object be transformed too.
+    `__kt_graph__` lets user code that calls this object be transformed too;
+    the graph is compiled to Python at the first call (or `__kt_source__`
+    read), so a gradient function only used inside another transform
+    (`kt.jvp(kt.grad(f), ...)`) never generates its own code.
     """
 
     def __init__(self, graph: FuncGraph, fn=None, jit: bool | None = None):
-        verify(graph)
         self.fn = fn
         self.jit = jit
         self.__kt_graph__ = graph
-        self.run = compile_graph(graph)
-        self.__kt_source__ = self.run.__kt_source__
+        self._compiled_graph = graph  # `__kt_graph__` may be replaced (see GradFunction)
         self.params = parameters_of(graph)
         self.assigns = any(
             isinstance(getattr(n.fn, "value", None), Assign)
@@ -135,6 +137,16 @@ class CompiledGraph:
         )
         self._jitted: dict[tuple, object] = {}
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
+
+    @functools.cached_property
+    def run(self):
+        """The graph's generated Python function."""
+        verify(self._compiled_graph)
+        return compile_graph(self._compiled_graph)
+
+    @property
+    def __kt_source__(self) -> str:
+        return self.run.__kt_source__
 
     def __call__(self, *args):
         values = tuple(p.data for p in self.params)
