@@ -12,7 +12,10 @@ warm-up trial first pays for one-time process costs (backend start-up,
 importing k_transform's rule modules) on both sides.
 
 Programs: the MLP of `bench/models.py` and the GMM objective of
-`bench/adbench.py` (d=10, K=25, N=1,000), both w.r.t. all their parameters.
+`bench/adbench.py` (d=10, K=25, N=1,000), both w.r.t. all their parameters,
+and a forward-over-reverse Hessian-vector product of a k-means cost
+(`jvp(grad(f))`, 25 centres, 1,000 points in 10 dimensions), the kmeans
+Newton step's pattern (issue 15: it took 3.3x JAX's first call).
 
     python -m bench.run latency      # writes bench/results/latency.json
 """
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import k_transform as kt
@@ -37,20 +41,34 @@ from bench.common import machine
 TRIALS = 9
 HEADER = "import jax\nimport jax.numpy as jnp\n\n\n"
 
+
+def kmeans_cost(centers, points):
+    d = jnp.sum((points[:, None, :] - centers[None, :, :]) ** 2, axis=-1)
+    return jnp.sum(jnp.min(d, axis=1))
+
+
+def kmeans_args(rng):
+    centers = rng.standard_normal((25, 10)).astype(np.float32)
+    points = rng.standard_normal((1_000, 10)).astype(np.float32)
+    return centers, points, np.ones_like(centers)
+
+
 PROGRAMS = {
-    # name: (source of the module, function name, arguments, number of parameters)
+    # name: (source of the module, function name, arguments, number of parameters);
+    # a program whose name starts with "hvp" is timed as jvp(grad(f)) in its first argument
     "mlp": (
         inspect.getsource(models.mlp),
         "mlp",
-        lambda: models.mlp_args(np.random.default_rng(0)),
+        models.mlp_args,
         6,
     ),
     "gmm_d10_K25_N1000": (
         inspect.getsource(adbench.gmm_objective),
         "gmm_objective",
-        lambda: adbench.gmm_args(np.random.default_rng(0), 10, 25, 1_000),
+        lambda rng: adbench.gmm_args(rng, 10, 25, 1_000),
         3,
     ),
+    "hvp_kmeans_K25_N1000": (inspect.getsource(kmeans_cost), "kmeans_cost", kmeans_args, 1),
 }
 
 _counter = [0]
@@ -69,27 +87,37 @@ def fresh(directory: Path, source: str, name: str):
     return getattr(module, name)
 
 
-def kt_first_call(fn, args, n_params) -> dict:
+def kt_first_call(fn, args, n_params, hvp: bool) -> dict:
     start = time.perf_counter()
     grad_fn = kt.grad(fn, grad_position=tuple(range(n_params)))
     built = time.perf_counter()
-    jax.block_until_ready(grad_fn(*args))
+    if hvp:  # kt.jvp transforms at its call: counted in trace_compile_s
+        x, *rest, v = args
+        grad_x = lambda x: grad_fn(x, *rest)  # noqa: E731
+        jax.block_until_ready(kt.jvp(grad_x, (x,), (v,)))
+    else:
+        jax.block_until_ready(grad_fn(*args))
     done = time.perf_counter()
     return {"transform_s": built - start, "trace_compile_s": done - built, "total_s": done - start}
 
 
-def jax_first_call(fn, args, n_params) -> dict:
+def jax_first_call(fn, args, n_params, hvp: bool) -> dict:
     start = time.perf_counter()
-    grad_fn = jax.jit(jax.grad(fn, argnums=tuple(range(n_params))))
-    jax.block_until_ready(grad_fn(*args))
+    grad_fn = jax.grad(fn, argnums=tuple(range(n_params)))
+    if hvp:
+        x, *rest, v = args
+        hvp_fn = jax.jit(lambda x, v: jax.jvp(lambda x: grad_fn(x, *rest), (x,), (v,)))
+        jax.block_until_ready(hvp_fn(x, v))
+    else:
+        jax.block_until_ready(jax.jit(grad_fn)(*args))
     return {"total_s": time.perf_counter() - start}
 
 
-def bench_program(directory: Path, source: str, name: str, args, n_params: int) -> dict:
+def bench_program(directory: Path, source: str, name: str, args, n_params: int, hvp: bool) -> dict:
     samples = {"kt": [], "jax": []}
     for trial in range(TRIALS + 1):  # trial 0 is the discarded warm-up
-        kt_run = kt_first_call(fresh(directory, source, name), args, n_params)
-        jax_run = jax_first_call(fresh(directory, source, name), args, n_params)
+        kt_run = kt_first_call(fresh(directory, source, name), args, n_params, hvp)
+        jax_run = jax_first_call(fresh(directory, source, name), args, n_params, hvp)
         if trial:
             samples["kt"].append(kt_run)
             samples["jax"].append(jax_run)
@@ -109,7 +137,9 @@ def run() -> dict:
     results = {}
     with tempfile.TemporaryDirectory(prefix="kt_latency_") as tmp:
         for prog, (source, name, make_args, n_params) in PROGRAMS.items():
-            results[prog] = bench_program(Path(tmp), source, name, make_args(), n_params)
+            args = make_args(np.random.default_rng(0))
+            hvp = prog.startswith("hvp")
+            results[prog] = bench_program(Path(tmp), source, name, args, n_params, hvp)
             print(f"  {prog}: {time.perf_counter() - start:.1f} s", flush=True)
     return {
         "benchmark": "latency",
