@@ -18,15 +18,14 @@ bprop's gradients, the results of a branch or loop: nodes with a
 got>`, so `d_s_1` is the gradient of `s_1`.
 
 Names come only from the graphs (user names, graph names, numbered
-temporaries per function), never from ids or process-wide counters: every
-statement is built as an `ast` node and printed with `ast.unparse`, so the
-output is valid, formatted and byte-identical for the same graph, whatever
-was transformed before.
+temporaries per function), never from ids or process-wide counters, so the
+output is byte-identical for the same graph, whatever was transformed
+before. Statements are written as text (expressions are formatted as
+`ast.unparse` would); the module is checked when it is compiled as a whole.
 """
 
 from __future__ import annotations
 
-import ast
 import math
 
 import jax
@@ -137,7 +136,7 @@ class ModuleEmitter:
             lines += [body_pad + line for line in self._assign(node, expr, unpacks, namer, names)]
         out = graph.output
         lines += self.emit_children(graph, [out], defined_children, namer, names, depth)
-        lines.append(body_pad + _statement(f"return {self.atom(out, names, namer)}"))
+        lines.append(body_pad + f"return {self.atom(out, names, namer)}")
         return lines
 
     def _assign(self, node: Apply, expr: str, unpacks: dict, namer, names) -> list[str]:
@@ -145,13 +144,13 @@ class ModuleEmitter:
         (`a, _, b = expr`), and so on for items that are tuples themselves."""
         items, whole, arity = unpacks.get(id(node), (None, True, 0))
         if items is None:
-            return [_statement(f"{self._name_node(node, namer, names)} = {expr}")]
+            return [f"{self._name_node(node, namer, names)} = {expr}"]
         unpacked = self._unpack_target(items, arity, namer, names)
         if whole:  # the tuple is used as a whole too
             target = self._name_node(node, namer, names)
-            lines = [_statement(f"{target} = {expr}"), _statement(f"{unpacked} = {target}")]
+            lines = [f"{target} = {expr}", f"{unpacked} = {target}"]
         else:
-            lines = [_statement(f"{unpacked} = {expr}")]
+            lines = [f"{unpacked} = {expr}"]
         return lines + self._unpack_items(items, unpacks, namer, names)
 
     def _unpack_items(self, items: dict[int, Apply], unpacks: dict, namer, names) -> list[str]:
@@ -162,7 +161,7 @@ class ModuleEmitter:
             if id(item) in unpacks:
                 inner, _, arity = unpacks[id(item)]
                 unpacked = self._unpack_target(inner, arity, namer, names)
-                lines.append(_statement(f"{unpacked} = {names[id(item)]}"))
+                lines.append(f"{unpacked} = {names[id(item)]}")
                 lines += self._unpack_items(inner, unpacks, namer, names)
         return lines
 
@@ -388,11 +387,6 @@ def _local_graphs(graph: FuncGraph, nodes) -> list[FuncGraph]:
             if isinstance(n, Constant) and isinstance(n.value, FuncGraph):
                 todo.append(n.value)
     return list(found.values())
-
-
-def _statement(text: str) -> str:
-    """Normalise one statement through `ast` (validates and formats it)."""
-    return ast.unparse(ast.parse(text))
 
 
 def _literal(value) -> str | None:
