@@ -16,6 +16,7 @@ import pytest
 
 import k_transform as kt
 from k_transform.control import policy
+from k_transform.runtime import stack as rs
 
 
 def chain40(x):
@@ -88,3 +89,23 @@ def test_body_size_counts_one_iteration():
     assert policy.body_size(step, range(100), (X,)) == 3
     assert policy.unrolls(step, range(600), (X,))
     assert not policy.unrolls(step, range(700), (X,))
+
+
+def test_a_loop_of_a_derivative_keeps_the_short_limit():
+    """A carry holding a stack (K of a loop written as IR, at second order and
+    above) unrolls only up to `UNROLL_LIMIT`: each unrolled iteration would
+    carry its K-body and a reverse to every further order."""
+    step = lambda i, cr: (jnp.sin(cr[0]), cr[1])  # noqa: E731
+    stack = rs.stack_push(rs.stack_new(), X)
+    assert policy.unrolls(step, range(40), (X,))
+    assert not policy.unrolls(step, range(40), (X, stack))
+    assert policy.unrolls(step, range(policy.UNROLL_LIMIT), (X, stack))
+
+
+def test_jvp_and_hessian_through_an_unrolled_loop():
+    v = jnp.cos(X)
+    _, tangent = kt.jvp(chain40, (X,), (v,))
+    np.testing.assert_allclose(tangent, jax.jvp(chain40, (X,), (v,))[1], rtol=1e-5, atol=1e-6)
+    hv = kt.hvp(chain40, (X,), v)
+    want = jax.jvp(jax.grad(chain40), (X,), (v,))[1]
+    np.testing.assert_allclose(hv, want, rtol=1e-4, atol=1e-5)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 
+from k_transform.runtime.stack import is_stack
 from k_transform.runtime.values import shape_of
 
 UNROLL_LIMIT = 8
@@ -42,10 +43,22 @@ def unrolls_when_parsed(trips: int) -> bool:
 
 
 def unrolls(step, xs, carry) -> bool:
-    """Whether a run-time `for` of `step` over `xs` (static length) unrolls."""
+    """Whether a run-time `for` of `step` over `xs` (static length) unrolls.
+    A loop whose carry holds a stack is a loop of a derivative (K of a loop
+    written as IR, `control.k_loops`): unrolled, each of its iterations would
+    carry its K-body and a reverse to every further order, which its forward
+    jaxpr does not show (a Hessian-vector product through a 40-step chain
+    took 4x longer to its first result), so the budget is not used there."""
     if len(xs) <= UNROLL_LIMIT or changes_structure(step, xs, carry):
         return True
-    return len(xs) <= UNROLL_BUDGET and len(xs) * body_size(step, xs, carry) <= UNROLL_BUDGET
+    if len(xs) > UNROLL_BUDGET or _holds_stack(carry):
+        return False
+    return len(xs) * body_size(step, xs, carry) <= UNROLL_BUDGET
+
+
+def _holds_stack(carry) -> bool:
+    leaves = jax.tree_util.tree_leaves(carry, is_leaf=is_stack)
+    return any(is_stack(leaf) for leaf in leaves)
 
 
 def body_size(step, xs, carry) -> int:
