@@ -95,7 +95,7 @@ def test_a_loop_of_a_derivative_keeps_the_short_limit():
     """A carry holding a stack (K of a loop written as IR, at second order and
     above) unrolls only up to `UNROLL_LIMIT`: each unrolled iteration would
     carry its K-body and a reverse to every further order."""
-    step = lambda i, cr: (jnp.sin(cr[0]), cr[1])  # noqa: E731
+    step = lambda i, cr: (jnp.sin(cr[0]), *cr[1:])  # noqa: E731
     stack = rs.stack_push(rs.stack_new(), X)
     assert policy.unrolls(step, range(40), (X,))
     assert not policy.unrolls(step, range(40), (X, stack))
