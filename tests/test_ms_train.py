@@ -418,3 +418,84 @@ def test_model_needs_an_optimizer_and_a_finite_loss():
     model = kt.Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1))
     with pytest.raises(ValueError, match="loss is nan"):
         model.train(1, [(X, jnp.full((3, 2), jnp.nan))], callbacks=[kt.LossMonitor()])
+
+
+# -- CrossEntropyLoss, Softmax, LogSoftmax --------------------------------------------
+CE_X = np.array([[0.3, -1.2, 2.0, 0.5], [1.0, 0.1, -0.4, 0.7], [-0.5, 0.9, 0.2, -1.1]], np.float32)
+CE_Y = np.array([2, 0, 3], np.int32)
+CE_W = np.array([0.5, 1.0, 2.0, 1.5], np.float32)
+CE_P = np.array([[0.1, 0.2, 0.6, 0.1], [0.5, 0.5, 0, 0], [0, 0.25, 0.25, 0.5]], np.float32)
+
+# (arguments, labels, MindSpore 2.10's nn.CrossEntropyLoss on CE_X: a probe's output)
+CE_CASES = [
+    ({}, CE_Y, 1.2908802032470703),
+    ({"reduction": "none"}, CE_Y, [0.3691990375518799, 0.872958779335022, 2.6304826736450195]),
+    ({"weight": CE_W, "reduction": "sum"}, CE_Y, 5.120601654052734),
+    ({"weight": CE_W}, CE_Y, 1.2801504135131836),
+    ({"weight": CE_W, "label_smoothing": 0.2}, CE_Y, 1.3355354070663452),
+    (
+        {"weight": CE_W, "label_smoothing": 0.2, "reduction": "none"},
+        CE_Y,
+        [0.9980182647705078, 0.7749232649803162, 3.569200038909912],
+    ),
+    ({"weight": CE_W}, np.array([2, -100, 3], np.int32), 1.3383206129074097),
+    ({"reduction": "none"}, np.array([2, -100, 3], np.int32), [0.36919904, 0.0, 2.63048267]),
+    ({}, CE_P, 1.4858802556991577),
+    ({"weight": CE_W}, CE_P, 1.8137205839157104),
+    ({"weight": CE_W, "label_smoothing": 0.2}, CE_P, 1.866196632385254),
+]
+
+
+@JIT
+@pytest.mark.parametrize("case", range(len(CE_CASES)))
+def test_cross_entropy_loss_values_as_mindspore(case, jitted):
+    kwargs, labels, want = CE_CASES[case]
+    loss = nn.CrossEntropyLoss(**kwargs)
+    got = maybe_jit(loss, jitted)(jnp.asarray(CE_X), jnp.asarray(labels))
+    close(got, np.asarray(want, np.float32))
+
+
+def _ce_reference(x, labels, w, e):
+    """Index labels, "mean": the formula of the class docstring in jnp."""
+    logp = jax.nn.log_softmax(x, axis=-1)
+    valid = labels != -100
+    onehot = jax.nn.one_hot(jnp.where(valid, labels, 0), x.shape[-1])
+    w_y = (onehot @ w) * valid
+    per = -(onehot * logp).sum(-1) * w_y * (1 - e) - (logp @ w) * valid * e / x.shape[-1]
+    return per.sum() / w_y.sum()
+
+
+def test_cross_entropy_loss_gradient_matches_jax(mode):
+    x, labels = jnp.asarray(CE_X), jnp.asarray([2, -100, 3], jnp.int32)
+    loss = nn.CrossEntropyLoss(weight=jnp.asarray(CE_W), label_smoothing=0.1)
+    got = kt.grad(loss)(x, labels)
+    want = jax.grad(_ce_reference)(x, labels, jnp.asarray(CE_W), 0.1)
+    close(got, want)
+
+
+def test_cross_entropy_loss_spatial_and_single_example():
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32))
+    labels = jnp.asarray([[0, 3, 1], [2, 2, 0]], jnp.int32)
+    got = nn.CrossEntropyLoss(reduction="none")(x, labels)
+    want = -jnp.take_along_axis(jax.nn.log_softmax(x, axis=1), labels[:, None], axis=1)[:, 0]
+    close(got, want)
+    one = nn.CrossEntropyLoss()(jnp.asarray(CE_X[0]), jnp.asarray(2))
+    close(one, -jax.nn.log_softmax(jnp.asarray(CE_X[0]))[2])
+
+
+def test_softmax_and_log_softmax_cells(mode):
+    x = jnp.asarray(CE_X)
+    # MindSpore 2.10 probe, first row: softmax and log_softmax over the last axis
+    close(nn.Softmax()(x)[0], [0.12628664, 0.02817838, 0.69128788, 0.15424712])
+    close(nn.LogSoftmax()(x)[0], [-2.06919932, -3.56919932, -0.36919925, -1.86919928])
+    v = jnp.asarray(CE_P)
+
+    def f(x):
+        return jnp.sum(jax.nn.softmax(x, axis=0) * v) + jnp.sum(jax.nn.log_softmax(x) * v)
+
+    softmax, log_softmax = nn.Softmax(axis=0), nn.LogSoftmax()
+
+    def net_loss(x):
+        return jnp.sum(softmax(x) * v) + jnp.sum(log_softmax(x) * v)
+
+    close(kt.grad(net_loss)(x), jax.grad(f)(x))

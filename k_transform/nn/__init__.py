@@ -16,13 +16,20 @@ from k_transform.nn.layers import (
     Embedding,
     Flatten,
     LayerNorm,
+    LogSoftmax,
     MaxPool2d,
     ReLU,
     SequentialCell,
     Sigmoid,
+    Softmax,
     Tanh,
 )
-from k_transform.nn.loss import L1Loss, MSELoss, SoftmaxCrossEntropyWithLogits
+from k_transform.nn.loss import (
+    CrossEntropyLoss,
+    L1Loss,
+    MSELoss,
+    SoftmaxCrossEntropyWithLogits,
+)
 from k_transform.nn.metrics import Accuracy, Metric
 from k_transform.nn.optim import (
     SGD,
@@ -40,6 +47,9 @@ __all__ = [
     "Accuracy",
     "Cell",
     "CosineDecayLR",
+    "CrossEntropyLoss",
+    "LogSoftmax",
+    "Softmax",
     "ExponentialDecayLR",
     "L1Loss",
     "LearningRateSchedule",

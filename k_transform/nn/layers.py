@@ -287,6 +287,28 @@ class Sigmoid(Cell):
         return jax.nn.sigmoid(x)
 
 
+class Softmax(Cell):
+    """softmax over `axis` (default -1, as MindSpore's `nn.Softmax`)."""
+
+    def __init__(self, axis=-1):
+        super().__init__()
+        self.axis = axis
+
+    def construct(self, x):
+        return jax.nn.softmax(x, axis=self.axis)
+
+
+class LogSoftmax(Cell):
+    """log(softmax) over `axis` (default -1), computed stably."""
+
+    def __init__(self, axis=-1):
+        super().__init__()
+        self.axis = axis
+
+    def construct(self, x):
+        return jax.nn.log_softmax(x, axis=self.axis)
+
+
 class Flatten(Cell):
     """(N, ...) -> (N, prod(...))."""
 
@@ -389,4 +411,11 @@ class CellList(Cell):
         return len(self.cell_list)
 
 
-ACTIVATIONS = {"relu": ReLU, "gelu": GELU, "tanh": Tanh, "sigmoid": Sigmoid}
+ACTIVATIONS = {
+    "relu": ReLU,
+    "gelu": GELU,
+    "tanh": Tanh,
+    "sigmoid": Sigmoid,
+    "softmax": Softmax,
+    "logsoftmax": LogSoftmax,
+}
