@@ -499,3 +499,47 @@ def test_softmax_and_log_softmax_cells(mode):
         return jnp.sum(softmax(x) * v) + jnp.sum(log_softmax(x) * v)
 
     close(kt.grad(net_loss)(x), jax.grad(f)(x))
+
+
+class _DropNet(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(np.linspace(0.5, 1.5, 16).astype(np.float32))
+        self.drop = nn.Dropout(p=0.5, seed=3)
+
+    def construct(self, x):
+        return jnp.sum(self.drop(x * self.w) ** 2)
+
+
+def test_dropout_draws_from_its_own_key_state():
+    """`dropout(x)` as MindSpore users call it: a new mask per training call
+    (eagerly, under kt.jit, inside gradient steps); the identity in eval."""
+    x = jnp.ones(16)
+    for jitted in (False, True):
+        drop = nn.Dropout(p=0.5, seed=1)
+        drop.set_train(True)
+        fn = maybe_jit(drop, jitted)
+        a, b = np.asarray(fn(x)), np.asarray(fn(x))
+        assert not np.array_equal(a, b)
+        assert set(np.unique(np.concatenate([a, b]))) <= {0.0, 2.0}
+        key = np.asarray(drop.key.data)
+        c = fn(x, jax.random.PRNGKey(7))  # an explicit key leaves the state alone
+        np.testing.assert_array_equal(np.asarray(drop.key.data), key)
+        keep = jax.random.bernoulli(jax.random.PRNGKey(7), 0.5, (16,))
+        close(c, jnp.where(keep, 2.0, 0.0))
+    net = _DropNet()
+    net.set_train(True)
+    grad_fn = kt.GradOperation(get_by_list=True)(net, kt.ParameterTuple(net.trainable_params()))
+    key = jnp.asarray(net.drop.key.data)
+    first, second = grad_fn(x)[0], grad_fn(x)[0]
+    assert not np.array_equal(np.asarray(first), np.asarray(second))
+    # the first step's mask is the one the Cell's key gives: oracle by jax.grad
+    mask = jax.random.bernoulli(jax.random.split(key)[1], 0.5, (16,))
+
+    def ref(w):
+        return jnp.sum(jnp.where(mask, x * w / 0.5, 0.0) ** 2)
+
+    close(first, jax.grad(ref)(net.w.data))
+    assert [p.name for p in net.trainable_params()] == ["w"]
+    net.set_train(False)
+    close(net(x), jnp.sum((x * net.w.data) ** 2))

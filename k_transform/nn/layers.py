@@ -19,6 +19,7 @@ import numpy as np
 from k_transform import ops
 from k_transform.cell import Cell, Parameter
 from k_transform.common import initializer as init
+from k_transform.common.seed import generator
 from k_transform.ops.state import Assign
 
 ASSIGN = Assign()
@@ -322,11 +323,15 @@ class Dropout(Cell):
     `keep_prob` (= 1 - p, the first positional argument, default 0.5) is
     MindSpore's deprecated spelling and is used only when `p` is None.
 
-    Randomness is explicit (a difference from MindSpore): pass a `jax.random`
-    key as the second argument.
+    `dropout(x)` draws its mask from the Cell's own key, a non-trainable
+    Parameter (`self.key`, seeded from `kt.set_seed`'s generator or `seed=`)
+    that each training call splits and advances with `ops.Assign`, so calls
+    draw different masks eagerly, under `kt.jit` and inside training steps
+    (the new key is state written back after the call). `dropout(x, key)`
+    uses the `jax.random` key given instead and leaves the state alone.
     """
 
-    def __init__(self, keep_prob=0.5, p=None, dtype=np.float32):
+    def __init__(self, keep_prob=0.5, p=None, dtype=np.float32, seed=None):
         super().__init__()
         if p is not None:
             if not 0.0 <= p < 1.0:
@@ -336,10 +341,16 @@ class Dropout(Cell):
             raise ValueError(f"Dropout keep_prob must be in (0, 1], got {keep_prob}")
         self.p = p
         self.keep_prob = keep_prob
+        seed = int(generator().randint(2**31)) if seed is None else int(seed)
+        self.key = Parameter(np.asarray(jax.random.PRNGKey(seed)), requires_grad=False)
 
-    def construct(self, x, key):
+    def construct(self, x, key=None):
         if not self.training or self.keep_prob >= 1.0:
             return x
+        if key is None:
+            keys = jax.random.split(jnp.asarray(self.key))
+            ASSIGN(self.key, keys[0])
+            key = keys[1]
         keep = jax.random.bernoulli(key, self.keep_prob, jnp.shape(x))
         return jnp.where(keep, x / self.keep_prob, 0.0)
 
