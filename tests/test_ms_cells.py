@@ -211,6 +211,13 @@ LAYERS = {
     "Tanh": (nn.Tanh, (VEC,), lambda p, x: jnp.tanh(x)),
     "Sigmoid": (nn.Sigmoid, (VEC,), lambda p, x: 1.0 / (1.0 + jnp.exp(-x))),
     "Flatten": (nn.Flatten, (IMG,), lambda p, x: x.reshape(2, -1)),
+    "Softmax": (nn.Softmax, (VEC,), lambda p, x: jax.nn.softmax(x, axis=-1)),
+    "LogSoftmax": (nn.LogSoftmax, (VEC,), lambda p, x: jax.nn.log_softmax(x, axis=-1)),
+    "CrossEntropyLoss": (
+        nn.CrossEntropyLoss,
+        (VEC, LABELS),
+        lambda p, lg, lb: jnp.mean(cross_entropy_ref(lg, lb)),
+    ),
     "Dropout": (lambda: nn.Dropout(0.5), (VEC, KEY), lambda p, x, key: x),
     "Dropout (training)": (lambda: nn.Dropout(0.5).set_train(True), (VEC, KEY), _dropout),
     "LayerNorm": (lambda: nn.LayerNorm(4), (VEC,), _layer_norm),

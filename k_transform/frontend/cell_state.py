@@ -13,19 +13,27 @@ through any local variable (MindSpore's graph mode cuts them there, with a
 warning; its PyNative mode and ours do not).
 
 Run as plain Python (`net(x)`), the assignment changes the object as Python
-does. Under a transform the object is not written back: attributes are read
-at transform time, like every attribute of a bound `self`. So an attribute
-the method may read before assigning it (`self.count += 1`: state carried
-from call to call, which MindSpore's graph mode writes back) is refused with
-a KTransformError rather than silently reset each call; so is assigning a
-Parameter (it changes through `ops.assign`) or a Cell attribute.
+does. Under a transform the final value is written back after the call, as
+MindSpore's graph mode does: before each `return` of the method (and at its
+end) the rewrite adds `self._kt_assign(self._kt_slot_a, _kt_self_a)`, an
+`ops.Assign` of the value to a `runtime.state.AttrSlot` that sets the
+attribute when the call's state updates are written back. (An attribute the
+object lacks at parse time starts as None, so a call that does not assign it
+leaves it None.) An attribute the method may read before assigning it
+(`self.count += 1`: state carried from call to call) is refused with a
+KTransformError, since the value would be read at transform time; so is
+assigning a Parameter (it changes through `ops.assign`) or a Cell attribute.
 """
 
 from __future__ import annotations
 
+import ast
+
 import gast
 
 from k_transform.frontend.desugar import exposed_names
+from k_transform.ops.state import Assign
+from k_transform.runtime.state import AttrSlot
 
 PREFIX = "_kt_self_"
 
@@ -104,16 +112,52 @@ def localize_self_attributes(fdef, self_name: str, bound_self, error) -> None:
             node,
         )
     first = fdef.body[0]
-    prologue = []
+    prologue = [_stmt(f"{PREFIX}{attr} = {self_name}.{attr}", first) for attr in attrs]
     for attr in attrs:
-        if hasattr(bound_self, attr):
-            load = gast.Name(id=self_name, ctx=gast.Load(), annotation=None, type_comment=None)
-            read = gast.Attribute(value=load, attr=attr, ctx=gast.Load())
-            store = gast.Name(
-                id=PREFIX + attr, ctx=gast.Store(), annotation=None, type_comment=None
-            )
-            stmt = gast.Assign(targets=[store], value=read, type_comment=None)
-            for n in gast.walk(stmt):
-                gast.copy_location(n, first)
-            prologue.append(stmt)
+        if not hasattr(bound_self, attr):
+            object.__setattr__(bound_self, attr, None)
+        if not isinstance(bound_self.__dict__.get(f"_kt_slot_{attr}"), AttrSlot):
+            object.__setattr__(bound_self, f"_kt_slot_{attr}", AttrSlot(bound_self, attr))
+    object.__setattr__(bound_self, "_kt_assign", Assign())
     fdef.body[:0] = prologue
+    _WriteBack(self_name, attrs).visit(fdef)
+    if not isinstance(fdef.body[-1], gast.Return):
+        fdef.body.extend(_write_back(self_name, attrs, fdef.body[-1]))
+
+
+def _stmt(text: str, where):
+    """The statement `text` as gast, located at `where`."""
+    stmt = gast.ast_to_gast(ast.parse(text)).body[0]
+    for n in gast.walk(stmt):
+        gast.copy_location(n, where)
+    return stmt
+
+
+def _write_back(self_name: str, attrs: list[str], where) -> list:
+    return [
+        _stmt(f"{self_name}._kt_assign({self_name}._kt_slot_{a}, {PREFIX}{a})", where)
+        for a in attrs
+    ]
+
+
+class _WriteBack(gast.NodeTransformer):
+    """`return e` -> `_kt_ret = e`, the write-backs, `return _kt_ret` (not in nested defs)."""
+
+    def __init__(self, self_name: str, attrs: list[str]):
+        self.self_name, self.attrs = self_name, attrs
+
+    def visit_FunctionDef(self, node):
+        if getattr(self, "_inside", False):
+            return node  # a nested def's returns are its own
+        self._inside = True
+        return self.generic_visit(node)
+
+    def visit_Lambda(self, node):
+        return node
+
+    def visit_Return(self, node):
+        value = node.value or gast.Constant(value=None, kind=None)
+        keep = _stmt(f"{PREFIX}ret = None", node)
+        keep.value = value
+        done = _stmt(f"return {PREFIX}ret", node)
+        return [keep, *_write_back(self.self_name, self.attrs, node), done]

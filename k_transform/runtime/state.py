@@ -43,6 +43,26 @@ def read_param(param):
     return param.data
 
 
+class AttrSlot:
+    """An attribute a transformed method assigns (`self.h = v` in `construct`),
+    written back like an assigned Parameter: the method ends with an `Assign`
+    of the attribute's final value to this slot (`frontend/cell_state.py`),
+    and after the call `set_data` sets the attribute, as MindSpore's graph
+    mode does. Its `data` is None: the method never reads it."""
+
+    __kt_parameter__ = True
+    requires_grad = False
+    keeps_type = True  # any value: no cast to the old value's dtype
+
+    def __init__(self, owner, attr: str):
+        self.owner, self.attr = owner, attr
+        self.name = f"self.{attr}"
+        self.data = None
+
+    def set_data(self, value) -> None:
+        setattr(self.owner, self.attr, value)
+
+
 def assign(param, value):
     """`param = value`, in program order: bound in the current scope, or set."""
     if not _param_scopes:
@@ -50,7 +70,8 @@ def assign(param, value):
         return value
     scope = _param_scopes[-1]
     old = scope.bindings.get(id(param), param.data)
-    value = jnp.asarray(value, jnp.result_type(old))
+    if not getattr(param, "keeps_type", False):
+        value = jnp.asarray(value, jnp.result_type(old))
     scope.params[id(param)] = param
     scope.bindings[id(param)] = value
     scope.updates[id(param)] = value
