@@ -101,3 +101,37 @@ def test_assign_inside_a_traced_loop_is_a_clear_error():
     m = jnp.ones((12, 3))  # more rows than the unroll limit: lax.scan
     with pytest.raises(kt.KTransformError, match="Assign inside a traced loop"):
         kt.GradOperation()(AssignInLoop())(m)
+
+
+class AssignsInAStaticLoop(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(np.full(3, 0.9, np.float32))
+        self.total = kt.Parameter(np.zeros(3, np.float32), requires_grad=False)
+
+    def construct(self, x, n):
+        y = x
+        for _ in range(n):
+            y = jnp.sin(y) * self.w
+            ASSIGN(self.total, self.total + y)
+        return jnp.sum(y)
+
+
+def test_assign_in_a_static_loop_the_unroll_budget_unrolls():
+    """20 trips fit the unroll budget: the loop unrolls, and its Assigns run
+    once per iteration (deciding that traces the body on abstract values,
+    which must not leave its Assign's values in the state)."""
+    net = AssignsInAStaticLoop()
+    grad_fn = kt.GradOperation(get_by_list=True)(net, kt.ParameterTuple([net.w]))
+    x = jnp.asarray([0.3, -0.5, 1.0])
+    got = grad_fn(x, 20)
+
+    def ref(w):
+        y, total = x, jnp.zeros(3)
+        for _ in range(20):
+            y = jnp.sin(y) * w
+            total = total + y
+        return jnp.sum(y), total
+
+    np.testing.assert_allclose(got[0], jax.grad(lambda w: ref(w)[0])(jnp.full(3, 0.9)), rtol=1e-5)
+    np.testing.assert_allclose(net.total.data, ref(jnp.full(3, 0.9))[1], rtol=1e-5)

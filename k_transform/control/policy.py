@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform.runtime.stack import is_stack
+from k_transform.runtime.state import forked
 from k_transform.runtime.values import shape_of
 
 UNROLL_LIMIT = 8
@@ -82,7 +83,8 @@ def body_size(step, xs, carry) -> int:
     slower unrolled; an RNN of 32 steps reading `xs[t]` 1.5x)."""
     first = jax.ShapeDtypeStruct((), jnp.int32) if isinstance(xs, range) else _first(xs)
     try:
-        jaxpr = jax.make_jaxpr(step)(first, shape_of(carry))
+        with forked():  # an `ops.Assign` in the body stays in the probe
+            jaxpr = jax.make_jaxpr(step)(first, shape_of(carry))
     except Exception:  # noqa: BLE001 -- a body needing a concrete counter: the scan it
         return UNROLL_BUDGET + 1  # gets instead reports what went wrong, as before
     names = {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 
@@ -76,6 +78,12 @@ def assign(param, value):
     scope.bindings[id(param)] = value
     scope.updates[id(param)] = value
     return value
+
+
+def forked():
+    """A scope for probing code on abstract values: what it assigns stays in
+    the fork (a no-op context outside any scope)."""
+    return param_scope(parent=_param_scopes[-1]) if _param_scopes else contextlib.nullcontext()
 
 
 def assigned_in(fn, *args) -> list[int]:
