@@ -9,6 +9,15 @@ float32 vector of SIZE entries, for n in 10, 100, 1,000 and 10,000:
 - `for_program(x, n)`: `for _ in range(n)` with a static n (a `lax.scan`
   under jit once n > 8).
 
+Checkpointed loops (`checkpointed` in the results): the same `while` under the
+user's own `jax.jit(kt.grad(...))`, which cannot retrace, so it keeps at most
+`loop_bound` (1,024) + 64 checkpoints and recomputes the rest
+(`k_transform/control/checkpoint.py`), for n up to 1,000,000 on a vector of
+CKPT_SIZE entries: time, XLA's memory estimate, and the recompute factor
+(iterations run in all / n: forward, recomputation and reverse count 1 each
+per iteration in a store-everything scan, i.e. 2.0), against the scan storing
+every carry (at 1,000,000 only compiled for its memory estimate, not run).
+
 The baseline is `jax.jit(jax.grad(scan_program))`, the same iteration written
 with `lax.scan`. Times are medians over REPEATS calls, alternating between
 the contenders so drift hits all of them alike; `first_call_s` includes
@@ -37,6 +46,8 @@ from bench.common import memory
 
 SIZE = 1024
 TRIP_COUNTS = (10, 100, 1_000, 10_000)
+CKPT_SIZE = 64
+CKPT_TRIP_COUNTS = (10, 5_000, 100_000, 1_000_000)
 REPEATS = 7
 
 
@@ -114,11 +125,51 @@ def bench_trip_count(n: int, x) -> dict:
     return results
 
 
+def bench_checkpointed(n: int, x) -> dict:
+    """The user's jax.jit of kt's gradient of the `while` vs the scan."""
+    kt_user = jax.jit(kt.GradOperation()(while_program))
+    scan_grad = jax.jit(jax.grad(scan_program), static_argnums=1)
+    stop = jnp.float32(n)
+    results = {
+        "kt_user_jit": {"first_call_s": _timed(kt_user, (x, stop))},
+        "jax_scan": {"memory": memory(scan_grad, (x, n))},
+    }
+    run_scan = n <= 100_000
+    if run_scan:
+        results["jax_scan"]["first_call_s"] = _timed(scan_grad, (x, n))
+        want = np.asarray(scan_grad(x, n))
+        np.testing.assert_allclose(np.asarray(kt_user(x, stop)), want, rtol=1e-3, atol=1e-4)
+    repeats = 3 if n >= 100_000 else REPEATS
+    times = {"kt_user_jit": [], "jax_scan": []}
+    for _ in range(repeats):
+        kt.runtime.bounds.recompute_stats.clear()
+        times["kt_user_jit"].append(_timed(kt_user, (x, stop)))
+        if run_scan:
+            times["jax_scan"].append(_timed(scan_grad, (x, n)))
+    ((trips, recomputed),) = kt.runtime.bounds.recompute_stats.values()
+    kt_r = results["kt_user_jit"]
+    kt_r["median_s"] = statistics.median(times["kt_user_jit"])
+    kt_r["memory"] = memory(kt_user, (x, stop))
+    kt_r["recomputed_iterations"] = recomputed
+    kt_r["recompute_factor"] = (2 * trips + recomputed) / max(trips, 1)
+    base = results["jax_scan"]
+    if run_scan:
+        base["median_s"] = statistics.median(times["jax_scan"])
+        kt_r["time_ratio_vs_scan"] = kt_r["median_s"] / base["median_s"]
+    if kt_r["memory"] and base["memory"]:
+        kt_r["memory_ratio_vs_scan"] = (
+            kt_r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
+        )
+    return results
+
+
 def run() -> dict:
     kt.set_mode("graph")
     x = jnp.asarray(np.random.RandomState(0).uniform(-1.0, 1.0, SIZE), jnp.float32)
     start = time.perf_counter()
     by_n = {str(n): bench_trip_count(n, x) for n in TRIP_COUNTS}
+    small = x[:CKPT_SIZE] * 0.1
+    checkpointed = {str(n): bench_checkpointed(n, small) for n in CKPT_TRIP_COUNTS}
     return {
         "benchmark": "loops",
         "size": SIZE,
@@ -128,6 +179,7 @@ def run() -> dict:
         "python": platform.python_version(),
         "wall_s": time.perf_counter() - start,
         "trip_counts": by_n,
+        "checkpointed": checkpointed,
     }
 
 
@@ -141,6 +193,16 @@ def summary(results: dict) -> str:
                 f"{n:>6} {name:<13} {r['median_s'] * 1e3:>10.3f} "
                 f"{r['first_call_s']:>8.2f} {mem:>11.2f}"
             )
+    lines.append(f"{'n':>8} checkpointed  {'kt ms':>9} {'scan ms':>9} {'kt MiB':>8} "
+                 f"{'scan MiB':>9} {'recompute':>9}")
+    for n, r in results.get("checkpointed", {}).items():
+        k, b = r["kt_user_jit"], r["jax_scan"]
+        scan_ms = b.get("median_s", float("nan")) * 1e3
+        lines.append(
+            f"{n:>8} {'':12} {k['median_s'] * 1e3:>9.1f} {scan_ms:>9.1f} "
+            f"{k['memory'].get('total_bytes', 0) / 2**20:>8.2f} "
+            f"{b['memory'].get('total_bytes', 0) / 2**20:>9.2f} {k['recompute_factor']:>9.2f}"
+        )
     return "\n".join(lines)
 
 

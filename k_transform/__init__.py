@@ -39,7 +39,7 @@ from k_transform.grad import (
     vjp,
 )
 from k_transform.ir.primitive import Primitive
-from k_transform.runtime.bounds import set_loop_bound
+from k_transform.runtime.bounds import set_for_checkpoints, set_loop_bound
 from k_transform.train import (
     Callback,
     LossMonitor,
@@ -95,6 +95,7 @@ __all__ = [
     "nn",
     "ops",
     "set_loop_bound",
+    "set_for_checkpoints",
     "set_unroll_budget",
     "set_mode",
     "stop_gradient",

@@ -62,7 +62,12 @@ from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
-from k_transform.runtime.bounds import LoopBoundExceeded, bounded_loops, set_loop_bound
+from k_transform.runtime.bounds import (
+    LoopBoundExceeded,
+    bounded_loops,
+    retracing,
+    set_loop_bound,
+)
 from k_transform.transforms import GradSpec, first_output_graph, grad_graph, jvp_graph
 
 _mode = {"jit": True}
@@ -159,9 +164,12 @@ class CompiledGraph:
         if key not in self._jitted:
             self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         traced = tuple(a for k, a in enumerate(args) if k not in static)
+        # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
+        retrace = not rt.any_traced((values, traced))
         for _ in range(MAX_RETRACES):
             try:
-                return self._write_back(self._jitted[key](values, traced))
+                with retracing(retrace):
+                    return self._write_back(self._jitted[key](values, traced))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raise

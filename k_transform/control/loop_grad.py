@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform import runtime as rt
-from k_transform.control import policy
+from k_transform.control import checkpoint, policy
 from k_transform.control import runtime as ctl
 from k_transform.errors import KTransformError
 from k_transform.runtime import bounds
@@ -115,6 +115,10 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
     step = lambda cr: tuple(body_k(*cr, *inv)[0])  # noqa: E731
     carry = ctl.settle_carry(step, carry, where, None, grads)
+    if not bounds.can_retrace() and not rs.has_stacks(carry):
+        step_i = lambda i, cr: ctl.like_carry(step(cr), cr, grads)  # noqa: E731
+        running = lambda i, cr: ctl.condition(cond_fn(*cr, *inv), "while", where)  # noqa: E731
+        return _checkpointed(body_k, step_i, running, carry, inv, loop_bound(where), where)
     bound = loop_bound(where)
     buffer = jax.tree_util.tree_map(
         lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), rs.light(carry)
@@ -150,12 +154,11 @@ def _fill_zeros(d_carry, final):
     )
 
 
-def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None):
-    """Run `step_grad(k, d_carry) -> (env, [d_item], d_carry..., d_inv...)` for
-    k = n-1 .. 0 under lax; returns (env, d_carry, d_inv) [+ stacked d_items]."""
-    n_carry = len(carry)
+def _sweep_parts(step_grad, d_carry, n_carry: int, has_item: bool):
+    """What a reverse sweep over `step_grad(k, d_carry) -> (env, [d_item],
+    d_carry..., d_inv...)` starts from: `(env0, d_inv0, d_carry, unpack)`,
+    `unpack(g) -> (env, d_item, d_carry, d_inv)` fitted to fixed structures."""
     shape = jax.eval_shape(lambda: step_grad(jnp.asarray(0), d_carry))
-    has_item = items is not None
     env0 = _zeros_of(shape[0])
     inv_shape = shape[1 + has_item + n_carry :]
     d_inv0 = tuple(_zeros_of(s) if s is not None else None for s in inv_shape)
@@ -166,6 +169,15 @@ def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None)
         d_item = g[1] if has_item else None
         rest = g[1 + has_item :]
         return g[0], d_item, tuple(rest[:n_carry]), tuple(rest[n_carry:])
+
+    return env0, d_inv0, d_carry, unpack
+
+
+def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None):
+    """Run `step_grad(k, d_carry) -> (env, [d_item], d_carry..., d_inv...)` for
+    k = n-1 .. 0 under lax; returns (env, d_carry, d_inv) [+ stacked d_items]."""
+    has_item = items is not None
+    env0, d_inv0, d_carry, unpack = _sweep_parts(step_grad, d_carry, len(carry), has_item)
 
     if dynamic:
 
@@ -189,6 +201,39 @@ def _reverse_sweep(step_grad, n, d_carry, carry, inv, dynamic: bool, items=None)
         scan_body, (env0, d_carry, d_inv0), jnp.arange(n), reverse=True
     )
     return env, d_cr, d_iv, d_items
+
+
+def _checkpointed(body_k, step, running, carry, inv, slots: int, where: str, head=None):
+    """A traced loop whose reverse sweep recomputes carries from at most
+    `slots` checkpoints (`control/checkpoint.py`): a `while` under a jit that
+    cannot retrace, or a long `for` (`kt.set_for_checkpoints`). `head(i)` is
+    iteration i's loop variable (a `for`), None for a `while`. Returns
+    `(final, bprop)`, `bprop(d_carry) -> (env, d_carry, d_inv)`."""
+    n, final, saved = checkpoint.record(step, running, carry, slots)
+
+    def k_body(i, cr):
+        return body_k(*([] if head is None else [head(i)]), *cr, *inv)
+
+    def bprop(d_carry):
+        d_carry = _fill_zeros(d_carry, final)
+        step_grad = lambda i, d_cr: k_body(i, final)[1](d_cr)  # noqa: E731 - shapes only
+        has_item = head is not None
+        env0, d_inv0, d_carry, unpack = _sweep_parts(step_grad, d_carry, len(carry), has_item)
+
+        def grad_step(i, cr, d_cr):
+            env, _, d_cr, d_inv = unpack(k_body(i, cr)[1](d_cr))
+            return d_cr, (env, d_inv)
+
+        def add(acc, new):
+            return rt.add_grad(acc[0], new[0]), rt.add_grad(acc[1], new[1])
+
+        d_cr, (env, d_inv), recomputed = checkpoint.reverse(
+            step, grad_step, n, saved, d_carry, (env0, d_inv0), add
+        )
+        jax.debug.callback(bounds.record_recompute, where, n, recomputed)
+        return env, d_cr, d_inv
+
+    return final, bprop
 
 
 def for_range_fprop(
@@ -219,7 +264,7 @@ def for_range_fprop(
     final, bprop_scan = _traced_scan(step_k, xs, carry, inv, where, grads)
 
     def bprop(d_out):
-        env, d_carry, d_inv, _ = bprop_scan(tuple(d_out))
+        env, d_carry, d_inv, *_ = bprop_scan(tuple(d_out))
         return (env, None, None, None, None, *d_carry, *d_inv)
 
     return final, bprop
@@ -242,7 +287,7 @@ def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool =
             return (env, d_seq, None, *d_carry, *_inv_grads(d_inv, inv))
 
         return carry, bprop
-    final, bprop_scan = _traced_scan(step_k, seq, carry, inv, where, grads)
+    final, bprop_scan = _traced_scan(step_k, seq, carry, inv, where, grads, items=True)
 
     def bprop(d_out):
         env, d_carry, d_inv, d_items = bprop_scan(tuple(d_out))
@@ -262,8 +307,10 @@ def _stack_items(d_items, seq, is_array):
     return jnp.stack(zeros)
 
 
-def _traced_scan(step_k, xs, carry, inv, where, grads):
-    """Forward `lax.scan` storing carries; returns (carry, bprop)."""
+def _traced_scan(step_k, xs, carry, inv, where, grads, items=False):
+    """Forward `lax.scan` storing carries; returns (carry, bprop). A `for`
+    over a range (not `items`, rows of an array) longer than
+    `kt.set_for_checkpoints(slots)` keeps checkpoints instead."""
     first = xs[0]
     n = xs.shape[0]
     step = lambda x, cr: tuple(step_k(x, cr, inv)[0])  # noqa: E731
@@ -272,6 +319,12 @@ def _traced_scan(step_k, xs, carry, inv, where, grads):
     def body(cr, x):
         return ctl.like_carry(step(x, cr), cr, grads), rs.light(cr)
 
+    slots = bounds.for_checkpoints()
+    if slots is not None and n > slots and not rs.has_stacks(carry) and not items:
+        step_i = lambda i, cr: ctl.like_carry(step(xs[i], cr), cr, grads)  # noqa: E731
+        running = lambda i, cr: i < n  # noqa: E731
+        body_k = lambda x, *rest: step_k(x, rest[: len(carry)], rest[len(carry) :])  # noqa: E731
+        return _checkpointed(body_k, step_i, running, carry, inv, slots, where, lambda i: xs[i])
     final, stored = lax.scan(body, carry, xs)
     rs.check_stacks(final, where)
 

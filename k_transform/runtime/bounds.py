@@ -15,6 +15,12 @@ from k_transform.errors import KTransformError
 
 DEFAULT_LOOP_BOUND = 1024
 _bounds: dict[str, int] = {}
+# A traced `for` over a range stores every carry unless set (`set_for_checkpoints`).
+_for_checkpoints: dict[str, int | None] = {"slots": None}
+# Whether the program being traced is run by a gradient function that catches
+# LoopBoundExceeded and retraces (`retracing`); under a user's own `jax.jit`
+# nothing can, and a `while` checkpoints instead (`control/checkpoint.py`).
+_retrace: dict[str, bool] = {"on": False}
 
 
 class LoopBoundExceeded(KTransformError):
@@ -34,6 +40,52 @@ def set_loop_bound(bound: int, where: str | None = None) -> None:
         DEFAULT_LOOP_BOUND = int(bound)
     else:
         _bounds[where] = int(bound)
+
+
+def set_for_checkpoints(slots: int | None) -> int | None:
+    """A traced `for` over a range of more than `slots` trips keeps `slots`
+    checkpoints (plus a few for the reverse sweep) instead of every carry,
+    recomputing the rest in the reverse sweep (O(log) times the forward's
+    work); None (the default) stores every carry. Returns the old setting."""
+    if slots is not None and (int(slots) < 2 or int(slots) % 2):
+        raise KTransformError(f"set_for_checkpoints: an even number >= 2 or None, not {slots}")
+    old = _for_checkpoints["slots"]
+    _for_checkpoints["slots"] = None if slots is None else int(slots)
+    return old
+
+
+def for_checkpoints() -> int | None:
+    return _for_checkpoints["slots"]
+
+
+class retracing:
+    """Within it, tracing is done for a gradient function that retraces when
+    a `while` outgrows its buffer (so that buffer may simply raise)."""
+
+    def __init__(self, on: bool = True):
+        self.on = on
+
+    def __enter__(self):
+        self.saved = _retrace["on"]
+        _retrace["on"] = self.on
+        return self
+
+    def __exit__(self, *exc):
+        _retrace["on"] = self.saved
+        return False
+
+
+def can_retrace() -> bool:
+    return _retrace["on"]
+
+
+# The last run of each checkpointed loop: (trips, iterations recomputed).
+recompute_stats: dict[str, tuple[int, int]] = {}
+
+
+def record_recompute(where: str, n, recomputed) -> None:
+    """Called (a debug callback) after a checkpointed loop's reverse sweep."""
+    recompute_stats[where] = (int(n), int(recomputed))
 
 
 # Concrete `while` loops (eager mode, Python conditions) of gradient and jvp

@@ -191,6 +191,17 @@ def check_stacks(carry, where: str) -> None:
 
 
 # -- storing a loop's carries per iteration -----------------------------------------
+def has_stacks(tree) -> bool:
+    """Whether `tree` (a loop's carry) holds a stack."""
+    if isinstance(tree, (BufStack, PyStack)):
+        return True
+    if isinstance(tree, (tuple, list)):
+        return any(has_stacks(t) for t in tree)
+    if isinstance(tree, dict):
+        return any(has_stacks(t) for t in tree.values())
+    return False
+
+
 def light(tree):
     """`tree` with each BufStack replaced by its count (see the module docstring)."""
     if isinstance(tree, BufStack):
