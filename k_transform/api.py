@@ -33,17 +33,18 @@ from k_transform.transforms import GradSpec, grad_graph
 _RENDERED = ("svg", "png", "jpeg", "jpg", "json", "plain")
 
 
-def graph_of(fn) -> FuncGraph:
+def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
     """The verified FuncGraph of a function, bound method, Cell (its
     `construct`), graph, or compiled/gradient function (its graph, so
     gradients of gradients compose); wrappers (`jax.jit`, `functools.wraps`),
     `functools.partial` and callable objects are read as
-    `k_transform.frontend.callables` says."""
+    `k_transform.frontend.callables` says. `star_arity`: the number of
+    values in a `*args` parameter, to specialise the graph to (`parse`)."""
     if isinstance(fn, FuncGraph):
         return fn
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
-    graph = parse(fn)  # a Cell: its `construct`, through its own `bprop` if it has one
+    graph = parse(fn, star_arity=star_arity)  # a Cell: its `construct`, through its own `bprop` if it has one
     verify(graph)
     return graph
 

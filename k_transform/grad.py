@@ -68,7 +68,13 @@ from k_transform.runtime.bounds import (
     retracing,
     set_loop_bound,
 )
-from k_transform.transforms import GradSpec, first_output_graph, grad_graph, jvp_graph
+from k_transform.transforms import (
+    GradSpec,
+    as_weights,
+    first_output_graph,
+    grad_graph,
+    jvp_graph,
+)
 
 _mode = {"jit": True}
 
@@ -390,17 +396,6 @@ def _drop_constants(result, spec: GradSpec, constant: set):
     return (inputs, result[1]) if spec.weights is not None else inputs
 
 
-def _split_aux(out):
-    """`(out, aux)` of a `has_aux` output `(out, *aux)`: one aux value bare,
-    several as a tuple (MindSpore's vjp, jvp, jacfwd and jacrev)."""
-    if not isinstance(out, (tuple, list)) or len(out) < 2:
-        raise KTransformError(
-            "has_aux=True: the function must return a tuple (output, aux, ...), not "
-            f"{type(out).__name__}"
-        )
-    return out[0], (out[1] if len(out) == 2 else tuple(out[1:]))
-
-
 _first_outputs: dict[int, tuple] = {}
 
 
@@ -433,6 +428,16 @@ def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
             where.append((len(flat), None))
         flat.append(bound.arguments[name])
     return tuple(flat), where
+
+
+def _takes_star_args(fn) -> bool:
+    """Whether `fn` (a Cell: its `construct`) has a `*args` parameter."""
+    target = callables.unwrap(fn.construct if isinstance(fn, Cell) else fn)
+    try:
+        params = inspect.signature(target, follow_wrapped=False).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def _positions(inputs, n: int) -> tuple[int, ...]:
@@ -478,25 +483,6 @@ def _grow_loop_bound(exc: Exception) -> bool:
     return True
 
 
-def _as_weights(weights) -> tuple[tuple | None, bool]:
-    """(Parameters, single) from a Parameter, a ParameterTuple, a list or None."""
-    if weights is None:
-        return None, False
-    if isinstance(weights, Parameter):
-        return (weights,), True
-    try:
-        weights = tuple(weights)
-    except TypeError:
-        raise KTransformError(
-            f"weights must be a Parameter, a ParameterTuple or a list of Parameters, not "
-            f"{type(weights).__name__}"
-        ) from None
-    for w in weights:
-        if not isinstance(w, Parameter):
-            raise KTransformError(f"weights must be Parameters, got {type(w).__name__}")
-    return weights, False
-
-
 class GradOperation:
     """MindSpore's GradOperation: `GradOperation(get_all, get_by_list, sens_param)(fn, weights)`.
 
@@ -523,7 +509,7 @@ class GradOperation:
     def __call__(self, fn, weights=None) -> GradFunction:
         if self.get_by_list and weights is None:  # MindSpore: all trainable Parameters
             weights = _trainable_params(fn)
-        params, single = _as_weights(weights) if self.get_by_list else (None, False)
+        params, single = as_weights(weights) if self.get_by_list else (None, False)
         if self.get_by_list:
             inputs = "all" if self.get_all else None
         else:
@@ -583,7 +569,7 @@ def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_val
         raise KTransformError(
             f"grad: grad_position must be an int, a tuple of ints or None, not {grad_position!r}"
         )
-    params, single = _as_weights(weights)
+    params, single = as_weights(weights)
     return GradSpec(
         grad_position,
         params,
@@ -614,7 +600,7 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
     returns a tuple of the inputs' gradients; with `weights`,
     `(input gradients, weight gradients)` (a bare gradient for one Parameter)."""
     primal = graph_of(target_of(fn, len(inputs)))
-    params, single = _as_weights(weights)
+    params, single = as_weights(weights)
     spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
     grad_fn = GradFunction(primal, spec)
     forward = CompiledGraph(primal)
@@ -622,7 +608,7 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
     out = forward(*inputs)
     if not has_aux:
         return out, lambda v: grad_fn(*inputs, v)
-    out, aux = _split_aux(out)
+    out, aux = rt.split_aux(out)
     return out, lambda v: grad_fn(*inputs, v)[0], aux
 
 
@@ -640,7 +626,7 @@ def jvp(fn, inputs, v, has_aux=False):
     if not has_aux:
         return _jvp(fn, xs, vs)
     out, jv = _jvp(_without_aux(fn), xs, vs)
-    return out, jv, _split_aux(_forward(fn)(*xs))[1]
+    return out, jv, rt.split_aux(_forward(fn)(*xs))[1]
 
 
 _forwards: dict[int, tuple] = {}
@@ -749,7 +735,7 @@ class Jacobian:
         one = self._forward if self.forward else self._reverse
         jacobians = tuple(one(target, k % len(args), args) for k in self.positions)
         jac = jacobians if isinstance(self.argnum, tuple) else jacobians[0]
-        return (jac, _split_aux(_forward(fn)(*args))[1]) if self.has_aux else jac
+        return (jac, rt.split_aux(_forward(fn)(*args))[1]) if self.has_aux else jac
 
     def _reverse(self, fn, argnum: int, args):
         """One vmapped vjp per output leaf; a pytree output and input give
@@ -802,13 +788,7 @@ class Jacobian:
         return jax.tree_util.tree_unflatten(out_tree, blocks)
 
     def __kt_lower__(self, builder, args, kwargs, e):
-        if self.has_aux or not isinstance(self.argnum, int):
-            raise builder.fp.error(
-                "jacfwd/jacrev with has_aux or a tuple grad_position inside transformed code: "
-                "call it outside, or take one position at a time",
-                e,
-            )
-        return lowering.lower_jacobian(builder, self.fn, self.argnum, self.forward, args, e)
+        return lowering.lower_jacobian(builder, self, args, e)
 
 
 def _basis(leaf):
@@ -862,13 +842,15 @@ class Jit:
         self.__wrapped__ = fn
         self._compiled: dict[object, CompiledGraph] = {}
 
-    def compiled(self) -> CompiledGraph:
+    def compiled(self, star_arity: int | None = None) -> CompiledGraph:
         """The program for the Cell's current `training` flag (MindSpore
-        compiles a Cell once per phase: `set_train` switches between them)."""
-        mode = getattr(self.__wrapped__, "training", None)
-        if mode not in self._compiled:
-            self._compiled[mode] = CompiledGraph(graph_of(self.__wrapped__), self.__wrapped__)
-        return self._compiled[mode]
+        compiles a Cell once per phase: `set_train` switches between them)
+        and, for a function with `*args`, for the number of values in it."""
+        key = (getattr(self.__wrapped__, "training", None), star_arity)
+        if key not in self._compiled:
+            graph = graph_of(self.__wrapped__, star_arity)
+            self._compiled[key] = CompiledGraph(graph, self.__wrapped__)
+        return self._compiled[key]
 
     @property
     def __kt_graph__(self) -> FuncGraph:
@@ -877,6 +859,9 @@ class Jit:
         return parse(self.__wrapped__)
 
     def __call__(self, *args, **kwargs):
+        if _takes_star_args(self.__wrapped__):
+            args, where = _bind_keywords(self.__wrapped__, args, kwargs)
+            return self.compiled(sum(k is not None for _, k in where))(*args)
         compiled = self.compiled()
         graph = compiled.__kt_graph__
         defaulted = len(args) < len(graph.param_names or ())

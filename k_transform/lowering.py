@@ -9,13 +9,16 @@ nodes and it builds the call out of graphs, so the result is differentiable
 again like any user code:
 
 - `kt.vjp(f, *xs)` -> `(f(*xs), vjp_fn)`, `vjp_fn` a closure graph over the
-  `xs` calling f's gradient graph (all inputs, sensitivity last);
+  `xs` calling f's gradient graph (all inputs, sensitivity last; `weights`
+  and `has_aux` constants, the aux values split off by `SplitAux`);
 - `kt.jvp(f, inputs, v)` -> a call of f's jvp graph (inputs and tangents
-  unpacked: a lone value when f has one parameter and it is no tuple);
+  unpacked: a lone value when f has one parameter and it is no tuple; with
+  `has_aux`, the jvp graph of `f(...)[0]` and the aux values of a call of f);
 - `kt.hvp(f, args, v)` -> the jvp graph of f's gradient graph;
 - a `Jacobian(xs)` -> `_jacrev_rows` / `_jacfwd_columns` below (parsed like
   user code): one call of a row (vjp) or column (jvp) closure per basis
-  vector, in a `for` loop over the static size.
+  vector, in a `for` loop over the static size; per position for a tuple of
+  positions, and with `has_aux` the aux values of a call of f.
 
 `builder` is the parser's GraphBuilder of the calling function: its
 `apply`, `unpack`, `debug`, `graph` and `fp.error`/`fp.unsupported` are used.
@@ -29,14 +32,28 @@ from k_transform.api import graph_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
 from k_transform.ops import structural
-from k_transform.transforms import GradSpec, grad_graph, jvp_graph
+from k_transform.frontend.targets import is_library, target_of
+from k_transform.transforms import GradSpec, as_weights, first_output_graph, grad_graph, jvp_graph
 
 
-def _static_fn(builder, api: str, args, kwargs, e):
+def _static_fn(builder, api: str, args, e):
     """The function argument of an API call in transformed code (a constant)."""
-    if kwargs or not args or not isinstance(args[0], Constant):
-        raise builder.fp.unsupported(f"{api} with keywords or a computed function", e)
-    return args[0].value
+    if not args or not isinstance(args[0], Constant):
+        raise builder.fp.unsupported(f"{api} of a computed function", e)
+    fn = args[0].value
+    return target_of(fn, len(args) - 1) if is_library(fn) else fn
+
+
+def _options(builder, api: str, kwargs, defaults: dict, e) -> dict:
+    """The keyword options of an API call, each a constant named in `defaults`."""
+    options = dict(defaults)
+    for name, node in kwargs.items():
+        if name not in defaults:
+            raise builder.fp.error(f"{api} got an unexpected keyword argument {name!r}", e)
+        if not isinstance(node, Constant):
+            raise builder.fp.unsupported(f"{api}({name}=...) with a computed value", e)
+        options[name] = node.value
+    return options
 
 
 def _closure(builder, name: str, e, body) -> Constant:
@@ -57,31 +74,61 @@ def _call(graph_value: FuncGraph) -> Constant:
 
 
 def lower_vjp(builder, args, kwargs, e):
-    """`kt.vjp(fn, *inputs)`: `(fn(*inputs), vjp_fn)`."""
-    primal = graph_of(_static_fn(builder, "kt.vjp", args, kwargs, e))
+    """`kt.vjp(fn, *inputs, weights=None, has_aux=False)`: `(fn(*inputs),
+    vjp_fn)`, or `(out, vjp_fn, aux)`; `vjp_fn(v)` gives the inputs'
+    gradients, with `weights` `(inputs' gradients, weights' gradients)`."""
+    fn = _static_fn(builder, "kt.vjp", args, e)
+    options = _options(builder, "kt.vjp", kwargs, {"weights": None, "has_aux": False}, e)
+    weights, single = as_weights(options["weights"])
+    has_aux = bool(options["has_aux"])
+    primal = graph_of(fn)
     inputs = args[1:]
     out = builder.apply(_call(primal), *inputs, node=e)
-    grads = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
-    vjp_fn = _closure(
-        builder, f"{primal.name}_vjp_fn", e, lambda g, u: g.apply(_call(grads), *inputs, u)
-    )
-    return builder.apply(prims.MakeTuple(), out, vjp_fn, node=e)
+    spec = GradSpec("all", weights, single, sens_param=True, has_aux=has_aux)
+    grads = grad_graph(primal, spec)
+
+    def gradients(g, u):
+        result = g.apply(_call(grads), *inputs, u)
+        return _prim(g, prims.GetItem(), result, Constant(0)) if has_aux else result
+
+    vjp_fn = _closure(builder, f"{primal.name}_vjp_fn", e, gradients)
+    if not has_aux:
+        return builder.apply(prims.MakeTuple(), out, vjp_fn, node=e)
+    value, aux = _split(builder, out, e)
+    return builder.apply(prims.MakeTuple(), value, vjp_fn, aux, node=e)
+
+
+def _split(builder, out, e):
+    """`(value, aux)` of a `has_aux` output, as two nodes."""
+    pair = builder.apply(structural.SplitAux(), out, node=e)
+    return [builder.apply(prims.GetItem(), pair, Constant(k), node=e) for k in (0, 1)]
 
 
 def lower_jvp(builder, args, kwargs, e):
-    """`kt.jvp(fn, inputs, v)`: `(out, J v)`."""
-    fn = _static_fn(builder, "kt.jvp", args, kwargs, e)
+    """`kt.jvp(fn, inputs, v, has_aux=False)`: `(out, J v)`, or `(out, J v,
+    aux)` (only `out` is differentiated)."""
+    fn = _static_fn(builder, "kt.jvp", args, e)
+    has_aux = bool(_options(builder, "kt.jvp", kwargs, {"has_aux": False}, e)["has_aux"])
     if len(args) != 3:
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
-    graph = jvp_graph(graph_of(fn))
+    primal = graph_of(fn)
+    graph = jvp_graph(first_output_graph(primal) if has_aux else primal)
     n = len(graph.parameters) // 2
     xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
-    return builder.apply(_call(graph), *xs, *vs, node=e)
+    pair = builder.apply(_call(graph), *xs, *vs, node=e)
+    if not has_aux:
+        return pair
+    _, aux = _split(builder, builder.apply(_call(primal), *xs, node=e), e)
+    jv = builder.apply(prims.GetItem(), pair, Constant(1), node=e)
+    out = builder.apply(prims.GetItem(), pair, Constant(0), node=e)
+    return builder.apply(prims.MakeTuple(), out, jv, aux, node=e)
 
 
 def lower_hvp(builder, args, kwargs, e):
     """`kt.hvp(fn, args, v)`: the jvp of fn's gradient (w.r.t. input 0)."""
-    fn = _static_fn(builder, "kt.hvp", args, kwargs, e)
+    if kwargs:
+        raise builder.fp.unsupported("kt.hvp with keyword arguments", e)
+    fn = _static_fn(builder, "kt.hvp", args, e)
     if len(args) != 3:
         raise builder.fp.error("kt.hvp takes (fn, args, v) inside transformed code", e)
     primal = graph_of(fn)
@@ -92,9 +139,32 @@ def lower_hvp(builder, args, kwargs, e):
     return builder.apply(prims.GetItem(), pair, Constant(1), node=e)
 
 
-def lower_jacobian(builder, fn, argnum: int, forward: bool, args, e):
-    """`kt.jacrev(fn, argnum)(*args)` or `kt.jacfwd(...)` as graphs."""
+def lower_jacobian(builder, jac, args, e):
+    """`kt.jacrev(fn, grad_position, has_aux)(*args)` or `kt.jacfwd(...)` as
+    graphs: a Jacobian per position (a tuple for a tuple of positions), with
+    `has_aux` `(jacobian, aux)`."""
+    fn = target_of(jac.fn, len(args)) if is_library(jac.fn) else jac.fn
     primal = graph_of(fn)
+    target = first_output_graph(primal) if jac.has_aux else primal
+    for k in jac.positions:
+        if not -len(args) <= k < len(args):
+            raise builder.fp.error(
+                f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs", e
+            )
+    blocks = [
+        _jacobian(builder, target, k % len(args), jac.forward, args, e) for k in jac.positions
+    ]
+    multi = isinstance(jac.argnum, tuple)
+    result = builder.apply(prims.MakeTuple(), *blocks, node=e) if multi else blocks[0]
+    if not jac.has_aux:
+        return result
+    _, aux = _split(builder, builder.apply(_call(primal), *args, node=e), e)
+    return builder.apply(prims.MakeTuple(), result, aux, node=e)
+
+
+def _jacobian(builder, primal: FuncGraph, argnum: int, forward: bool, args, e):
+    """The Jacobian of `primal` w.r.t. input `argnum`: one row (vjp) or
+    column (jvp) closure call per basis vector."""
     out = builder.apply(_call(primal), *args, node=e)
     if forward:
         jv = jvp_graph(primal)

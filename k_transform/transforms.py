@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from k_transform.cell import Parameter
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
@@ -60,6 +61,25 @@ class GradSpec:
     with_value: bool = False
     integer_grads: bool = False
     return_ids: bool = False
+
+
+def as_weights(weights) -> tuple[tuple | None, bool]:
+    """(Parameters, single) from a Parameter, a ParameterTuple, a list or None."""
+    if weights is None:
+        return None, False
+    if isinstance(weights, Parameter):
+        return (weights,), True
+    try:
+        weights = tuple(weights)
+    except TypeError:
+        raise KTransformError(
+            f"weights must be a Parameter, a ParameterTuple or a list of Parameters, not "
+            f"{type(weights).__name__}"
+        ) from None
+    for w in weights:
+        if not isinstance(w, Parameter):
+            raise KTransformError(f"weights must be Parameters, got {type(w).__name__}")
+    return weights, False
 
 
 class _Builder:

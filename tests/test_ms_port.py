@@ -15,7 +15,8 @@ Sources: [GO] the `mindspore.ops.GradOperation` docs; [G] `mindspore.grad` /
 [T] the `Tensor` method docs. Probes: P1 (Cells, jit, GRAPH and PYNATIVE),
 P2 (Tensor methods, Parameter names), P3 (layer shapes, GradOperation
 structures, bprop with Parameters), P4 (bprop as an attribute, grad of
-weights, early return, attribute in an if).
+weights, early return, attribute in an if), P5 (vjp/jvp options and
+GradOperation of a tuple inside a GRAPH-mode jit, session 8).
 
 | #  | behaviour                                                              | source      |
 |----|------------------------------------------------------------------------|-------------|
@@ -119,6 +120,14 @@ weights, early return, attribute in an if).
 | 98 | x.dim(), x.numel(), x.ndimension(), x.nelement(): static ints         | T, P2       |
 | 99 | a user object's own `.norm()` keeps its meaning                       | ours        |
 | 100| kt.jit(net) follows set_train: one program per training flag          | CELL, JIT   |
+| 101| kt.jit(nn.Jvp(net)) and kt.jit(nn.Vjp(net)), one and two inputs       | P5          |
+| 102| TrainOneStepCell(*inputs): a network of three inputs                   | CELL        |
+| 103| vjp(fn, x, has_aux=True) inside jit: (out, vjp_fn, aux)               | G, P5 GRAPH |
+| 104| vjp(fn, x, weights=w) inside jit: vjp_fn(v) = ((d_x,), d_w)            | G, P5 GRAPH |
+| 105| jvp(fn, x, v, has_aux=True) inside jit: (out, J v, aux)               | G, P5 GRAPH |
+| 106| a construct(*args) passing `*args[:-1]` to library code, per arity    | JIT         |
+| 107| GradOperation inside jit on a tuple built there: differentiated       | P5 GRAPH    |
+| 108| jacrev/jacfwd(fn, (0, 1), has_aux=True) inside jit                     | G           |
 """
 
 from __future__ import annotations
@@ -1072,3 +1081,165 @@ def test_jit_follows_set_train(mode):  # 100
         net.set_train(training)
         want = net(x)  # plain Python reads the flag; training normalises by the batch
         close(run(x), want, tol=1e-4)
+
+
+# == calling conventions inside jit (101-107) =================================================
+def sin_x(x):
+    return jnp.sin(x) * x
+
+
+def sin_xy(x, y):
+    return jnp.sin(x) * y
+
+
+def test_jvp_and_vjp_cells_under_jit(mode):  # 101
+    v = jnp.asarray([0.5, -1.0], jnp.float32)
+    out, jv = jax.jvp(sin_x, (X,), (v,))
+    close(kt.jit(nn.Jvp(sin_x))(X, v), (out, jv))
+    close(kt.jit(nn.Vjp(sin_x))(X, v), (out, jax.vjp(sin_x, X)[1](v)[0]))
+    out2, jv2 = jax.jvp(sin_xy, (X, Y), (v, 2 * v))
+    close(kt.jit(nn.Jvp(sin_xy))(X, Y, (v, 2 * v)), (out2, jv2))
+    close(kt.jit(nn.Vjp(sin_xy))(X, Y, v), (out2, jax.vjp(sin_xy, X, Y)[1](v)))
+
+
+class MaskedLoss(kt.Cell):
+    """A network of three inputs: data, label and a per-example weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(np.array([[0.5, -1.0], [2.0, 0.25]], np.float32), name="w")
+
+    def construct(self, x, label, weight):
+        return jnp.mean(weight * jnp.sum((x @ self.w - label) ** 2, axis=1))
+
+
+def test_train_one_step_takes_any_number_of_inputs(mode):  # 102
+    x = jnp.asarray([[1.0, 2.0], [0.5, -1.0], [3.0, 0.0]], jnp.float32)
+    label = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], jnp.float32)
+    weight = jnp.asarray([1.0, 0.5, 2.0], jnp.float32)
+
+    def loss_ref(w):
+        return jnp.mean(weight * jnp.sum((x @ w - label) ** 2, axis=1))
+
+    for jitted in (False, True):
+        net = MaskedLoss()
+        step = nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.05))
+        run = kt.jit(step) if jitted else step
+        w = jnp.asarray(net.w.data)
+        for _ in range(3):
+            close(run(x, label, weight), loss_ref(w), tol=1e-4)
+            w = w - 0.05 * jax.grad(loss_ref)(w)
+        close(net.w.data, w, tol=1e-4)
+
+
+def sin_and_double(a):
+    return jnp.sin(a), a * 2
+
+
+W_VJP = kt.Parameter(np.array([1.0, -0.5], np.float32), name="w_vjp")
+
+
+def times_w(a):
+    return a * a * W_VJP
+
+
+@kt.jit
+def vjp_with_aux(a, v):
+    out, vjp_fn, aux = kt.vjp(sin_and_double, a, has_aux=True)
+    return out, vjp_fn(v), aux
+
+
+@kt.jit
+def vjp_with_weights(a, v):
+    out, vjp_fn = kt.vjp(times_w, a, weights=W_VJP)
+    return out, vjp_fn(v)
+
+
+@kt.jit
+def jvp_with_aux(a, v):
+    return kt.jvp(sin_and_double, a, v, has_aux=True)
+
+
+def test_vjp_and_jvp_options_inside_jit(mode):  # 103, 104, 105
+    v = jnp.asarray([0.5, -1.0], jnp.float32)
+    close(vjp_with_aux(X, v), (jnp.sin(X), (jnp.cos(X) * v,), 2 * X))  # 103
+    out, vjp_fn, aux = kt.vjp(sin_and_double, X, has_aux=True)  # the same outside jit
+    close(vjp_with_aux(X, v), (out, vjp_fn(v), aux))
+    w = jnp.asarray(W_VJP.data)
+    d_x, d_w = jax.vjp(lambda a, w: a * a * w, X, w)[1](v)
+    close(vjp_with_weights(X, v), (X * X * w, ((d_x,), d_w)))  # 104
+    out, jv = jax.jvp(jnp.sin, (X,), (v,))
+    close(jvp_with_aux(X, v), (out, jv, 2 * X))  # 105
+
+
+def sin_sum_with_aux(a):
+    return jnp.sum(jnp.sin(a)), a * 2, a * a
+
+
+def through_vjp_aux(a):
+    out, vjp_fn, aux = kt.vjp(sin_sum_with_aux, a, has_aux=True)
+    return jnp.sum(vjp_fn(1.0)[0] * aux[0] * aux[1]) + out
+
+
+def through_jvp_aux(a):
+    _, jv, aux = kt.jvp(sin_sum_with_aux, a, jnp.ones_like(a), has_aux=True)
+    return jv * jnp.sum(aux[1])
+
+
+def test_vjp_and_jvp_options_differentiate_again(mode):  # 103, 105
+    x = jnp.asarray([0.3, -1.2, 2.0], jnp.float32)
+    ref = lambda a: jnp.sum(jnp.cos(a) * 2 * a**3) + jnp.sum(jnp.sin(a))  # noqa: E731
+    close(kt.grad(through_vjp_aux)(x), jax.grad(ref)(x), tol=1e-4)
+    ref2 = lambda a: jnp.sum(jnp.cos(a)) * jnp.sum(a * a)  # noqa: E731
+    close(kt.grad(through_jvp_aux)(x), jax.grad(ref2)(x), tol=1e-4)
+    v = jnp.ones_like(x)
+    close(kt.jvp(through_jvp_aux, x, v), jax.jvp(ref2, (x,), (v,)), tol=1e-4)
+    with pytest.raises(kt.KTransformError, match="must return a tuple .* not an array"):
+        kt.jit(lambda a: kt.vjp(jnp.sin, a, has_aux=True)[0])(x)
+
+
+class StarArgs(kt.Cell):
+    def construct(self, *args):
+        parts = jnp.broadcast_arrays(*args[:-1])
+        return jnp.prod(jnp.stack(parts), axis=0) * len(args) + args[-1]
+
+
+def test_star_args_construct_is_compiled_per_arity(mode):  # 106
+    run = kt.jit(StarArgs())
+    z = M[0, :2]
+    close(run(X, Y, z), X * Y * 3 + z)
+    close(run(X, Y), X * 2 + Y)
+    close(run(X, Y, z, X), X * Y * z * 4 + X)
+
+
+def product_of_pair(t):
+    return jnp.sum(t[0] * t[1])
+
+
+@kt.jit
+def grad_of_pair_built_here(a, b):
+    return kt.GradOperation()(product_of_pair)((a, b))
+
+
+def test_grad_of_a_tuple_built_inside_jit(mode):  # 107
+    close(grad_of_pair_built_here(X, Y), (Y, X))
+
+
+def scaled_sin_with_aux(a, b):
+    return jnp.sin(a) * b, a * 2
+
+
+@kt.jit
+def jacobians_inside(a, b):
+    return (
+        kt.jacrev(scaled_sin_with_aux, grad_position=(0, 1), has_aux=True)(a, b),
+        kt.jacfwd(scaled_sin_with_aux, grad_position=1, has_aux=True)(a, b),
+    )
+
+
+def test_jacobians_with_positions_and_aux_inside_jit(mode):  # 108
+    a = jnp.asarray([0.3, -1.2, 2.0], jnp.float32)
+    b = a + 1
+    want_rev = jax.jacrev(scaled_sin_with_aux, argnums=(0, 1), has_aux=True)(a, b)
+    want_fwd = jax.jacfwd(scaled_sin_with_aux, argnums=1, has_aux=True)(a, b)
+    close(jacobians_inside(a, b), (want_rev, want_fwd))

@@ -56,6 +56,8 @@ INTERNAL = (
     structural.TreeVdot,
     structural.TreeScale,
     structural.AuxSens,  # the has_aux sensitivity: tests/test_ms_api.py
+    structural.SplitAux,  # has_aux inside transformed code: tests/test_ms_port.py (2nd order)
+    structural.JoinAux,
     LaxPrimitive,  # one class for every lax primitive: tests/test_jaxpr_import.py
     control.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
     control.StackPush,

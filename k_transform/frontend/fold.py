@@ -123,3 +123,14 @@ def tuple_item(tup, index) -> object | None:
         if -len(tup.args) <= index.value < len(tup.args):
             return tup.args[index.value]
     return None
+
+
+def tuple_slice(tup, index) -> list | None:
+    """The items `tup[index]` takes when `tup` is a tuple built in the graph
+    and `index` a constant slice (`args[:-1]` of a `*args` of known arity)."""
+    if not (isinstance(tup, Apply) and isinstance(index, Constant)):
+        return None
+    maker = tup.fn.value if isinstance(tup.fn, Constant) else None
+    if isinstance(maker, prims.MakeTuple) and isinstance(index.value, slice):
+        return list(tup.args[index.value])
+    return None

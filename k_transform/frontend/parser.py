@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import copy
 import functools
+import inspect
 import types
 from collections import Counter
 
@@ -60,7 +61,7 @@ from k_transform.frontend.desugar import (
     loaded_names,
     mutation_base,
 )
-from k_transform.frontend.fold import fold, fold_call, tuple_item
+from k_transform.frontend.fold import fold, fold_call, tuple_item, tuple_slice
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.mutation import check_mutations
 from k_transform.frontend.parse_sugar import SugarBuilder, View
@@ -144,8 +145,14 @@ class _Unbound(Exception):
     """A local variable read before it is assigned."""
 
 
-def parse(fn, bound_self=None) -> FuncGraph:
+def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
     """The FuncGraph of `fn` (with `self` fixed to `bound_self` for methods).
+
+    `star_arity`: for a def with `*args`, the number of values the call puts
+    in `args`. The graph is then specialised to it: `args` is still one tuple
+    parameter, but the body sees a tuple of that many items, so `len(args)`,
+    `args[:-1]` and `f(*args)` into library functions and the gradient API
+    are known while parsing (MindSpore compiles a graph per input signature).
 
     `fn` may be any callable: wrappers, partials, `jax.jit` functions and
     objects with a user `__call__` are read as `k_transform.frontend.callables`
@@ -156,12 +163,14 @@ def parse(fn, bound_self=None) -> FuncGraph:
         fn, bound_self = fn.__func__, fn.__self__
     inner = callables.unwrap(fn)
     if inner is not fn and (bound_self is None or isinstance(inner, types.FunctionType)):
-        return parse(inner, bound_self)
+        return parse(inner, bound_self, star_arity)
     if not isinstance(fn, types.FunctionType):
-        return parse_callable(fn)
+        return parse_callable(fn, star_arity)
+    if star_arity is not None and not fn.__code__.co_flags & inspect.CO_VARARGS:
+        star_arity = None
     # ids: any function and any `self` will do. A Cell's `training` flag is
     # folded into its graph, so each mode has its own (MindSpore compiles per phase).
-    key = (id(fn), id(bound_self), getattr(bound_self, "training", None))
+    key = (id(fn), id(bound_self), getattr(bound_self, "training", None), star_arity)
     entry = _cache.get(key)
     if entry is not None and entry[0] is fn and entry[1] is bound_self:
         return entry[2]
@@ -170,14 +179,14 @@ def parse(fn, bound_self=None) -> FuncGraph:
     graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
     _cache[key] = (fn, bound_self, graph)
     try:
-        FunctionParser(fn, source, bound_self).build(graph)
+        FunctionParser(fn, source, bound_self, star_arity).build(graph)
     except BaseException:
         del _cache[key]
         raise
     return graph
 
 
-def parse_callable(value) -> FuncGraph:
+def parse_callable(value, star_arity: int | None = None) -> FuncGraph:
     """The graph of a callable that is not a Python function nor a wrapper."""
     graph = getattr(value, "__kt_graph__", None)
     if isinstance(graph, FuncGraph):  # a gradient function or compiled program
@@ -186,9 +195,9 @@ def parse_callable(value) -> FuncGraph:
         return parse(callables.partial_function(value))
     method = callables.user_call_method(value)
     if method is not None and is_user_function(getattr(type(value), "bprop", None)):
-        return _with_own_bprop(value, parse(method, bound_self=value))
+        return _with_own_bprop(value, parse(method, value, star_arity))
     if method is not None:
-        return parse(method, bound_self=value)
+        return parse(method, value, star_arity)
     Source(value)  # raises: no Python source
     raise KTransformError(f"k_transform cannot read the callable {value!r}")
 
@@ -211,10 +220,11 @@ def _with_own_bprop(cell, graph: FuncGraph) -> FuncGraph:
 class FunctionParser:
     """Parses one Python function (and the nested defs in its source)."""
 
-    def __init__(self, fn, source: Source, bound_self=None):
+    def __init__(self, fn, source: Source, bound_self=None, star_arity: int | None = None):
         self.fn = fn
         self.source = source
         self.bound_self = bound_self
+        self.star_arity = star_arity
         closure = fn.__closure__ or ()
         self.cells = {}
         for name, cell in zip(fn.__code__.co_freevars, closure, strict=True):
@@ -340,6 +350,9 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             item = tuple_item(*args) or closure_item(*args)
             if item is not None:
                 return item
+            items = tuple_slice(*args)
+            if items is not None:
+                return self.apply(prims.MakeTuple(), *items, node=node)
         if isinstance(prim, ops.BINARY["add"]):
             joined = join_closures(*args)
             if joined is not None:
@@ -374,12 +387,19 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
                 self.graph.param_names = names[1:]
                 continue
             self.vars[arg.id] = self.graph.add_parameter(arg.id, self.debug(arg))
+            if arg is args.vararg and self.parent is None and self.fp.star_arity is not None:
+                self.vars[arg.id] = self.fixed_length(self.vars[arg.id], self.fp.star_arity, arg)
         if params == args.args:
             self.graph.defaults = self._defaults(args)
         else:
             self.graph.signature = Signature(args, bound_self is not None)
             self.graph.defaults = self.signature_defaults(args)
         self.block(fdef.body)
+
+    def fixed_length(self, seq: Node, n: int, node) -> Node:
+        """`seq` seen as a tuple of `n` items (a `*args` of known arity)."""
+        items = [self.apply(prims.GetItem(), seq, self.const(k, node), node=node) for k in range(n)]
+        return self.apply(prims.MakeTuple(), *items, node=node)
 
     def _defaults(self, args) -> dict[str, Node]:
         """Default values: the function's own for a parsed Python function,

@@ -46,8 +46,8 @@ class TrainOneStepCell(Cell):
         object.__setattr__(self, "weights", ParameterTuple(optimizer.parameters))
         object.__setattr__(self, "grad_fn", value_and_grad(network, None, self.weights))
 
-    def construct(self, data, label):
-        loss, grads = self.grad_fn(data, label)
+    def construct(self, *inputs):
+        loss, grads = self.grad_fn(*inputs)
         if self.scaled:
             grads = tuple(g * self.sens for g in grads)
         self.optimizer(grads)

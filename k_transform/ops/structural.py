@@ -183,6 +183,26 @@ class AuxSens(RuntimeCall):
         super().__init__("aux_sens")
 
 
+class SplitAux(RuntimeCall):
+    """`(value, aux)` of a `has_aux` output `(value, *aux)` (`rt.split_aux`)."""
+
+    n_inputs = 1
+    rt_name = "split_aux"
+
+    def __init__(self):
+        super().__init__("split_aux")
+
+
+class JoinAux(RuntimeCall):
+    """The gradient of a `has_aux` output from that of its split (`rt.join_aux`)."""
+
+    n_inputs = 2
+    rt_name = "join_aux"
+
+    def __init__(self):
+        super().__init__("join_aux")
+
+
 class TreeVdot(RuntimeCall):
     """<a, b> summed over all leaves of two gradient trees."""
 
@@ -286,6 +306,20 @@ def bprop_read_param(out, dout):
 @rule(AuxSens)
 def bprop_aux_sens(value, first, out, dout):
     return (None, dout[0])
+
+
+join_aux = JoinAux()
+split_aux = SplitAux()
+
+
+@rule(SplitAux)
+def bprop_split_aux(value, out, dout):
+    return (join_aux(value, dout),)
+
+
+@rule(JoinAux)
+def bprop_join_aux(value, d_split, out, dout):
+    return (None, split_aux(dout))
 
 
 @rule(TreeVdot)

@@ -91,6 +91,8 @@ from k_transform.runtime.values import (  # noqa: F401
     any_traced,
     as_jax_inputs,
     aux_sens,
+    join_aux,
+    split_aux,
     check_grad,
     env_del,
     env_get,

@@ -255,6 +255,27 @@ def aux_sens(out, first):
     return type(out)((first, *(zeros_like_value(a) for a in out[1:])))
 
 
+def split_aux(out):
+    """`(value, aux)` of a `has_aux` output `(value, *aux)`: one aux value
+    bare, several as a tuple (MindSpore's vjp, jvp, jacfwd and jacrev)."""
+    if not isinstance(out, (tuple, list)) or len(out) < 2:
+        what = "an array" if hasattr(out, "shape") else type(out).__name__
+        what = f"a {len(out)}-tuple" if isinstance(out, (tuple, list)) else what
+        raise KTransformError(
+            f"has_aux=True: the function must return a tuple (output, aux, ...), not {what}"
+        )
+    return out[0], (out[1] if len(out) == 2 else tuple(out[1:]))
+
+
+def join_aux(value, d_split):
+    """The gradient of `out` from that of `split_aux(out)` (its inverse)."""
+    d_value, d_aux = d_split
+    if len(value) == 2:
+        return type(value)((d_value, d_aux))
+    d_aux = (None,) * (len(value) - 1) if d_aux is None else d_aux
+    return type(value)((d_value, *d_aux))
+
+
 def zeros_like_value(x):
     """The zero gradient of `x` (None where `x` has no gradient)."""
     if x is UNDEFINED:
