@@ -14,13 +14,19 @@ Traced loops (under `jax.jit`) cannot return closures, so:
 - `for` over a static range or array rows: `lax.scan` stores each
   iteration's carry; the backward is a reverse `lax.scan` that recomputes
   the iteration from its stored carry and applies its bprop.
-- `while` with a traced condition: `lax.while_loop` writes each iteration's
+- `while` with a traced condition, traced by one of our gradient functions
+  (`runtime.bounds.can_retrace`): `lax.while_loop` writes each iteration's
   carry into a buffer of `loop_bound(where)` slots (default
   `DEFAULT_LOOP_BOUND`); the backward loops over the stored carries in
-  reverse. A loop that runs longer than its bound never yields a gradient:
-  it raises `LoopBoundExceeded` naming the loop's line. Gradient functions
-  catch it, raise the bound (x8) and retrace; under a user's own `jax.jit`
-  the error says to call `kt.set_loop_bound(...)`.
+  reverse. A loop that runs longer raises `LoopBoundExceeded` naming its
+  line, and the gradient function raises the bound and retraces.
+- the same `while` under a user's own `jax.jit` (which cannot retrace), and
+  a `for` over a range longer than `kt.set_for_checkpoints(k)`: online
+  checkpointing (`control/checkpoint.py`, `_checkpointed`): at most
+  `loop_bound` (or k) + 64 stored carries whatever the trip count, the
+  others recomputed in the reverse sweep, O(log) recomputation; every carry
+  is stored when the loop fits. Loops whose carry holds stacks (loops of a
+  derivative) keep the store-everything buffer.
 
 These helpers are Python, not graphs, so the DFunctor cannot transform them
 again: for grad of grad and jvp through a loop it uses K of the loop written
