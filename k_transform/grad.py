@@ -431,7 +431,11 @@ def _bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
 
 
 def _takes_star_args(fn) -> bool:
-    """Whether `fn` (a Cell: its `construct`) has a `*args` parameter."""
+    """Whether `fn` (a Cell: its `construct`) has a `*args` parameter. A
+    gradient or compiled function (it carries its graph) takes its target's
+    parameters, whatever its Python signature."""
+    if isinstance(fn, FuncGraph) or isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+        return False
     target = callables.unwrap(fn.construct if isinstance(fn, Cell) else fn)
     try:
         params = inspect.signature(target, follow_wrapped=False).parameters.values()

@@ -20,7 +20,7 @@ long it runs, and the reverse sweep recomputes the others:
   log2(gap) < STACK_ROOM extra slots.
 
 Both are lax loops without `lax.cond` on the buffers (XLA updates them in
-place). The loop's carry must hold no stacks (`runtime.stack`): those are
+place; a conditional would copy them). The loop's carry must hold no stacks (`runtime.stack`): those are
 sized to the loop bound and stay on the store-everything path.
 """
 
@@ -59,10 +59,14 @@ def record(step, running, carry, slots: int):
         i, _, _, top, stride, go = state
         return go & ~((i % stride == 0) & (top == slots))
 
+    def keep_even(j, buf):  # slot j takes slot 2j's carry, in place
+        return _tree(lambda b: b.at[j].set(b[2 * j]), buf)
+
     def epoch(state):
         i, cr, buf, top, stride, go = lax.while_loop(room_left, fill, state)
-        halve = lambda b: b[jnp.minimum(2 * jnp.arange(size), size - 1)]  # noqa: E731
-        buf = lax.cond(go, lambda b: _tree(halve, b), lambda b: b, buf)
+        # Full (the loop goes on): keep every other carry. A loop of row
+        # moves, none when the loop ended (a lax.cond would copy the buffer).
+        buf = lax.fori_loop(1, jnp.where(go, slots // 2, 1), keep_even, buf)
         top = jnp.where(go, slots // 2, top)
         return i, cr, buf, top, jnp.where(go, 2 * stride, stride), go
 
@@ -102,19 +106,9 @@ def reverse(step, grad_step, n, saved, d_carry, acc, add):
         d_cr, contribution = grad_step(e - 1, at(buf, top - 1), d_cr)
         return e - 1, top - 1, buf, pos, d_cr, add(acc, contribution), rec
 
-    def plain(state):  # every carry stored (the loop fitted): no pushes
-        e, top, buf, pos, d_cr, acc, rec = state
-        d_cr, contribution = grad_step(e - 1, at(buf, top - 1), d_cr)
-        return e - 1, top - 1, buf, pos, d_cr, add(acc, contribution), rec
-
+    # When every carry was stored (the loop fitted), no iteration pushes.
     rec0 = jnp.asarray(0, jnp.int32)
     state = (jnp.asarray(n, jnp.int32), top, buf, pos, d_carry, acc, rec0)
-    more = lambda s: s[0] > 0  # noqa: E731
-    state = lax.cond(
-        top == n,
-        lambda s: lax.while_loop(more, plain, s),
-        lambda s: lax.while_loop(more, body, s),
-        state,
-    )
+    state = lax.while_loop(lambda s: s[0] > 0, body, state)
     _, _, _, _, d_carry, acc, rec = state
     return d_carry, acc, rec
