@@ -473,7 +473,7 @@ def check_float_inputs(api: str, args, positions) -> None:
                 )
 
 
-MAX_RETRACES = 6
+MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
 _BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
 
 

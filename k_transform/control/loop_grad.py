@@ -16,14 +16,15 @@ Traced loops (under `jax.jit`) cannot return closures, so:
   the iteration from its stored carry and applies its bprop.
 - `while` with a traced condition, traced by one of our gradient functions
   (`runtime.bounds.can_retrace`): `lax.while_loop` writes each iteration's
-  carry into a buffer of `loop_bound(where)` slots (default
-  `DEFAULT_LOOP_BOUND`); the backward loops over the stored carries in
-  reverse. A loop that runs longer raises `LoopBoundExceeded` naming its
-  line, and the gradient function raises the bound and retraces.
+  carry into a buffer of `bounds.buffer_slots(where)` slots (64 at first);
+  the backward loops over the stored carries in reverse. A loop that runs
+  longer raises `LoopBoundExceeded` naming its line, and the gradient
+  function sizes its buffer to the measured trip count and retraces.
 - the same `while` under a user's own `jax.jit` (which cannot retrace), and
   a `for` over a range longer than `kt.set_for_checkpoints(k)`: online
   checkpointing (`control/checkpoint.py`, `_checkpointed`): at most
-  `loop_bound` (or k) + 64 stored carries whatever the trip count, the
+  `bounds.checkpoint_slots` (64 unless set; or k) + 64 stored carries
+  whatever the trip count, the
   others recomputed in the reverse sweep, O(log) recomputation; every carry
   is stored when the loop fits. Loops whose carry holds stacks (loops of a
   derivative) keep the store-everything buffer.
@@ -124,8 +125,9 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     if not bounds.can_retrace() and not rs.has_stacks(carry):
         step_i = lambda i, cr: ctl.like_carry(step(cr), cr, grads)  # noqa: E731
         running = lambda i, cr: ctl.condition(cond_fn(*cr, *inv), "while", where)  # noqa: E731
-        return _checkpointed(body_k, step_i, running, carry, inv, loop_bound(where), where)
-    bound = loop_bound(where)
+        slots = bounds.checkpoint_slots(where)
+        return _checkpointed(body_k, step_i, running, carry, inv, slots, where)
+    bound = bounds.buffer_slots(where)
     buffer = jax.tree_util.tree_map(
         lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), rs.light(carry)
     )
@@ -139,7 +141,7 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
         return ctl.condition(cond_fn(*state[1], *inv), "while", where)
 
     n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
-    jax.debug.callback(bounds.check_bound, n, bound, where)
+    bounds.report_overflow(n, bound, where)
     rs.check_stacks(final, where)
 
     def bprop(d_carry):
@@ -236,7 +238,7 @@ def _checkpointed(body_k, step, running, carry, inv, slots: int, where: str, hea
         d_cr, (env, d_inv), recomputed = checkpoint.reverse(
             step, grad_step, n, saved, d_carry, (env0, d_inv0), add
         )
-        jax.debug.callback(bounds.record_recompute, where, n, recomputed)
+        bounds.report_recompute(where, n, recomputed)
         return env, d_cr, d_inv
 
     return final, bprop

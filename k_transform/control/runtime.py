@@ -366,7 +366,7 @@ def settle_carry(body, carry, where, trips=None, grads=False):
     carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
     if any(c is UNDEFINED for c in carry):
         carry = fill_undefined(carry, jax.eval_shape(body, shape_of(carry)))
-    room = trips if trips is not None else bounds.loop_bound(where)
+    room = trips if trips is not None else bounds.buffer_slots(where)
     while any(isinstance(c, rs.PyStack) for c in carry):
         # A stack whose items hold stacks (a loop of a loop's derivative) waits
         # until those are buffers: its buffer's layout depends on theirs.

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.errors import KTransformError
-from k_transform.runtime.bounds import check_bound
+from k_transform.runtime.bounds import report_overflow
 from k_transform.runtime.values import UNDEFINED, GradValue, add_grad, fit, zeros_like_value
 
 
@@ -187,7 +187,7 @@ def check_stacks(carry, where: str) -> None:
     for c in carry:
         if isinstance(c, BufStack):
             cap = jax.tree_util.tree_leaves(c.buf)[0].shape[0]
-            jax.debug.callback(check_bound, c.n, cap, where)
+            report_overflow(c.n, cap, where)
 
 
 # -- storing a loop's carries per iteration -----------------------------------------
