@@ -12,15 +12,20 @@ that is grad of grad, and a gradient function called inside user code is a
 call of this graph.
 
 `jvp_graph(primal)` derives forward mode by double reverse (seed 001):
-`bprop` is linear in its sensitivity `u`, so
-`h(x, v, u) = <bprop_x(u), v>` has gradient `J v` with respect to `u`:
+`bprop(u)` is linear in its sensitivity `u`, so its own reverse mode,
+differentiating with respect to `u` alone, runs `J v`. K of `f`'s fprop
+gives, next to `out`, K of `bprop` (the fprop of the bprop closure):
 
     def f_jvp(*xs, *vs):
-        out = f(*xs)
-        return out, grad_u(h)(*xs, *vs, zeros_like(out))
+        (out, bprop_fprop), _ = K(K(f))(*xs)   # the second bprop is never called
+        grads, transpose = bprop_fprop(zeros_like(out))
+        _, jv = transpose((zeros_like(grads[0]), *vs))   # d u: J v
+        return out, jv
 
-The forward pass inside `h` is dead once `u`'s gradient is taken; XLA
-removes it under jit.
+Only `u` is differentiated: the reverse pass of `K(K(f))` (the gradient
+with respect to `xs`) is never run or traced, and `out` comes from the same
+forward pass as the recorded values (a loop runs once forward, once as the
+transposed sweep).
 """
 
 from __future__ import annotations
@@ -178,22 +183,26 @@ def jvp_graph(primal: FuncGraph) -> FuncGraph:
     """`(out, J v)` for `primal` by double reverse (see the module docstring)."""
     names = [p.name for p in primal.parameters]
     n = len(names)
-    tangents = [f"v_{name}" for name in names]
-
-    # h(xs, vs, u) = <bprop_xs(u), vs>
-    grads_all = grad_graph(primal, GradSpec(inputs="all", sens_param=True))
-    h, h_args = _new_graph(f"{primal.name}_linear", primal, names + tangents + ["u"])
-    hb = _Builder(h)
-    d_xs = hb.call(Constant(grads_all, hint=grads_all.name), *h_args[:n], h_args[-1])
-    h.output = hb.prim(structural.TreeVdot(), d_xs, hb.tuple(*h_args[n : 2 * n]))
-
-    grad_u = grad_graph(h, GradSpec(inputs=2 * n))
-    graph, args = _new_graph(f"{primal.name}_jvp", primal, names + tangents)
+    k_fprop = k_graph(k_graph(primal))
+    graph, args = _new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
     b = _Builder(graph)
-    out = b.call(Constant(primal, hint=primal.name), *args[:n])
-    u0 = b.prim(structural.ZerosLike(), out)
-    jv = b.call(Constant(grad_u, hint=grad_u.name), *args, u0)
-    graph.output = b.tuple(out, jv)
+    xs, vs = args[:n], args[n:]
+    pair = b.call(Constant(k_fprop, hint=k_fprop.name), *xs)
+    pair.tuple_arity = 2
+    result = b.item(pair, 0)  # K of (out, bprop)
+    result.tuple_arity = 2
+    out, bprop_fprop = b.item(result, 0, "out"), b.item(result, 1, "bprop")
+    linear = b.call(bprop_fprop, b.prim(structural.ZerosLike(), out))
+    linear.tuple_arity = 2
+    transpose = b.item(linear, 1, "transpose")
+    # The sensitivity of bprop's `(env, d_x...)`: zeros for the env (its keys
+    # kept: the transposed code reads them); an input's gradient is
+    # `input_grad(d_x, x)` (zeros for an integer input), and so is its tangent.
+    env = b.item(b.item(linear, 0, "grads"), 0, "env")
+    d_grads = [b.prim(structural.InputGrad(), v, x) for v, x in zip(vs, xs, strict=True)]
+    d_sens = b.call(transpose, b.tuple(b.prim(structural.ZerosLike(), env), *d_grads))
+    d_sens.tuple_arity = 2
+    graph.output = b.tuple(out, b.item(d_sens, 1, "jv"))
     return graph
 
 
