@@ -53,6 +53,8 @@ class ModuleEmitter:
         self.emitted: set[int] = set()
         self.comments = comments
         self._effects: dict[int, bool] = {}
+        self._reads: dict[int, tuple[list, list]] = {}  # graph uid -> (nodes, closures) it reads
+        self._free: dict[int, list[Node]] = {}  # graph uid -> its free variables
         self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
         self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
 
@@ -250,13 +252,46 @@ class ModuleEmitter:
             if isinstance(node, Constant):
                 if isinstance(node.value, FuncGraph) and node.value.parent is not None:
                     live.add(id(node))
-                    todo += [v for v in node.value.free_variables() if v.graph is graph]
+                    todo += [v for v in self.free_variables(node.value) if v.graph is graph]
                 continue
             if node.graph is not graph or not isinstance(node, Apply):
                 continue
             live.add(id(node))
             todo += node.inputs
         return live
+
+    def free_variables(self, graph: FuncGraph) -> list[Node]:
+        """`graph.free_variables()`, with each graph's reads collected once per
+        module (graphs do not change while they are emitted)."""
+        if graph.uid not in self._free:
+            found: dict[int, Node] = {}
+            seen: set[int] = set()
+            todo = [graph]
+            while todo:
+                g = todo.pop()
+                if g.uid in seen:
+                    continue
+                seen.add(g.uid)
+                nodes, closures = self._graph_reads(g)
+                for node in nodes:
+                    if node.graph is not graph and node.graph.is_ancestor_of(graph):
+                        found.setdefault(id(node), node)
+                todo += closures
+            self._free[graph.uid] = list(found.values())
+        return self._free[graph.uid]
+
+    def _graph_reads(self, graph: FuncGraph) -> tuple[list, list]:
+        """The non-constant nodes `graph` reads (once each) and the closures it uses."""
+        if graph.uid not in self._reads:
+            nodes: dict[int, Node] = {}
+            closures = []
+            for node in graph.used_nodes():
+                if not isinstance(node, Constant):
+                    nodes.setdefault(id(node), node)
+                elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
+                    closures.append(node.value)
+            self._reads[graph.uid] = (list(nodes.values()), closures)
+        return self._reads[graph.uid]
 
     def has_effect(self, node: Apply) -> bool:
         fn = node.fn

@@ -21,11 +21,20 @@ from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 
 MAX_DEPTH = 8
+# Rule graphs are complete when inlined and never change: whether a graph
+# reads free variables is asked once per graph (by its never-reused uid).
+_reads_free: dict[int, bool] = {}
+
+
+def _has_free_variables(graph: FuncGraph) -> bool:
+    if graph.uid not in _reads_free:
+        _reads_free[graph.uid] = bool(graph.free_variables())
+    return _reads_free[graph.uid]
 
 
 def inline(rule: FuncGraph, args: list[Node], target: FuncGraph, debug, depth: int = 0) -> Node:
     """The output node of `rule(*args)`, its body copied into `target`."""
-    if depth > MAX_DEPTH or any(c.free_variables() for c in rule.children()):
+    if depth > MAX_DEPTH or any(_has_free_variables(c) for c in rule.children()):
         return target.apply(Constant(rule, hint=rule.name), *args, debug=debug)
     mapping: dict[int, Node] = {id(p): a for p, a in zip(rule.parameters, args, strict=True)}
     for node in rule.nodes:
@@ -40,7 +49,7 @@ def _copy(inputs: list[Node], target: FuncGraph, debug, depth: int) -> Node:
     if isinstance(value, Switch) and isinstance(args[0], Constant):
         branch = args[1] if args[0].value else args[2]
         return inline(branch.value, args[3:], target, debug, depth + 1)
-    if isinstance(value, FuncGraph) and not value.free_variables():
+    if isinstance(value, FuncGraph) and not _has_free_variables(value):
         if len(value.parameters) == len(args):
             return inline(value, args, target, debug, depth + 1)
     folded = fold(value, args)
