@@ -171,9 +171,7 @@ def bench_checkpointed(n: int, x) -> dict:
         base["median_s"] = statistics.median(times["jax_scan"])
         kt_r["time_ratio_vs_scan"] = kt_r["median_s"] / base["median_s"]
     if kt_r["memory"] and base["memory"]:
-        kt_r["memory_ratio_vs_scan"] = (
-            kt_r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
-        )
+        kt_r["memory_ratio_vs_scan"] = kt_r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
     return results
 
 
@@ -207,8 +205,10 @@ def summary(results: dict) -> str:
                 f"{n:>6} {name:<13} {r['median_s'] * 1e3:>10.3f} "
                 f"{r['first_call_s']:>8.2f} {mem:>11.2f}"
             )
-    lines.append(f"{'n':>8} checkpointed  {'kt ms':>9} {'scan ms':>9} {'kt MiB':>8} "
-                 f"{'scan MiB':>9} {'recompute':>9}")
+    lines.append(
+        f"{'n':>8} checkpointed  {'kt ms':>9} {'scan ms':>9} {'kt MiB':>8} "
+        f"{'scan MiB':>9} {'recompute':>9}"
+    )
     for n, r in results.get("checkpointed", {}).items():
         k, b = r["kt_user_jit"], r["jax_scan"]
         scan_ms = b.get("median_s", float("nan")) * 1e3

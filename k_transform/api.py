@@ -44,7 +44,8 @@ def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
         return fn
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
-    graph = parse(fn, star_arity=star_arity)  # a Cell: its `construct`, through its own `bprop` if it has one
+    # a Cell: its `construct`, through its own `bprop` if it has one
+    graph = parse(fn, star_arity=star_arity)
     verify(graph)
     return graph
 

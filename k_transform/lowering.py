@@ -29,10 +29,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform.api import graph_of
+from k_transform.frontend.targets import is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
 from k_transform.ops import structural
-from k_transform.frontend.targets import is_library, target_of
 from k_transform.transforms import GradSpec, as_weights, first_output_graph, grad_graph, jvp_graph
 
 

@@ -32,8 +32,10 @@ def test_jit_of_gradient_functions():
     """A gradient function's Python signature is `(*args, **kwargs)`; kt.jit
     still compiles it with its target's parameters (it carries its graph)."""
     close(kt.jit(kt.grad(loss))(X, Y), jax.grad(loss)(X, Y))
-    close(kt.jit(kt.value_and_grad(loss, grad_position=(0, 1)))(X, Y),
-          jax.value_and_grad(loss, argnums=(0, 1))(X, Y))
+    close(
+        kt.jit(kt.value_and_grad(loss, grad_position=(0, 1)))(X, Y),
+        jax.value_and_grad(loss, argnums=(0, 1))(X, Y),
+    )
     close(kt.jit(kt.GradOperation(get_all=True)(loss))(X, Y), jax.grad(loss, argnums=(0, 1))(X, Y))
 
 

@@ -36,7 +36,12 @@ def test_schedule_gives_every_carry_to_the_reverse_sweep_once(trips, slots):
             return d * jnp.cos(c), jnp.zeros(trips + 1, jnp.int32).at[i].set(1) * (i + 1)
 
         return final, checkpoint.reverse(
-            step, grad_step, n, saved, jnp.ones_like(x0), jnp.zeros(trips + 1, jnp.int32),
+            step,
+            grad_step,
+            n,
+            saved,
+            jnp.ones_like(x0),
+            jnp.zeros(trips + 1, jnp.int32),
             lambda a, b: a + b,
         )
 

@@ -53,8 +53,6 @@ INTERNAL = (
     structural.CheckGrad,
     structural.ReadParam,
     structural.InputGrad,
-    structural.TreeVdot,
-    structural.TreeScale,
     structural.AuxSens,  # the has_aux sensitivity: tests/test_ms_api.py
     structural.SplitAux,  # has_aux inside transformed code: tests/test_ms_port.py (2nd order)
     structural.JoinAux,
@@ -65,6 +63,8 @@ INTERNAL = (
     control.StackNonEmpty,
     prims.CustomBpropCall,
     ops.Assign,
+    prims.SoleInput,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient)
+    prims.SoleInputGrad,
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
 )
 # Registered only to refuse with a clear message: `test_refusing_rules` checks it.

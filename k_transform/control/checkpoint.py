@@ -20,8 +20,9 @@ long it runs, and the reverse sweep recomputes the others:
   log2(gap) < STACK_ROOM extra slots.
 
 Both are lax loops without `lax.cond` on the buffers (XLA updates them in
-place; a conditional would copy them). The loop's carry must hold no stacks (`runtime.stack`): those are
-sized to the loop bound and stay on the store-everything path.
+place; a conditional would copy them). The loop's carry must hold no stacks
+(`runtime.stack`): those are sized to the loop bound and stay on the
+store-everything path.
 """
 
 from __future__ import annotations

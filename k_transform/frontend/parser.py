@@ -1002,8 +1002,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         """`n` items of a tuple-valued node; a lone non-tuple node when `n` is 1
         (the `inputs` / `v` convention of `kt.jvp`)."""
         is_tuple = isinstance(node, Apply) and isinstance(node.fn.value, prims.MakeTuple)
-        if n == 1 and not is_tuple:
-            return [node]
+        if n == 1 and not is_tuple:  # a tuple of one or a lone value: known when run
+            return [self.apply(prims.SoleInput(), node)]
         return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:

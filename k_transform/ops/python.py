@@ -412,6 +412,29 @@ class Copy(Primitive):
         return f"{e.ref(rt, '_rt')}.{fn}({args[0]})"
 
 
+class SoleInput(RuntimeCall):
+    """The one input of a one-parameter function given to `kt.jvp(fn, inputs,
+    v)` as a value known only when run: `inputs[0]` when `inputs` is a tuple
+    or list of one, else `inputs` (the eager call's and MindSpore's convention)."""
+
+    n_inputs = 1
+    rt_name = "sole_input"
+
+    def __init__(self):
+        super().__init__("sole_input")
+
+
+class SoleInputGrad(RuntimeCall):
+    """The gradient of `inputs` from the gradient `d` of `sole_input(inputs)`:
+    `(d,)` (or `[d]`) for a sequence, else `d`."""
+
+    n_inputs = 2
+    rt_name = "sole_input_grad"
+
+    def __init__(self):
+        super().__init__("sole_input_grad")
+
+
 # == gradient rules ==============================================================
 # Tuples, lists and dicts are variadic: their inputs come packed (see the registry).
 
@@ -655,3 +678,23 @@ def get_bprop_custom_cell(self):
 
 
 zero_gradient(Not, Contains, MakeSlice)
+
+
+@bprop_getters.register(SoleInput)
+def get_bprop_sole_input(self):
+    spread = SoleInputGrad()
+
+    def bprop(inputs, out, dout):
+        return (spread(inputs, dout),)
+
+    return bprop
+
+
+@bprop_getters.register(SoleInputGrad)
+def get_bprop_sole_input_grad(self):
+    pick = SoleInput()
+
+    def bprop(inputs, d, out, dout):
+        return zeros_like(inputs), pick(dout)
+
+    return bprop

@@ -203,26 +203,6 @@ class JoinAux(RuntimeCall):
         super().__init__("join_aux")
 
 
-class TreeVdot(RuntimeCall):
-    """<a, b> summed over all leaves of two gradient trees."""
-
-    n_inputs = 2
-    rt_name = "tree_vdot"
-
-    def __init__(self):
-        super().__init__("tree_vdot")
-
-
-class TreeScale(RuntimeCall):
-    """A gradient tree times a scalar."""
-
-    n_inputs = 2
-    rt_name = "tree_scale"
-
-    def __init__(self):
-        super().__init__("tree_scale")
-
-
 # == gradient rules ==============================================================
 # Rules of the structural primitives and of the DFunctor's own plumbing, so that
 # K-graphs differentiate again.
@@ -266,8 +246,6 @@ def bprop_add_grad(a, b, out, dout):
 
 
 # -- the DFunctor's own primitives, so K-graphs differentiate again ----------
-tree_scale = TreeScale()
-tree_vdot = TreeVdot()
 
 
 @rule(InputGrad)
@@ -320,16 +298,6 @@ def bprop_split_aux(value, out, dout):
 @rule(JoinAux)
 def bprop_join_aux(value, d_split, out, dout):
     return (None, split_aux(dout))
-
-
-@rule(TreeVdot)
-def bprop_tree_vdot(a, b, out, dout):
-    return (tree_scale(b, dout), tree_scale(a, dout))
-
-
-@rule(TreeScale)
-def bprop_tree_scale(tree, s, out, dout):
-    return (tree_scale(dout, s), tree_vdot(dout, tree))
 
 
 zero_gradient(ZerosLike, OnesLike)

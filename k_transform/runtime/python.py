@@ -235,3 +235,19 @@ def static_filter(cond, where: str = ""):
             f"result's length would depend on data{describe(where)}; use jnp.where"
         )
     return cond
+
+
+def sole_input(inputs):
+    """`inputs[0]` for a tuple or list (of one), else `inputs` (see `ops.python.SoleInput`)."""
+    if type(inputs) not in (tuple, list):
+        return inputs
+    if len(inputs) != 1:
+        raise KTransformError(
+            f"kt.jvp: the function takes 1 input but inputs holds {len(inputs)} values"
+        )
+    return inputs[0]
+
+
+def sole_input_grad(inputs, d):
+    """The gradient of `inputs` given that of `sole_input(inputs)`."""
+    return type(inputs)([d]) if type(inputs) in (tuple, list) else d

@@ -380,34 +380,3 @@ def _container_input_grad(d, arg, node, integers: bool):
     else:
         d_kids = pytree_node(d)[0] if node is not None else list(d)
     return rebuild(arg, [input_grad(g, v, integers) for g, v in zip(d_kids, kids, strict=True)])
-
-
-def tree_vdot(a, b):
-    """The sum of elementwise products over matching leaves (None is zero)."""
-    total = 0.0
-    node_a, node_b = pytree_node(a), pytree_node(b)
-    if node_a is not None and node_b is not None:
-        a, b = node_a[0], node_b[0]
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        for x, y in zip(a, b, strict=True):
-            total = total + tree_vdot(x, y)
-        return total
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in a.keys() & b.keys():
-            total = total + tree_vdot(a[key], b[key])
-        return total
-    if a is None or b is None:
-        return total
-    return jnp.sum(a * b)
-
-
-def tree_scale(tree, s):
-    """Every leaf of `tree` times the scalar `s`."""
-    node = pytree_node(tree)
-    if node is not None:
-        return rebuild(tree, [tree_scale(t, s) for t in node[0]])
-    if isinstance(tree, (tuple, list)):
-        return type(tree)(tree_scale(t, s) for t in tree)
-    if isinstance(tree, dict):
-        return {k: tree_scale(v, s) for k, v in tree.items()}
-    return None if tree is None else tree * s
