@@ -23,10 +23,10 @@ Traced loops (under `jax.jit`) cannot return closures, so:
 - the same `while` under a user's own `jax.jit` (which cannot retrace), and
   a `for` over a range longer than `kt.set_for_checkpoints(k)`: online
   checkpointing (`control/checkpoint.py`, `_checkpointed`): at most
-  `bounds.checkpoint_slots` (64 unless set; or k) + 64 stored carries
-  whatever the trip count, the
-  others recomputed in the reverse sweep, O(log) recomputation; every carry
-  is stored when the loop fits. Loops whose carry holds stacks (loops of a
+  `bounds.checkpoint_slots` (as many as 8 MiB hold, 16 to 1,024, unless
+  set; or k) + 64 stored carries whatever the trip count, the others
+  recomputed in the reverse sweep, O(log) recomputation; every carry is
+  stored when the loop fits. Loops whose carry holds stacks (loops of a
   derivative) keep the store-everything buffer.
 
 These helpers are Python, not graphs, so the DFunctor cannot transform them
@@ -118,6 +118,11 @@ def _inv_grads(d_inv, inv):
     return d_inv if d_inv is not None else tuple(rt.zeros_like_value(v) for v in inv)
 
 
+def _nbytes(tree) -> int:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return sum(jnp.size(x) * jnp.result_type(x).itemsize for x in leaves)
+
+
 def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
     step = lambda cr: tuple(body_k(*cr, *inv)[0])  # noqa: E731
@@ -125,7 +130,7 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
     if not bounds.can_retrace() and not rs.has_stacks(carry):
         step_i = lambda i, cr: ctl.like_carry(step(cr), cr, grads)  # noqa: E731
         running = lambda i, cr: ctl.condition(cond_fn(*cr, *inv), "while", where)  # noqa: E731
-        slots = bounds.checkpoint_slots(where)
+        slots = bounds.checkpoint_slots(where, _nbytes(carry))
         return _checkpointed(body_k, step_i, running, carry, inv, slots, where)
     bound = bounds.buffer_slots(where)
     buffer = jax.tree_util.tree_map(
