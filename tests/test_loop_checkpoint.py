@@ -136,7 +136,7 @@ def test_memory_is_bounded_by_the_checkpoints_not_the_trips():
     compiled = jax.jit(kt.grad(wide_while)).lower(x, jnp.asarray(5)).compile()
     temp = compiled.memory_analysis().temp_size_in_bytes
     carry_bytes = WIDE * 4
-    assert temp < (bounds.checkpoint_slots('', carry_bytes) + 64) * carry_bytes * 3
+    assert temp < (bounds.checkpoint_slots("", carry_bytes) + 64) * carry_bytes * 3
     assert temp < 20_000 * carry_bytes / 5
     got = compiled(x + 0.1, jnp.asarray(20_000))
     step = lambda k, x: jnp.tanh(x) + 0.01  # noqa: E731
