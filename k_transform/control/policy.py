@@ -6,7 +6,7 @@ parsing when the trip count is known then (so the loop differentiates to any
 order as straight code), else at run time. At run time a longer loop still
 unrolls when its trip count times its body's size (equations of the body's
 jaxpr, traced once on abstract values) is at most `UNROLL_BUDGET`: that is
-what `jax.grad` of the same Python does (it unrolls every loop), and XLA then
+what JAX's gradient of the same Python does (it unrolls every loop), and XLA then
 fuses across iterations, which a `lax.scan` stops (bench/static_loops.py: a
 40-step elementwise chain and a 200-step update ran 2-2.7x slower as scans).
 Longer loops become `lax.scan` under `jax.jit` (Python loops eagerly: this
