@@ -261,36 +261,15 @@ class ModuleEmitter:
         return live
 
     def free_variables(self, graph: FuncGraph) -> list[Node]:
-        """`graph.free_variables()`, with each graph's reads collected once per
+        """`graph.free_variables()`, each graph's reads collected once per
         module (graphs do not change while they are emitted)."""
         if graph.uid not in self._free:
-            found: dict[int, Node] = {}
-            seen: set[int] = set()
-            todo = [graph]
-            while todo:
-                g = todo.pop()
-                if g.uid in seen:
-                    continue
-                seen.add(g.uid)
-                nodes, closures = self._graph_reads(g)
-                for node in nodes:
-                    if node.graph is not graph and node.graph.is_ancestor_of(graph):
-                        found.setdefault(id(node), node)
-                todo += closures
-            self._free[graph.uid] = list(found.values())
+            self._free[graph.uid] = graph.free_variables(reads=self._graph_reads)
         return self._free[graph.uid]
 
     def _graph_reads(self, graph: FuncGraph) -> tuple[list, list]:
-        """The non-constant nodes `graph` reads (once each) and the closures it uses."""
         if graph.uid not in self._reads:
-            nodes: dict[int, Node] = {}
-            closures = []
-            for node in graph.used_nodes():
-                if not isinstance(node, Constant):
-                    nodes.setdefault(id(node), node)
-                elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
-                    closures.append(node.value)
-            self._reads[graph.uid] = (list(nodes.values()), closures)
+            self._reads[graph.uid] = graph.reads_of()
         return self._reads[graph.uid]
 
     def has_effect(self, node: Apply) -> bool:

@@ -202,9 +202,12 @@ class FuncGraph:
         if self.output is not None:
             yield self.output
 
-    def free_variables(self) -> list[Node]:
+    def free_variables(self, reads=None) -> list[Node]:
         """Nodes owned by enclosing graphs that this graph reads, directly or
-        through the closures it uses (children and sibling closures alike)."""
+        through the closures it uses (children and sibling closures alike).
+        `reads(graph) -> (nodes, closures)` may supply each graph's reads
+        (`reads_of`, e.g. memoised by codegen)."""
+        reads = reads or FuncGraph.reads_of
         found: dict[int, Node] = {}
         seen: set[int] = set()
         todo: list[FuncGraph] = [self]
@@ -213,13 +216,24 @@ class FuncGraph:
             if graph.uid in seen:
                 continue
             seen.add(graph.uid)
-            for node in graph.used_nodes():
-                if isinstance(node, Constant):
-                    if isinstance(node.value, FuncGraph) and node.value.parent is not None:
-                        todo.append(node.value)
-                elif node.graph is not self and node.graph.is_ancestor_of(self):
+            nodes, closures = reads(graph)
+            for node in nodes:
+                if node.graph is not self and node.graph.is_ancestor_of(self):
                     found.setdefault(id(node), node)
+            todo += closures
         return list(found.values())
+
+    def reads_of(self) -> tuple[list[Node], list[FuncGraph]]:
+        """The non-constant nodes this graph reads (once each, in first-use
+        order) and the closures (graphs with a parent) it uses."""
+        nodes: dict[int, Node] = {}
+        closures = []
+        for node in self.used_nodes():
+            if not isinstance(node, Constant):
+                nodes.setdefault(id(node), node)
+            elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
+                closures.append(node.value)
+        return list(nodes.values()), closures
 
     def reachable(self):
         """This graph and every graph its constants reach (closures, branches,
