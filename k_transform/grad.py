@@ -724,6 +724,11 @@ class Jacobian:
             raise KTransformError(
                 f"jacfwd/jacrev: grad_position must be an int or a tuple of ints, not {argnum!r}"
             )
+        if isinstance(fn, Jacobian):
+            raise KTransformError(
+                "kt.jacfwd/kt.jacrev of a Jacobian function (jacfwd(jacrev(f))) is not "
+                "supported yet: use kt.hessian(f), or kt.jacfwd(kt.grad(f)) for a scalar f"
+            )
         self.fn, self.argnum, self.forward, self.has_aux = fn, argnum, forward, bool(has_aux)
         self.positions = positions
 

@@ -145,6 +145,21 @@ def test_second_derivative_through_closure():
     close(kt.hessian(f)(X), jax.hessian(f)(X))
 
 
+def cubic_sum(x):
+    return jnp.sum(jnp.sin(x) * x**2)
+
+
+def test_jacobian_of_a_jacobian_is_refused_with_the_alternatives():
+    """jacfwd(jacrev(f)) is not supported yet: a clear error at construction
+    (not a parse error inside k_transform), naming what works instead."""
+    for outer in (kt.jacfwd, kt.jacrev):
+        with pytest.raises(kt.KTransformError, match=r"use kt.hessian\(f\)"):
+            outer(kt.jacrev(cubic_sum))
+    want = jax.hessian(cubic_sum)(X)
+    close(kt.hessian(cubic_sum)(X), want)
+    close(kt.jacfwd(kt.grad(cubic_sum))(X), want)
+
+
 def test_jacobians_and_hessian():
     f = lambda x: jnp.sin(x) * jnp.sum(x * x)
     close(kt.jacrev(f)(X), jax.jacrev(f)(X))
