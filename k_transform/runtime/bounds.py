@@ -98,21 +98,29 @@ def for_checkpoints() -> int | None:
     return _for_checkpoints["slots"]
 
 
-class retracing:
-    """Within it, tracing is done for a gradient function that retraces when
-    a `while` outgrows its buffer (so that buffer may simply raise)."""
+class _Switch:
+    """Within it, the module flag `switch["on"]` is `on`; restored after."""
+
+    switch: dict[str, bool]
 
     def __init__(self, on: bool = True):
         self.on = on
 
     def __enter__(self):
-        self.saved = _retrace["on"]
-        _retrace["on"] = self.on
+        self.saved = self.switch["on"]
+        self.switch["on"] = self.on
         return self
 
     def __exit__(self, *exc):
-        _retrace["on"] = self.saved
+        self.switch["on"] = self.saved
         return False
+
+
+class retracing(_Switch):
+    """Within it, tracing is done for a gradient function that retraces when
+    a `while` outgrows its buffer (so that buffer may simply raise)."""
+
+    switch = _retrace
 
 
 def can_retrace() -> bool:
@@ -126,17 +134,10 @@ recompute_stats: dict[str, tuple[int, int]] = {}
 _track = {"on": False}
 
 
-class tracking_recompute:
+class tracking_recompute(_Switch):
     """Within it, checkpointed loops being traced report to `recompute_stats`."""
 
-    def __enter__(self):
-        self.saved = _track["on"]
-        _track["on"] = True
-        return self
-
-    def __exit__(self, *exc):
-        _track["on"] = self.saved
-        return False
+    switch = _track
 
 
 def report_recompute(where: str, n, recomputed) -> None:
