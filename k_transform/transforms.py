@@ -11,21 +11,11 @@ Because it is an ordinary FuncGraph, the DFunctor can transform it again:
 that is grad of grad, and a gradient function called inside user code is a
 call of this graph.
 
-`jvp_graph(primal)` derives forward mode by double reverse (seed 001):
-`bprop(u)` is linear in its sensitivity `u`, so its own reverse mode,
-differentiating with respect to `u` alone, runs `J v`. K of `f`'s fprop
-gives, next to `out`, K of `bprop` (the fprop of the bprop closure):
-
-    def f_jvp(*xs, *vs):
-        (out, bprop_fprop), _ = K(K(f))(*xs)   # the second bprop is never called
-        grads, transpose = bprop_fprop(zeros_like(out))
-        _, jv = transpose((zeros_like(grads[0]), *vs))   # d u: J v
-        return out, jv
-
-Only `u` is differentiated: the reverse pass of `K(K(f))` (the gradient
-with respect to `xs`) is never run or traced, and `out` comes from the same
-forward pass as the recorded values (a loop runs once forward, once as the
-transposed sweep).
+`jvp_graph(primal)` is forward mode derived from reverse rules (seed 001),
+built in `k_transform.dfunctor.forward`: J maps each primitive to double
+reverse of its own rule (`bprop(u)` is linear in `u`, so its reverse mode
+with respect to `u` runs `J v`) and each loop to one loop over values and
+tangents; graphs J does not reach go by double reverse as a whole.
 """
 
 from __future__ import annotations
@@ -34,6 +24,7 @@ from dataclasses import dataclass
 
 from k_transform.cell import Parameter
 from k_transform.dfunctor.dfunctor import k_graph, param_key
+from k_transform.dfunctor.forward import double_reverse, forward_jvp
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
@@ -180,30 +171,9 @@ def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
 
 
 def jvp_graph(primal: FuncGraph) -> FuncGraph:
-    """`(out, J v)` for `primal` by double reverse (see the module docstring)."""
-    names = [p.name for p in primal.parameters]
-    n = len(names)
-    k_fprop = k_graph(k_graph(primal))
-    graph, args = _new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
-    b = _Builder(graph)
-    xs, vs = args[:n], args[n:]
-    pair = b.call(Constant(k_fprop, hint=k_fprop.name), *xs)
-    pair.tuple_arity = 2
-    result = b.item(pair, 0)  # K of (out, bprop)
-    result.tuple_arity = 2
-    out, bprop_fprop = b.item(result, 0, "out"), b.item(result, 1, "bprop")
-    linear = b.call(bprop_fprop, b.prim(structural.ZerosLike(), out))
-    linear.tuple_arity = 2
-    transpose = b.item(linear, 1, "transpose")
-    # The sensitivity of bprop's `(env, d_x...)`: zeros for the env (its keys
-    # kept: the transposed code reads them); an input's gradient is
-    # `input_grad(d_x, x)` (zeros for an integer input), and so is its tangent.
-    env = b.item(b.item(linear, 0, "grads"), 0, "env")
-    d_grads = [b.prim(structural.InputGrad(), v, x) for v, x in zip(vs, xs, strict=True)]
-    d_sens = b.call(transpose, b.tuple(b.prim(structural.ZerosLike(), env), *d_grads))
-    d_sens.tuple_arity = 2
-    graph.output = b.tuple(out, b.item(d_sens, 1, "jv"))
-    return graph
+    """`(out, J v)` for `primal`: J (forward mode from reverse rules) where it
+    reaches, else double reverse of the whole graph (`dfunctor.forward`)."""
+    return forward_jvp(primal) or double_reverse(primal)
 
 
 def first_output_graph(primal: FuncGraph) -> FuncGraph:

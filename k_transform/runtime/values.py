@@ -357,7 +357,11 @@ def input_grad(d, arg, integers: bool = False):
     float0 cotangent) or, with `integers` (MindSpore's GradOperation), their
     gradient cast to their own dtype; boolean arrays, static inputs (Python
     ints, bools, None, strings) and inputs nothing flowed to get a zero.
-    Containers and pytree nodes get theirs leaf by leaf."""
+    Containers and pytree nodes get theirs leaf by leaf. A variable not yet
+    defined (UNDEFINED) has an undefined one, filled as its value is where
+    branches join."""
+    if arg is UNDEFINED:
+        return UNDEFINED
     node = pytree_node(arg)
     if node is not None or type(arg) in (tuple, list, dict):
         return _container_input_grad(d, arg, node, integers)
