@@ -20,6 +20,7 @@ from k_transform.control.prims import WhileLoop
 from k_transform.dfunctor.forward import forward_jvp
 from k_transform.grad import graph_of
 from k_transform.ir.nodes import Constant
+from k_transform.transforms import GradSpec, grad_graph
 
 X = jnp.array([0.5, -1.2, 2.0], jnp.float32)
 V = jnp.array([1.0, 0.5, -2.0], jnp.float32)
@@ -197,7 +198,10 @@ def test_print_runs_once_per_iteration(capsys):
     assert capsys.readouterr().out.count("x ") == 10
 
 
-def test_closure_goes_by_double_reverse():
+def test_closures_are_mapped():
+    """A closure called in a loop: its J-graph is built inside J of the
+    function that defines it, reading the values and tangents it captures."""
+
     def outer(x, w):
         def body(y):
             return y * w  # reads w: a closure
@@ -206,8 +210,40 @@ def test_closure_goes_by_double_reverse():
             x = body(x)
         return x
 
-    assert forward_jvp(graph_of(outer)) is None
+    assert forward_jvp(graph_of(outer)) is not None
     close(kt.jvp(outer, (X, W), (V, V)), jax.jvp(outer, (X, W), (V, V)))
+
+
+def test_function_argument_goes_by_double_reverse():
+    def twice(f, x):
+        return f(f(x))
+
+    def passes(x, w):
+        for _ in range(10):
+            x = jnp.sin(x) * w
+        return twice(lambda y: y * w, x)
+
+    assert forward_jvp(graph_of(passes)) is None  # a function value J did not make
+    close(kt.jvp(passes, (X, W), (V, V)), jax.jvp(passes, (X, W), (V, V)))
+
+
+def kmeans_cost(centers, points):
+    d = jnp.sum((points[:, None, :] - centers[None, :, :]) ** 2, axis=-1)
+    return jnp.sum(jnp.min(d, axis=1))
+
+
+def test_hvp_is_forward_over_reverse():
+    """hvp = J of the gradient graph: J maps K(f)'s bprop closure (a function
+    value) to its J-graph, so the gradient's reverse pass runs once, forward."""
+    rng = np.random.RandomState(0)
+    c = jnp.asarray(rng.randn(5, 3).astype(np.float32))
+    p = jnp.asarray(rng.randn(40, 3).astype(np.float32))
+    v = jnp.asarray(rng.randn(5, 3).astype(np.float32))
+    graph = forward_jvp(grad_graph(graph_of(kmeans_cost), GradSpec(inputs=0)))
+    assert graph is not None
+    want = jax.jvp(jax.grad(kmeans_cost), (c, p), (v, jnp.zeros_like(p)))[1]
+    close(kt.hvp(kmeans_cost, (c, p), v), want, 1e-4)
+    close(jax.jit(lambda c, p, v: kt.hvp(kmeans_cost, (c, p), v))(c, p, v), want, 1e-4)
 
 
 def test_second_order_through_j():

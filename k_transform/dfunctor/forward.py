@@ -52,6 +52,15 @@ class _Unsupported(Exception):
     """A construct J does not map (the graph goes by double reverse)."""
 
 
+class _Fn:
+    """The build-time tangent of a function value (a closure): under J the
+    value is the closure's J-graph `jf.graph`, taking `(*xs, *vs)` and
+    returning `(out, J v)`; it has no tangent of its own."""
+
+    def __init__(self, jf: _Forward):
+        self.jf = jf
+
+
 # -- double reverse ---------------------------------------------------------------
 def double_reverse(primal: FuncGraph) -> FuncGraph:
     """`(out, J v)` for `primal` by double reverse of the whole graph:
@@ -129,12 +138,16 @@ def _struct(t):
         return False
     if isinstance(t, list):
         return tuple(_struct(x) for x in t)
-    return True
+    return t if isinstance(t, _Fn) else True
 
 
 def _join(a, b):
     """The shape both of two tangents fit (the branches of a switch)."""
-    if a is False or a == b:
+    if a is b or a == b:
+        return b
+    if isinstance(a, _Fn) or isinstance(b, _Fn):
+        raise _Unsupported("branches giving different functions")
+    if a is False:
         return b
     if b is False:
         return a
@@ -185,7 +198,7 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     if found is None:
         _forwards[key] = _BUILDING
         try:
-            found = _Forward(graph, mask, want, top, flat)
+            found = _Forward(graph, mask, want, top, flat, None)
         except _Unsupported:
             _forwards[key] = None
             raise
@@ -199,14 +212,17 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
 class _Forward:
     """Builds J of one graph (see the module docstring)."""
 
-    def __init__(self, primal: FuncGraph, mask: tuple, want, top: bool, flat: int):
-        if primal.parent is not None and primal.free_variables():
-            raise _Unsupported("a closure")
+    def __init__(self, primal: FuncGraph, mask: tuple, want, top: bool, flat: int, parent):
+        if parent is None and primal.parent is not None and primal.free_variables():
+            raise _Unsupported("a closure outside its enclosing function")
+        self.parent: _Forward | None = parent  # J of the enclosing graph (a closure's)
+        self.children: dict[tuple, object] = {}  # J of closures defined in this graph
         names = [p.name for p in primal.parameters]
         tangents = [f"v_{x}" for x, m in zip(names, mask, strict=True) if m]
         kind = "transform" if top else primal.kind
         name = f"{primal.name}_jvp" if top else f"{primal.name}_jvp{_mask_text(mask)}"
         self.graph, params = _new_graph(name, primal, names + tangents, kind)
+        self.graph.parent = parent.graph if parent is not None else None
         self.b = _Builder(self.graph)
         self.primal = primal
         self.val: dict[int, Node] = {}
@@ -221,8 +237,7 @@ class _Forward:
         for node in primal.nodes:
             self.apply(node)
         self.flush()
-        out = self.value(primal.output)
-        t_out = self.tangent(primal.output)
+        out, t_out = self.jvalue(primal.output), self.jtangent(primal.output)
         self.out_shape = _struct(t_out) if want is None else want
         if flat:
             items = [self.b.item(out, k) for k in range(flat)]
@@ -238,16 +253,64 @@ class _Forward:
         if isinstance(node, Constant):
             _check_constant(node)
             return node
-        if id(node) in self.pending_ids:
-            self.flush()
-        return self.val[id(node)]
+        owner = self.owner(node.graph)
+        if id(node) in owner.pending_ids:
+            owner.flush()
+        return owner.val[id(node)]
 
     def tangent(self, node: Node):
         if isinstance(node, Constant):
             return None
-        if id(node) in self.pending_ids:
-            self.flush()
-        return self.tan[id(node)]
+        owner = self.owner(node.graph)
+        if id(node) in owner.pending_ids:
+            owner.flush()
+        return owner.tan[id(node)]
+
+    def jvalue(self, node: Node) -> Node:
+        """`value`, but a function constant is its J-graph (a closure's, bound
+        here): where J itself calls or returns it."""
+        if isinstance(node, Constant) and isinstance(node.value, FuncGraph):
+            jf = self.closure(node.value)
+            return Constant(jf.graph, hint=jf.graph.name)
+        return self.value(node)
+
+    def jtangent(self, node: Node):
+        if isinstance(node, Constant) and isinstance(node.value, FuncGraph):
+            return _Fn(self.closure(node.value))
+        return self.tangent(node)
+
+    def closure(self, graph: FuncGraph) -> _Forward:
+        """J of a function used as a value: every input may have a tangent."""
+        return self.j_of(graph, (True,) * len(graph.parameters))
+
+    def owner(self, graph: FuncGraph) -> _Forward:
+        """J of `graph`, this one or one enclosing it."""
+        found = self
+        while found.primal is not graph:
+            found = found.parent
+            if found is None:
+                raise _Unsupported("a value of a graph J is not inside")
+        return found
+
+    def j_of(self, graph: FuncGraph, mask: tuple, want=None, flat: int = 0) -> _Forward:
+        """J of a called graph: a closed one is shared, a closure's is built
+        inside J of the graph that defines it (reading its values there)."""
+        if graph.parent is None or not graph.free_variables():
+            return _forward(graph, mask, want, flat=flat)
+        owner = self.owner(graph.parent)
+        key = (graph.uid, mask, want, flat)
+        found = owner.children.get(key)
+        if found is _BUILDING:
+            raise _Unsupported("recursion")
+        if found is None:
+            owner.children[key] = _BUILDING
+            try:
+                found = _Forward(graph, mask, want, False, flat, owner)
+            except BaseException:
+                del owner.children[key]
+                raise
+            owner.children[key] = found
+        return found
 
     def materialize(self, t) -> Node:
         """A tangent as one node (None for a zero one)."""
@@ -255,13 +318,15 @@ class _Forward:
             return Constant(None)
         if isinstance(t, list):
             return self.b.tuple(*(self.materialize(x) for x in t))
+        if isinstance(t, _Fn):
+            raise _Unsupported("a function value where J needs a tangent")
         return t
 
     def dense(self, t, shape, value: Node) -> Node:
         """The tangent `t` of `value` as a node shaped `shape`: zeros (not None)
         where `shape` says True, None where False."""
-        if shape is False:
-            return Constant(None)
+        if shape is False or isinstance(shape, _Fn):
+            return Constant(None)  # a function value carries its own tangents
         if shape is True:
             return self.b.prim(structural.InputGrad(), self.materialize(t), value)
         items = self.items(t, len(shape))
@@ -276,14 +341,16 @@ class _Forward:
         """The tangents of the `n` items of a tuple whose tangent is `t`."""
         if isinstance(t, list):
             return t
+        if isinstance(t, _Fn):
+            raise _Unsupported("a function value used as a tuple")
         return [None if t is None else self.b.item(t, k) for k in range(n)]
 
     def unpack(self, node: Node, shape):
         """A tangent node shaped `shape` as a build-time tangent."""
         if shape is False:
             return None
-        if shape is True:
-            return node
+        if shape is True or isinstance(shape, _Fn):
+            return node if shape is True else shape
         return [self.unpack(self.b.item(node, k), s) for k, s in enumerate(shape)]
 
     def _set(self, node: Node, value: Node, t) -> None:
@@ -307,7 +374,8 @@ class _Forward:
     # -- nodes ----------------------------------------------------------------------
     def apply(self, node) -> None:
         if not isinstance(node.fn, Constant):
-            raise _Unsupported("a call of a function value")
+            self.call_value(node)
+            return
         fn = node.fn.value
         if isinstance(fn, FuncGraph):
             self.call_graph(node, fn)
@@ -331,9 +399,9 @@ class _Forward:
         pending = any(id(a) in self.pending_ids for a in node.args)
         if prim.effectful:
             self.flush()
-        elif isinstance(prim, prims.MakeTuple) and all(u is None for u in self.users[id(node)]):
-            ts = [self.tangent(a) for a in node.args]
-            self._set(node, self.copy(node, fn, [self.value(a) for a in node.args]), ts)
+        elif isinstance(prim, prims.MakeTuple) and _only_outside(self.users[id(node)]):
+            ts = [self.jtangent(a) for a in node.args]
+            self._set(node, self.copy(node, fn, [self.jvalue(a) for a in node.args]), ts)
             return
         elif not pending:
             ts = [self.tangent(a) for a in node.args]
@@ -400,18 +468,33 @@ class _Forward:
             raise _Unsupported("a call with defaults")
         args = [self.value(a) for a in node.args]
         ts = [self.tangent(a) for a in node.args]
-        if all(t is None for t in ts):
+        closure = graph.parent is not None and graph.free_variables()
+        if all(t is None for t in ts) and not closure:
             self._set(node, self.copy(node, node.fn, args), None)
             return
         mask = tuple(t is not None for t in ts)
-        sub = _forward(graph, mask, None)
-        pair = self._call_j(sub, args, ts, mask, node)
+        sub = self.j_of(graph, mask)
+        pair = self._call_j(Constant(sub.graph, hint=sub.graph.name), args, ts, mask, node)
         self.pair(node, pair, sub.out_shape)
 
-    def _call_j(self, sub: _Forward, args, ts, mask, node) -> Node:
+    def call_value(self, node) -> None:
+        """A call of a function value that J made (a closure's J-graph)."""
+        self.flush()
+        fn = self.jtangent(node.fn)
+        if not isinstance(fn, _Fn):
+            raise _Unsupported("a call of a function value J did not make")
+        if len(node.args) != len(fn.jf.primal.parameters):
+            raise _Unsupported("a call with defaults")
+        args = [self.value(a) for a in node.args]
+        ts = [self.tangent(a) for a in node.args]
+        mask = (True,) * len(args)
+        pair = self._call_j(self.value(node.fn), args, ts, mask, node)
+        self.pair(node, pair, fn.jf.out_shape)
+
+    def _call_j(self, fn: Node, args, ts, mask, node) -> Node:
         tangents = [self.materialize(t) for t, m in zip(ts, mask, strict=True) if m]
         return self.b.call(
-            Constant(sub.graph, hint=sub.graph.name),
+            fn,
             *args,
             *tangents,
             arity=2,
@@ -430,12 +513,12 @@ class _Forward:
             return
         mask = tuple(t is not None for t in ts)
         shape = _join(
-            _forward(true_g.value, mask, None).out_shape,
-            _forward(false_g.value, mask, None).out_shape,
+            self.j_of(true_g.value, mask).out_shape,
+            self.j_of(false_g.value, mask).out_shape,
         )
         k = fn.result_arity(node.args)
         shape = _items_of(shape, k) if k else shape
-        graphs = [_forward(g.value, mask, shape, flat=k).graph for g in (true_g, false_g)]
+        graphs = [self.j_of(g.value, mask, shape, k).graph for g in (true_g, false_g)]
         branches = [Constant(g, hint=g.name) for g in graphs]
         tangents = [self.materialize(t) for t in ts if t is not None]
         res = self.b.call(
@@ -474,12 +557,12 @@ class _Forward:
         inv_mask = tuple(t is not None for t in ts[n:])
         head_mask = (each,) * heads
         while True:  # the carries whose tangent can be non-zero: a fixed point
-            j = _forward(body, head_mask + carry_mask + inv_mask, None)
+            j = self.j_of(body, head_mask + carry_mask + inv_mask)
             grown = tuple(a or b for a, b in zip(carry_mask, _nonzero(j.out_shape, n), strict=True))
             if grown == carry_mask:
                 break
             carry_mask = grown
-        j = _forward(body, head_mask + carry_mask + inv_mask, carry_mask)
+        j = self.j_of(body, head_mask + carry_mask + inv_mask, carry_mask)
         if isinstance(fn, WhileLoop):
             new_fixed = [Constant(_loop_cond(fixed[0].value, n, carry_mask, inv_mask))]
         else:
@@ -601,8 +684,13 @@ def _check_constant(node: Constant) -> None:
         raise _Unsupported("a kt.Parameter")
 
 
+def _only_outside(users: list) -> bool:
+    """Read only as the graph's output or by closures (a tuple J keeps by item)."""
+    return bool(users) and all(u is None for u in users)
+
+
 def _users(graph: FuncGraph) -> dict[int, list]:
-    """Each node's readers in `graph` (None: the graph's output)."""
+    """Each node's readers in `graph` (None: the graph's output or a closure)."""
     users: dict[int, list] = {id(n): [] for n in [*graph.parameters, *graph.nodes]}
     for node in graph.nodes:
         for a in node.inputs:
@@ -610,6 +698,10 @@ def _users(graph: FuncGraph) -> dict[int, list]:
                 users[id(a)].append(node)
     if id(graph.output) in users:
         users[id(graph.output)].append(None)
+    for child in graph.children():  # read by a closure: outside any segment
+        for node in child.free_variables():
+            if id(node) in users:
+                users[id(node)].append(None)
     return users
 
 
