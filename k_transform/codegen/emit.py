@@ -55,6 +55,8 @@ class ModuleEmitter:
         self._effects: dict[int, bool] = {}
         self._reads: dict[int, tuple[list, list]] = {}  # graph uid -> (nodes, closures) it reads
         self._free: dict[int, list[Node]] = {}  # graph uid -> its free variables
+        self._uses: dict[int, list] = {}  # node id -> its readers (see uses_in)
+        self._uses_read: set[int] = set()  # graphs whose reads are in _uses
         self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
         self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
 
@@ -125,7 +127,7 @@ class ModuleEmitter:
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         body_pad = pad + "    "
         live = self.live_nodes(graph)
-        unpacks = _unpackings(graph, live)
+        unpacks = _unpackings(graph, live, self.uses_in(graph))
         moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
         defined_children: set[int] = set()
         comment = _Comments(graph.kind == "bprop", self.comments)
@@ -272,6 +274,22 @@ class ModuleEmitter:
             self._reads[graph.uid] = graph.reads_of()
         return self._reads[graph.uid]
 
+    def uses_in(self, graph: FuncGraph) -> dict[int, list]:
+        """Each node's readers, from `graph` and the graphs nested in it (None:
+        a graph returns it). One map per module, each graph read once: a
+        node is only read by its own graph and graphs nested in it."""
+        if graph.uid in self._uses_read:
+            return self._uses
+        for g in graph.reachable():  # all graphs nested in it among them
+            if g.uid in self._uses_read:
+                continue
+            self._uses_read.add(g.uid)
+            for user in g.nodes:
+                for inp in user.inputs:
+                    self._uses.setdefault(id(inp), []).append(user)
+            self._uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
+        return self._uses
+
     def has_effect(self, node: Apply) -> bool:
         fn = node.fn
         if not isinstance(fn, Constant):
@@ -309,16 +327,11 @@ class _Comments:
         return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
 
 
-def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict, bool, int]]:
+def _unpackings(graph: FuncGraph, live: set[int], uses: dict) -> dict[int, tuple[dict, bool, int]]:
     """Tuples of `graph` (nodes with a `tuple_arity`, `switch`es) read through
     distinct constant indices by live `getitem`s of `graph`: (index -> item,
-    whether the tuple is used as a whole too, its length or -1)."""
-    uses: dict[int, list[Node | None]] = {}
-    for g in _graph_and_nested(graph):
-        for user in g.nodes:
-            for inp in user.inputs:
-                uses.setdefault(id(inp), []).append(user)
-        uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
+    whether the tuple is used as a whole too, its length or -1). `uses`: each
+    node's readers in `graph` and the graphs nested in it (None: returned)."""
     found = {}
     for node in graph.nodes:
         arity = node.tuple_arity or _result_arity(node)
@@ -328,20 +341,6 @@ def _unpackings(graph: FuncGraph, live: set[int]) -> dict[int, tuple[dict, bool,
         if items:
             found[id(node)] = (items, whole, arity)
     return found
-
-
-def _graph_and_nested(graph: FuncGraph) -> list[FuncGraph]:
-    """`graph` and the graphs nested in it that it or they use."""
-    found: dict[int, FuncGraph] = {graph.uid: graph}
-    todo = [graph]
-    while todo:
-        for node in todo.pop().used_nodes():
-            value = node.value if isinstance(node, Constant) else None
-            if isinstance(value, FuncGraph) and value.uid not in found:
-                if graph.is_ancestor_of(value):
-                    found[value.uid] = value
-                    todo.append(value)
-    return list(found.values())
 
 
 def _result_arity(node: Apply) -> int:
