@@ -24,6 +24,7 @@ from k_transform import runtime as rt
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.errors import KTransformError
 from k_transform.frontend.parser import parse
+from k_transform.frontend.targets import arity, target_of
 from k_transform.ir.dot import to_dot
 from k_transform.ir.nodes import FuncGraph
 from k_transform.ir.printer import print_graph
@@ -44,6 +45,8 @@ def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
         return fn
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
+    if hasattr(type(fn), "__kt_lower__") and arity(fn) is not None:
+        fn = target_of(fn, arity(fn))  # `kt.jacrev(f)`: a function calling it
     # a Cell: its `construct`, through its own `bprop` if it has one
     graph = parse(fn, star_arity=star_arity)
     verify(graph)

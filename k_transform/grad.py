@@ -724,13 +724,12 @@ class Jacobian:
             raise KTransformError(
                 f"jacfwd/jacrev: grad_position must be an int or a tuple of ints, not {argnum!r}"
             )
-        if isinstance(fn, Jacobian):
-            raise KTransformError(
-                "kt.jacfwd/kt.jacrev of a Jacobian function (jacfwd(jacrev(f))) is not "
-                "supported yet: use kt.hessian(f), or kt.jacfwd(kt.grad(f)) for a scalar f"
-            )
         self.fn, self.argnum, self.forward, self.has_aux = fn, argnum, forward, bool(has_aux)
         self.positions = positions
+        try:  # its inputs are fn's: what a Jacobian of it is called with (`arity`)
+            self.__signature__ = inspect.signature(fn)
+        except (TypeError, ValueError):
+            pass
 
     def __call__(self, *args):
         check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, self.positions)

@@ -1,4 +1,4 @@
-"""Library functions as the function differentiated.
+"""Library functions (and objects lowered at their call) as the function differentiated.
 
 `kt.vjp(jnp.sin, x)`, `kt.grad(jax.nn.relu)`, `kt.jacrev(np.tanh)`: a library
 function has no source of ours to parse as the *target* of a transform, but a
@@ -6,6 +6,9 @@ call of it inside user code is understood (the parser maps it to a primitive
 or imports its jaxpr, `frontend/jaxpr.py`). So the target becomes a tiny
 user-level function of as many positional parameters as the call has,
 `def library_call(x0, ...): return fn(x0, ...)`, parsed like any other.
+An object that the parser lowers where it is called (`kt.jacrev(f)`, whose
+class has `__kt_lower__`) is a target the same way, so `kt.jacfwd(kt.jacrev(f))`
+differentiates the lowered Jacobian.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def is_library(fn) -> bool:
     imports its jaxpr."""
     if isinstance(fn, (FuncGraph, Cell)) or hasattr(fn, "__kt_graph__"):
         return False
+    if hasattr(type(fn), "__kt_lower__"):  # an object lowered where it is called
+        return True  # (`kt.jacrev(f)`): so a Jacobian of a Jacobian composes
     if isinstance(fn, np.ufunc):
         return True
     if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
