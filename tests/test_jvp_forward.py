@@ -261,3 +261,38 @@ def test_second_order_through_j():
     close(g, jax.grad(lambda x: jax.jvp(f_lax, (x,), (V,))[1])(X), 1e-4)
     jj = kt.jvp(lambda x: kt.jvp(f, (x,), (V,))[1], (X,), (W,))
     close(jj, jax.jvp(lambda x: jax.jvp(f_lax, (x,), (V,))[1], (X,), (W,)), 1e-4)
+
+
+def _factory(a, b):
+    def g(v):
+        return 0.2 * jnp.sum(a) * a
+
+    return g
+
+
+def closures_reading_some_variables(x):
+    y = x * 0.5 + 0.1
+    z = jnp.sin(x)
+    for _ in range(2):
+
+        def make(a, b):
+            def g(v):
+                return 1.5 * x * x[1] * y + jnp.exp(jnp.tanh(-1.5 * v))
+
+            return g
+
+        h = make(jnp.exp(jnp.tanh(y)), 1.5 * x * -1.5 * x)
+        z = jnp.tanh(h(0.2 * jnp.sum(x) * z))
+    h2 = _factory(jnp.exp(jnp.tanh(-1.5 * y)), x[0] * x)
+    z = h2(x[2] * x)
+    return jnp.sum(0.2 * jnp.sum(1.5 * y) * x[1] * y) + jnp.sum(y * z)
+
+
+def test_regression_hvp_through_a_closure_env_missing_an_entry():
+    """Found by `make fuzz`: a closure's gradient env holds no entry for a
+    variable it does not read (`env_get` gives zeros); differentiated again,
+    a dict's rule read that entry from the sensitivity and raised KeyError.
+    An absent entry of a dict's gradient is zero (`DictGet`)."""
+    x = jnp.array([0.3, -0.5, 0.8], jnp.float32)
+    want = jax.jvp(jax.grad(closures_reading_some_variables), (x,), (V,))[1]
+    close(kt.hvp(closures_reading_some_variables, (x,), V), want, 1e-4)

@@ -66,6 +66,7 @@ INTERNAL = (
     prims.SoleInput,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient)
     prims.SoleInputGrad,
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
+    prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
 )
 # Registered only to refuse with a clear message: `test_refusing_rules` checks it.
 REFUSING = {prims.MethodCall: lambda x: x.cumprod()}  # flattened: no rule

@@ -467,12 +467,31 @@ def get_bprop_as_sequence(self):
     return bprop
 
 
+class DictGet(RuntimeCall):
+    """`d[key]`, or zeros like `like` when `d` has no `key`: an entry of a
+    dict's gradient (an absent entry is a zero gradient, as in an env)."""
+
+    n_inputs = 3
+    rt_name = "env_get"
+
+    def __init__(self):
+        super().__init__("dict_get")
+
+
+dict_get = DictGet()
+
+
 @rule(MakeDict)
 def bprop_make_dict(kv, out, dout):
     grads = ()
     for k in range(0, len(kv), 2):
-        grads = grads + (None, dout[kv[k]])
+        grads = grads + (None, dict_get(dout, kv[k], kv[k + 1]))
     return grads
+
+
+@rule(DictGet)
+def bprop_dict_get(d, key, like, out, dout):
+    return ({key: dout}, None, None)
 
 
 # Library functions whose result does not depend smoothly on their inputs:
