@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from k_transform.cell import Parameter
+from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.dfunctor.forward import double_reverse, forward_jvp
 from k_transform.errors import KTransformError
@@ -78,40 +79,11 @@ def as_weights(weights) -> tuple[tuple | None, bool]:
     return weights, False
 
 
-class _Builder:
-    """Small helpers for building graphs by hand."""
-
-    def __init__(self, graph: FuncGraph):
-        self.graph = graph
-
-    def prim(self, prim, *args: Node) -> Node:
-        return self.graph.apply(Constant(prim, hint=prim.name), *args)
-
-    def call(self, fn: Node, *args: Node) -> Node:
-        return self.graph.apply(fn, *args)
-
-    def item(self, tup: Node, k: int, name: str = "") -> Node:
-        node = self.prim(prims.GetItem(), tup, Constant(k))
-        node.debug = node.debug.named(name)
-        return node
-
-    def tuple(self, *items: Node) -> Node:
-        return self.prim(prims.MakeTuple(), *items)
-
-
-def _new_graph(name: str, primal: FuncGraph, param_names: list[str]) -> tuple[FuncGraph, list]:
-    graph = FuncGraph(name, debug=primal.debug, kind="transform")
-    params = [graph.add_parameter(n) for n in param_names]
-    graph.param_names = list(param_names)
-    graph.defaults = {}
-    return graph, params
-
-
 def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     """The gradient of `primal` as a graph (see the module docstring)."""
     names = [p.name for p in primal.parameters]
-    graph, args = _new_graph(f"{primal.name}_grad", primal, names + ["sens"] * spec.sens_param)
-    b = _Builder(graph)
+    graph, args = new_graph(f"{primal.name}_grad", primal, names + ["sens"] * spec.sens_param)
+    b = Builder(graph)
     inputs = args[: len(names)]
     pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)
     pair.tuple_arity = 2
@@ -140,7 +112,7 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     return graph
 
 
-def _select(b: _Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
+def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
     def arg(k: int) -> Node:
         if not -len(d_args) <= k < len(d_args):
             raise KTransformError(
@@ -180,7 +152,7 @@ def first_output_graph(primal: FuncGraph) -> FuncGraph:
     """`primal` without its auxiliary outputs: `fn(*xs)[0]` for a `has_aux`
     function returning `(out, *aux)` (what jvp and the Jacobians differentiate)."""
     names = [p.name for p in primal.parameters]
-    graph, args = _new_graph(f"{primal.name}_out", primal, names)
-    b = _Builder(graph)
+    graph, args = new_graph(f"{primal.name}_out", primal, names)
+    b = Builder(graph)
     graph.output = b.item(b.call(Constant(primal, hint=primal.name), *args), 0, "out")
     return graph

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.control.prims import ControlPrimitive, ForEach, ForRange, Switch, WhileLoop
+from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend.parser import parse
@@ -76,8 +77,8 @@ def double_reverse(primal: FuncGraph) -> FuncGraph:
     names = [p.name for p in primal.parameters]
     n = len(names)
     k_fprop = k_graph(k_graph(primal))
-    graph, args = _new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
-    b = _Builder(graph)
+    graph, args = new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
+    b = Builder(graph)
     xs, vs = args[:n], args[n:]
     pair = b.call(Constant(k_fprop, hint=k_fprop.name), *xs, arity=2)
     result = b.item(pair, 0)  # K of (out, bprop)
@@ -93,42 +94,6 @@ def double_reverse(primal: FuncGraph) -> FuncGraph:
     d_sens = b.call(transpose, b.tuple(b.prim(structural.ZerosLike(), env), *d_grads), arity=2)
     graph.output = b.tuple(out, b.item(d_sens, 1, "jv"))
     return graph
-
-
-def _new_graph(name: str, primal: FuncGraph, names: list[str], kind: str = "transform"):
-    graph = FuncGraph(name, debug=primal.debug, kind=kind)
-    params = [graph.add_parameter(n) for n in names]
-    graph.param_names = list(names)
-    graph.defaults = {}
-    return graph, params
-
-
-class _Builder:
-    """Small helpers for building a graph by hand."""
-
-    def __init__(self, graph: FuncGraph):
-        self.graph = graph
-
-    def prim(self, prim, *args: Node, debug=None) -> Node:
-        node = self.graph.apply(Constant(prim, hint=prim.name), *args)
-        if debug is not None:
-            node.debug = debug
-        return node
-
-    def call(self, fn: Node, *args: Node, arity: int = 0, debug=None) -> Node:
-        node = self.graph.apply(fn, *args)
-        node.tuple_arity = arity
-        if debug is not None:
-            node.debug = debug
-        return node
-
-    def item(self, tup: Node, k: int, name: str = "") -> Node:
-        node = self.prim(prims.GetItem(), tup, Constant(k))
-        node.debug = node.debug.named(name)
-        return node
-
-    def tuple(self, *items: Node) -> Node:
-        return self.prim(prims.MakeTuple(), *items)
 
 
 # -- tangents: None (zero), a node, or a list (one per item of a built tuple) -------
@@ -221,9 +186,9 @@ class _Forward:
         tangents = [f"v_{x}" for x, m in zip(names, mask, strict=True) if m]
         kind = "transform" if top else primal.kind
         name = f"{primal.name}_jvp" if top else f"{primal.name}_jvp{_mask_text(mask)}"
-        self.graph, params = _new_graph(name, primal, names + tangents, kind)
+        self.graph, params = new_graph(name, primal, names + tangents, kind)
         self.graph.parent = parent.graph if parent is not None else None
-        self.b = _Builder(self.graph)
+        self.b = Builder(self.graph)
         self.primal = primal
         self.val: dict[int, Node] = {}
         self.tan: dict[int, object] = {}
@@ -642,7 +607,7 @@ def _split_params(params, heads, n, carry_mask, inv_mask, each=False):
 
 def _loop_cond(cond: FuncGraph, n: int, carry_mask, inv_mask) -> FuncGraph:
     names = _loop_names(cond, 0, n, carry_mask, inv_mask)
-    graph, params = _new_graph(f"{cond.name}_jvp", cond, names, "loop_cond")
+    graph, params = new_graph(f"{cond.name}_jvp", cond, names, "loop_cond")
     _, carry, _, _, inv, _, _ = _split_params(params, 0, n, carry_mask, inv_mask)
     graph.output = graph.apply(Constant(cond, hint=cond.name), *carry, *inv, debug=cond.debug)
     return graph
@@ -650,8 +615,8 @@ def _loop_cond(cond: FuncGraph, n: int, carry_mask, inv_mask) -> FuncGraph:
 
 def _loop_body(j: _Forward, body: FuncGraph, heads, n, carry_mask, inv_mask, each):
     names = _loop_names(body, heads, n, carry_mask, inv_mask, each)
-    graph, params = _new_graph(f"{body.name}_jvp", body, names, "loop_body")
-    b = _Builder(graph)
+    graph, params = new_graph(f"{body.name}_jvp", body, names, "loop_body")
+    b = Builder(graph)
     h, carry, t_carry, count, inv, t_inv, seq = _split_params(
         params, heads, n, carry_mask, inv_mask, each
     )
@@ -716,7 +681,7 @@ def _segment(primal: FuncGraph, k: int, ins: list[Node], nodes, outs: list[Node]
             copy += 1
             name = f"{base}_{copy}"
         names.append(name)
-    graph, params = _new_graph(f"{primal.name}_part{k}", primal, names, "function")
+    graph, params = new_graph(f"{primal.name}_part{k}", primal, names, "function")
     new = {id(a): p for a, p in zip(ins, params, strict=True)}
     for node, fn in nodes:
         args = [a if isinstance(a, Constant) else new[id(a)] for a in node.args]
