@@ -61,6 +61,12 @@ class _Fn:
     def __init__(self, jf: _Forward):
         self.jf = jf
 
+    def __eq__(self, other):
+        return isinstance(other, _Fn) and other.jf is self.jf
+
+    def __hash__(self):
+        return id(self.jf)
+
 
 # -- double reverse ---------------------------------------------------------------
 def double_reverse(primal: FuncGraph) -> FuncGraph:
@@ -108,7 +114,7 @@ def _struct(t):
 
 def _join(a, b):
     """The shape both of two tangents fit (the branches of a switch)."""
-    if a is b or a == b:
+    if a == b:
         return b
     if isinstance(a, _Fn) or isinstance(b, _Fn):
         raise _Unsupported("branches giving different functions")
