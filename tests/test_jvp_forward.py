@@ -165,7 +165,7 @@ def _oracle(fn, jax_fn, x, w, vx, vw):
 
 
 @pytest.mark.parametrize("fn, jax_fn", CASES, ids=lambda f: getattr(f, "__name__", "-"))
-def test_loops_and_branches_match(fn, jax_fn, capsys):
+def test_loops_and_branches_match(fn, jax_fn, mode, capsys):
     want = _oracle(fn, jax_fn, X, W, V, V * 0.5)
     close(kt.jvp(fn, (X, W), (V, V * 0.5)), want, 1e-4)
     jitted = jax.jit(lambda x, w, vx, vw: kt.jvp(fn, (x, w), (vx, vw)))
