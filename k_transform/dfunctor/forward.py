@@ -8,28 +8,35 @@ transposed sweep.
 
 J maps each node of `g` to its value and its tangent, in program order:
 
-- a primitive application `y = p(a, b)`: `(y, t_y) = jvp_p(a, b, t_a, t_b)`,
-  where `jvp_p` is double reverse of the one-primitive graph `p(a, b)`
-  (`double_reverse`, cached per primitive and per static argument): every
-  tangent still comes from a registered bprop rule (seed 001's design);
-- a call of a closed graph: a call of its J-graph;
-- `switch(c, t, f, *args)`: a switch of the branches' J-graphs;
+- primitive applications: a run of them that tangents reach is one
+  segment, a closed graph run by `double_reverse` (`bprop(u)` is linear in
+  `u`, so its reverse mode with respect to `u` alone gives `J v`): every
+  tangent still comes from a registered bprop rule (seed 001's design).
+  A function with no control flow is one segment: plain double reverse;
+- a call of a graph: a call of its J-graph (a closure's is built inside J
+  of the graph that defines it, reading the values and tangents it
+  captures there);
+- a function value J made (a closure's J-graph, e.g. the bprop closure
+  of a gradient: `jvp(grad(f))` is forward over reverse): called with the
+  arguments' tangents. Its build-time tangent is `_Fn`; it has no other;
+- `switch(c, t, f, *args)`: a switch of the branches' J-graphs, which give
+  `(*values, *tangents)` so an undefined value is filled item by item;
 - `while_loop`, `for_range`, `for_each`: the same loop over the carries and
   the tangents of those carries that can be non-zero (a fixed point over the
-  body), with the body's J-graph as its body.
+  body), with the body's J-graph as its body; a `for` over a sequence with
+  a tangent counts its items and reads that tangent at each.
 
 Tangents known to be zero are None at build time and cost nothing: a node
 whose inputs all have zero tangents is copied as it is (so is `print`), and
 a primitive whose rule gives no gradient (comparisons, shapes) has a zero
-tangent. A tuple built in the graph keeps one tangent per item, so a loop
-carries tangents only for the carries that have them. Graph outputs give
-dense tangents (zeros where zero), so loop carries and both branches of a
-switch line up.
+tangent. A tuple built for control flow keeps one tangent per item, so a
+loop carries tangents only for the carries that have them. Graph outputs
+give dense tangents (zeros where zero), so loop carries and both branches
+of a switch line up.
 
-Not reached (the whole graph then goes by double reverse): calls of
-function values and closures with free variables, graphs and `kt.Parameter`s
-as values, `Assign`, K-graphs (their loops are run-time helpers), a
-`for_each` over a sequence with a tangent, and recursion.
+Not reached (the whole function then goes by double reverse): a function
+value J did not make (an argument, a run-time loop's bprop in a K-graph),
+a function passed to a graph or carried by a loop, recursion, `Assign`.
 """
 
 from __future__ import annotations
