@@ -139,13 +139,6 @@ def _items_of(shape, n: int) -> tuple:
     return shape if isinstance(shape, tuple) and len(shape) == n else (shape is not False,) * n
 
 
-def _nonzero(shape, n: int) -> tuple[bool, ...]:
-    """Which of the `n` items of a tuple with tangent shape `shape` have one."""
-    if isinstance(shape, tuple) and len(shape) == n:
-        return tuple(s is not False for s in shape)
-    return (shape is not False,) * n
-
-
 # -- J of one graph -----------------------------------------------------------------
 _forwards: dict[tuple, _Forward | None] = {}
 _BUILDING = object()
@@ -338,8 +331,7 @@ class _Forward:
     def copy(self, node, fn: Node, args: list[Node]) -> Node:
         if isinstance(fn, Constant):
             _check_constant(fn)  # a closure reads values J does not pass
-        new = self.b.call(fn, *args, arity=node.tuple_arity, debug=node.debug)
-        return new
+        return self.b.call(fn, *args, arity=node.tuple_arity, debug=node.debug)
 
     def pair(self, node, pair: Node, shape) -> None:
         """`node` is item 0 of `pair`, its tangent item 1 (shaped `shape`)."""
@@ -536,7 +528,10 @@ class _Forward:
         head_mask = (each,) * heads
         while True:  # the carries whose tangent can be non-zero: a fixed point
             j = self.j_of(body, head_mask + carry_mask + inv_mask)
-            grown = tuple(a or b for a, b in zip(carry_mask, _nonzero(j.out_shape, n), strict=True))
+            grown = tuple(
+                a or b is not False
+                for a, b in zip(carry_mask, _items_of(j.out_shape, n), strict=True)
+            )
             if grown == carry_mask:
                 break
             carry_mask = grown
