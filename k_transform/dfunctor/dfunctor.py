@@ -38,6 +38,11 @@ The backward pass visits only nodes whose sensitivity is non-zero, in reverse
 program order; contributions are summed with `add_grad`. Parameters that
 receive nothing get zeros of their shape and dtype.
 
+Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
+inputs are constants and only the parameters of the closures it builds (its
+bprop's `dout`) are differentiated; a node no active input reaches gets no
+sensitivity (activity analysis, `DFunctor.is_active`).
+
 For codegen, a node's total sensitivity records the K-value it is the
 gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
 calls for (`(result, bprop)` pairs, bprop results) their `tuple_arity`, so
@@ -65,28 +70,32 @@ from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.mapping import primitive_for_value
 
-_functors: dict[int, DFunctor] = {}
+_functors: dict[tuple[int, bool], DFunctor] = {}
 _prim_fprops: dict[Primitive, FuncGraph] = {}
 _keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> env key
 _labels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> key prefix
 _label_owners: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def k_graph(graph: FuncGraph) -> FuncGraph:
-    """K(graph): the fprop graph of a top-level graph."""
-    return _functor(graph, None).fprop
+def k_graph(graph: FuncGraph, wrt_inputs: bool = True) -> FuncGraph:
+    """K(graph): the fprop graph of a top-level graph. `wrt_inputs=False`
+    differentiates only the parameters of the closures `graph` builds (a
+    bprop's `dout`), not `graph`'s own inputs (see `DFunctor.is_active`)."""
+    return _functor(graph, None, passive=not wrt_inputs).fprop
 
 
-def _functor(graph: FuncGraph, parent: DFunctor | None) -> DFunctor:
-    if graph.uid not in _functors:
-        functor = DFunctor(graph, parent)
-        _functors[graph.uid] = functor  # before running: recursion finds it
+def _functor(graph: FuncGraph, parent: DFunctor | None, passive: bool = False) -> DFunctor:
+    passive = parent.passive if parent is not None else passive
+    key = (graph.uid, passive)
+    if key not in _functors:
+        functor = DFunctor(graph, parent, passive)
+        _functors[key] = functor  # before running: recursion finds it
         try:
             functor.run()
         except BaseException:
-            del _functors[graph.uid]
+            del _functors[key]
             raise
-    return _functors[graph.uid]
+    return _functors[key]
 
 
 def fv_key(node: Node) -> str:
@@ -145,9 +154,12 @@ def _has_gradient(value) -> bool:
 class DFunctor:
     """Builds K of one graph; see the module docstring."""
 
-    def __init__(self, primal: FuncGraph, parent: DFunctor | None):
+    def __init__(self, primal: FuncGraph, parent: DFunctor | None, passive: bool = False):
         self.primal = primal
         self.parent = parent
+        self.passive = passive  # the top graph's inputs are constants (`is_active`)
+        self.active: set[int] = set()  # passive: primal nodes that depend on an active input
+        self._active_closures: dict[int, bool] = {}
         fparent = parent.fprop if parent is not None else None
         self.fprop = FuncGraph(f"{primal.name}_fprop", fparent, primal.debug, "fprop")
         self.bprop = FuncGraph(f"{primal.name}_bprop", self.fprop, primal.debug, "bprop")
@@ -171,6 +183,8 @@ class DFunctor:
             for name, node in defaults.items()
             if isinstance(node, Constant) and not isinstance(node.value, FuncGraph)
         }
+        if self.passive:
+            self._find_active()
         for node in self.primal.nodes:
             self.map_morphism(node)
         result = self.kval(self.primal.output)
@@ -178,6 +192,39 @@ class DFunctor:
             _const(prims.MakeTuple()), result, Constant(self.bprop, hint=self.bprop.name)
         )
         self.backward()
+
+    # -- activity -------------------------------------------------------------
+    def _find_active(self) -> None:
+        """Passive K (`k_graph(g, wrt_inputs=False)`, what double reverse
+        builds): the top graph's inputs and `kt.Parameter`s are constants; a
+        closure's parameters are active, and so is every node an active node
+        reaches (a closure value is active when it reads an active node).
+        Inactive nodes get no sensitivity: the second bprop of a jvp computes
+        `d dout` alone, not the gradients of the residuals it never reads."""
+        if self.parent is not None:
+            self.active |= {id(p) for p in self.primal.parameters}
+        for node in self.primal.nodes:
+            if any(self.is_active(i) for i in node.inputs):
+                self.active.add(id(node))
+
+    def is_active(self, node: Node) -> bool:
+        """Whether `node` may depend on a differentiated input (always, unless passive)."""
+        if not self.passive:
+            return True
+        if isinstance(node, Constant):
+            value = node.value
+            return isinstance(value, FuncGraph) and self._closure_is_active(value)
+        owner = self
+        while owner is not None and owner.primal is not node.graph:
+            owner = owner.parent
+        return owner is None or id(node) in owner.active
+
+    def _closure_is_active(self, graph: FuncGraph) -> bool:
+        if graph.uid not in self._active_closures:
+            self._active_closures[graph.uid] = any(
+                self.is_active(v) for v in graph.free_variables()
+            )
+        return self._active_closures[graph.uid]
 
     def kval(self, node: Node) -> Node:
         """The K-value of a primal node, as seen from this fprop graph."""
@@ -287,6 +334,8 @@ class DFunctor:
         captured = self._captured_nodes()
         self.contribute(self.primal.output, dout)
         for node in reversed(self.primal.nodes):
+            if not self.is_active(node):
+                continue
             d = self.total_sens(node, captured)
             if d is not None:
                 self.backprop(node, d)
@@ -327,7 +376,7 @@ class DFunctor:
 
     def contribute(self, node: Node, grad: Node) -> None:
         """Add `grad` to the sensitivity of primal `node`."""
-        if isinstance(grad, Constant) and grad.value is None:
+        if isinstance(grad, Constant) and grad.value is None or not self.is_active(node):
             return
         if isinstance(node, Constant):
             value = node.value

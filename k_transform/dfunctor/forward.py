@@ -86,10 +86,12 @@ def double_reverse(primal: FuncGraph) -> FuncGraph:
             return out, jv
 
     `bprop(u)` is linear in `u`, so its reverse mode with respect to `u`
-    alone runs `J v`; the reverse pass of `K(K(f))` is never traced."""
+    alone runs `J v`; the reverse pass of `K(K(f))` is never traced. The
+    outer K is passive (`k_graph(..., wrt_inputs=False)`): `transpose` computes
+    `d u` only, not the gradients of the residuals `bprop` reads."""
     names = [p.name for p in primal.parameters]
     n = len(names)
-    k_fprop = k_graph(k_graph(primal))
+    k_fprop = k_graph(k_graph(primal), wrt_inputs=False)
     graph, args = new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
     b = Builder(graph)
     xs, vs = args[:n], args[n:]
