@@ -135,6 +135,8 @@ class Pair(typing.NamedTuple):  # a pytree node for MakeNode, FieldsOf, ReplaceF
 
 
 SUM_TO = ops.SumTo()
+SPREAD_LIKE = ops.SpreadLike()
+ITEMS_GRAD = ops.ItemsGrad((0, 2, -4))  # -4 is row 0 again: its gradients add
 SPLIT_LIKE = ops.SplitLike(1)
 INVERT_PERMUTATION = ops.InvertPermutation()
 MATMUL_TB = ops.MatMul(transpose_b=True)
@@ -423,6 +425,8 @@ CASES = [
     case(prims.ReplaceFields(("b",)), lambda x, y, z: Pair(x, y)._replace(b=z), (2,), (3,), (3,), args=lambda x, y, z: (Pair(x, y), (z,))),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
+    case(ops.SpreadLike(), lambda d, g: SPREAD_LIKE(d, g), (3, 1), (2, 3, 4)),
+    case(ops.ItemsGrad((0, 2, -4)), lambda x, a, b, c: ITEMS_GRAD(x, a, b, c), (4, 2), (2,), (2,), (2,)),  # noqa: E501
     # -- rows of pytrees (the lax.scan / jax.vmap models) --
     case(trees.TreeIndex(), lambda x: TREE_INDEX(x, 1), (3, 2), args=lambda x: (x, 1)),
     case(trees.TreePut(), lambda like, y: TREE_PUT(like, 2, y), (3, 2), (2,), args=lambda like, y: (like, 2, y)),  # noqa: E501

@@ -167,6 +167,8 @@ class DFunctor:
         self.k: dict[int, Node] = {}  # primal node -> its K-value in fprop
         self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
         self.sens: dict[int, list[Node]] = {}
+        # node -> {(type, index): gradients of node[index], "debug": ...}: see `_items_grad`
+        self.items: dict[int, dict] = {}
         self.env: Node | None = None  # the env being collected in bprop (None: empty)
         self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop
 
@@ -357,6 +359,8 @@ class DFunctor:
 
     def total_sens(self, node: Node, captured: set[int]) -> Node | None:
         parts = list(self.sens.get(id(node), []))
+        if id(node) in self.items:
+            parts.append(self._items_grad(node, self.items.pop(id(node))))
         if id(node) in captured and self.env is not None:
             key = fv_key(node)
             got = self.bprop.apply(_const(structural.EnvGet(key)), self.env, self.k[id(node)])
@@ -364,14 +368,30 @@ class DFunctor:
             parts.append(got)
         if not parts:
             return None
-        total = parts[0]
-        for part in parts[1:]:
-            total = self.bprop.apply(_const(structural.AddGrad()), total, part)
+        total = self._sum(parts)
         if isinstance(total, Apply):
             # Named after the variable as codegen names it (`d_s_1` for `s_1`).
             line_of = node if len(parts) > 1 else total
             total.debug = line_of.debug.named(f"d_{node.debug.name}" if node.debug.name else "")
             total.sens_of = self.k[id(node)]
+        return total
+
+    def _items_grad(self, node: Node, items: dict) -> Node:
+        """One gradient of `node` from those of the items read from it at
+        constant indices: `(d0, d1)` built once, not `getitem_grad` per item
+        (each with zeros for the other items) summed."""
+        debug = items.pop("debug")  # the line of the last read: where the first gradient comes from
+        order = sorted(items, key=lambda key: (key[0].__name__, key[1]))
+        douts = [self._sum(items[key]) for key in order]
+        indices = tuple(value for _, value in order)
+        prim = structural.ItemsGrad(indices) if len(indices) > 1 else structural.GetItemGrad()
+        index = [] if len(indices) > 1 else [Constant(indices[0])]
+        return self.bprop.apply(_const(prim), self.k[id(node)], *index, *douts, debug=debug)
+
+    def _sum(self, parts: list[Node]) -> Node:
+        total = parts[0]
+        for part in parts[1:]:
+            total = self.bprop.apply(_const(structural.AddGrad()), total, part)
         return total
 
     def contribute(self, node: Node, grad: Node) -> None:
@@ -419,6 +439,11 @@ class DFunctor:
         self.backprop_primitive(node, fn, d)
 
     def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
+        if isinstance(prim, prims.GetItem) and self._gathers(node):
+            index = node.args[1].value
+            items = self.items.setdefault(id(node.args[0]), {"debug": node.debug.named("")})
+            items.setdefault((type(index), index), []).append(d)
+            return
         rule = bprop_getters.bprop_graph(prim, len(node.args), parse, node.debug)
         if rule.no_gradient:
             return  # comparisons, shapes, integer results: nothing flows back
@@ -441,6 +466,19 @@ class DFunctor:
             if not rule.trusted:  # built-in rules are checked by the registry sweep
                 grad = self.bprop.apply(_const(check), grad, karg, debug=debug)
             self.contribute(arg, grad)
+
+    def _gathers(self, node: Apply) -> bool:
+        """Whether the gradient of `x[k]` (`node`) waits to be gathered with
+        the other items of `x` (`_items_grad`): `k` a constant int or str,
+        `x` an active node of this graph."""
+        x, index = node.args
+        return (
+            isinstance(index, Constant)
+            and type(index.value) in (int, str)
+            and not isinstance(x, Constant)
+            and x.graph is self.primal
+            and self.is_active(x)
+        )
 
     def _pack(self, inputs: list[Node]) -> Node:
         return self.bprop.apply(_const(prims.MakeTuple()), *inputs)

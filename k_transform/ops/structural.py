@@ -35,9 +35,45 @@ class SumTo(JaxPrimitive):
         return f"{e.ref(rt.sum_to, self.jax_name)}({args[0]}, {args[1]}{tail})"
 
 
+class SpreadLike(JaxPrimitive):
+    """`d` spread over the shape of `g` (`rt.spread_like`): the transpose of `SumTo`."""
+
+    jax_fn = staticmethod(rt.spread_like)
+    jax_name = "_rt.spread_like"
+    jax_kwargs = {"tail": "tail"}
+    n_inputs = 2
+
+    def __init__(self, tail: bool = False):
+        super().__init__(tail=tail)
+
+    def emit(self, e, args):
+        tail = ", tail=True" if self.tail else ""
+        return f"{e.ref(rt.spread_like, self.jax_name)}({args[0]}, {args[1]}{tail})"
+
+
 GetItemGrad = elementwise(
     "GetItemGrad", rt.getitem_grad, "_rt.getitem_grad", 3, "Zeros like `x` with `dout` at `index`."
 )
+
+
+class ItemsGrad(RuntimeCall):
+    """`items_grad(x, d_1, ..., d_n)`: the gradient of `x` from those of its
+    items read at the constant `indices` (`rt.items_grad`); the DFunctor
+    gathers the item gradients of one tuple into one (`DFunctor.total_sens`)."""
+
+    rt_name = "items_grad"
+
+    def __init__(self, indices: tuple):
+        super().__init__("items_grad", indices=indices)
+
+    def impl(self, x, *douts):
+        return rt.items_grad(x, self.indices, *douts)
+
+    def emit(self, e, args):
+        index = e.value_source(self.indices)
+        return f"{e.ref(self.module, self.alias)}.items_grad({args[0]}, {index}, {', '.join(args[1:])})"
+
+
 ZerosLike = elementwise(
     "ZerosLike", rt.zeros_like_value, "_rt.zeros_like_value", 1, "Zeros like x."
 )
@@ -210,7 +246,6 @@ class JoinAux(RuntimeCall):
 getitem_grad = GetItemGrad()
 sum_to = SumTo()
 zeros_like = ZerosLike()
-zeros_value = zeros_like
 
 
 @rule(GetItemGrad)
@@ -218,21 +253,35 @@ def bprop_getitem_grad(x, index, dout_, out, dd):
     return zeros_like(x), None, dd[index]
 
 
-@bprop_getters.register(SumTo)
-def get_bprop_sum_to(self):
-    tail = self.tail
+@bprop_getters.register(ItemsGrad)
+def get_bprop_items_grad(self):
+    indices = self.indices
 
-    def bprop(g, like, out, dout):
-        if isinstance(g, (tuple, list)):  # the items of a concatenation `a + b` that `like` took
-            rest = zeros_value(g[: len(g) - len(like)] if tail else g[len(like) :])
-            return (rest + dout if tail else dout + rest), None
-        return _broadcast_like(dout, g), None
+    def bprop(xs, out, dout):
+        return (zeros_like(xs[0]), *[dout[i] for i in indices])
 
     return bprop
 
 
-def _broadcast_like(d, g):
-    return jnp.broadcast_to(d, jnp.shape(g)) if d is not None else None
+# `sum_to` and `spread_like` are linear and each other's transpose.
+@bprop_getters.register(SumTo)
+def get_bprop_sum_to(self):
+    spread = SpreadLike(self.tail)
+
+    def bprop(g, like, out, dout):
+        return spread(dout, g), None
+
+    return bprop
+
+
+@bprop_getters.register(SpreadLike)
+def get_bprop_spread_like(self):
+    sum_back = SumTo(self.tail)
+
+    def bprop(d, g, out, dout):
+        return sum_back(dout, d), None
+
+    return bprop
 
 
 @rule(StopGradient)

@@ -6,7 +6,8 @@ generated code and `rt.<name>` read as one namespace:
 - `values`: `UNDEFINED`, gradient values and their arithmetic (`add_grad`, `fit`)
 - `python`: Python semantics (operators, f-strings, list mutation, iteration)
 - `state`: parameters and `assign`
-- `rules`: helpers of gradient rules (`sum_to`, `getitem_grad`)
+- `rules`: helpers of gradient rules (`sum_to` and its transpose `spread_like`,
+  `getitem_grad`, `items_grad`)
 - `stack`: the stacks K of a loop pushes its iterations on
 - `bounds`: the bound of traced `while` loops that store iterations
 - `trees`: item `i` of pytrees of arrays (the models of `lax.scan`, `jax.vmap`)
@@ -57,6 +58,8 @@ from k_transform.runtime.python import (  # noqa: F401
 )
 from k_transform.runtime.rules import (  # noqa: F401
     getitem_grad,
+    items_grad,
+    spread_like,
     sum_to,
 )
 from k_transform.runtime.stack import (  # noqa: F401

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from k_transform.runtime.values import rebuild, zeros_like_value
+from k_transform.runtime.values import add_grad, rebuild, zeros_like_value
 
 
 # -- helpers of gradient rules ---------------------------------------------------
@@ -32,6 +34,18 @@ def sum_to(g, like, tail: bool = False):
     return jnp.reshape(out, shape)
 
 
+def spread_like(d, g, tail: bool = False):
+    """The transpose of `sum_to(g, like)` at `d` (shaped like `like`): `d`
+    broadcast to `g`'s shape; for the items of a concatenation, `d` with
+    zeros for the items of `g` that `like` did not take (at its start, with `tail`)."""
+    if d is None:
+        return None
+    if isinstance(g, (tuple, list)):
+        rest = zeros_like_value(g[: len(g) - len(d)] if tail else g[len(d) :])
+        return rest + d if tail else d + rest
+    return jnp.broadcast_to(d, jnp.shape(g))
+
+
 def getitem_grad(x, index, dout):
     """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
     if isinstance(x, range):  # integers: no gradient
@@ -49,6 +63,28 @@ def getitem_grad(x, index, dout):
         return padded
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return zeros.at[index].add(jnp.asarray(dout, zeros.dtype))
+
+
+_MISSING = object()
+
+
+def items_grad(x, indices: tuple, *douts):
+    """The gradient of `x` from those of its items `x[i]`, one per constant
+    index in `indices`: for a tuple, list or dict built at once, with zeros
+    only for the items no index reads; otherwise the sum of `getitem_grad`s."""
+    if isinstance(x, (tuple, list)):
+        grads = [_MISSING] * len(x)
+        for i, d in zip(indices, douts, strict=True):
+            k = i % len(x)  # `x[i]` ran: i is in range
+            grads[k] = d if grads[k] is _MISSING else add_grad(grads[k], d)
+        return rebuild(x, [zeros_like_value(v) if g is _MISSING else g for v, g in zip(x, grads)])
+    if isinstance(x, dict):
+        out = {k: _MISSING for k in x}
+        for i, d in zip(indices, douts, strict=True):
+            out[i] = d if out[i] is _MISSING else add_grad(out[i], d)
+        return {k: zeros_like_value(x[k]) if g is _MISSING else g for k, g in out.items()}
+    grads = [getitem_grad(x, i, d) for i, d in zip(indices, douts, strict=True)]
+    return functools.reduce(add_grad, grads)
 
 
 def _pad_into(x, index, dout):
