@@ -77,7 +77,8 @@ def items_grad(x, indices: tuple, *douts):
         for i, d in zip(indices, douts, strict=True):
             k = i % len(x)  # `x[i]` ran: i is in range
             grads[k] = d if grads[k] is _MISSING else add_grad(grads[k], d)
-        return rebuild(x, [zeros_like_value(v) if g is _MISSING else g for v, g in zip(x, grads)])
+        items = zip(x, grads, strict=True)
+        return rebuild(x, [zeros_like_value(v) if g is _MISSING else g for v, g in items])
     if isinstance(x, dict):
         out = {k: _MISSING for k in x}
         for i, d in zip(indices, douts, strict=True):
