@@ -70,8 +70,8 @@ class ItemsGrad(RuntimeCall):
         return rt.items_grad(x, self.indices, *douts)
 
     def emit(self, e, args):
-        x, douts = args[0], ", ".join(args[1:])
-        return f"{e.ref(self.module, self.alias)}.items_grad({x}, {e.value_source(self.indices)}, {douts})"
+        fn, indices = e.ref(self.module, self.alias), e.value_source(self.indices)
+        return f"{fn}.items_grad({args[0]}, {indices}, {', '.join(args[1:])})"
 
 
 ZerosLike = elementwise(
