@@ -52,7 +52,7 @@ class ModuleEmitter:
         self.pending: list[FuncGraph] = []
         self.emitted: set[int] = set()
         self.comments = comments
-        self._effects: dict[int, bool] = {}
+        self._effects: dict[int, list] = {}  # graph uid -> its nodes with an effect
         self._reads: dict[int, tuple[list, list]] = {}  # graph uid -> (nodes, closures) it reads
         self._free: dict[int, list[Node]] = {}  # graph uid -> its free variables
         self._uses: dict[int, list] = {}  # node id -> its readers (see uses_in)
@@ -246,7 +246,7 @@ class ModuleEmitter:
     def live_nodes(self, graph: FuncGraph) -> set[int]:
         """Apply nodes of `graph` that the output or an effect needs."""
         live: set[int] = set()
-        todo: list[Node] = [graph.output] + [n for n in graph.nodes if self.has_effect(n)]
+        todo: list[Node] = [graph.output, *self.effectful(graph)]
         while todo:
             node = todo.pop()
             if node is None or id(node) in live:
@@ -299,9 +299,13 @@ class ModuleEmitter:
         return any(self.graph_has_effect(g) for g in _graph_inputs(node))
 
     def graph_has_effect(self, graph: FuncGraph) -> bool:
+        return bool(self.effectful(graph))
+
+    def effectful(self, graph: FuncGraph) -> list[Apply]:
+        """The nodes of `graph` with an effect (found once per module)."""
         if graph.uid not in self._effects:
-            self._effects[graph.uid] = False  # recursion: assume none
-            self._effects[graph.uid] = any(self.has_effect(n) for n in graph.nodes)
+            self._effects[graph.uid] = []  # recursion: assume none
+            self._effects[graph.uid] = [n for n in graph.nodes if self.has_effect(n)]
         return self._effects[graph.uid]
 
 
