@@ -32,7 +32,7 @@ from k_transform.api import graph_of
 from k_transform.frontend.targets import is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
-from k_transform.ops import structural
+from k_transform.ops import structural, trees
 from k_transform.transforms import GradSpec, as_weights, first_output_graph, grad_graph, jvp_graph
 
 
@@ -188,20 +188,21 @@ def _jacobian(builder, primal: FuncGraph, argnum: int, forward: bool, args, e):
 
 
 # -- parsed like user code ----------------------------------------------------------
+# `out` and `x` may be pytrees: rows of trees are read as rows of a matrix, and
+# the matrix is nested as JAX nests Jacobians (`out`'s structure of `x`'s).
 def _jacrev_rows(row, out, x):
-    n = jnp.size(out)
-    basis = jnp.eye(n, dtype=jnp.result_type(out))
-    jac = jnp.zeros((n,) + jnp.shape(x), jnp.result_type(x))
+    n = trees.tree_size(out)
+    basis = trees.unravel_rows(jnp.eye(n), out)
+    rows = trees.unravel_rows(jnp.zeros((n, trees.tree_size(x))), x)
     for k in range(n):
-        jac = jac.at[k].set(row(jnp.reshape(basis[k], jnp.shape(out))))
-    return jnp.reshape(jac, jnp.shape(out) + jnp.shape(x))
+        rows = trees.tree_set(rows, k, row(trees.tree_index(basis, k)))
+    return trees.jacobian_blocks(trees.ravel_rows(rows), out, x)
 
 
 def _jacfwd_columns(column, out, x):
-    n = jnp.size(x)
-    basis = jnp.eye(n, dtype=jnp.result_type(x))
-    jac = jnp.zeros((n,) + jnp.shape(out), jnp.result_type(out))
+    n = trees.tree_size(x)
+    basis = trees.unravel_rows(jnp.eye(n), x)
+    columns = trees.unravel_rows(jnp.zeros((n, trees.tree_size(out))), out)
     for k in range(n):
-        jac = jac.at[k].set(column(jnp.reshape(basis[k], jnp.shape(x))))
-    jac = jnp.moveaxis(jnp.reshape(jac, (n, jnp.size(out))), 0, -1)
-    return jnp.reshape(jac, jnp.shape(out) + jnp.shape(x))
+        columns = trees.tree_set(columns, k, column(trees.tree_index(basis, k)))
+    return trees.jacobian_blocks(jnp.transpose(trees.ravel_rows(columns)), out, x)

@@ -166,6 +166,37 @@ def test_jacobians_of_jacobians(outer, inner):
     close(mixed(X, Y), getattr(jax, outer)(getattr(jax, inner)(two_inputs, 1), 0)(X, Y))
 
 
+def logistic_loss(params):
+    """The JAX cookbook's logistic regression loss, its parameters a pytree."""
+    w, b = params["w"], params["b"]
+    inputs = jnp.array([[0.52, 1.12, 0.77], [0.88, -1.08, 0.15], [0.52, 0.06, -1.30]])
+    preds = 0.5 * (jnp.tanh((inputs @ w + b) / 2) + 1)
+    return -jnp.sum(
+        jnp.log(preds * jnp.array([1.0, 1.0, 0.0]) + (1 - preds) * jnp.array([0.0, 0.0, 1.0]))
+    )
+
+
+def pair_map(p):
+    """A tuple in, a tuple out."""
+    a, b = p
+    return (jnp.sin(a) * b, jnp.sum(a * a) * b)
+
+
+@pytest.mark.parametrize("outer", ["jacfwd", "jacrev"])
+@pytest.mark.parametrize("inner", ["jacfwd", "jacrev"])
+def test_jacobians_of_jacobians_of_pytrees(outer, inner):
+    """Nested Jacobians of functions of dicts and tuples give JAX's nesting
+    (the lowered inner Jacobian reads rows of trees as a matrix); these raised
+    a bare internal error before."""
+    params = {"w": jnp.array([0.3, -0.2, 0.5]), "b": jnp.array(0.1)}
+    pair = (jnp.array([0.4, -0.7]), jnp.array(1.3))
+    for fn, x in [(logistic_loss, params), (pair_map, pair)]:
+        got = getattr(kt, outer)(getattr(kt, inner)(fn))(x)
+        want = getattr(jax, outer)(getattr(jax, inner)(fn))(x)
+        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+        close(got, want)
+
+
 def test_jacobians_and_hessian():
     f = lambda x: jnp.sin(x) * jnp.sum(x * x)
     close(kt.jacrev(f)(X), jax.jacrev(f)(X))

@@ -126,6 +126,9 @@ GETITEM_GRAD = ops.GetItemGrad()
 TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
 TREE_STACK_AT, TREE_SET = trees.TreeStackAt(), trees.TreeSet()
 SCAN_LENGTH, BATCH_SIZE = trees.ScanLength(), trees.BatchSize()
+TREE_SIZE, RAVEL_ROWS = trees.TreeSize(), trees.RavelRows()
+UNRAVEL_ROWS, UNRAVEL_LEAD = trees.UnravelRows(), trees.UnravelRows(lead=True)
+JAC_BLOCKS, JAC_MATRIX = trees.JacobianBlocks(), trees.JacobianMatrix()
 FIELDS = prims.FieldsOf(("w", "b"))
 
 
@@ -433,6 +436,12 @@ CASES = [
     case(trees.TreeStackAt(), lambda y: TREE_STACK_AT(y, 3, 1), (2,), args=lambda y: (y, 3, 1)),
     case(trees.TreeSet(), lambda ys, y: TREE_SET(ys, 0, y), (3, 2), (2,), args=lambda ys, y: (ys, 0, y)),  # noqa: E501
     case(trees.ScanLength(), lambda x: x * SCAN_LENGTH(x, None) * 0.0, (3, 2), args=lambda x: (x, None), mode="zero", value=False),  # noqa: E501
+    case(trees.TreeSize(), lambda x: x * TREE_SIZE(x) * 0.0, (3, 2), mode="zero", value=False),
+    case(trees.RavelRows(), lambda x: RAVEL_ROWS(x), (3, 2, 4)),
+    case(trees.UnravelRows(), lambda m, like: UNRAVEL_ROWS(m, like), (3, 8), (2, 4)),
+    case(trees.UnravelRows(lead=True), lambda m, like: UNRAVEL_LEAD(m, like), (3, 8), (3, 2, 4)),
+    case(trees.JacobianBlocks(), lambda m, o, x: JAC_BLOCKS(m, o, x), (6, 4), (2, 3), (4,)),
+    case(trees.JacobianMatrix(), lambda b, o, x: JAC_MATRIX(b, o, x), (2, 3, 4), (2, 3), (4,)),
     case(trees.BatchSize(), lambda x: x * BATCH_SIZE((0,), (x,)) * 0.0, (3, 2), args=lambda x: ((0,), (x,)), mode="zero", value=False),  # noqa: E501
     case(ops.StopGradient(), lambda x: jax.lax.stop_gradient(x), (2, 3)),
     case(ops.ZerosLike(), lambda x: jnp.zeros_like(x), (2, 3)),

@@ -6,13 +6,18 @@ it, `tree_stack_at(y, n, i)` starts `n` rows with `y` in row `i`, and
 `tree_put(like, i, y)` is zeros like `like` with `y` in row `i`. Each one's
 gradient is written with the others, so the rules differentiate again
 (jvp, second order). The run time is `k_transform.runtime.trees`.
+
+Jacobians of pytrees inside transformed code (`k_transform.lowering`) stack
+rows of trees and read them as a matrix: `ravel_rows`/`unravel_rows` and
+`jacobian_matrix`/`jacobian_blocks` are linear and each pair's rules are the
+other one.
 """
 
 from __future__ import annotations
 
 from k_transform import runtime as rt
 from k_transform.bprop_registry.helpers import rule, zero_gradient
-from k_transform.ops.base import elementwise
+from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.structural import ZerosLike
 
 TreeIndex = elementwise("TreeIndex", rt.tree_index, "_rt.tree_index", 2, "Row `i` of each leaf.")
@@ -30,6 +35,29 @@ BatchSize = elementwise(
     "BatchSize", rt.batch_size, "_rt.batch_size", 2, "The mapped axis size of `jax.vmap`."
 )
 
+TreeSize = elementwise("TreeSize", rt.tree_size, "_rt.tree_size", 1, "Numbers in a tree's leaves.")
+RavelRows = elementwise("RavelRows", rt.ravel_rows, "_rt.ravel_rows", 1, "Rows of a tree, raveled.")
+
+
+class UnravelRows(JaxPrimitive):
+    """Matrix rows as rows of a tree like `like` (`lead`: `like` is rows already)."""
+
+    jax_fn = staticmethod(rt.unravel_rows)
+    jax_name = "_rt.unravel_rows"
+    jax_kwargs = {"lead": "lead"}
+    n_inputs = 2
+
+    def __init__(self, lead: bool = False):
+        super().__init__(lead=lead)
+
+
+JacobianBlocks = elementwise(
+    "JacobianBlocks", rt.jacobian_blocks, "_rt.jacobian_blocks", 3, "A Jacobian nested as JAX's."
+)
+JacobianMatrix = elementwise(
+    "JacobianMatrix", rt.jacobian_matrix, "_rt.jacobian_matrix", 3, "A nested Jacobian as a matrix."
+)
+
 tree_index = TreeIndex()
 tree_put = TreePut()
 tree_stack_at = TreeStackAt()
@@ -37,8 +65,34 @@ tree_set = TreeSet()
 scan_length = ScanLength()
 batch_size = BatchSize()
 zeros_like = ZerosLike()
+tree_size = TreeSize()
+ravel_rows = RavelRows()
+unravel_rows = UnravelRows()
+unravel_like_rows = UnravelRows(lead=True)
+jacobian_blocks = JacobianBlocks()
+jacobian_matrix = JacobianMatrix()
 
-zero_gradient(ScanLength, BatchSize)
+zero_gradient(ScanLength, BatchSize, TreeSize)
+
+
+@rule(RavelRows)
+def bprop_ravel_rows(rows, out, dout):
+    return (unravel_like_rows(dout, rows),)
+
+
+@rule(UnravelRows)
+def bprop_unravel_rows(m, like, out, dout):
+    return ravel_rows(dout), None
+
+
+@rule(JacobianBlocks)
+def bprop_jacobian_blocks(m, o, x, out, dout):
+    return jacobian_matrix(dout, o, x), None, None
+
+
+@rule(JacobianMatrix)
+def bprop_jacobian_matrix(blocks, o, x, out, dout):
+    return jacobian_blocks(dout, o, x), None, None
 
 
 @rule(TreeIndex)

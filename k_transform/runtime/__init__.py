@@ -83,11 +83,16 @@ from k_transform.runtime.state import (  # noqa: F401
 )
 from k_transform.runtime.trees import (  # noqa: F401
     batch_size,
+    jacobian_blocks,
+    jacobian_matrix,
+    ravel_rows,
     scan_length,
     tree_index,
     tree_put,
     tree_set,
+    tree_size,
     tree_stack_at,
+    unravel_rows,
 )
 from k_transform.runtime.values import (  # noqa: F401
     UNDEFINED,

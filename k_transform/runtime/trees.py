@@ -5,9 +5,16 @@ The run time of the Python models of `lax.scan`, `lax.map` and `jax.vmap`
 `xs` and writes its result into row `i` of every leaf of `ys`. Gradients
 (`k_transform.ops.trees`) are these functions again, so they differentiate
 to any order. None is a zero gradient wherever a tree may be one.
+
+Jacobians of pytrees inside transformed code (`k_transform.lowering`) use
+rows of trees as rows of a matrix: `ravel_rows`/`unravel_rows` and
+`jacobian_matrix`/`jacobian_blocks` are pairs of inverse (and transposed)
+reshapes.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -98,3 +105,67 @@ def tree_stack_at(y, n, i):
 def tree_set(ys, i, y):
     """`ys` with row `i` of every leaf replaced by `y`'s leaves (None: zeros)."""
     return _map2(lambda a, v: jnp.asarray(a).at[i].set(0 if v is None else v), ys, y)
+
+
+# -- a Jacobian of pytrees as a matrix ------------------------------------------------
+def _size(leaf) -> int:
+    return math.prod(jnp.shape(leaf))
+
+
+def tree_size(tree) -> int:
+    """How many numbers the leaves of `tree` hold."""
+    return sum(_size(leaf) for leaf in _leaves_of(tree))
+
+
+def ravel_rows(rows):
+    """Leaves of `n` rows each (a tree like some `like` with a leading axis)
+    as one `(n, tree_size(like))` matrix: row `k` is row `k` of every leaf, raveled."""
+    leaves = _leaves_of(rows)
+    n = jnp.shape(leaves[0])[0]
+    return jnp.concatenate([jnp.reshape(leaf, (n, -1)) for leaf in leaves], axis=1)
+
+
+def unravel_rows(m, like, lead: bool = False):
+    """The `n` rows of matrix `m` as a tree like `like` whose leaves gain a
+    leading axis of `n` (each leaf `like`'s dtype): the inverse of `ravel_rows`.
+    With `lead`, `like`'s leaves have that axis already (`like` is rows too)."""
+    leaves, tree = jax.tree_util.tree_flatten(like)
+    n, start, out = jnp.shape(m)[0], 0, []
+    for leaf in leaves:
+        shape = jnp.shape(leaf)[1:] if lead else jnp.shape(leaf)
+        size = math.prod(shape)
+        block = jnp.reshape(m[:, start : start + size], (n, *shape))
+        out.append(block.astype(jnp.result_type(leaf)))
+        start += size
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def jacobian_blocks(m, out, x):
+    """The Jacobian matrix `m` (`tree_size(out)` by `tree_size(x)`) nested as
+    JAX nests it: `out`'s structure of `x`'s structure of blocks shaped
+    `out_leaf.shape + x_leaf.shape`."""
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+    rows, r = [], 0
+    for o in out_leaves:
+        blocks, c = [], 0
+        for leaf in x_leaves:
+            block = m[r : r + _size(o), c : c + _size(leaf)]
+            blocks.append(jnp.reshape(block, (*jnp.shape(o), *jnp.shape(leaf))))
+            c += _size(leaf)
+        rows.append(jax.tree_util.tree_unflatten(x_tree, blocks))
+        r += _size(o)
+    return jax.tree_util.tree_unflatten(out_tree, rows)
+
+
+def jacobian_matrix(blocks, out, x):
+    """The inverse of `jacobian_blocks`: the nested blocks as one matrix."""
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+    rows = []
+    for o, per_x in zip(out_leaves, out_tree.flatten_up_to(blocks), strict=True):
+        parts = zip(x_tree.flatten_up_to(per_x), x_leaves, strict=True)
+        rows.append(
+            jnp.concatenate([jnp.reshape(b, (_size(o), _size(leaf))) for b, leaf in parts], 1)
+        )
+    return jnp.concatenate(rows, axis=0)
