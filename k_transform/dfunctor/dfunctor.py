@@ -205,9 +205,14 @@ class DFunctor:
         `d dout` alone, not the gradients of the residuals it never reads."""
         if self.parent is not None:
             self.active |= {id(p) for p in self.primal.parameters}
-        for node in self.primal.nodes:
-            if any(self.is_active(i) for i in node.inputs):
-                self.active.add(id(node))
+        while True:  # to a fixed point: a closure may be used before a node it reads is defined
+            found = len(self.active)
+            self._active_closures.clear()
+            for node in self.primal.nodes:
+                if id(node) not in self.active and any(self.is_active(i) for i in node.inputs):
+                    self.active.add(id(node))
+            if len(self.active) == found:
+                return
 
     def is_active(self, node: Node) -> bool:
         """Whether `node` may depend on a differentiated input (always, unless passive)."""
