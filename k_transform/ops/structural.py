@@ -19,11 +19,10 @@ from k_transform.ops.base import JaxPrimitive, RuntimeCall, elementwise
 from k_transform.ops.mapping import map_functions
 
 
-class SumTo(JaxPrimitive):
-    """`g` summed to the shape of `like` (`tail`: the end of a concatenation)."""
+class _WithTail(JaxPrimitive):
+    """A two-input helper with a `tail` flag (the end of a concatenation of
+    tuples, not its start), spelled out only when set."""
 
-    jax_fn = staticmethod(rt.sum_to)
-    jax_name = "_rt.sum_to"
     jax_kwargs = {"tail": "tail"}
     n_inputs = 2
 
@@ -32,23 +31,21 @@ class SumTo(JaxPrimitive):
 
     def emit(self, e, args):
         tail = ", tail=True" if self.tail else ""
-        return f"{e.ref(rt.sum_to, self.jax_name)}({args[0]}, {args[1]}{tail})"
+        return f"{e.ref(type(self).jax_fn, self.jax_name)}({args[0]}, {args[1]}{tail})"
 
 
-class SpreadLike(JaxPrimitive):
+class SumTo(_WithTail):
+    """`g` summed to the shape of `like` (`rt.sum_to`)."""
+
+    jax_fn = staticmethod(rt.sum_to)
+    jax_name = "_rt.sum_to"
+
+
+class SpreadLike(_WithTail):
     """`d` spread over the shape of `g` (`rt.spread_like`): the transpose of `SumTo`."""
 
     jax_fn = staticmethod(rt.spread_like)
     jax_name = "_rt.spread_like"
-    jax_kwargs = {"tail": "tail"}
-    n_inputs = 2
-
-    def __init__(self, tail: bool = False):
-        super().__init__(tail=tail)
-
-    def emit(self, e, args):
-        tail = ", tail=True" if self.tail else ""
-        return f"{e.ref(rt.spread_like, self.jax_name)}({args[0]}, {args[1]}{tail})"
 
 
 GetItemGrad = elementwise(
