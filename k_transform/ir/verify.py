@@ -28,52 +28,49 @@ def verify(root: FuncGraph) -> None:
 def _verify_graph(graph: FuncGraph) -> None:
     defined: set[int] = {id(p) for p in graph.parameters}
     for p in graph.parameters:
-        _check(p.graph is graph, f"parameter {p.name} of {graph.name} is owned elsewhere", p)
+        _check(p.graph is graph, p, "parameter {} of {} is owned elsewhere", p.name, graph.name)
     for node in graph.nodes:
-        _check(node.graph is graph, f"node of {graph.name} is owned by another graph", node)
-        _check(id(node) not in defined, f"node appears twice in {graph.name}", node)
+        _check(node.graph is graph, node, "node of {} is owned by another graph", graph.name)
+        _check(id(node) not in defined, node, "node appears twice in {}", graph.name)
         for inp in node.inputs:
             _check_input(graph, inp, defined, node)
         _check_arity(node)
         defined.add(id(node))
-    _check(graph.output is not None, f"graph {graph.name} has no output", graph)
+    _check(graph.output is not None, graph, "graph {} has no output", graph.name)
     _check_input(graph, graph.output, defined, graph)
 
 
 def _check_input(graph: FuncGraph, inp: Node, defined: set[int], where) -> None:
     if isinstance(inp, Constant):
         return
-    _check(isinstance(inp, (Parameter, Apply)), f"unknown node {inp!r} in {graph.name}", where)
+    _check(isinstance(inp, (Parameter, Apply)), where, "unknown node {!r} in {}", inp, graph.name)
     if inp.graph is graph:
-        _check(id(inp) in defined, f"{inp!r} used before it is defined in {graph.name}", where)
+        _check(id(inp) in defined, where, "{!r} used before it is defined in {}", inp, graph.name)
     else:
-        _check(
-            inp.graph is not None and inp.graph.is_ancestor_of(graph),
-            f"free variable {inp!r} of {graph.name} is not owned by an enclosing graph",
-            where,
-        )
+        owned = inp.graph is not None and inp.graph.is_ancestor_of(graph)
+        message = "free variable {!r} of {} is not owned by an enclosing graph"
+        _check(owned, where, message, inp, graph.name)
 
 
 def _check_arity(node: Apply) -> None:
     fn = node.fn.value if isinstance(node.fn, Constant) else None
     if not isinstance(fn, Primitive):
         if isinstance(fn, FuncGraph):
-            want = len(fn.parameters)
-            _check(len(node.args) == want, f"call of {fn.name} with {len(node.args)} args", node)
+            n = len(node.args)
+            _check(n == len(fn.parameters), node, "call of {} with {} args", fn.name, n)
         return
     if fn.n_inputs is not None:
-        _check(len(node.args) == fn.n_inputs, f"{fn.name} takes {fn.n_inputs} inputs", node)
+        _check(len(node.args) == fn.n_inputs, node, "{} takes {} inputs", fn.name, fn.n_inputs)
     for slot in fn.graph_slots:
         g = node.args[slot].value if isinstance(node.args[slot], Constant) else None
-        _check(isinstance(g, FuncGraph), f"{fn.name} needs a graph in slot {slot}", node)
-        want = fn.graph_arity(slot, len(node.args))
-        _check(
-            len(g.parameters) == want,
-            f"{fn.name}: graph {g.name} takes {len(g.parameters)} parameters, needs {want}",
-            node,
-        )
+        _check(isinstance(g, FuncGraph), node, "{} needs a graph in slot {}", fn.name, slot)
+        want, has = fn.graph_arity(slot, len(node.args)), len(g.parameters)
+        message = "{}: graph {} takes {} parameters, needs {}"
+        _check(has == want, node, message, fn.name, g.name, has, want)
 
 
-def _check(ok: bool, message: str, where) -> None:
+def _check(ok: bool, where, message: str, *args) -> None:
+    """Raise when not `ok`; `message.format(*args)` is built only then."""
     if not ok:
-        raise VerifyError("IR verification failed: " + message, getattr(where, "debug", None))
+        text = "IR verification failed: " + message.format(*args)
+        raise VerifyError(text, getattr(where, "debug", None))
