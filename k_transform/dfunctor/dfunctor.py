@@ -64,7 +64,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend import lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
-from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
+from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, DebugInfo, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -167,8 +167,8 @@ class DFunctor:
         self.k: dict[int, Node] = {}  # primal node -> its K-value in fprop
         self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
         self.sens: dict[int, list[Node]] = {}
-        # node -> {(type, index): gradients of node[index], "debug": ...}: see `_items_grad`
-        self.items: dict[int, dict] = {}
+        # node -> (debug of its last read, {(type, index): gradients of node[index]}): `_items_grad`
+        self.items: dict[int, tuple[DebugInfo, dict[tuple, list[Node]]]] = {}
         self.env: Node | None = None  # the env being collected in bprop (None: empty)
         self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop
 
@@ -365,7 +365,7 @@ class DFunctor:
     def total_sens(self, node: Node, captured: set[int]) -> Node | None:
         parts = list(self.sens.get(id(node), []))
         if id(node) in self.items:
-            parts.append(self._items_grad(node, self.items.pop(id(node))))
+            parts.append(self._items_grad(node, *self.items.pop(id(node))))
         if id(node) in captured and self.env is not None:
             key = fv_key(node)
             got = self.bprop.apply(_const(structural.EnvGet(key)), self.env, self.k[id(node)])
@@ -381,11 +381,11 @@ class DFunctor:
             total.sens_of = self.k[id(node)]
         return total
 
-    def _items_grad(self, node: Node, items: dict) -> Node:
+    def _items_grad(self, node: Node, debug: DebugInfo, items: dict) -> Node:
         """One gradient of `node` from those of the items read from it at
         constant indices: `(d0, d1)` built once, not `getitem_grad` per item
-        (each with zeros for the other items) summed."""
-        debug = items.pop("debug")  # the line of the last read: where the first gradient comes from
+        (each with zeros for the other items) summed. `debug`: the line of
+        the last read, where the backward pass meets the first of them."""
         order = sorted(items, key=lambda key: (key[0].__name__, key[1]))
         douts = [self._sum(items[key]) for key in order]
         indices = tuple(value for _, value in order)
@@ -446,7 +446,7 @@ class DFunctor:
     def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
         if isinstance(prim, prims.GetItem) and self._gathers(node):
             index = node.args[1].value
-            items = self.items.setdefault(id(node.args[0]), {"debug": node.debug.named("")})
+            _, items = self.items.setdefault(id(node.args[0]), (node.debug.named(""), {}))
             items.setdefault((type(index), index), []).append(d)
             return
         rule = bprop_getters.bprop_graph(prim, len(node.args), parse, node.debug)
