@@ -127,7 +127,7 @@ class _LoopK:
             loop_fixed = [Constant(cond), Constant(body)]
         else:
             loop_fixed[-1] = Constant(body)
-        loop = self.kind(n + each + 1, self.ctl.where, grads=self.ctl.attrs.get("grads", False))
+        loop = self.ctl.with_carries(n + each + 1)
         stack0 = self.prim(g, control.StackNew())
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
         res.tuple_arity = -1  # codegen unpacks the carries by name
@@ -181,9 +181,10 @@ class _LoopK:
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 
         loop_fixed = self.reverse_head(bp, body, names, fixed, n_acc, rev)
-        loop = (control.ForRange if rev else control.WhileLoop)(
-            n_acc + 1, self.ctl.where, grads=True
-        )
+        if rev:
+            loop = control.ForRange(n_acc + 1, self.ctl.where, grads=True)
+        else:  # the stack it pops bounds its trips (no loop bound, no overflow check)
+            loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True, popping=n_acc)
         res = self.prim(bp, loop, *loop_fixed, env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq)
         res.tuple_arity = -1
         d_fixed = [Constant(None)] * self.n_fixed

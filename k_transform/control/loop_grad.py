@@ -87,8 +87,11 @@ def _python_backward(bprops, d_carry, n_carry, with_items: bool):
     return env, d_items[::-1], d_carry, d_inv
 
 
-def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = "", grads: bool = False):
-    """K of `while_loop[n_carry](cond_graph, body_graph, *carry, *inv)`."""
+def while_loop_fprop(
+    cond_fn, body_k, n_carry, *values, where: str = "", grads: bool = False, popping=None
+):
+    """K of `while_loop[n_carry](cond_graph, body_graph, *carry, *inv)`
+    (`popping`: see `control.runtime.while_loop`)."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     bprops = []
     while True:
@@ -100,7 +103,7 @@ def while_loop_fprop(cond_fn, body_k, n_carry, *values, where: str = "", grads: 
         bprops.append(bp)
     traced = rt.is_tracer(c)
     if traced:
-        carry, traced_bprop = _traced_while(cond_fn, body_k, carry, inv, where, grads)
+        carry, traced_bprop = _traced_while(cond_fn, body_k, carry, inv, where, grads, popping)
 
     def bprop(d_out):
         d_carry, env, d_inv = tuple(d_out), {}, None
@@ -123,16 +126,18 @@ def _nbytes(tree) -> int:
     return sum(jnp.size(x) * jnp.result_type(x).itemsize for x in leaves)
 
 
-def _traced_while(cond_fn, body_k, carry, inv, where, grads):
-    """Forward `lax.while_loop` storing carries; returns (carry, bprop)."""
+def _traced_while(cond_fn, body_k, carry, inv, where, grads, popping=None):
+    """Forward `lax.while_loop` storing carries; returns (carry, bprop). A
+    loop `popping` a stack runs at most its capacity times: that many slots."""
     step = lambda cr: tuple(body_k(*cr, *inv)[0])  # noqa: E731
-    carry = ctl.settle_carry(step, carry, where, None, grads)
+    trips = rs.capacity(carry[popping]) if popping is not None else None
+    carry = ctl.settle_carry(step, carry, where, trips, grads)
     if not bounds.can_retrace() and not rs.has_stacks(carry):
         step_i = lambda i, cr: ctl.like_carry(step(cr), cr, grads)  # noqa: E731
         running = lambda i, cr: ctl.condition(cond_fn(*cr, *inv), "while", where)  # noqa: E731
         slots = bounds.checkpoint_slots(where, _nbytes(carry))
         return _checkpointed(body_k, step_i, running, carry, inv, slots, where)
-    bound = bounds.buffer_slots(where)
+    bound = trips if trips is not None else bounds.buffer_slots(where)
     buffer = jax.tree_util.tree_map(
         lambda c: jnp.zeros((bound, *jnp.shape(c)), jnp.result_type(c)), rs.light(carry)
     )
@@ -146,7 +151,8 @@ def _traced_while(cond_fn, body_k, carry, inv, where, grads):
         return ctl.condition(cond_fn(*state[1], *inv), "while", where)
 
     n, final, buffer = lax.while_loop(cond, body, (jnp.asarray(0), carry, buffer))
-    bounds.report_overflow(n, bound, where)
+    if trips is None:  # else it cannot overflow
+        bounds.report_overflow(n, bound, where)
     rs.check_stacks(final, where)
 
     def bprop(d_carry):

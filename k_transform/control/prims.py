@@ -59,6 +59,8 @@ class ControlPrimitive(Primitive):
         out = {"where": self.where} if self.where else {}
         if self.attrs.get("grads"):
             out["grads"] = True
+        if self.attrs.get("popping") is not None:
+            out["popping"] = self.attrs["popping"]
         return out
 
     def _emit_call(self, e, fn: str, parts: list[str], module=ctl, alias: str = "_ctl") -> str:
@@ -70,9 +72,14 @@ class LoopPrimitive(ControlPrimitive):
     """A loop; `grads=True` marks a loop whose carries are gradients (a loop of
     a derivative, see `k_transform.control.k_loops`): None is zero there."""
 
-    def __init__(self, name: str, n_carry: int, where: str, grads: bool):
+    def __init__(self, name: str, n_carry: int, where: str, grads: bool, **options):
         flags = {"grads": True} if grads else {}
-        super().__init__(name, n_carry=n_carry, where=where, **flags)
+        super().__init__(name, n_carry=n_carry, where=where, **flags, **options)
+
+    def with_carries(self, n_carry: int) -> LoopPrimitive:
+        """The same loop over `n_carry` carries (more, appended after its own)."""
+        options = {k: v for k, v in self.attrs.items() if k not in ("n_carry", "where")}
+        return type(self)(n_carry, self.where, **options)
 
 
 class Switch(ControlPrimitive):
@@ -107,8 +114,13 @@ class WhileLoop(LoopPrimitive):
     k_slots = (1,)
     nondiff_slots = (0, 1)
 
-    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
-        super().__init__("while_loop", n_carry, where, grads)
+    def __init__(
+        self, n_carry: int, where: str = "", grads: bool = False, popping: int | None = None
+    ):
+        # `popping`: the carry, a stack, that each iteration pops until it is
+        # empty (the reverse loops of `k_loops`): its size bounds the trip count.
+        options = {"popping": popping} if popping is not None else {}
+        super().__init__("while_loop", n_carry, where, grads, **options)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2

@@ -263,11 +263,15 @@ def _cast_to(values, joined):
 
 
 # -- loops --------------------------------------------------------------------
-def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool = False):
+def while_loop(
+    cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool = False, popping=None
+):
     """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry.
 
     `grads`: the carries are gradients (a loop of a derivative): None and
     missing env entries are zeros, and take the structure the body gives.
+    `popping`: the carry, a stack, the loop pops until empty: it runs at most
+    that stack's capacity times (stacks its body starts get as many slots).
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     n = 0
@@ -281,7 +285,8 @@ def while_loop(cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool 
         bounds.count_iteration(n, where)
         carry = tuple(body_fn(*carry, *inv))
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
-    carry = settle_carry(step, carry, where, None, grads)
+    trips = rs.capacity(carry[popping]) if popping is not None else None
+    carry = settle_carry(step, carry, where, trips, grads)
     out = lax.while_loop(
         lambda cr: condition(cond_fn(*cr, *inv), "while", where),
         lambda cr: like_carry(step(cr), cr, grads),

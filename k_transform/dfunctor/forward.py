@@ -551,7 +551,7 @@ class _Forward:
         t_inv = [self.materialize(t) for t, m in zip(ts[n:], inv_mask, strict=True) if m]
         m = len(t_carry)
         count, seq = ([Constant(0)], [self.materialize(t_seq)]) if each else ([], [])
-        loop = type(fn)(n + m + each, fn.where, grads=fn.attrs.get("grads", False))
+        loop = fn.with_carries(n + m + each)
         res = self.b.call(
             Constant(loop, hint=loop.name),
             *new_fixed,

@@ -135,6 +135,12 @@ def stack_pop(s, like=None):
     return s.top, s.rest
 
 
+def capacity(s) -> int | None:
+    """How many items a BufStack holds at most (None: a Python stack, or no buffer)."""
+    leaves = jax.tree_util.tree_leaves(s.buf) if isinstance(s, BufStack) else []
+    return leaves[0].shape[0] if leaves else None
+
+
 def _slot_shape(b):
     return jax.ShapeDtypeStruct(b.shape[1:], b.dtype)
 
