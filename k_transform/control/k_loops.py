@@ -28,9 +28,11 @@ For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
         return carry, bprop
 
 `for_range` pushes `(i, *carry)`; `for_each` pushes `(item, k, *carry)` and
-adds each item's gradient into the sequence's at `k`. Their reverse loop is a
-`for_range` over the forward's trip count rather than a `while` on the stack,
-so a static trip count gives a `lax.scan` (or unrolls) both ways. The reverse loop
+adds each item's gradient into the sequence's at `k`. Every reverse loop is a
+`while` that pops until the stack is empty (`WhileLoop(popping=...)`): the
+stack's capacity bounds its trips, so K of it stores that many carries (a
+`for` reversed over its trip count is built by `reverse_head(rev=True)`, not
+used: see `backward`). The reverse loop
 recomputes each iteration's K-body from its stored carry (as the runtime's
 traced loops do), so nested loops store only their own carries. Stacks are
 Python cons lists for concrete loops and buffers under `lax`
