@@ -55,7 +55,7 @@ _cache: dict[tuple, FuncGraph] = {}
 def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
     """K of the loop `ctl` applied to `n_args` inputs whose graph slots hold
     `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`."""
-    key = (type(ctl), ctl.n_carry, ctl.where, n_args, *(g.uid for g in graphs))
+    key = (ctl, n_args, *(g.uid for g in graphs))  # `ctl` with its options (grads, popping)
     if key not in _cache:
         _cache[key] = _LoopK(ctl, graphs, n_args, debug).graph
     return _cache[key]
