@@ -65,25 +65,19 @@ def getitem_grad(x, index, dout):
     return zeros.at[index].add(jnp.asarray(dout, zeros.dtype))
 
 
-_MISSING = object()
-
-
 def items_grad(x, indices: tuple, *douts):
     """The gradient of `x` from those of its items `x[i]`, one per constant
     index in `indices`: for a tuple, list or dict built at once, with zeros
     only for the items no index reads; otherwise the sum of `getitem_grad`s."""
-    if isinstance(x, (tuple, list)):
-        grads = [_MISSING] * len(x)
+    if isinstance(x, (tuple, list, dict)):
+        is_dict = isinstance(x, dict)
+        got: dict = {}
         for i, d in zip(indices, douts, strict=True):
-            k = i % len(x)  # `x[i]` ran: i is in range
-            grads[k] = d if grads[k] is _MISSING else add_grad(grads[k], d)
-        items = zip(x, grads, strict=True)
-        return rebuild(x, [zeros_like_value(v) if g is _MISSING else g for v, g in items])
-    if isinstance(x, dict):
-        out = {k: _MISSING for k in x}
-        for i, d in zip(indices, douts, strict=True):
-            out[i] = d if out[i] is _MISSING else add_grad(out[i], d)
-        return {k: zeros_like_value(x[k]) if g is _MISSING else g for k, g in out.items()}
+            k = i if is_dict else i % len(x)  # `x[i]` ran: i is in range
+            got[k] = add_grad(got[k], d) if k in got else d
+        pairs = x.items() if is_dict else enumerate(x)
+        grads = {k: got[k] if k in got else zeros_like_value(v) for k, v in pairs}
+        return grads if is_dict else rebuild(x, list(grads.values()))
     grads = [getitem_grad(x, i, d) for i, d in zip(indices, douts, strict=True)]
     return functools.reduce(add_grad, grads)
 
