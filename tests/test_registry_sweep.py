@@ -61,6 +61,12 @@ INTERNAL = (
     control.StackPush,
     control.StackPop,
     control.StackNonEmpty,
+    control.StackPushGrad,  # their rules against JAX: tests/test_higher_order_control.py
+    control.StackPopGrad,
+    control.StackLight,
+    control.StackHeavy,
+    control.LightGrad,
+    control.HeavyGrad,
     prims.CustomBpropCall,
     ops.Assign,
     prims.SoleInput,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient)

@@ -118,7 +118,8 @@ class _LoopK:
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
         out = self.item(body, pair, 0)
         new = [self.item(body, out, j) for j in range(n)]
-        pushed = self.prim(body, control.StackPush(), stack, self.tuple(body, *heads, *count, *cr))
+        item = self.prim(body, control.StackLight(), self.tuple(body, *heads, *count, *cr))
+        pushed = self.prim(body, control.StackPush(), stack, item)
         more = [self.prim(body, Add(), count[0], Constant(1))] if each else []
         body.output = self.tuple(body, *new, *more, pushed)
 
@@ -134,11 +135,11 @@ class _LoopK:
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
         res.tuple_arity = -1  # codegen unpacks the carries by name
         final = self.tuple(g, *(self.item(g, res, j) for j in range(n)))
-        bprop = self.backward(g, self.item(g, res, n + each), fixed, inv)
+        bprop = self.backward(g, self.item(g, res, n + each), fixed, inv, final)
         g.output = self.tuple(g, final, Constant(bprop, hint=bprop.name))
 
     # -- the reverse loop, popping them ------------------------------------------------
-    def backward(self, g: FuncGraph, stack: Node, fixed: list[Node], inv: list[Node]) -> FuncGraph:
+    def backward(self, g: FuncGraph, stack: Node, fixed, inv, final: Node) -> FuncGraph:
         n, h, n_inv = self.n, self.n_heads, self.n_inv
         each = self.kind is control.ForEach
         bp = FuncGraph(f"{self.graph.name}_bprop", g, self.debug, "bprop")
@@ -150,7 +151,7 @@ class _LoopK:
         d_seq = [self.prim(bp, structural.ZerosLike(), s) for s in seq]
 
         names = ["env", *(f"d_{c}" for c in self.carry_names), *(f"d_{v}" for v in self.inv_names)]
-        names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each
+        names += ["d_seq"] * each + ["stack", *self.inv_names] + ["seq"] * each + ["final"]
         n_acc = 1 + n + n_inv + each  # carried: env, gradients, then the stack
         # Reversing a `for` over its trip count (a `lax.scan` when static) was tried with
         # loop-gradient-once; second order through `for` with `continue` then mixed float32
@@ -159,10 +160,15 @@ class _LoopK:
         body, ps = self.sub("reverse_body", "loop_body", ["step"] * rev + names)
         ps = ps[rev:]
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
-        st, b_inv, b_seq = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv], ps[n_acc + 1 + n_inv :]
+        st, b_inv = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv]
+        b_seq, b_final = ps[n_acc + 1 + n_inv : -1], ps[-1]
         popped = self.prim(body, control.StackPop(), st, Constant(None))
         popped.tuple_arity = 2
-        item, rest = self.item(body, popped, 0), self.item(body, popped, 1)
+        rest = self.item(body, popped, 1)
+        # stacks in the popped carry were stored as counts: their buffers are the final carry's
+        final_cr = [self.item(body, b_final, j) for j in range(n)]
+        like = self.tuple(body, *[Constant(None)] * (h + each), *final_cr)
+        item = self.prim(body, control.StackHeavy(), self.item(body, popped, 0), like)
         heads = [self.item(body, item, k) for k in range(h)]
         cr = [self.item(body, item, h + each + j) for j in range(n)]
         pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
@@ -187,7 +193,8 @@ class _LoopK:
             loop = control.ForRange(n_acc + 1, self.ctl.where, grads=True)
         else:  # the stack it pops bounds its trips (no loop bound, no overflow check)
             loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True, popping=n_acc)
-        res = self.prim(bp, loop, *loop_fixed, env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq)
+        inputs = [env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq, final]
+        res = self.prim(bp, loop, *loop_fixed, *inputs)
         res.tuple_arity = -1
         d_fixed = [Constant(None)] * self.n_fixed
         if each:

@@ -221,6 +221,26 @@ class StackPop(_StackCall):
         super().__init__("stack_pop")
 
 
+class StackPushGrad(_StackCall):
+    """Pop's gradient: `d_rest` with `d_item` added at its top (`stack_push_grad`)."""
+
+    n_inputs = 2
+    rt_name = "stack_push_grad"
+
+    def __init__(self):
+        super().__init__("stack_push_grad")
+
+
+class StackPopGrad(_StackCall):
+    """Push's gradient: `(d_item, d_stack)`, the popped slot zeroed (`stack_pop_grad`)."""
+
+    n_inputs = 2
+    rt_name = "stack_pop_grad"
+
+    def __init__(self):
+        super().__init__("stack_pop_grad")
+
+
 class StackNonEmpty(_StackCall):
     n_inputs = 1
     rt_name = "stack_nonempty"
@@ -229,22 +249,73 @@ class StackNonEmpty(_StackCall):
         super().__init__("stack_nonempty")
 
 
-# == gradient rules ==============================================================
-# Stacks: push and pop are each other's gradient.
+class StackLight(_StackCall):
+    """An item to push with its BufStacks as counts (`runtime.stack.light`)."""
 
-# -- stacks (K of loops as IR): push and pop are each other's gradient ----------------
+    n_inputs = 1
+    rt_name = "light"
+
+    def __init__(self):
+        super().__init__("light")
+
+
+class StackHeavy(_StackCall):
+    """A popped `light` item with its stacks' buffers from `like` (`heavy`)."""
+
+    n_inputs = 2
+    rt_name = "heavy"
+
+    def __init__(self):
+        super().__init__("heavy")
+
+
+class LightGrad(_StackCall):
+    """`light_grad(dout, x)`: the gradient of `light(x)`, None at x's stacks."""
+
+    n_inputs = 2
+    rt_name = "light_grad"
+
+    def __init__(self):
+        super().__init__("light_grad")
+
+
+class HeavyGrad(_StackCall):
+    """`heavy_grad(dout, stored, like)`: the gradient of `heavy` for `like`."""
+
+    n_inputs = 3
+    rt_name = "heavy_grad"
+
+    def __init__(self):
+        super().__init__("heavy_grad")
+
+
+# == gradient rules ==============================================================
+# -- stacks (K of loops as IR): push/pop and their gradients are transposes -----------
 stack_push = StackPush()
 stack_pop = StackPop()
+stack_push_grad = StackPushGrad()
+stack_pop_grad = StackPopGrad()
 
 
 @rule(StackPush)
 def bprop_stack_push(stack, item, out, dout):
-    d_item_rest = stack_pop(dout, item)
+    d_item_rest = stack_pop_grad(dout, item)
     return d_item_rest[1], d_item_rest[0]
 
 
 @rule(StackPop)
 def bprop_stack_pop(stack, like, out, dout):
+    return stack_push_grad(dout[1], dout[0]), None
+
+
+@rule(StackPushGrad)
+def bprop_stack_push_grad(d_rest, d_item, out, dout):
+    dd_item_rest = stack_pop(dout, d_item)
+    return dd_item_rest[1], dd_item_rest[0]
+
+
+@rule(StackPopGrad)
+def bprop_stack_pop_grad(d_out, like, out, dout):
     return stack_push(dout[1], dout[0]), None
 
 
@@ -254,3 +325,28 @@ def get_bprop_stack_new(self):
 
 
 zero_gradient(StackNonEmpty)
+
+# -- light/heavy (stacks in a loop's carry stored as counts): each gradient is linear
+# in `dout` and its own transpose, so these four rules close under differentiation.
+light_grad = LightGrad()
+heavy_grad = HeavyGrad()
+
+
+@rule(StackLight)
+def bprop_light(x, out, dout):
+    return (light_grad(dout, x),)
+
+
+@rule(StackHeavy)
+def bprop_heavy(stored, like, out, dout):
+    return light_grad(dout, like), heavy_grad(dout, stored, like)
+
+
+@rule(LightGrad)
+def bprop_light_grad(dout, x, out, ddx):
+    return light_grad(ddx, x), None
+
+
+@rule(HeavyGrad)
+def bprop_heavy_grad(dout, stored, like, out, dd):
+    return heavy_grad(dd, stored, like), None, None

@@ -135,6 +135,40 @@ def stack_pop(s, like=None):
     return s.top, s.rest
 
 
+# The gradient of a BufStack is the gradient of its whole buffer (`n` mirrors
+# the primal's count): push overwrites slot n, so its rule pops the output
+# gradient and zeroes that slot (`stack_pop_grad`); pop reads slot n-1, so its
+# rule adds the item's gradient there (`stack_push_grad`). Each is the other's
+# transpose with push and pop, so the four rules differentiate again. A PyStack
+# gradient is a cons list like its primal: the same push and pop.
+def stack_push_grad(d_rest, d_item):
+    """The gradient of a stack that `stack_pop` split into `(d_item, d_rest)`."""
+    if not isinstance(d_rest, BufStack):
+        return stack_push(d_rest, d_item)
+    d_item = fit(d_item, jax.tree_util.tree_map(_slot_shape, d_rest.buf))
+    buf = jax.tree_util.tree_map(lambda b, v: _add_at(b, d_rest.n, v), d_rest.buf, d_item)
+    return BufStack(buf, d_rest.n + 1)
+
+
+def _add_at(b, k, v):
+    v = jnp.asarray(v, b.dtype)
+    if jnp.issubdtype(b.dtype, jnp.inexact):
+        return b.at[k].add(v, mode="drop")
+    return b.at[k].set(v, mode="drop")  # an int or bool slot has no gradient to add
+
+
+def stack_pop_grad(d_out, like=None):
+    """`(d_item, d_stack)` from the gradient of `stack_push(stack, item)`."""
+    if not isinstance(d_out, BufStack):
+        return stack_pop(d_out, like)
+    item, rest = stack_pop(d_out)
+    at = jnp.maximum(rest.n, 0)
+    buf = jax.tree_util.tree_map(
+        lambda b: lax.dynamic_update_index_in_dim(b, jnp.zeros_like(b[0]), at, 0), rest.buf
+    )
+    return item, BufStack(buf, rest.n)
+
+
 def capacity(s) -> int | None:
     """How many items a BufStack holds at most (None: a Python stack, or no buffer)."""
     leaves = jax.tree_util.tree_leaves(s.buf) if isinstance(s, BufStack) else []
@@ -178,11 +212,15 @@ def promote(s: PyStack, item_shape, extra: int) -> BufStack:
 
 
 def _in_layout(value, shape):
-    """`value` with the PyStacks it holds made buffers laid out as in `shape`."""
+    """`value` with the PyStacks it holds made buffers laid out as in `shape`,
+    or counts where `shape` has one (`light`: the stack, pushed in Python
+    iterations before its loop entered lax, is a prefix of the loop's final one)."""
     if isinstance(value, PyStack) and isinstance(shape, BufStack):
         slots = jax.tree_util.tree_leaves(shape.buf)[0].shape[0]
         inner = jax.tree_util.tree_map(_slot_shape, shape.buf)
         return promote(value, inner, slots - value.size)
+    if isinstance(value, PyStack):
+        return jnp.asarray(value.size, shape.dtype)
     if isinstance(value, (tuple, list)) and isinstance(shape, (tuple, list)):
         return type(value)(_in_layout(v, s) for v, s in zip(value, shape, strict=True))
     return value
@@ -228,3 +266,48 @@ def heavy(stored, like):
     if isinstance(like, dict):
         return {k: heavy(stored[k], x) for k, x in like.items()}
     return stored
+
+
+# `light`/`heavy` are primitives of K of a loop as IR (`control.k_loops`), so
+# their gradients are written with these two, and differentiate again: each is
+# linear in `dout` and its own transpose.
+def light_grad(dout, x):
+    """`dout`, a gradient of `light(x)` (or of `heavy(., x)`'s stored part), as
+    a gradient of `x`: None where `x` holds a BufStack (a count has none)."""
+    if dout is None or isinstance(x, BufStack):
+        return None
+    if isinstance(x, PyStack) and not is_stack(dout):  # stored as a count (see `_in_layout`)
+        return None
+    if isinstance(x, (tuple, list)) and isinstance(dout, (tuple, list)):
+        return type(dout)(light_grad(d, v) for d, v in zip(dout, x, strict=True))
+    if isinstance(x, dict) and isinstance(dout, dict):
+        return {k: light_grad(dout[k], v) for k, v in x.items() if k in dout}
+    return dout
+
+
+def heavy_grad(dout, stored, like):
+    """The gradient of `heavy(stored, like)` for `like`'s stacks: `dout`'s
+    stacks below each stored count (slots above it belong to other
+    iterations); None elsewhere (the rest of `like` is not read)."""
+    if dout is None:
+        return None
+    if isinstance(like, BufStack):
+        if isinstance(dout, PyStack):
+            raise KTransformError("internal: a Python stack as the gradient of a buffer stack")
+        return _below(dout, stored, like.n) if isinstance(dout, BufStack) else None
+    if isinstance(like, (tuple, list)) and isinstance(dout, (tuple, list)):
+        parts = zip(dout, stored, like, strict=True)
+        return type(like)(heavy_grad(d, s, x) for d, s, x in parts)
+    if isinstance(like, dict) and isinstance(dout, dict):
+        return {k: heavy_grad(dout.get(k), stored[k], x) for k, x in like.items()}
+    return None
+
+
+def _below(s: BufStack, n, count) -> BufStack:
+    """`s`'s slots below `n`, zeros above, as a gradient of a stack of `count` items."""
+
+    def mask(b):
+        keep = jnp.arange(b.shape[0]) < n
+        return jnp.where(keep.reshape(-1, *[1] * (b.ndim - 1)), b, jnp.zeros_like(b))
+
+    return BufStack(jax.tree_util.tree_map(mask, s.buf), count)
