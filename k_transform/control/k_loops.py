@@ -57,15 +57,17 @@ def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
     `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`."""
     key = (ctl, n_args, *(g.uid for g in graphs))  # `ctl` with its options (grads, popping)
     if key not in _cache:
-        _cache[key] = _LoopK(ctl, graphs, n_args, debug).graph
+        kept = _LoopK(ctl, graphs, n_args, debug, memo=True).graph
+        kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
+        _cache[key] = kept
     return _cache[key]
 
 
 class _LoopK:
     """Builds the graph of `lowered` for one loop (see the module docstring)."""
 
-    def __init__(self, ctl, graphs, n_args: int, debug):
-        self.ctl, self.debug = ctl, debug
+    def __init__(self, ctl, graphs, n_args: int, debug, memo: bool):
+        self.ctl, self.debug, self.memo = ctl, debug, memo
         self.n = ctl.n_carry
         self.kind = type(ctl)
         self.body_k = graphs[-1]
@@ -119,7 +121,11 @@ class _LoopK:
         out = self.item(body, pair, 0)
         new = [self.item(body, out, j) for j in range(n)]
         item = self.prim(body, control.StackLight(), self.tuple(body, *heads, *count, *cr))
-        pushed = self.prim(body, control.StackPush(), stack, item)
+        if self.memo:  # a Python iteration keeps its bprop beside its carry
+            bprop = self.item(body, pair, 1)
+            pushed = self.prim(body, control.StackPushMemo(), stack, item, bprop)
+        else:
+            pushed = self.prim(body, control.StackPush(), stack, item)
         more = [self.prim(body, Add(), count[0], Constant(1))] if each else []
         body.output = self.tuple(body, *new, *more, pushed)
 
@@ -130,7 +136,7 @@ class _LoopK:
             loop_fixed = [Constant(cond), Constant(body)]
         else:
             loop_fixed[-1] = Constant(body)
-        loop = self.ctl.with_carries(n + each + 1)
+        loop = self.ctl.with_carries(n + each + 1, records=n + each)
         stack0 = self.prim(g, control.StackNew())
         res = self.prim(g, loop, *loop_fixed, *carry, *extra, stack0, *inv)
         res.tuple_arity = -1  # codegen unpacks the carries by name
@@ -171,9 +177,8 @@ class _LoopK:
         item = self.prim(body, control.StackHeavy(), self.item(body, popped, 0), like)
         heads = [self.item(body, item, k) for k in range(h)]
         cr = [self.item(body, item, h + each + j) for j in range(n)]
-        pair = body.apply(Constant(self.body_k), *heads, *cr, *b_inv, debug=self.debug)
-        pair.tuple_arity = 2
-        grads = body.apply(self.item(body, pair, 1), self.tuple(body, *dc), debug=self.debug)
+        bprop = self.recall(body, [*heads, *cr, *b_inv], st)
+        grads = body.apply(bprop, self.tuple(body, *dc), debug=self.debug)
         grads.tuple_arity = -1
         new_env = self.prim(body, structural.AddGrad(), env, self.item(body, grads, 0))
         new_dc = [self.item(body, grads, 1 + h + j) for j in range(n)]
@@ -202,6 +207,24 @@ class _LoopK:
         outs = [self.item(bp, res, k) for k in range(1 + n + n_inv)]
         bp.output = self.tuple(bp, outs[0], *d_fixed, *outs[1:])
         return bp
+
+    def recall(self, body: FuncGraph, args: list[Node], stack: Node) -> Node:
+        """The bprop of the iteration on top of `stack`: K(body) run again on
+        its carry `args`, or (`memo`) the one a Python iteration kept, when
+        it did (no recomputation, and an effect in the body is not repeated)."""
+        if not self.memo:
+            pair = body.apply(Constant(self.body_k), *args, debug=self.debug)
+            pair.tuple_arity = 2
+            return self.item(body, pair, 1)
+        names = [p.name for p in self.body_k.parameters] + ["stack"]
+        again, ps = self.sub("recompute", "branch", names)
+        pair = again.apply(Constant(self.body_k), *ps[:-1], debug=self.debug)
+        again.output = self.item(again, pair, 1)
+        kept, ps = self.sub("recall", "branch", names)
+        kept.output = self.prim(kept, control.StackMemo(), ps[-1])
+        has = self.prim(body, control.StackHasMemo(), stack)
+        fixed = [Constant(kept, hint=kept.name), Constant(again, hint=again.name)]
+        return self.prim(body, control.Switch(self.ctl.where), has, *fixed, *args, stack)
 
     def reverse_head(self, bp: FuncGraph, body: FuncGraph, names, fixed, n_acc, rev) -> list[Node]:
         """The inputs before the carry of the reverse loop: a `while` until the

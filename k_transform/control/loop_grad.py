@@ -88,7 +88,7 @@ def _python_backward(bprops, d_carry, n_carry, with_items: bool):
 
 
 def while_loop_fprop(
-    cond_fn, body_k, n_carry, *values, where: str = "", grads: bool = False, popping=None
+    cond_fn, body_k, n_carry, *values, where: str = "", grads: bool = False, popping=None, **_
 ):
     """K of `while_loop[n_carry](cond_graph, body_graph, *carry, *inv)`
     (`popping`: see `control.runtime.while_loop`)."""
@@ -256,7 +256,7 @@ def _checkpointed(body_k, step, running, carry, inv, slots: int, where: str, hea
 
 
 def for_range_fprop(
-    start, stop, step, body_k, n_carry, *values, where: str = "", grads: bool = False
+    start, stop, step, body_k, n_carry, *values, where: str = "", grads: bool = False, **_
 ):
     """K of `for_range[n_carry](start, stop, step, body_graph, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
@@ -289,7 +289,7 @@ def for_range_fprop(
     return final, bprop
 
 
-def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool = False):
+def for_each_fprop(seq, body_k, n_carry, *values, where: str = "", grads: bool = False, **_):
     """K of `for_each[n_carry](seq, body_graph, *carry, *inv)`."""
     carry, inv = tuple(values[:n_carry]), tuple(values[n_carry:])
     step_k = lambda item, cr, iv: body_k(item, *cr, *iv)  # noqa: E731

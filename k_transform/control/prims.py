@@ -55,12 +55,14 @@ class ControlPrimitive(Primitive):
         return self._emit_call(e, self.name, self.call_parts(args))
 
     def options(self) -> dict:
-        """Keyword arguments of the runtime helper: `where`, and `grads` when set."""
+        """Keyword arguments of the runtime helper: `where`, and the loop's
+        options when set (`grads`, `popping`, `records`)."""
         out = {"where": self.where} if self.where else {}
         if self.attrs.get("grads"):
             out["grads"] = True
-        if self.attrs.get("popping") is not None:
-            out["popping"] = self.attrs["popping"]
+        for name in ("popping", "records"):
+            if self.attrs.get(name) is not None:
+                out[name] = self.attrs[name]
         return out
 
     def _emit_call(self, e, fn: str, parts: list[str], module=ctl, alias: str = "_ctl") -> str:
@@ -73,13 +75,18 @@ class LoopPrimitive(ControlPrimitive):
     a derivative, see `k_transform.control.k_loops`): None is zero there."""
 
     def __init__(self, name: str, n_carry: int, where: str, grads: bool, **options):
+        # `records`: the carry, a stack, each iteration pushes its carry on (the
+        # forward loops of `k_loops`): see `control.runtime.while_loop`.
         flags = {"grads": True} if grads else {}
+        options = {k: v for k, v in options.items() if v is not None}
         super().__init__(name, n_carry=n_carry, where=where, **flags, **options)
 
-    def with_carries(self, n_carry: int) -> LoopPrimitive:
-        """The same loop over `n_carry` carries (more, appended after its own)."""
-        options = {k: v for k, v in self.attrs.items() if k not in ("n_carry", "where")}
-        return type(self)(n_carry, self.where, **options)
+    def with_carries(self, n_carry: int, records: int | None = None) -> LoopPrimitive:
+        """The same loop over `n_carry` carries (more, appended after its own),
+        recording on carry `records` if given."""
+        drop = ("n_carry", "where", "records")
+        options = {k: v for k, v in self.attrs.items() if k not in drop}
+        return type(self)(n_carry, self.where, records=records, **options)
 
 
 class Switch(ControlPrimitive):
@@ -115,12 +122,11 @@ class WhileLoop(LoopPrimitive):
     nondiff_slots = (0, 1)
 
     def __init__(
-        self, n_carry: int, where: str = "", grads: bool = False, popping: int | None = None
+        self, n_carry: int, where: str = "", grads: bool = False, popping=None, records=None
     ):
         # `popping`: the carry, a stack, that each iteration pops until it is
         # empty (the reverse loops of `k_loops`): its size bounds the trip count.
-        options = {"popping": popping} if popping is not None else {}
-        super().__init__("while_loop", n_carry, where, grads, **options)
+        super().__init__("while_loop", n_carry, where, grads, popping=popping, records=records)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2
@@ -137,8 +143,8 @@ class ForRange(LoopPrimitive):
     k_slots = (3,)
     nondiff_slots = (0, 1, 2, 3)
 
-    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
-        super().__init__("for_range", n_carry, where, grads)
+    def __init__(self, n_carry: int, where: str = "", grads: bool = False, records=None):
+        super().__init__("for_range", n_carry, where, grads, records=records)
 
     def graph_arity(self, slot, n_args):
         return n_args - 4 + 1
@@ -155,8 +161,8 @@ class ForEach(LoopPrimitive):
     k_slots = (1,)
     nondiff_slots = (1,)
 
-    def __init__(self, n_carry: int, where: str = "", grads: bool = False):
-        super().__init__("for_each", n_carry, where, grads)
+    def __init__(self, n_carry: int, where: str = "", grads: bool = False, records=None):
+        super().__init__("for_each", n_carry, where, grads, records=records)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2 + 1
@@ -219,6 +225,34 @@ class StackPop(_StackCall):
 
     def __init__(self):
         super().__init__("stack_pop")
+
+
+class StackPushMemo(_StackCall):
+    """`stack_push(stack, item, memo)`: a Python stack keeps `memo` beside the
+    item (K of a loop keeps each Python iteration's bprop). Never
+    differentiated: transforms use the graph's `differentiated_as` twin."""
+
+    n_inputs = 3
+    rt_name = "stack_push"
+
+    def __init__(self):
+        super().__init__("stack_push_memo")
+
+
+class StackHasMemo(_StackCall):
+    n_inputs = 1
+    rt_name = "stack_has_memo"
+
+    def __init__(self):
+        super().__init__("stack_has_memo")
+
+
+class StackMemo(_StackCall):
+    n_inputs = 1
+    rt_name = "stack_memo"
+
+    def __init__(self):
+        super().__init__("stack_memo")
 
 
 class StackPushGrad(_StackCall):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from k_transform.control import policy
+from k_transform.control import checkpoint, policy
 from k_transform.errors import KTransformError
 from k_transform.runtime import bounds
 from k_transform.runtime import stack as rs
@@ -264,7 +264,14 @@ def _cast_to(values, joined):
 
 # -- loops --------------------------------------------------------------------
 def while_loop(
-    cond_fn, body_fn, n_carry, *values, where: str = "", grads: bool = False, popping=None
+    cond_fn,
+    body_fn,
+    n_carry,
+    *values,
+    where: str = "",
+    grads: bool = False,
+    popping=None,
+    records=None,
 ):
     """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry.
 
@@ -272,8 +279,13 @@ def while_loop(
     missing env entries are zeros, and take the structure the body gives.
     `popping`: the carry, a stack, the loop pops until empty: it runs at most
     that stack's capacity times (stacks its body starts get as many slots).
+    `records`: the carry, a stack, each iteration pushes its carry on (the
+    forward loop of K of a loop, `control.k_loops`): under a jit that cannot
+    retrace, the loop keeps checkpoints instead (`_recording`).
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if popping is not None and isinstance(carry[popping], rs.Checkpoints):
+        carry = _reverse_checkpoints(body_fn, carry, inv, popping, where, grads)
     n = 0
     while True:
         c = cond_fn(*carry, *inv)
@@ -285,6 +297,14 @@ def while_loop(
         bounds.count_iteration(n, where)
         carry = tuple(body_fn(*carry, *inv))
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
+    if records is not None and not bounds.can_retrace():
+        plain = _Recording(lambda i, cr: step(cr), carry, records)
+        if plain.checkpoints():
+
+            def running(i, cr):
+                return condition(cond_fn(*plain.full(cr, rs.PyStack()), *inv), "while", where)
+
+            return plain.run(running, carry, where, grads)
     trips = rs.capacity(carry[popping]) if popping is not None else None
     carry = settle_carry(step, carry, where, trips, grads)
     out = lax.while_loop(
@@ -296,22 +316,31 @@ def while_loop(
     return out
 
 
-def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", grads: bool = False):
-    """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`."""
+def for_range(
+    start, stop, step, body_fn, n_carry, *values, where: str = "", grads=False, records=None
+):
+    """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`
+    (`records`: see `while_loop`; a long one keeps `kt.set_for_checkpoints`)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
         indices = range(int(start), int(stop), int(step))
         run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
+        plain = _Recording(run, carry, records)
         if (
             not any_traced((carry, inv))
             or _walks_pystack(grads, carry)
-            or policy.unrolls(run, indices, carry)
+            or policy.unrolls(plain.step, indices, plain.carry)
         ):
             for i in indices:
                 carry = tuple(body_fn(i, *carry, *inv))
             return carry
+        xs = jnp.asarray(indices)
+        slots = bounds.for_checkpoints()
+        if plain.checkpoints() and slots is not None and len(indices) > slots:
+            running = lambda i, cr: i < len(indices)  # noqa: E731
+            return plain.run(running, carry, where, grads, lambda i: xs[i], slots)
         run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
-        return _scan(run, jnp.asarray(indices), carry, where, grads)
+        return _scan(run, xs, carry, where, grads)
     step_ = jnp.asarray(step)
 
     def cond(state):
@@ -329,8 +358,76 @@ def for_range(start, stop, step, body_fn, n_carry, *values, where: str = "", gra
     return out[1:]
 
 
-def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = False):
-    """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists, arrays."""
+class _Recording:
+    """A recording loop (`records=k`: its carry k is the stack each iteration
+    pushes on) seen as the loop it records: `step(head, carry)` and `carry`
+    without that stack (the loop itself when `k` is None). Unrolling is
+    decided on it, as for the loop it records; and when it holds no stacks
+    itself (a first derivative), `run` records it with online checkpointing."""
+
+    def __init__(self, run, carry, k):
+        self.run_full, self.k = run, k
+        self.carry = carry if k is None else (*carry[:k], *carry[k + 1 :])
+
+    def full(self, cr, stack):
+        return (*cr[: self.k], stack, *cr[self.k :])
+
+    def step(self, head, cr):
+        if self.k is None:
+            return self.run_full(head, cr)
+        out = self.run_full(head, self.full(cr, rs.PyStack()))
+        return (*out[: self.k], *out[self.k + 1 :])
+
+    def item(self, head, cr):
+        """What the iteration from `cr` pushes."""
+        return self.run_full(head, self.full(cr, rs.PyStack()))[self.k].top
+
+    def checkpoints(self) -> bool:
+        return self.k is not None and not rs.has_stacks(self.carry)
+
+    def run(self, running, carry, where, grads, head=lambda i: None, slots=None):
+        base = settle_carry(lambda cr: self.step(head(0), cr), self.carry, where, None, grads)
+        step = lambda i, cr: like_carry(self.step(head(i), cr), cr, grads)  # noqa: E731
+        slots = slots or bounds.checkpoint_slots(where, _nbytes(base))
+        n, final, saved = checkpoint.record(step, running, base, slots)
+        item = lambda i, cr: self.item(head(i), cr)  # noqa: E731
+        stack = rs.Checkpoints(saved, n, step, item, final, carry[self.k])
+        return self.full(final, stack)
+
+
+def _nbytes(tree) -> int:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return sum(jnp.size(x) * jnp.result_type(x).itemsize for x in leaves)
+
+
+def _reverse_checkpoints(body_fn, carry, inv, k, where, grads):
+    """The reverse loop of a recording loop that kept checkpoints: for
+    i = n-1 .. 0, its body runs on a stack holding what iteration i pushed
+    (`checkpoint.reverse` recomputes the carries between checkpoints).
+    Returns the carry with the stack left below (Python iterations')."""
+    ck = carry[k]
+    state = (*carry[:k], *carry[k + 1 :])
+
+    def run(i, cr_i, st):
+        one = rs.stack_push(rs.PyStack(), ck.item(i, cr_i))
+        out = tuple(body_fn(*st[:k], one, *st[k:], *inv))
+        return (*out[:k], *out[k + 1 :])
+
+    state = settle_carry(lambda st: run(0, ck.final, st), state, where, None, grads)
+
+    def grad_step(i, cr_i, st):
+        return like_carry(run(i, cr_i, st), st, grads), ()
+
+    state, _, recomputed = checkpoint.reverse(
+        ck.step, grad_step, ck.n, ck.saved, state, (), lambda a, b: a
+    )
+    bounds.report_recompute(where, ck.n, recomputed)
+    return (*state[:k], ck.below, *state[k:])
+
+
+def for_each(seq, body_fn, n_carry, *values, where: str = "", grads=False, records=None):
+    """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists,
+    arrays (`records`: see `while_loop`; unrolled as the loop it records)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
         for item in seq:
@@ -339,7 +436,8 @@ def for_each(seq, body_fn, n_carry, *values, where: str = "", grads: bool = Fals
     if jnp.ndim(seq) == 0:
         raise KTransformError(f"cannot iterate over a 0-d array{describe(where)}")
     run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
-    if not any_traced((seq, carry, inv)) or policy.unrolls(run, seq, carry):
+    plain = _Recording(run, carry, records)
+    if not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
         for k in range(seq.shape[0]):
             carry = tuple(body_fn(seq[k], *carry, *inv))
         return carry

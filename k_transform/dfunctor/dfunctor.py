@@ -247,6 +247,7 @@ class DFunctor:
     def map_value(self, node: Constant) -> Node:
         value = node.value
         if isinstance(value, FuncGraph):
+            value = value.differentiated_as or value
             # A closed graph (no free variables) needs no enclosing K-graph.
             closure = value.parent is not None and value.free_variables()
             parent = self._functor_of(value.parent) if closure else None
@@ -313,8 +314,12 @@ class DFunctor:
                 # fprop there, so it runs as the result of K(cond).
                 args[0] = Constant(_result_of(self.kval(node.args[0]).value), node.debug)
             # K of a switch is a switch of K-graphs; K of a loop, its run-time K.
-            prim = node.fn if isinstance(fn, Switch) else _const(control.ControlFprop(fn))
-            pair = self.fprop.apply(prim, *args, debug=node.debug)
+            if isinstance(fn, Switch):
+                pair = self.fprop.apply(node.fn, *args, debug=node.debug)
+            else:
+                graphs = [args[k].value for k in fn.graph_slots]
+                loop_k = loops.k_of(fn, graphs, len(args), node.debug)
+                pair = self.fprop.apply(Constant(loop_k, node.debug), *args, debug=node.debug)
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2

@@ -162,6 +162,7 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     its output tangent shaped `want` (None: as it comes). `flat=k`: the
     output is a tuple of k values, given as `(*values, *tangents)` (a
     branch of a switch, which fills undefined values item by item)."""
+    graph = graph.differentiated_as or graph
     key = (graph.uid, mask, want, top, flat)
     found = _forwards.get(key)
     if found is _BUILDING:

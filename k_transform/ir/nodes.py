@@ -132,7 +132,10 @@ class FuncGraph:
     its `closure_key` there. A graph parsed from a gradient rule has a
     `rule_name` for messages, is `trusted` when shipped with k_transform (its
     gradients' shapes are not checked at trace time), and `no_gradient` when
-    it gives no input a gradient.
+    it gives no input a gradient. `differentiated_as`: the graph transforms
+    differentiate in its place (same signature and results; K of a loop
+    keeps each Python iteration's bprop, its twin recomputes it:
+    `control.k_loops`).
     """
 
     def __init__(
@@ -158,6 +161,7 @@ class FuncGraph:
         self.rule_name = ""
         self.trusted = False
         self.no_gradient = False
+        self.differentiated_as: FuncGraph | None = None
 
     # -- building ---------------------------------------------------------
     def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:

@@ -38,12 +38,14 @@ from k_transform.runtime.values import UNDEFINED, GradValue, add_grad, fit, zero
 
 # -- the two representations ----------------------------------------------------
 class PyStack(GradValue):
-    """A cons cell: `top` on `rest` (a PyStack, or None: zeros below)."""
+    """A cons cell: `top` on `rest` (a PyStack, or None: zeros below).
+    `memo`: what the loop that pushed `top` keeps beside it (the iteration's
+    bprop, `control.k_loops`); not part of the value (pytrees drop it)."""
 
-    __slots__ = ("top", "rest", "size")
+    __slots__ = ("top", "rest", "size", "memo")
 
-    def __init__(self, top=None, rest=None, size: int = 0):
-        self.top, self.rest, self.size = top, rest, size
+    def __init__(self, top=None, rest=None, size: int = 0, memo=None):
+        self.top, self.rest, self.size, self.memo = top, rest, size, memo
 
     def items(self) -> list:
         """The items, bottom first."""
@@ -96,8 +98,23 @@ jax.tree_util.register_pytree_node(
 )
 
 
+class Checkpoints:
+    """The stack a recording loop (`records=`) leaves when it ran with online
+    checkpointing (`control/checkpoint.py`): `saved` carries of its `n`
+    traced iterations, and `below`, the stack its Python iterations pushed
+    first. The reverse loop popping it does not pop: it runs the checkpoint
+    sweep (`control.runtime`), asking `item(i, carry)` for what iteration i
+    pushed, and `step(i, carry)` to recompute carries between checkpoints."""
+
+    __slots__ = ("saved", "n", "step", "item", "final", "below")
+
+    def __init__(self, saved, n, step, item, final, below):
+        self.saved, self.n, self.step, self.item = saved, n, step, item
+        self.final, self.below = final, below
+
+
 def is_stack(x) -> bool:
-    return isinstance(x, (PyStack, BufStack))
+    return isinstance(x, (PyStack, BufStack, Checkpoints))
 
 
 # -- primitives' implementations ----------------------------------------------------
@@ -106,10 +123,14 @@ def stack_new():
 
 
 def stack_nonempty(s):
+    if isinstance(s, Checkpoints):
+        return (s.n > 0) | stack_nonempty(s.below)
     return s.n > 0 if isinstance(s, BufStack) else s.size > 0
 
 
-def stack_push(s, item):
+def stack_push(s, item, memo=None):
+    """`s` with `item` on top; a PyStack keeps `memo` beside it, a BufStack
+    (a loop under lax) cannot hold a Python function and drops it."""
     if isinstance(s, BufStack):
         item = fit(item, jax.tree_util.tree_map(_slot_shape, s.buf))
         buf = jax.tree_util.tree_map(
@@ -118,7 +139,16 @@ def stack_push(s, item):
         return BufStack(buf, s.n + 1)
     if s is None:  # a zero gradient stack
         return PyStack(item, None, 1)
-    return PyStack(item, s, s.size + 1)
+    return PyStack(item, s, s.size + 1, memo)
+
+
+def stack_has_memo(s) -> bool:
+    """Whether the top of `s` has a memo (a Python bool: a Python loop pushed it)."""
+    return isinstance(s, PyStack) and s.memo is not None
+
+
+def stack_memo(s):
+    return s.memo
 
 
 def stack_pop(s, like=None):
@@ -237,7 +267,7 @@ def check_stacks(carry, where: str) -> None:
 # -- storing a loop's carries per iteration -----------------------------------------
 def has_stacks(tree) -> bool:
     """Whether `tree` (a loop's carry) holds a stack."""
-    if isinstance(tree, (BufStack, PyStack)):
+    if isinstance(tree, (BufStack, PyStack, Checkpoints)):
         return True
     if isinstance(tree, (tuple, list)):
         return any(has_stacks(t) for t in tree)
@@ -259,6 +289,8 @@ def light(tree):
 
 def heavy(stored, like):
     """Undo `light`, taking buffers from `like` (the loop's final carry)."""
+    if not has_stacks(like):  # (a list the loop grows is longer in `like`)
+        return stored
     if isinstance(like, BufStack):
         return BufStack(like.buf, stored)
     if isinstance(like, (tuple, list)):
@@ -274,6 +306,8 @@ def heavy(stored, like):
 def light_grad(dout, x):
     """`dout`, a gradient of `light(x)` (or of `heavy(., x)`'s stored part), as
     a gradient of `x`: None where `x` holds a BufStack (a count has none)."""
+    if not has_stacks(x):
+        return dout
     if dout is None or isinstance(x, BufStack):
         return None
     if isinstance(x, PyStack) and not is_stack(dout):  # stored as a count (see `_in_layout`)
@@ -291,6 +325,8 @@ def heavy_grad(dout, stored, like):
     iterations); None elsewhere (the rest of `like` is not read)."""
     if dout is None:
         return None
+    if not has_stacks(like):
+        return _nones(like)
     if isinstance(like, BufStack):
         if isinstance(dout, PyStack):
             raise KTransformError("internal: a Python stack as the gradient of a buffer stack")
@@ -300,6 +336,15 @@ def heavy_grad(dout, stored, like):
         return type(like)(heavy_grad(d, s, x) for d, s, x in parts)
     if isinstance(like, dict) and isinstance(dout, dict):
         return {k: heavy_grad(dout.get(k), stored[k], x) for k, x in like.items()}
+    return None
+
+
+def _nones(like):
+    """No gradient, in the structure of `like`'s tuples, lists and dicts."""
+    if isinstance(like, (tuple, list)):
+        return type(like)(_nones(x) for x in like)
+    if isinstance(like, dict):
+        return {k: _nones(x) for k, x in like.items()}
     return None
 
 
