@@ -135,3 +135,43 @@ def test_assign_in_a_static_loop_the_unroll_budget_unrolls():
 
     np.testing.assert_allclose(got[0], jax.grad(lambda w: ref(w)[0])(jnp.full(3, 0.9)), rtol=1e-5)
     np.testing.assert_allclose(net.total.data, ref(jnp.full(3, 0.9))[1], rtol=1e-5)
+
+
+class ReadAfterAssign(kt.Cell):
+    """Reads a Parameter after assigning it, in straight code and in a loop."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(np.full(3, 0.5, np.float32))
+        self.count = kt.Parameter(np.zeros((), np.float32), requires_grad=False)
+
+    def construct(self, x):
+        ASSIGN(self.count, self.count + 1.0)
+        for _ in range(3):
+            ASSIGN(self.count, self.count + 1.0)
+            x = jnp.sin(x * self.w) * self.count
+        return jnp.sum(x) * self.count
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_a_parameter_read_after_an_assign_sees_the_new_value(mode):
+    """The gradient reads each Parameter once per function, unless an Assign
+    comes between: it read `count` before its Assigns and gave 0 here (the
+    forward alone was right)."""
+
+    def ref(w, x):
+        count = 1.0
+        for _ in range(3):
+            count = count + 1.0
+            x = jnp.sin(x * w) * count
+        return jnp.sum(x) * count
+
+    kt.set_mode(mode)
+    try:
+        net = ReadAfterAssign()
+        x = jnp.asarray([0.3, -0.5, 1.0])
+        got = kt.GradOperation(get_by_list=True)(net, kt.ParameterTuple([net.w]))(x)
+    finally:
+        kt.set_mode("graph")
+    np.testing.assert_allclose(got[0], jax.grad(ref)(jnp.full(3, 0.5), x), rtol=1e-5)
+    assert float(net.count.data) == 4.0

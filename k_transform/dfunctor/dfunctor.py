@@ -69,6 +69,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.mapping import primitive_for_value
+from k_transform.ops.state import Assign
 
 _functors: dict[tuple[int, bool], DFunctor] = {}
 _prim_fprops: dict[Primitive, FuncGraph] = {}
@@ -146,6 +147,28 @@ def _is_param(value) -> bool:
     return getattr(value, "__kt_parameter__", False)
 
 
+def _may_assign(node: Apply) -> bool:
+    """Whether `node` may assign a Parameter (`ops.Assign`, or a call of a
+    graph or loop that does; a call of a function value: perhaps)."""
+    if not isinstance(node.fn, Constant):
+        return True
+    fn = node.fn.value
+    if isinstance(fn, Assign):
+        return True
+    values = [fn, *(a.value for a in node.args if isinstance(a, Constant))]
+    return any(_graph_assigns(g) for g in values if isinstance(g, FuncGraph))
+
+
+_assigning: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _graph_assigns(graph: FuncGraph) -> bool:
+    if graph not in _assigning:
+        _assigning[graph] = False  # recursion: assume not, until found
+        _assigning[graph] = any(_may_assign(n) for n in graph.nodes)
+    return _assigning[graph]
+
+
 def _has_gradient(value) -> bool:
     """Constants whose gradient matters: closures (their env) and Parameters."""
     return isinstance(value, FuncGraph) or _is_param(value)
@@ -170,7 +193,8 @@ class DFunctor:
         # node -> (debug of its last read, {(type, index): gradients of node[index]}): `_items_grad`
         self.items: dict[int, tuple[DebugInfo, dict[tuple, list[Node]]]] = {}
         self.env: Node | None = None  # the env being collected in bprop (None: empty)
-        self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop
+        self.param_reads: dict[int, Node] = {}  # Parameter -> its read in fprop (since an Assign)
+        self.k_args: dict[int, list[Node]] = {}  # primitive node -> its inputs' K-values
 
     # -- forward ------------------------------------------------------------
     def run(self) -> None:
@@ -189,6 +213,8 @@ class DFunctor:
             self._find_active()
         for node in self.primal.nodes:
             self.map_morphism(node)
+            if self.param_reads and _may_assign(node):  # later reads see the new value
+                self.param_reads.clear()
         result = self.kval(self.primal.output)
         self.fprop.output = self.fprop.apply(
             _const(prims.MakeTuple()), result, Constant(self.bprop, hint=self.bprop.name)
@@ -300,6 +326,7 @@ class DFunctor:
             loop_k = Constant(loops.k_of(ctl, graphs, len(node.args), node.debug), node.debug)
             pair = self.fprop.apply(self.kval(loop_k), *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
+            self.k_args[id(node)] = args  # its rule reads the same (a Parameter's read then)
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
             self._copy_hints(node)
             return
@@ -457,7 +484,7 @@ class DFunctor:
         rule = bprop_getters.bprop_graph(prim, len(node.args), parse, node.debug)
         if rule.no_gradient:
             return  # comparisons, shapes, integer results: nothing flows back
-        inputs = [self.kval(a) for a in node.args]
+        inputs = self.k_args[id(node)]
         rule_inputs = inputs if prim.n_inputs is not None else [self._pack(inputs)]
         debug = node.debug.named("")
         out = inline(rule, [*rule_inputs, self.k[id(node)], d], self.bprop, debug)
