@@ -54,6 +54,11 @@ def _loops_in_gradient(fn, *args) -> set[str]:
     return _primitives(jaxpr) & {"scan", "while"}
 
 
+# A loop that stays a loop: its forward is a scan storing each carry, its
+# reverse a `while` popping them (control/k_loops.py).
+LOOPS = {"scan", "while"}
+
+
 X = jnp.linspace(-1.0, 1.0, 6)
 W = 0.3 * jnp.reshape(jnp.sin(jnp.arange(16.0)), (4, 4))
 XS = jnp.reshape(jnp.cos(jnp.arange(48.0)), (12, 4))
@@ -68,13 +73,13 @@ def test_a_small_static_loop_unrolls_under_jit():
 def test_a_loop_indexing_with_its_counter_stays_a_scan():
     """`xs[t]`: unrolled, each step's gradient of the read is a full-size
     array added into d_xs (quadratic), which a scan stacks instead."""
-    assert _loops_in_gradient(rnn, W, XS) == {"scan"}
+    assert _loops_in_gradient(rnn, W, XS) == LOOPS
     got = jax.jit(kt.grad(rnn))(W, XS)
     np.testing.assert_allclose(got, jax.grad(rnn)(W, XS), rtol=1e-5, atol=1e-6)
 
 
 def test_a_loop_over_the_budget_stays_a_scan():
-    assert _loops_in_gradient(long_update, X) == {"scan"}
+    assert _loops_in_gradient(long_update, X) == LOOPS
     got = jax.jit(kt.grad(long_update))(X)
     np.testing.assert_allclose(got, jax.grad(long_update)(X), rtol=1e-4, atol=1e-6)
 
@@ -82,7 +87,7 @@ def test_a_loop_over_the_budget_stays_a_scan():
 def test_budget_zero_makes_every_long_loop_a_scan():
     old = kt.set_unroll_budget(0)
     try:
-        assert _loops_in_gradient(chain40, X) == {"scan"}
+        assert _loops_in_gradient(chain40, X) == LOOPS
         got = jax.jit(kt.grad(chain40))(X)
     finally:
         kt.set_unroll_budget(old)

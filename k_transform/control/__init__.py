@@ -6,9 +6,11 @@
 - `runtime`: what those primitives do when generated code runs (`_ctl`):
   Python control flow on concrete values, `lax.cond`/`lax.while_loop`/
   `lax.scan` on traced ones.
-- `loop_grad`: first-order K of a loop at run time (`_rtg`); `k_loops`: K
-  of a loop written as IR, used when a loop's K is differentiated again.
-- `policy`: when a loop unrolls.
+- `k_loops`: K of a loop, written once, as IR (a forward loop recording
+  each iteration's carry on a stack, a reverse loop popping them), so it
+  differentiates again to any order.
+- `policy`: when a loop unrolls; `checkpoint`: online checkpointing, the
+  run-time storage of a recording loop under a jit that cannot retrace.
 
 K of a `switch` is a `switch` of K-graphs (in the DFunctor itself).
 """

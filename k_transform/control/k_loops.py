@@ -1,29 +1,42 @@
-"""K of a loop written as IR, for loops differentiated more than once.
+"""K of a loop, written once, as IR: the DFunctor's K of every loop, at every order.
 
-First-order K of a loop is a run-time helper (`k_transform.control.loop_grad`,
-`ControlFprop`): it stores each iteration's carry with its stacks as counts
-only (`runtime.stack.light`), but it is Python, so the DFunctor cannot
-transform it again. When a K-graph that contains one is differentiated (grad
-of grad, jvp), the DFunctor uses `k_of(...)` instead: the same `(out, bprop)`
-built from ordinary loop primitives and stacks, so it differentiates again,
-to any order, through the same run-time loops as primal code.
+K of a loop is a graph of ordinary loop primitives and stacks
+(`k_transform.runtime.stack`), so the DFunctor differentiates it again like
+any code (grad of grad, Hessians, third order), and J maps it for jvp. How
+the carries are stored is the run time's choice (`control.runtime`):
 
-(Using `k_of` for first order too, so a loop's gradient is written once, was
-tried: it is as fast at first order, but each further order then stores the
-stacks of the order below inside its own, a power of the trip count more
-memory; `light`/`heavy` storage has to move into these graphs first.)
+- Python iterations (concrete loops, unrolled ones) push on a cons list and
+  keep each iteration's bprop beside its carry (a memo): the reverse loop
+  applies it, so the body is not run again (and an effect in it, an
+  `ops.Assign`, happens once). `k_of` returns this graph; transforms
+  differentiate its twin `differentiated_as`, which recomputes instead.
+- Under `lax` the stack is a buffer, one slot per iteration; the reverse
+  loop recomputes the iteration's K-body from its carry (so nested loops
+  store only their own carries). A traced `while` gets a buffer of its
+  loop bound, and the gradient function retraces with a larger one when it
+  overflows; under a user's jit, which cannot retrace, and for a `for`
+  longer than `kt.set_for_checkpoints(k)`, the recording loop keeps online
+  checkpoints instead (`control/checkpoint.py`), and its reverse loop
+  recomputes from them.
+- A stack in a carry (a loop of a derivative) is pushed as its count
+  (`light`) and rebuilt from the final carry's buffer (`heavy`): every
+  version of a stack in one loop shares that buffer, so third and higher
+  orders store each carry once, not a stack per iteration (memory linear in
+  the trip count, not quadratic).
 
 For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
 
     def loop_k(cond, body, *carry, *inv):
-        *carry, stack = while_loop[n+1](cond2, body2, *carry, stack_new(), *inv)
+        *carry, stack = while_loop[n+1, records=n](cond2, body2, *carry, stack_new(), *inv)
             # cond2(*cr, stack, *inv) = cond(*cr, *inv)
-            # body2(*cr, stack, *inv) = (*body_k(*cr, *inv)[0], stack_push(stack, cr))
+            # body2(*cr, stack, *inv) = (*out, stack_push(stack, light(cr), bp))
+            #                            where out, bp = body_k(*cr, *inv)
         def bprop(dout):
-            env, *d_carry, *d_inv, _ = while_loop[grads](nonempty, back, {}, *dout,
-                                                          *zeros(inv), stack, *inv)
-                # back: cr, stack = stack_pop(stack); g = body_k(*cr, *inv)[1](d_carry)
-                #       env += g[0]; d_carry = g[carry]; d_inv += g[inv]
+            env, *d_carry, *d_inv, _ = while_loop[grads, popping](
+                nonempty, back, {}, *dout, *zeros(inv), stack, *inv, carry)
+                # back: item, stack' = stack_pop(stack); cr = heavy(item, final carry)
+                #       bp = the memo if stack has one, else body_k(*cr, *inv)[1]
+                #       g = bp(d_carry); env += g[0]; d_carry = g[carry]; d_inv += g[inv]
             return (env, None, None, *d_carry, *d_inv)
         return carry, bprop
 
@@ -32,11 +45,8 @@ adds each item's gradient into the sequence's at `k`. Every reverse loop is a
 `while` that pops until the stack is empty (`WhileLoop(popping=...)`): the
 stack's capacity bounds its trips, so K of it stores that many carries (a
 `for` reversed over its trip count is built by `reverse_head(rev=True)`, not
-used: see `backward`). The reverse loop
-recomputes each iteration's K-body from its stored carry (as the runtime's
-traced loops do), so nested loops store only their own carries. Stacks are
-Python cons lists for concrete loops and buffers under `lax`
-(`k_transform.runtime.stack`).
+used: see `backward`). The forward loop is marked `records=` (the carry it
+pushes on), which is what lets the run time checkpoint it.
 """
 
 from __future__ import annotations

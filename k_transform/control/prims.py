@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.control import loop_grad as rtg
 from k_transform.control import runtime as ctl
 from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
@@ -172,23 +171,6 @@ class ForEach(LoopPrimitive):
 
     def call_parts(self, args):
         return [*args[:2], str(self.n_carry), *args[2:]]
-
-
-# -- K of a loop at run time (k_transform.control.loop_grad) ------------------------
-class ControlFprop(Primitive):
-    """First-order K of a loop: `(out, bprop)` from `loop_grad.<name>_fprop`,
-    with K-graphs in the loop primitive's `k_slots`. Differentiated again, it
-    is replaced by K of the loop written as IR (`k_loops.k_of`)."""
-
-    def __init__(self, control: ControlPrimitive):
-        super().__init__(f"{control.name}_fprop", control=control)
-
-    def impl(self, *args):
-        return getattr(rtg, self.name)(*args, **self.control.options())
-
-    def emit(self, e, args):
-        parts = self.control.call_parts(args)
-        return self.control._emit_call(e, self.name, parts, rtg, "_rtg")
 
 
 # -- stacks: K of loops written as IR (k_transform.control.k_loops) ----------------

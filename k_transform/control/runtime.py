@@ -469,6 +469,12 @@ def settle_carry(body, carry, where, trips=None, grads=False):
     carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
     if any(c is UNDEFINED for c in carry):
         carry = fill_undefined(carry, jax.eval_shape(body, shape_of(carry)))
+    if any(c is None for c in carry):  # a zero tangent or gradient of a stack: an empty one
+        out = jax.eval_shape(body, carry)
+        carry = tuple(
+            rs.PyStack() if c is None and rs.is_stack(o) else c
+            for c, o in zip(carry, out, strict=True)
+        )
     room = trips if trips is not None else bounds.buffer_slots(where)
     while any(isinstance(c, rs.PyStack) for c in carry):
         # A stack whose items hold stacks (a loop of a loop's derivative) waits

@@ -320,11 +320,6 @@ class DFunctor:
             k1 = TracedCallK(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
-        elif isinstance(fn, control.ControlFprop):  # a loop's K, differentiated again
-            ctl = fn.control
-            graphs = [node.args[k].value for k in ctl.graph_slots]
-            loop_k = Constant(loops.k_of(ctl, graphs, len(node.args), node.debug), node.debug)
-            pair = self.fprop.apply(self.kval(loop_k), *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
             self.k_args[id(node)] = args  # its rule reads the same (a Parameter's read then)
             self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
@@ -340,7 +335,8 @@ class DFunctor:
                 # The condition runs on K-values: a function it is passed is an
                 # fprop there, so it runs as the result of K(cond).
                 args[0] = Constant(_result_of(self.kval(node.args[0]).value), node.debug)
-            # K of a switch is a switch of K-graphs; K of a loop, its run-time K.
+            # K of a switch is a switch of K-graphs; K of a loop, a graph of loops
+            # (`control.k_loops`: a forward loop recording carries, a reverse one).
             if isinstance(fn, Switch):
                 pair = self.fprop.apply(node.fn, *args, debug=node.debug)
             else:
@@ -463,7 +459,7 @@ class DFunctor:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug.named(""))
             result.tuple_arity = len(fn.parameters) + 1 if isinstance(fn, FuncGraph) else -1
             d_fn = self._item(self.bprop, result, 0, node.debug.named(_env_name(node.fn)))
-            if isinstance(fn, (FuncGraph, ControlPrimitive, control.ControlFprop)):
+            if isinstance(fn, (FuncGraph, ControlPrimitive)):
                 self.add_to_env(d_fn)
             else:
                 self.contribute(node.fn, d_fn)

@@ -378,7 +378,8 @@ class _Forward:
             return
         elif not pending:
             ts = [self.tangent(a) for a in node.args]
-            index = node.args[-1].value if isinstance(node.args[-1], Constant) else None
+            last = node.args[-1] if node.args else None
+            index = last.value if isinstance(last, Constant) else None
             pick = isinstance(prim, prims.GetItem) and len(ts) == 2 and isinstance(ts[0], list)
             if pick and type(index) is int:
                 self._set(

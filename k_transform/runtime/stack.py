@@ -233,6 +233,8 @@ def promote(s: PyStack, item_shape, extra: int) -> BufStack:
     buf = jax.tree_util.tree_map(lambda sd: jnp.zeros((cap, *sd.shape), sd.dtype), item_shape)
     for k, item in enumerate(items):  # an UNDEFINED (never read) slot stays zero
         item = _in_layout(item, item_shape)
+        if item is UNDEFINED:
+            continue
         buf = jax.tree_util.tree_map(
             lambda b, v, k=k: b if v is UNDEFINED else b.at[k].set(jnp.asarray(v, b.dtype)),
             buf,
@@ -251,6 +253,8 @@ def _in_layout(value, shape):
         return promote(value, inner, slots - value.size)
     if isinstance(value, PyStack):
         return jnp.asarray(value.size, shape.dtype)
+    if value is UNDEFINED and isinstance(shape, (tuple, list)):  # stays zero, item by item
+        return type(shape)(_in_layout(UNDEFINED, s) for s in shape)
     if isinstance(value, (tuple, list)) and isinstance(shape, (tuple, list)):
         return type(value)(_in_layout(v, s) for v, s in zip(value, shape, strict=True))
     return value
