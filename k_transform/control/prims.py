@@ -175,8 +175,14 @@ class ForEach(LoopPrimitive):
 
 # -- stacks: K of loops written as IR (k_transform.control.k_loops) ----------------
 class _StackCall(RuntimeCall):
+    """A stack primitive: `_rs.<rt_name>(...)`, named `rt_name` unless `name_` says."""
+
     module = rs
     alias = "_rs"
+    name_ = ""
+
+    def __init__(self):
+        super().__init__(self.name_ or self.rt_name)
 
 
 class StackNew(_StackCall):
@@ -185,9 +191,6 @@ class StackNew(_StackCall):
     n_inputs = 0
     rt_name = "stack_new"
 
-    def __init__(self):
-        super().__init__("stack_new")
-
 
 class StackPush(_StackCall):
     """`stack` with `item` on top."""
@@ -195,18 +198,12 @@ class StackPush(_StackCall):
     n_inputs = 2
     rt_name = "stack_push"
 
-    def __init__(self):
-        super().__init__("stack_push")
-
 
 class StackPop(_StackCall):
     """`(top, rest)`; a zero (None) gradient stack pops zeros like `like`."""
 
     n_inputs = 2
     rt_name = "stack_pop"
-
-    def __init__(self):
-        super().__init__("stack_pop")
 
 
 class StackPushMemo(_StackCall):
@@ -216,25 +213,21 @@ class StackPushMemo(_StackCall):
 
     n_inputs = 3
     rt_name = "stack_push"
-
-    def __init__(self):
-        super().__init__("stack_push_memo")
+    name_ = "stack_push_memo"
 
 
 class StackHasMemo(_StackCall):
+    """Whether the top of a stack has a memo: a Python bool (a Python loop pushed it)."""
+
     n_inputs = 1
     rt_name = "stack_has_memo"
 
-    def __init__(self):
-        super().__init__("stack_has_memo")
-
 
 class StackMemo(_StackCall):
+    """The memo on top of a stack."""
+
     n_inputs = 1
     rt_name = "stack_memo"
-
-    def __init__(self):
-        super().__init__("stack_memo")
 
 
 class StackPushGrad(_StackCall):
@@ -243,9 +236,6 @@ class StackPushGrad(_StackCall):
     n_inputs = 2
     rt_name = "stack_push_grad"
 
-    def __init__(self):
-        super().__init__("stack_push_grad")
-
 
 class StackPopGrad(_StackCall):
     """Push's gradient: `(d_item, d_stack)`, the popped slot zeroed (`stack_pop_grad`)."""
@@ -253,16 +243,12 @@ class StackPopGrad(_StackCall):
     n_inputs = 2
     rt_name = "stack_pop_grad"
 
-    def __init__(self):
-        super().__init__("stack_pop_grad")
-
 
 class StackNonEmpty(_StackCall):
+    """Whether a stack holds an item (traced under lax)."""
+
     n_inputs = 1
     rt_name = "stack_nonempty"
-
-    def __init__(self):
-        super().__init__("stack_nonempty")
 
 
 class StackLight(_StackCall):
@@ -271,18 +257,12 @@ class StackLight(_StackCall):
     n_inputs = 1
     rt_name = "light"
 
-    def __init__(self):
-        super().__init__("light")
-
 
 class StackHeavy(_StackCall):
     """A popped `light` item with its stacks' buffers from `like` (`heavy`)."""
 
     n_inputs = 2
     rt_name = "heavy"
-
-    def __init__(self):
-        super().__init__("heavy")
 
 
 class LightGrad(_StackCall):
@@ -291,18 +271,12 @@ class LightGrad(_StackCall):
     n_inputs = 2
     rt_name = "light_grad"
 
-    def __init__(self):
-        super().__init__("light_grad")
-
 
 class HeavyGrad(_StackCall):
     """`heavy_grad(dout, stored, like)`: the gradient of `heavy` for `like`."""
 
     n_inputs = 3
     rt_name = "heavy_grad"
-
-    def __init__(self):
-        super().__init__("heavy_grad")
 
 
 # == gradient rules ==============================================================

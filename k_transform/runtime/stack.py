@@ -260,10 +260,12 @@ def _in_layout(value, shape):
     return value
 
 
-def check_stacks(carry, where: str) -> None:
-    """After a lax loop: report a stack that was pushed past its capacity."""
-    for c in carry:
-        if isinstance(c, BufStack):
+def check_stacks(carry, where: str, popped=None) -> None:
+    """After a lax loop: report a stack that was pushed past its capacity
+    (not carry `popped`, which the loop only pops: a check would put a host
+    callback in every reverse loop, 0.06 ms a call on a 32-step RNN)."""
+    for k, c in enumerate(carry):
+        if isinstance(c, BufStack) and k != popped:
             cap = jax.tree_util.tree_leaves(c.buf)[0].shape[0]
             report_overflow(c.n, cap, where)
 
