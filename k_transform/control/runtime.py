@@ -281,7 +281,7 @@ def while_loop(
     that stack's capacity times (stacks its body starts get as many slots).
     `records`: the carry, a stack, each iteration pushes its carry on (the
     forward loop of K of a loop, `control.k_loops`): under a jit that cannot
-    retrace, the loop keeps checkpoints instead (`_recording`).
+    retrace, the loop keeps checkpoints instead (`_Recording.run`).
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if popping is not None and isinstance(carry[popping], rs.Checkpoints):
