@@ -185,3 +185,27 @@ def test_for_checkpoints_option():
     assert n == 3000 and 0 < recomputed <= 3000 * np.log2(3000)
     with pytest.raises(kt.KTransformError, match="even number"):
         kt.set_for_checkpoints(3)
+
+
+# -- a for over a range whose bound is traced ---------------------------------------------
+def damped_range(x, n):
+    for k in range(n):  # `n` traced: a lax.while_loop over the range
+        x = jnp.sin(x) * 1.0001 + 0.001 * x * k / 5000
+    return jnp.sum(x)
+
+
+@pytest.mark.parametrize("trips", [7, 5000])
+def test_user_jit_of_grad_of_a_for_over_a_traced_range(trips):
+    """Its gradient was refused (write it as a `while`); now it is K of the
+    loop like any other, and under the user's jit it keeps checkpoints."""
+    x = jnp.asarray([0.3, -0.7, 1.1], jnp.float32)
+    with bounds.tracking_recompute():
+        got = jax.jit(kt.grad(damped_range))(x, jnp.asarray(trips))
+    step = lambda k, x: jnp.sin(x) * 1.0001 + 0.001 * x * k / 5000  # noqa: E731
+    want = jax.grad(lambda x: jnp.sum(jax.lax.fori_loop(0, trips, step, x)))(x)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-6)
+    line = damped_range.__code__.co_firstlineno + 1  # the `for`
+    ((where, (n, recomputed)),) = [
+        (w, s) for w, s in bounds.recompute_stats.items() if w.endswith(f":{line}")
+    ]
+    assert n == trips and (recomputed > 0) == (trips > bounds.checkpoint_slots(where, x.nbytes))

@@ -344,6 +344,11 @@ def for_range(
         run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
         return _scan(run, xs, carry, where, grads)
     step_ = jnp.asarray(step)
+    at = lambda k: start + k * step_  # noqa: E731 - the loop variable of iteration k
+    plain = _Recording(lambda i, cr: tuple(body_fn(i, *cr, *inv)), carry, records)
+    if records is not None and not bounds.can_retrace() and plain.checkpoints():
+        running = lambda k, cr: jnp.where(step_ > 0, at(k) < stop, at(k) > stop)  # noqa: E731
+        return plain.run(running, carry, where, grads, at)
 
     def cond(state):
         i = state[0]
