@@ -1,23 +1,27 @@
 """Stacks of per-iteration values, and the bound of traced `while` loops.
 
-K of a loop written as IR (`k_transform.control.k_loops`, used when a loop is
-differentiated a second time) pushes each iteration's carry on a stack in
-its forward loop and pops them in its reverse loop. A stack is a value:
-`stack_push` and `stack_pop` return new stacks. Two representations:
+K of a loop (`k_transform.control.k_loops`) pushes each iteration's carry on
+a stack in its forward loop and pops them in its reverse loop. A stack is a
+value: `stack_push` and `stack_pop` return new stacks. Representations:
 
 - `PyStack`, a cons cell `(top, rest)`, while loops run in Python (concrete
-  conditions): O(1) push and pop, items of any kind (Python ints stay ints).
+  conditions): O(1) push and pop, items of any kind (Python ints stay ints),
+  and beside each item a `memo` (the iteration's bprop, so the reverse loop
+  need not run the body again).
 - `BufStack`, one buffer of `cap` slots per leaf of the item and a count `n`,
   once a loop runs under `lax` (traced). Runtime loops promote a `PyStack`
-  carry when they enter `lax` (`runtime._settle_carry`), with room for the
-  trip count (`for`) or for `loop_bound(where)` (`while`); `check_stacks`
+  carry when they enter `lax` (`control.runtime.settle_carry`), with room for
+  the trip count (`for`) or for `loop_bound(where)` (`while`); `check_stacks`
   reports a push past the end as `LoopBoundExceeded`, and gradient functions
   then raise that loop's bound and retrace.
+- `Checkpoints`, what a recording loop that kept online checkpoints leaves
+  (under a user's jit): its reverse loop recomputes instead of popping.
 
-The gradient of a stack is a stack: push's bprop pops the output gradient,
-pop's bprop pushes. A zero `PyStack` gradient may end in None (zeros of
-unknown length): cons lists line up at their top, so adding them works. A
-zero `BufStack` gradient keeps its primal's count, so positions line up.
+The gradient of a `BufStack` is the gradient of its buffer, with the primal's
+count (so positions line up): push's rule pops the output gradient and zeroes
+that slot, pop's rule adds into it (`stack_pop_grad`, `stack_push_grad`). A
+`PyStack`'s gradient is a cons list; a zero one may end in None (zeros of
+unknown length): cons lists line up at their top, so adding them works.
 
 Our generated loops only push or only pop a given stack, so a slot below
 `n` is never overwritten while it is below `n`: every version of a stack in
