@@ -354,3 +354,22 @@ def test_grad_of_parameter_gradient_through_a_loop():
     close(G(mixed)(x), want, 1e-4)
     v = tangent(x)
     close(kt.jvp(net, x, v)[1], jax.jvp(lambda x: ref(x, w), (x,), (v,))[1], 1e-4)
+
+
+def rows_listcomp(x):
+    """A comprehension over an array's rows: a loop whose carry, a list, grows."""
+    y = x * 0.5 + 0.1
+    z = jnp.sin(x)
+    y = 0.5 * jnp.sum(
+        jnp.stack([jnp.sin(r) * -1.5 * x for r in jnp.stack((x, x, -0.5 * y))]), axis=0
+    )
+    return jnp.sum(jnp.tanh(x)) + jnp.sum(y * z)
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_regression_hvp_through_a_loop_growing_a_list(mode, restore_mode):
+    """Fuzzer-found: the gradient of `heavy`'s final carry was built in the
+    final list's length and added to the shorter one of an iteration."""
+    kt.set_mode(mode)
+    x, v = jnp.array([0.3, -0.2, 0.7]), jnp.array([1.0, 0.5, -1.0])
+    close(kt.hvp(rows_listcomp, (x,), v), jax.jvp(jax.grad(rows_listcomp), (x,), (v,))[1], 1e-5)

@@ -332,29 +332,25 @@ def light_grad(dout, x):
 def heavy_grad(dout, stored, like):
     """The gradient of `heavy(stored, like)` for `like`'s stacks: `dout`'s
     stacks below each stored count (slots above it belong to other
-    iterations); None elsewhere (the rest of `like` is not read)."""
-    if dout is None:
+    iterations); None elsewhere (the rest of `like` is not read). `like` is
+    a tuple (the final carry): the gradient is a tuple of as many items."""
+    if isinstance(like, tuple) and isinstance(dout, (tuple, list)):
+        return tuple(_heavy_part(d, s, x) for d, s, x in zip(dout, stored, like, strict=True))
+    return _heavy_part(dout, stored, like)
+
+
+def _heavy_part(dout, stored, like):
+    if dout is None or not has_stacks(like):  # (a list the loop grows is longer in `like`)
         return None
-    if not has_stacks(like):
-        return _nones(like)
     if isinstance(like, BufStack):
         if isinstance(dout, PyStack):
             raise KTransformError("internal: a Python stack as the gradient of a buffer stack")
         return _below(dout, stored, like.n) if isinstance(dout, BufStack) else None
     if isinstance(like, (tuple, list)) and isinstance(dout, (tuple, list)):
         parts = zip(dout, stored, like, strict=True)
-        return type(like)(heavy_grad(d, s, x) for d, s, x in parts)
+        return type(like)(_heavy_part(d, s, x) for d, s, x in parts)
     if isinstance(like, dict) and isinstance(dout, dict):
-        return {k: heavy_grad(dout.get(k), stored[k], x) for k, x in like.items()}
-    return None
-
-
-def _nones(like):
-    """No gradient, in the structure of `like`'s tuples, lists and dicts."""
-    if isinstance(like, (tuple, list)):
-        return type(like)(_nones(x) for x in like)
-    if isinstance(like, dict):
-        return {k: _nones(x) for k, x in like.items()}
+        return {k: _heavy_part(dout.get(k), stored[k], x) for k, x in like.items()}
     return None
 
 

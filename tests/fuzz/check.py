@@ -16,8 +16,8 @@ differentiate `f1(x) = f(x, n)`.
 
 The first check that does not pass decides the `Outcome`: "refused" (a
 `KTransformError`: accepted, the construct is refused), "mismatch",
-"internal" (any other exception, or a refusal of a recursive program that
-does not name the function) or "oracle" (JAX itself failed: a generator bug).
+"internal" (any other exception, or a refusal of recursion that does not
+name the function) or "oracle" (JAX itself failed: a generator bug).
 A program that runs past `TIME_LIMIT` seconds (`KT_FUZZ_TIME_LIMIT`, all its
 checks together) is a "timeout": a hang or a time blow-up is a failure to
 report with its program, not a stuck worker. The limit is a SIGALRM, so it
@@ -136,7 +136,10 @@ def _describe(exc: BaseException) -> str:
 
 
 def _refusal(program: Program, name: str, exc: KTransformError) -> Outcome:
-    if program.refusal_names and not any(n in str(exc) for n in program.refusal_names):
+    """A refusal of recursion must name the function; a refusal of another
+    construct the program also holds (a closure in a loop) is a refusal."""
+    about_recursion = "recursion" in str(exc)
+    if about_recursion and not any(n in str(exc) for n in program.refusal_names):
         names = ", ".join(program.refusal_names)
         return Outcome("internal", name, f"refusal does not name {names}: {_describe(exc)}")
     return Outcome("refused", name, _describe(exc))
