@@ -41,7 +41,8 @@ For `while_loop[n](cond, body, *carry, *inv)` with K-body `body_k`:
         return carry, bprop
 
 `for_range` pushes `(i, *carry)`; `for_each` pushes `(item, k, *carry)` and
-adds each item's gradient into the sequence's at `k`. Every reverse loop is a
+adds each item's gradient into the sequence's at `k` (`EachItemGrad`: a dict
+seq iterates its keys, which have none). Every reverse loop is a
 `while` that pops until the stack is empty (`WhileLoop(popping=...)`): the
 stack's capacity bounds its trips, so K of it stores that many carries (a
 `for` reversed over its trip count is built by `reverse_head(rev=True)`, not
@@ -57,7 +58,6 @@ from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
-from k_transform.ops.structural import GetItemGrad
 
 _cache: dict[tuple, FuncGraph] = {}
 
@@ -199,7 +199,8 @@ class _LoopK:
         new_ds = []
         if each:
             k = self.item(body, item, h)
-            placed = self.prim(body, GetItemGrad(), b_seq[0], k, self.item(body, grads, 1))
+            d_item = self.item(body, grads, 1)
+            placed = self.prim(body, control.EachItemGrad(), b_seq[0], b_seq[0], k, d_item)
             new_ds = [self.prim(body, structural.AddGrad(), ps[n_acc - 1], placed)]
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 

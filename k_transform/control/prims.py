@@ -173,6 +173,27 @@ class ForEach(LoopPrimitive):
         return [*args[:2], str(self.n_carry), *args[2:]]
 
 
+# -- the items of a `for` over a sequence, read from its tangent or gradient ----------
+class EachItem(RuntimeCall):
+    """`each_item(x, seq, k)`: item `k` of `x` (shaped like `seq`) as `for item
+    in seq` meets it; None for a dict `seq` (it iterates its keys)."""
+
+    module, alias, rt_name, n_inputs = ctl, "_ctl", "each_item", 3
+
+    def __init__(self):
+        super().__init__(self.rt_name)
+
+
+class EachItemGrad(RuntimeCall):
+    """`each_item_grad(like, seq, k, dout)`: zeros like `like` with `dout` at
+    item `k` (only zeros for a dict `seq`): `EachItem`'s transpose."""
+
+    module, alias, rt_name, n_inputs = ctl, "_ctl", "each_item_grad", 4
+
+    def __init__(self):
+        super().__init__(self.rt_name)
+
+
 # -- stacks: K of loops written as IR (k_transform.control.k_loops) ----------------
 class _StackCall(RuntimeCall):
     """A stack primitive: `_rs.<rt_name>(...)`, named `rt_name` unless `name_` says."""
@@ -280,6 +301,21 @@ class HeavyGrad(_StackCall):
 
 
 # == gradient rules ==============================================================
+# -- the items of a `for` over a sequence: EachItem and EachItemGrad are transposes ---
+each_item = EachItem()
+each_item_grad = EachItemGrad()
+
+
+@rule(EachItem)
+def bprop_each_item(x, seq, k, out, dout):
+    return each_item_grad(x, seq, k, dout), None, None
+
+
+@rule(EachItemGrad)
+def bprop_each_item_grad(like, seq, k, dout_, out, dd):
+    return None, None, None, each_item(dd, seq, k)
+
+
 # -- stacks (K of loops as IR): push/pop and their gradients are transposes -----------
 stack_push = StackPush()
 stack_pop = StackPop()

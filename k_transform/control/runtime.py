@@ -18,6 +18,7 @@ from k_transform.control import checkpoint, policy
 from k_transform.errors import KTransformError
 from k_transform.runtime import bounds
 from k_transform.runtime import stack as rs
+from k_transform.runtime.rules import getitem_grad
 from k_transform.runtime.state import assigned_in, stateful_branch, write_back
 from k_transform.runtime.values import (
     UNDEFINED,
@@ -27,7 +28,9 @@ from k_transform.runtime.values import (
     fill_undefined,
     fit,
     is_tracer,
+    rebuild,
     shape_of,
+    zeros_like_value,
 )
 
 
@@ -114,7 +117,7 @@ def _strip(value, found: list, path=()):
         found.append(path)
         return None
     if isinstance(value, (tuple, list)):
-        return type(value)(_strip(v, found, (*path, k)) for k, v in enumerate(value))
+        return rebuild(value, [_strip(v, found, (*path, k)) for k, v in enumerate(value)])
     if isinstance(value, dict):
         return {k: _strip(v, found, (*path, k)) for k, v in value.items()}
     return value
@@ -134,7 +137,7 @@ def _set(value, path, item):
         return {**value, head: _set(value[head], rest, item)}
     items = list(value)
     items[head] = _set(items[head], rest, item)
-    return type(value)(items)
+    return rebuild(value, items)
 
 
 def cond_unified(cond, true_fn, false_fn, where: str = ""):
@@ -191,7 +194,7 @@ def _unify(a, b, where: str = ""):
     if isinstance(a, rs.BufStack) and isinstance(b, rs.BufStack):
         return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
-        return type(a)(_unify(x, y, where) for x, y in zip(a, b, strict=True))
+        return rebuild(a, [_unify(x, y, where) for x, y in zip(a, b, strict=True)])
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         raise KTransformError(
             f"the branches of a traced `if` give a {type(a).__name__} of length {len(a)} vs "
@@ -474,6 +477,24 @@ def for_each(seq, body_fn, n_carry, *values, where: str = "", grads=False, recor
     if plain.emits():
         return plain.scan(seq, where, grads)
     return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where, grads)
+
+
+def each_item(x, seq, k):
+    """Item `k` of `x`, a tangent or gradient shaped like `seq`, as `for item
+    in seq` meets it: None when `seq` is a dict (its items are its keys, which
+    have none), as when `x` is None (zero)."""
+    if x is None or isinstance(seq, dict):
+        return None
+    return x[k]
+
+
+def each_item_grad(like, seq, k, dout):
+    """The transpose of `each_item(., seq, k)` at `dout`: zeros like `like`
+    with `dout` at item `k`; only zeros when `seq` is a dict (a key has no
+    gradient, and an integer `k` is no key of it)."""
+    if isinstance(seq, dict) or like is None:
+        return zeros_like_value(like)
+    return getitem_grad(like, k, dout)
 
 
 def _scan(step, xs, carry, where, grads=False):

@@ -24,7 +24,8 @@ J maps each node of `g` to its value and its tangent, in program order:
 - `while_loop`, `for_range`, `for_each`: the same loop over the carries and
   the tangents of those carries that can be non-zero (a fixed point over the
   body), with the body's J-graph as its body; a `for` over a sequence with
-  a tangent counts its items and reads that tangent at each.
+  a tangent counts its items and reads that tangent at each (`EachItem`:
+  none for a dict, whose items are its keys).
 
 Tangents known to be zero are None at build time and cost nothing: a node
 whose inputs all have zero tangents is copied as it is (so is `print`), and
@@ -42,7 +43,14 @@ a function passed to a graph or carried by a loop, recursion, `Assign`.
 from __future__ import annotations
 
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.control.prims import ControlPrimitive, ForEach, ForRange, Switch, WhileLoop
+from k_transform.control.prims import (
+    ControlPrimitive,
+    EachItem,
+    ForEach,
+    ForRange,
+    Switch,
+    WhileLoop,
+)
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph
 from k_transform.errors import KTransformError
@@ -552,7 +560,7 @@ class _Forward:
         ]
         t_inv = [self.materialize(t) for t, m in zip(ts[n:], inv_mask, strict=True) if m]
         m = len(t_carry)
-        count, seq = ([Constant(0)], [self.materialize(t_seq)]) if each else ([], [])
+        count, seq = ([Constant(0)], [new_fixed[0], self.materialize(t_seq)]) if each else ([], [])
         loop = fn.with_carries(n + m + each)
         res = self.b.call(
             Constant(loop, hint=loop.name),
@@ -598,12 +606,12 @@ def _loop_names(graph: FuncGraph, heads, n, carry_mask, inv_mask, each=False) ->
     """Parameters of a loop's condition or body under J: the carries and the
     tangents of some, then the invariants and the tangents of some; `each`:
     a `for` over a sequence with a tangent counts its items (`k`) and reads
-    the sequence's tangent (`v_seq`)."""
+    the sequence (`seq`) and its tangent (`v_seq`)."""
     names = [p.name for p in graph.parameters]
     carry, inv = names[heads : heads + n], names[heads + n :]
     t_carry = [f"v_{x}" for x, m in zip(carry, carry_mask, strict=True) if m]
     t_inv = [f"v_{x}" for x, m in zip(inv, inv_mask, strict=True) if m]
-    count, seq = (["k"], ["v_seq"]) if each else ([], [])
+    count, seq = (["k"], ["seq", "v_seq"]) if each else ([], [])
     return [*names[:heads], *carry, *t_carry, *count, *inv, *t_inv, *seq]
 
 
@@ -611,7 +619,7 @@ def _split_params(params, heads, n, carry_mask, inv_mask, each=False):
     """`_loop_names`' groups: (heads, carry, t_carry, count, inv, t_inv, seq)."""
     m, k, e = sum(carry_mask), sum(inv_mask), int(each)
     groups, at = [], 0
-    for size in (heads, n, m, e, len(params) - heads - n - m - 2 * e - k, k, e):
+    for size in (heads, n, m, e, len(params) - heads - n - m - 3 * e - k, k, 2 * e):
         groups.append(params[at : at + size])
         at += size
     return groups
@@ -632,7 +640,7 @@ def _loop_body(j: _Forward, body: FuncGraph, heads, n, carry_mask, inv_mask, eac
     h, carry, t_carry, count, inv, t_inv, seq = _split_params(
         params, heads, n, carry_mask, inv_mask, each
     )
-    t_item = [b.prim(prims.GetItem(), seq[0], count[0])] if each else []
+    t_item = [b.prim(EachItem(), seq[1], seq[0], count[0])] if each else []
     pair = b.call(
         Constant(j.graph, hint=j.graph.name),
         *h,

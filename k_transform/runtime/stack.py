@@ -37,7 +37,14 @@ from jax import lax
 
 from k_transform.errors import KTransformError
 from k_transform.runtime.bounds import report_overflow
-from k_transform.runtime.values import UNDEFINED, GradValue, add_grad, fit, zeros_like_value
+from k_transform.runtime.values import (
+    UNDEFINED,
+    GradValue,
+    add_grad,
+    fit,
+    rebuild,
+    zeros_like_value,
+)
 
 
 # -- the two representations ----------------------------------------------------
@@ -258,9 +265,9 @@ def _in_layout(value, shape):
     if isinstance(value, PyStack):
         return jnp.asarray(value.size, shape.dtype)
     if value is UNDEFINED and isinstance(shape, (tuple, list)):  # stays zero, item by item
-        return type(shape)(_in_layout(UNDEFINED, s) for s in shape)
+        return rebuild(shape, [_in_layout(UNDEFINED, s) for s in shape])
     if isinstance(value, (tuple, list)) and isinstance(shape, (tuple, list)):
-        return type(value)(_in_layout(v, s) for v, s in zip(value, shape, strict=True))
+        return rebuild(value, [_in_layout(v, s) for v, s in zip(value, shape, strict=True)])
     return value
 
 
@@ -291,7 +298,7 @@ def light(tree):
     if isinstance(tree, BufStack):
         return tree.n
     if isinstance(tree, (tuple, list)):
-        return type(tree)(light(t) for t in tree)
+        return rebuild(tree, [light(t) for t in tree])
     if isinstance(tree, dict):
         return {k: light(v) for k, v in tree.items()}
     return tree
@@ -304,7 +311,7 @@ def heavy(stored, like):
     if isinstance(like, BufStack):
         return BufStack(like.buf, stored)
     if isinstance(like, (tuple, list)):
-        return type(like)(heavy(s, x) for s, x in zip(stored, like, strict=True))
+        return rebuild(like, [heavy(s, x) for s, x in zip(stored, like, strict=True)])
     if isinstance(like, dict):
         return {k: heavy(stored[k], x) for k, x in like.items()}
     return stored
@@ -323,7 +330,7 @@ def light_grad(dout, x):
     if isinstance(x, PyStack) and not is_stack(dout):  # stored as a count (see `_in_layout`)
         return None
     if isinstance(x, (tuple, list)) and isinstance(dout, (tuple, list)):
-        return type(dout)(light_grad(d, v) for d, v in zip(dout, x, strict=True))
+        return rebuild(dout, [light_grad(d, v) for d, v in zip(dout, x, strict=True)])
     if isinstance(x, dict) and isinstance(dout, dict):
         return {k: light_grad(dout[k], v) for k, v in x.items() if k in dout}
     return dout
@@ -348,7 +355,7 @@ def _heavy_part(dout, stored, like):
         return _below(dout, stored, like.n) if isinstance(dout, BufStack) else None
     if isinstance(like, (tuple, list)) and isinstance(dout, (tuple, list)):
         parts = zip(dout, stored, like, strict=True)
-        return type(like)(_heavy_part(d, s, x) for d, s, x in parts)
+        return rebuild(like, [_heavy_part(d, s, x) for d, s, x in parts])
     if isinstance(like, dict) and isinstance(dout, dict):
         return {k: _heavy_part(dout.get(k), stored[k], x) for k, x in like.items()}
     return None

@@ -252,7 +252,7 @@ def aux_sens(out, first):
             f"has_aux=True: the function must return a tuple (output, *aux), not "
             f"{type(out).__name__}"
         )
-    return type(out)((first, *(zeros_like_value(a) for a in out[1:])))
+    return rebuild(out, [first, *(zeros_like_value(a) for a in out[1:])])
 
 
 def split_aux(out):
@@ -271,9 +271,9 @@ def join_aux(value, d_split):
     """The gradient of `out` from that of `split_aux(out)` (its inverse)."""
     d_value, d_aux = d_split
     if len(value) == 2:
-        return type(value)((d_value, d_aux))
+        return rebuild(value, [d_value, d_aux])
     d_aux = (None,) * (len(value) - 1) if d_aux is None else d_aux
-    return type(value)((d_value, *d_aux))
+    return rebuild(value, [d_value, *d_aux])
 
 
 def zeros_like_value(x):
