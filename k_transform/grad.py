@@ -709,7 +709,9 @@ class Jacobian:
     """What `jacrev(fn, grad_position, has_aux)` / `jacfwd(...)` return:
     called on arrays, the Jacobian of `fn` w.r.t. the input at
     `grad_position` (one vjp per output element, or one jvp per input
-    element, vmapped), a tuple of them for a tuple of positions, and
+    element, vmapped); for a tuple of positions output-major, as JAX's and
+    MindSpore's: the output's structure of tuples over the positions
+    (`jac[i][j]` = d out_i / d in_j for a tuple output); and
     `(jacobian, aux)` with `has_aux` (MindSpore's structure: one aux value
     bare, several as a tuple); called inside code being transformed, it
     lowers to graphs (`lowering.lower_jacobian`)."""
@@ -741,13 +743,19 @@ class Jacobian:
         fn = target_of(self.fn, len(args))
         target = _without_aux(fn) if self.has_aux else fn
         one = self._forward if self.forward else self._reverse
-        jacobians = tuple(one(target, k % len(args), args) for k in self.positions)
-        jac = jacobians if isinstance(self.argnum, tuple) else jacobians[0]
+        parts = [one(target, k % len(args), args) for k in self.positions]
+        tree = parts[0][0]
+        if isinstance(self.argnum, tuple):  # each output leaf: a tuple over the positions
+            blocks = [tuple(p[1][i] for p in parts) for i in range(tree.num_leaves)]
+        else:
+            blocks = parts[0][1]
+        jac = jax.tree_util.tree_unflatten(tree, blocks)
         return (jac, rt.split_aux(_forward(fn)(*args))[1]) if self.has_aux else jac
 
     def _reverse(self, fn, argnum: int, args):
-        """One vmapped vjp per output leaf; a pytree output and input give
-        JAX's nesting: the output's structure of the input's structure."""
+        """One vmapped vjp per output leaf: `(the output's treedef, a block
+        per output leaf)`, each block shaped as input `argnum` (JAX's nesting:
+        the output's structure of the input's structure)."""
         grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
         out = CompiledGraph(graph_of(fn))(*args)
         leaves, tree = jax.tree_util.tree_flatten(out)
@@ -767,10 +775,10 @@ class Jacobian:
                     args[argnum],
                 )
             )
-        return jax.tree_util.tree_unflatten(tree, blocks)
+        return tree, blocks
 
     def _forward(self, fn, argnum: int, args):
-        """One vmapped jvp per input leaf, regrouped as `_reverse` nests them."""
+        """One vmapped jvp per input leaf, regrouped as `_reverse` gives them."""
         x_leaves, x_tree = jax.tree_util.tree_flatten(args[argnum])
         per_input = []
         for k, leaf in enumerate(x_leaves):
@@ -793,7 +801,7 @@ class Jacobian:
             jax.tree_util.tree_unflatten(x_tree, [cols[j] for cols in per_input])
             for j in range(len(per_input[0]))
         ]
-        return jax.tree_util.tree_unflatten(out_tree, blocks)
+        return out_tree, blocks
 
     def __kt_lower__(self, builder, args, kwargs, e):
         return lowering.lower_jacobian(builder, self, args, e)

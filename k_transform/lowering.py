@@ -17,8 +17,11 @@ again like any user code:
 - `kt.hvp(f, args, v)` -> the jvp graph of f's gradient graph;
 - a `Jacobian(xs)` -> `_jacrev_rows` / `_jacfwd_columns` below (parsed like
   user code): one call of a row (vjp) or column (jvp) closure per basis
-  vector, in a `for` loop over the static size; per position for a tuple of
-  positions, and with `has_aux` the aux values of a call of f.
+  vector, in a `for` loop over the static size, giving a matrix per
+  position; for a tuple of positions the matrices side by side are the
+  Jacobian w.r.t. the tuple of those inputs, nested output-major as JAX's
+  (`jac[i][j]` = d out_i / d in_j); with `has_aux` the aux values of a call
+  of f.
 
 `builder` is the parser's GraphBuilder of the calling function: its
 `apply`, `unpack`, `debug`, `graph` and `fp.error`/`fp.unsupported` are used.
@@ -151,21 +154,24 @@ def lower_jacobian(builder, jac, args, e):
             raise builder.fp.error(
                 f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs", e
             )
-    blocks = [
-        _jacobian(builder, target, k % len(args), jac.forward, args, e) for k in jac.positions
-    ]
-    multi = isinstance(jac.argnum, tuple)
-    result = builder.apply(prims.MakeTuple(), *blocks, node=e) if multi else blocks[0]
+    out = builder.apply(_call(target), *args, node=e)
+    positions = [k % len(args) for k in jac.positions]
+    matrices = [_jacobian(builder, target, k, jac.forward, args, out, e) for k in positions]
+    if isinstance(jac.argnum, tuple):  # w.r.t. the tuple of inputs: output-major
+        ms = builder.apply(prims.MakeTuple(), *matrices, node=e)
+        xs = builder.apply(prims.MakeTuple(), *[args[k] for k in positions], node=e)
+        result = builder.apply(_call(graph_of(_side_by_side)), ms, out, xs, node=e)
+    else:
+        result = builder.apply(trees.JacobianBlocks(), matrices[0], out, args[positions[0]], node=e)
     if not jac.has_aux:
         return result
     _, aux = _split(builder, builder.apply(_call(primal), *args, node=e), e)
     return builder.apply(prims.MakeTuple(), result, aux, node=e)
 
 
-def _jacobian(builder, primal: FuncGraph, argnum: int, forward: bool, args, e):
-    """The Jacobian of `primal` w.r.t. input `argnum`: one row (vjp) or
-    column (jvp) closure call per basis vector."""
-    out = builder.apply(_call(primal), *args, node=e)
+def _jacobian(builder, primal: FuncGraph, argnum: int, forward: bool, args, out, e):
+    """The Jacobian matrix of `primal` (its output `out`) w.r.t. input
+    `argnum`: one row (vjp) or column (jvp) closure call per basis vector."""
     if forward:
         jv = jvp_graph(primal)
 
@@ -188,15 +194,16 @@ def _jacobian(builder, primal: FuncGraph, argnum: int, forward: bool, args, e):
 
 
 # -- parsed like user code ----------------------------------------------------------
-# `out` and `x` may be pytrees: rows of trees are read as rows of a matrix, and
-# the matrix is nested as JAX nests Jacobians (`out`'s structure of `x`'s).
+# `out` and `x` may be pytrees: rows of trees are read as rows of a matrix
+# (`tree_size(out)` by `tree_size(x)`), which `jacobian_blocks` nests as JAX
+# nests Jacobians (`out`'s structure of `x`'s).
 def _jacrev_rows(row, out, x):
     n = trees.tree_size(out)
     basis = trees.unravel_rows(jnp.eye(n), out)
     rows = trees.unravel_rows(jnp.zeros((n, trees.tree_size(x))), x)
     for k in range(n):
         rows = trees.tree_set(rows, k, row(trees.tree_index(basis, k)))
-    return trees.jacobian_blocks(trees.ravel_rows(rows), out, x)
+    return trees.ravel_rows(rows)
 
 
 def _jacfwd_columns(column, out, x):
@@ -205,4 +212,10 @@ def _jacfwd_columns(column, out, x):
     columns = trees.unravel_rows(jnp.zeros((n, trees.tree_size(out))), out)
     for k in range(n):
         columns = trees.tree_set(columns, k, column(trees.tree_index(basis, k)))
-    return trees.jacobian_blocks(jnp.transpose(trees.ravel_rows(columns)), out, x)
+    return jnp.transpose(trees.ravel_rows(columns))
+
+
+def _side_by_side(ms, out, xs):
+    """The Jacobian w.r.t. the tuple `xs` of several inputs, from one matrix
+    per input: `out`'s structure of tuples over `xs` (output-major)."""
+    return trees.jacobian_blocks(jnp.concatenate(ms, axis=1), out, xs)

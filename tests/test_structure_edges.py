@@ -255,3 +255,96 @@ def test_for_over_dict_argument(run):
     close(run(kt.grad(sum_over_keys), d), jax.grad(sum_over_keys)(d))
     ours = run(lambda d, t: kt.jvp(sum_over_keys, (d,), (t,)), d, t)
     close(ours, jax.jvp(sum_over_keys, (d,), (t,)))
+
+
+# == 2: Jacobians of several outputs w.r.t. several positions, output-major =========
+Y = np.array([0.3, 0.5])
+Z = np.array([0.7, -0.2, 1.1])
+
+
+def two_outputs(y, z):
+    return (jnp.sum(y * y) + z * z, y * jnp.sum(z))
+
+
+def tree_output(y, z):
+    return {"u": jnp.sin(y) * z[0], "w": (jnp.sum(z * y[0]), z * y[1])}
+
+
+def vector_output(y, z):
+    return jnp.sin(y) * jnp.sum(z * z) + jnp.sum(y) * z[:2]
+
+
+def with_aux(y, z):
+    return jnp.sin(y) * jnp.sum(z), {"a": y * 2.0}
+
+
+def scalar_output(y, z):
+    return jnp.sum(vector_output(y, z) ** 2)
+
+
+KT_JACOBIANS = {"jacfwd": kt.jacfwd, "jacrev": kt.jacrev}
+JAX_JACOBIANS = {"jacfwd": jax.jacfwd, "jacrev": jax.jacrev}
+
+
+@pytest.mark.parametrize("jac", list(KT_JACOBIANS))
+def test_jacobian_positions_output_major(jac, run):
+    """`jac[i][j]` is d out_i / d in_j, as JAX and MindSpore nest it: shapes
+    (((3, 2), (3, 3)), ((2, 2), (2, 3))) for the issue's example (it came
+    input-major: (((3, 2), (2, 2)), ((3, 3), (2, 3))))."""
+    ours, theirs = KT_JACOBIANS[jac], JAX_JACOBIANS[jac]
+    got = run(lambda y, z: ours(two_outputs, grad_position=(0, 1))(y, z), Y, Z)
+    shapes = jax.tree_util.tree_map(jnp.shape, got)
+    assert shapes == (((3, 2), (3, 3)), ((2, 2), (2, 3)))
+    close(got, theirs(two_outputs, argnums=(0, 1))(Y, Z))
+
+
+@pytest.mark.parametrize("positions", [(0, 1), (1, 0), (1,)])
+@pytest.mark.parametrize("jac", list(KT_JACOBIANS))
+def test_jacobian_positions_of_a_tree_output(jac, positions, run):
+    """A dict of arrays and a tuple: the output's structure of tuples over the positions."""
+    ours, theirs = KT_JACOBIANS[jac], JAX_JACOBIANS[jac]
+    got = run(lambda y, z: ours(tree_output, grad_position=positions)(y, z), Y, Z)
+    close(got, theirs(tree_output, argnums=positions)(Y, Z))
+
+
+@pytest.mark.parametrize("jac", list(KT_JACOBIANS))
+def test_jacobian_positions_with_aux(jac, run):
+    ours, theirs = KT_JACOBIANS[jac], JAX_JACOBIANS[jac]
+    got = run(lambda y, z: ours(with_aux, grad_position=(0, 1), has_aux=True)(y, z), Y, Z)
+    close(got, theirs(with_aux, argnums=(0, 1), has_aux=True)(Y, Z))
+
+
+@pytest.mark.parametrize("inner", list(KT_JACOBIANS))
+@pytest.mark.parametrize("outer", list(KT_JACOBIANS))
+def test_nested_jacobians_positions(outer, inner, run):
+    """`jacfwd(jacrev(f))` with several positions and outputs, both output-major."""
+    ours = KT_JACOBIANS[outer](KT_JACOBIANS[inner](vector_output, (0, 1)), (0, 1))
+    theirs = JAX_JACOBIANS[outer](JAX_JACOBIANS[inner](vector_output, (0, 1)), (0, 1))
+    close(run(lambda y, z: ours(y, z), Y, Z), theirs(Y, Z))
+
+
+def test_hessian_positions(run):
+    """A Hessian w.r.t. two positions: ((H_yy, H_yz), (H_zy, H_zz)), as `jax.hessian`."""
+    got = run(lambda y, z: kt.hessian(scalar_output, (0, 1))(y, z), Y, Z)
+    close(got, jax.hessian(scalar_output, (0, 1))(Y, Z))
+
+
+def blocks_loss(j):
+    return jnp.sum(j[0][1] * j[1][0][0, 0]) + jnp.sum(j[1][1] ** 2) + jnp.sum(j[0][0])
+
+
+def jacrev_loss(y, z):
+    return blocks_loss(kt.jacrev(two_outputs, (0, 1))(y, z))
+
+
+def jacfwd_loss(y, z):
+    return blocks_loss(kt.jacfwd(two_outputs, (0, 1))(y, z))
+
+
+@pytest.mark.parametrize("loss", [jacrev_loss, jacfwd_loss], ids=lambda f: f.__name__)
+def test_gradient_through_jacobian_positions(loss, run):
+    """The Jacobian inside differentiated code (lowered): the blocks read as
+    `j[i][j]` are the ones JAX's nesting names, and differentiate again."""
+    jax_loss = lambda y, z: blocks_loss(jax.jacrev(two_outputs, (0, 1))(y, z))  # noqa: E731
+    want = jax.grad(jax_loss, argnums=(0, 1))(Y, Z)
+    close(run(lambda y, z: kt.grad(loss, grad_position=(0, 1))(y, z), Y, Z), want)
