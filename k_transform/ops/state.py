@@ -8,6 +8,8 @@ call (functionalised state). It never receives a gradient.
 
 from __future__ import annotations
 
+import sys
+
 from k_transform import runtime as rt
 from k_transform.bprop_registry.helpers import no_gradient
 from k_transform.bprop_registry.registry import bprop_getters
@@ -16,35 +18,46 @@ from k_transform.ir.primitive import Primitive
 
 
 class Assign(Primitive):
-    """`Assign()(param, value)`: set a Parameter; returns the value."""
+    """`Assign()(param, value)`: set a Parameter; returns the value.
+
+    `where` ("file:line", the call's) is where an assignment that would
+    change the Parameter's shape is reported."""
 
     effectful = True
     takes_parameters = True
 
-    def __init__(self, param=None):
+    def __init__(self, param=None, where: str = ""):
         super().__init__("Assign")
         self.param = param
+        self.where = where
         self.n_inputs = 2 if param is None else 1
 
     def specialize(self, args):
         """At parse time the Parameter (a constant) becomes an attribute."""
         if self.param is None and len(args) == 2 and isinstance(args[0], Constant):
             if getattr(args[0].value, "__kt_parameter__", False):
-                return Assign(args[0].value), [args[1]]
+                debug = args[0].debug
+                where = f"{debug.file}:{debug.line}" if debug.line > 0 else ""
+                return Assign(args[0].value, where), [args[1]]
         return self, args
 
     def parameters(self):
         return [self.param] if self.param is not None else []
 
-    def impl(self, *args):
-        if self.param is None:
-            return rt.assign(*args)
-        return rt.assign(self.param, args[0])
+    def __call__(self, *args):
+        """Run as Python (a Cell called eagerly): errors name the caller's line."""
+        caller = sys._getframe(1)
+        where = self.where or f"{caller.f_code.co_filename}:{caller.f_lineno}"
+        return self.impl(*args, where=where)
+
+    def impl(self, *args, where: str = ""):
+        params = () if self.param is None else (self.param,)
+        return rt.assign(*params, *args, where or self.where)
 
     def emit(self, e, args):
-        if self.param is None:
-            return f"{e.ref(rt, '_rt')}.assign({', '.join(args)})"
-        return f"{e.ref(rt, '_rt')}.assign({e.ref(self.param, self.param.name)}, {args[0]})"
+        params = [] if self.param is None else [e.ref(self.param, self.param.name)]
+        where = [f"where={self.where!r}"] if self.where else []
+        return f"{e.ref(rt, '_rt')}.assign({', '.join([*params, *args, *where])})"
 
 
 # == gradient rules ==============================================================

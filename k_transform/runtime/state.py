@@ -7,6 +7,9 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
+from k_transform.errors import KTransformError
+from k_transform.runtime.values import describe
+
 # -- parameters and state --------------------------------------------------
 # A gradient function binds each Parameter to the (possibly traced) value it
 # was called with; generated code reads parameters through `read_param` and
@@ -65,19 +68,31 @@ class AttrSlot:
         setattr(self.owner, self.attr, value)
 
 
-def assign(param, value):
-    """`param = value`, in program order: bound in the current scope, or set."""
-    if not _param_scopes:
+def assign(param, value, where: str = ""):
+    """`param = value`, in program order: bound in the current scope, or set.
+    The value takes the Parameter's dtype; a value of another shape is an
+    error (MindSpore's `Assign`), raised at `where` ("file:line")."""
+    scope = _param_scopes[-1] if _param_scopes else None
+    old = param.data if scope is None else scope.bindings.get(id(param), param.data)
+    if not getattr(param, "keeps_type", False):
+        _check_shape(param, old, value, where)
+        value = jnp.asarray(value, jnp.result_type(old))
+    if scope is None:
         param.set_data(value)
         return value
-    scope = _param_scopes[-1]
-    old = scope.bindings.get(id(param), param.data)
-    if not getattr(param, "keeps_type", False):
-        value = jnp.asarray(value, jnp.result_type(old))
     scope.params[id(param)] = param
     scope.bindings[id(param)] = value
     scope.updates[id(param)] = value
     return value
+
+
+def _check_shape(param, old, value, where: str) -> None:
+    if jnp.shape(value) != jnp.shape(old):
+        raise KTransformError(
+            f"ops.Assign of a value of shape {tuple(jnp.shape(value))} to the Parameter "
+            f"{param.name!r} of shape {tuple(jnp.shape(old))}: an assignment cannot change a "
+            f"Parameter's shape (reshape the value, or make a new Parameter){describe(where)}"
+        )
 
 
 def forked():
