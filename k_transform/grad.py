@@ -518,10 +518,19 @@ class GradOperation:
             inputs = "all" if self.get_all else None
         else:
             inputs = "all" if self.get_all else "first"
+        target = target_of(fn, arity(fn)) if is_library(fn) else fn
+        if inputs == "first" and _takes_no_inputs(target):
+            inputs = "all"  # MindSpore: `()` for a network without inputs
         spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
-        grad_fn = GradFunction(target_of(fn, arity(fn)) if is_library(fn) else fn, spec)
+        grad_fn = GradFunction(target, spec)
         grad_fn.constant_sequences = True
         return grad_fn
+
+
+def _takes_no_inputs(fn) -> bool:
+    """Whether `fn` (a function or Cell) is called with no arguments at all."""
+    graph = graph_of(fn)
+    return graph.signature is None and not graph.param_names
 
 
 def _trainable_params(fn) -> list[Parameter]:

@@ -79,3 +79,28 @@ def test_assign_that_changes_a_parameter_shape_raises_eagerly_jitted_and_in_grad
                 close(out, np.array([3.0, -4.0]))
             else:
                 close(out, np.sum(np.array([3.0, -4.0]) * np.asarray(x)))
+
+
+# -- 6: GradOperation of a network without inputs --------------------------------------
+class NoInputs(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(np.array([1.0, 2.0], np.float32), name="w")
+
+    def construct(self):
+        return jnp.sum(self.w * self.w)
+
+
+def test_grad_operation_of_a_network_without_inputs_returns_an_empty_tuple(mode):
+    net = NoInputs()
+    d_w = 2.0 * np.array([1.0, 2.0])  # closed form of d sum(w * w) / dw
+    assert kt.GradOperation()(net)() == ()
+    assert kt.GradOperation(get_all=True)(net)() == ()
+    by_list = kt.GradOperation(get_by_list=True)(net, net.trainable_params())()
+    assert isinstance(by_list, tuple) and len(by_list) == 1
+    close(by_list, (d_w,))
+    both = kt.GradOperation(get_all=True, get_by_list=True)(net, net.trainable_params())()
+    assert isinstance(both, tuple) and both[0] == () and len(both[1]) == 1
+    close(both[1], (d_w,))
+    sens = kt.GradOperation(sens_param=True)(net)(jnp.array(3.0))
+    assert sens == ()
