@@ -104,3 +104,124 @@ def test_grad_operation_of_a_network_without_inputs_returns_an_empty_tuple(mode)
     close(both[1], (d_w,))
     sens = kt.GradOperation(sens_param=True)(net)(jnp.array(3.0))
     assert sens == ()
+
+
+# -- 10: a user Primitive without n_inputs takes its arity from impl --------------------
+class TwiceSin(kt.Primitive):
+    def impl(self, x):
+        return jnp.sin(x) * 2
+
+
+@kt.bprop_getters.register(TwiceSin)
+def _get_bprop_twice_sin(self):
+    def bprop(x, out, dout):
+        return (dout * 2.0 * jnp.cos(x),)
+
+    return bprop
+
+
+class SumAll(kt.Primitive):
+    def impl(self, *xs):
+        return sum(xs)
+
+
+@kt.bprop_getters.register(SumAll)
+def _get_bprop_sum_all(self):
+    def bprop(xs, out, dout):
+        return tuple(dout for _ in xs)
+
+    return bprop
+
+
+TWICE_SIN = TwiceSin()
+SUM_ALL = SumAll()
+
+
+def test_primitive_subclass_without_n_inputs_takes_its_arity_from_impl(mode):
+    assert TwiceSin.n_inputs == 1 and SumAll.n_inputs is None  # *args stays variadic
+
+    def f(x):
+        return jnp.sum(TWICE_SIN(x) * x)
+
+    def f_ref(x):
+        return jnp.sum(jnp.sin(x) * 2 * x)
+
+    with jax.enable_x64(True):
+        x = jnp.array([0.3, -0.5, 1.2], jnp.float64)
+        v = jnp.array([1.0, 2.0, -1.0], jnp.float64)
+        close(kt.grad(f)(x), jax.grad(f_ref)(x))
+        close(kt.jvp(f, (x,), (v,)), jax.jvp(f_ref, (x,), (v,)))
+
+        def first(x):
+            return kt.grad(f)(x)[0]
+
+        close(kt.grad(first)(x), jax.grad(lambda x: jax.grad(f_ref)(x)[0])(x))
+
+        def g(x, y):
+            return jnp.sum(SUM_ALL(x, y, x) * y)
+
+        close(
+            kt.grad(g, grad_position=(0, 1))(x, v),
+            jax.grad(lambda x, y: jnp.sum((2 * x + y) * y), (0, 1))(x, v),
+        )
+
+
+# -- 11: optional inputs take MindSpore's defaults ---------------------------------------
+class Reductions(kt.Cell):
+    """Every Reduce* primitive called without its axis: all axes."""
+
+    def __init__(self):
+        super().__init__()
+        self.sum = ops.ReduceSum()
+        self.mean = ops.ReduceMean()
+        self.max = ops.ReduceMax()
+        self.min = ops.ReduceMin()
+        self.prod = ops.ReduceProd()
+        self.keep = ops.ReduceSum(keep_dims=True)
+
+    def construct(self, x):
+        total = self.sum(x) + 2.0 * self.mean(x) + 3.0 * self.max(x) - self.min(x)
+        total = total + self.prod(x) + jnp.sum(self.keep(x) * x)
+        return total + self.sum(x * x, ())  # MindSpore's axis=(): all axes too
+
+
+def reductions_ref(x):
+    total = jnp.sum(x) + 2.0 * jnp.mean(x) + 3.0 * jnp.max(x) - jnp.min(x)
+    total = total + jnp.prod(x) + jnp.sum(jnp.sum(x, keepdims=True) * x)
+    return total + jnp.sum(x * x)
+
+
+class Scaled(kt.Primitive):
+    """A user primitive with an optional input: its default fills it in."""
+
+    def impl(self, x, scale=3.0):
+        return x * scale
+
+
+@kt.bprop_getters.register(Scaled)
+def _get_bprop_scaled(self):
+    def bprop(x, scale, out, dout):
+        return dout * scale, jnp.sum(dout * x)
+
+    return bprop
+
+
+SCALED = Scaled()
+
+
+def test_reduce_primitives_without_axis_reduce_all_axes_and_optional_inputs_get_defaults(mode):
+    with jax.enable_x64(True):
+        x = jnp.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]], jnp.float64)
+        net = Reductions()
+        want = reductions_ref(x)
+        close(net(x), want)
+        close(kt.jit(net)(x), want)
+        close(kt.GradOperation()(net)(x), jax.grad(reductions_ref)(x))
+        # numpy's axis=() still reduces no axis.
+        close(kt.grad(lambda x: jnp.sum(jnp.sum(x, axis=()) ** 2))(x), 2 * x)
+
+        def f(x):
+            return jnp.sum(SCALED(x) * x)
+
+        close(f(x), jnp.sum(3.0 * x * x))
+        close(kt.grad(f)(x), 6.0 * x)

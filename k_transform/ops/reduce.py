@@ -1,8 +1,10 @@
 """Reductions and linear algebra (MindSpore names).
 
 Reductions take the axis as an input, like MindSpore: `ReduceSum(keep_dims)(x,
-axis)`, axis None (all axes), an int or a tuple; it must be static when
-traced (jax requires it) and gets no gradient. `Var(ddof, keep_dims)` and
+axis)`, axis None or `()` (all axes, MindSpore's default: `ReduceSum()(x)`),
+an int or a tuple; it must be static when traced (jax requires it) and gets
+no gradient. `jnp.sum(x, axis=())` (no axes, numpy's meaning) stays a library
+call. `Var(ddof, keep_dims)` and
 `Std` follow `jnp.var` / `jnp.std`. Scans and arg-reductions take a static
 `axis` attribute: `Cumsum(axis, reverse)`, `Cumprod(axis)`,
 `Argmax(axis, keep_dims)`, `Argmin(axis, keep_dims)` (integer results).
@@ -16,6 +18,7 @@ import numpy as np
 
 from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.ir.nodes import Constant
 from k_transform.ops.arithmetic import NumpyMatMul
 from k_transform.ops.base import JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
@@ -27,17 +30,31 @@ class _Reduce(JaxPrimitive):
 
     jax_kwargs = {"keep_dims": "keepdims"}
     n_inputs = 2
+    input_defaults = (None,)  # MindSpore's axis=(): all axes
 
     def __init__(self, keep_dims: bool = False):
         super().__init__(keep_dims=keep_dims)
 
+    def specialize(self, args):
+        """The left-out axis is None; MindSpore's `()` (all axes) becomes None."""
+        prim, args = super().specialize(args)
+        if len(args) == 2 and isinstance(args[1], Constant) and _all_axes(args[1].value):
+            args = [args[0], Constant(None, args[1].debug, "None")]
+        return prim, args
+
     def impl(self, x, axis=None):
+        axis = None if _all_axes(axis) else axis
         return type(self).jax_fn(x, axis=axis, keepdims=self.keep_dims)
 
     def emit(self, e, args):
         axis = "" if args[1] == "None" else f", axis={args[1]}"
         keep = ", keepdims=True" if self.keep_dims else ""
         return f"{e.ref(type(self).jax_fn, self.jax_name)}({args[0]}{axis}{keep})"
+
+
+def _all_axes(axis) -> bool:
+    """MindSpore's spelling of all axes: an empty tuple or list."""
+    return isinstance(axis, (tuple, list)) and len(axis) == 0
 
 
 class ReduceSum(_Reduce):
@@ -92,6 +109,7 @@ class Var(_Reduce):
         JaxPrimitive.__init__(self, ddof=ddof, keep_dims=keep_dims)
 
     def impl(self, x, axis=None):
+        axis = None if _all_axes(axis) else axis
         return type(self).jax_fn(x, axis=axis, ddof=self.ddof, keepdims=self.keep_dims)
 
     def emit(self, e, args):
@@ -212,6 +230,13 @@ _REDUCTIONS = {
 }
 
 
+def _numpy_axis(prim, args) -> tuple | None:
+    """`(prim, args)`, or None (a library call) for numpy's `axis=()`: no
+    axes, where the primitive's `()` means all of them."""
+    axis = args[1]
+    return None if isinstance(axis, Constant) and _all_axes(axis.value) else (prim, args)
+
+
 def _reduction_adapters(prim_cls) -> tuple:
     """`fn(a, axis=None, keepdims=False)` and `x.method(axis=None, keepdims=False)`."""
 
@@ -220,13 +245,13 @@ def _reduction_adapters(prim_cls) -> tuple:
         if len(call.args) > 2 or not set(call.kwargs) <= {"a", "axis", "keepdims"}:
             return None
         keep = call.static(3, "keepdims", False)
-        return prim_cls(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+        return _numpy_axis(prim_cls(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)])
 
     def method(call):
         if len(call.args) > 2 or not set(call.kwargs) <= {"axis", "keepdims"}:
             return None
         keep = call.static(3, "keepdims", False)
-        return prim_cls(keep_dims=keep), [call.args[0], call.arg(1, "axis", NONE)]
+        return _numpy_axis(prim_cls(keep_dims=keep), [call.args[0], call.arg(1, "axis", NONE)])
 
     return function, method
 
@@ -242,7 +267,7 @@ def _logsumexp(call):
     if len(call.args) > 2 or not set(call.kwargs) <= {"a", "axis", "keepdims"}:
         return None
     keep = call.static(3, "keepdims", False)
-    return LogSumExp(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+    return _numpy_axis(LogSumExp(keep_dims=keep), [call.arg(0, "a"), call.arg(1, "axis", NONE)])
 
 
 map_functions(
@@ -264,13 +289,13 @@ def _variance_adapters(prim_cls) -> tuple:
         if len(call.args) > 2 or not set(call.kwargs) <= names:
             return None
         prim = prim_cls(call.static(4, "ddof", 0), call.static(5, "keepdims", False))
-        return prim, [call.arg(0, "a"), call.arg(1, "axis", NONE)]
+        return _numpy_axis(prim, [call.arg(0, "a"), call.arg(1, "axis", NONE)])
 
     def method(call):
         if len(call.args) > 2 or not set(call.kwargs) <= names - {"a"}:
             return None
         prim = prim_cls(call.static(4, "ddof", 0), call.static(5, "keepdims", False))
-        return prim, [call.args[0], call.arg(1, "axis", NONE)]
+        return _numpy_axis(prim, [call.args[0], call.arg(1, "axis", NONE)])
 
     return function, method
 
