@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import k_transform as kt
-from k_transform import ops
+from k_transform import nn, ops
 
 
 def close(got, want, tol=1e-6):
@@ -225,3 +225,67 @@ def test_reduce_primitives_without_axis_reduce_all_axes_and_optional_inputs_get_
 
         close(f(x), jnp.sum(3.0 * x * x))
         close(kt.grad(f)(x), 6.0 * x)
+
+
+# -- 12: convolutions promote their inputs' dtypes ------------------------------------------
+class ConvNet(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, stride=1, pad_mode="pad", padding=1, seed=0)
+        self.pool = nn.MaxPool2d(2, 2)
+
+    def construct(self, x):
+        return jnp.sum(jnp.tanh(self.pool(self.conv(x))))
+
+
+def conv_ref(x, w):
+    dtype = jnp.result_type(x, w)
+    y = jax.lax.conv_general_dilated(
+        x.astype(dtype),
+        w.astype(dtype),
+        (1, 1),
+        ((1, 1), (1, 1)),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+    )
+    y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    return jnp.sum(jnp.tanh(y))
+
+
+def test_conv2d_with_float32_weights_promotes_float64_input_and_keeps_gradient_dtypes():
+    with jax.enable_x64(True):
+        net = ConvNet()
+        w = net.conv.weight.data
+        assert w.dtype == jnp.float32
+        x = jnp.asarray(np.random.RandomState(0).randn(2, 2, 6, 6))  # float64
+        want = conv_ref(x, w)
+        for got in (net(x), kt.jit(net)(x)):
+            assert got.dtype == jnp.float64
+            close(got, want, 1e-5)
+        grad_fn = kt.GradOperation(get_all=True, get_by_list=True)
+        (dx,), (dw,) = grad_fn(net, net.trainable_params())(x)
+        want_dx, want_dw = jax.grad(conv_ref, (0, 1))(x, w)
+        assert dx.dtype == jnp.float64 and dw.dtype == jnp.float32
+        assert want_dx.dtype == jnp.float64 and want_dw.dtype == jnp.float32
+        close(dx, want_dx, 1e-5)
+        close(dw, want_dw, 1e-5)
+        # The other way round: float32 input, float64 weights.
+        conv = ops.Conv2D(1, 1)
+        x32, w64 = x.astype(jnp.float32), jnp.asarray(w, jnp.float64)
+
+        def f(x, w):
+            return jnp.sum(jnp.tanh(conv(x, w)))
+
+        def f_ref(x, w):
+            y = jax.lax.conv_general_dilated(
+                x.astype(jnp.float64),
+                w,
+                (1, 1),
+                ((1, 1), (1, 1)),
+                dimension_numbers=("NCHW", "OIHW", "NCHW"),
+            )
+            return jnp.sum(jnp.tanh(y))
+
+        got = kt.grad(f, grad_position=(0, 1))(x32, w64)
+        want = jax.grad(f_ref, (0, 1))(x32, w64)
+        assert [g.dtype for g in got] == [jnp.float32, jnp.float64]
+        close(got, want, 1e-5)

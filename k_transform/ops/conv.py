@@ -10,6 +10,10 @@ second order works:
   (`Conv2DTranspose` is the same primitive under its user-facing name);
 - `Conv2DBackpropFilter(...)(dout, x, w_shape)`: the correlation of x and dout.
 
+Arrays of different float dtypes are promoted as jnp functions promote them
+(`jnp.result_type`: float64 images through float32 weights give float64),
+and each gradient takes the dtype of its input.
+
 `MaxPool(kernel_size, strides, padding)(x)` and `AvgPool(...)(x)` pool over H
 and W. `MaxPoolGrad(...)(x, dout)` routes each window's gradient to its first
 maximum; `MaxPoolGradGrad(...)(x, ddx)` gathers from those positions (the two
@@ -59,6 +63,12 @@ def spatial_pads(in_hw, kernel, strides, dilation, padding) -> tuple:
     return tuple(tuple(p) for p in jax.lax.padtype_to_pads(in_hw, dilated, strides, padding))
 
 
+def promoted(*arrays) -> list:
+    """`arrays` in their common dtype, as jnp functions promote (lax does not)."""
+    dtype = jnp.result_type(*arrays)
+    return [jnp.asarray(a, dtype) for a in arrays]
+
+
 def _dilated(sizes, factors) -> np.ndarray:
     return np.array([0 if s == 0 else 1 + f * (s - 1) for s, f in zip(sizes, factors, strict=True)])
 
@@ -84,6 +94,7 @@ class Conv2D(_ConvBase):
     n_inputs = 2
 
     def impl(self, x, w):
+        x, w = promoted(x, w)
         return jax.lax.conv_general_dilated(
             x,
             w,
@@ -100,6 +111,7 @@ class Conv2DBackpropInput(_ConvBase):
     a transposed convolution (dout dilated by the stride, kernel flipped)."""
 
     def impl(self, dout, w, x_shape):
+        dout, w = promoted(dout, w)
         x_hw, kernel, out_hw = tuple(x_shape)[2:], jnp.shape(w)[2:], jnp.shape(dout)[2:]
         lo = np.array([p[0] for p in self.pads(x_hw, kernel)])
         before = _dilated(kernel, self.dilation) - lo - 1
@@ -129,6 +141,7 @@ class Conv2DBackpropFilter(_ConvBase):
     """`(dout, x, w_shape)`: the gradient of `Conv2D(x, w)` with respect to w."""
 
     def impl(self, dout, x, w_shape):
+        dout, x = promoted(dout, x)
         x_hw, kernel, out_hw = jnp.shape(x)[2:], tuple(w_shape)[2:], jnp.shape(dout)[2:]
         lo = np.array([p[0] for p in self.pads(x_hw, kernel)])
         hi = _dilated(out_hw, self.stride) - np.array(x_hw)
@@ -324,7 +337,8 @@ def _lax_conv_general_dilated(call):
 # `Conv2DBackpropFilter`; the three are bilinear and each one's rule is built
 # from the other two. `MaxPoolGrad` / `MaxPoolGradGrad` and `AvgPool` /
 # `AvgPoolGrad` are adjoint pairs (the window positions are constant almost
-# everywhere, so x gets no second-order gradient).
+# everywhere, so x gets no second-order gradient). A convolution's gradients
+# are cast to their inputs' dtypes (its inputs may differ: `promoted`).
 
 
 @bprop_getters.register(Conv2D)
@@ -333,7 +347,9 @@ def get_bprop_conv2d(self):
     backprop_filter = Conv2DBackpropFilter(**self.attrs)
 
     def bprop(x, w, out, dout):
-        return backprop_input(dout, w, jnp.shape(x)), backprop_filter(dout, x, jnp.shape(w))
+        dx = backprop_input(dout, w, jnp.shape(x))
+        dw = backprop_filter(dout, x, jnp.shape(w))
+        return dx.astype(x.dtype), dw.astype(w.dtype)
 
     return bprop
 
@@ -344,7 +360,8 @@ def get_bprop_conv2d_backprop_input(self):
     backprop_filter = Conv2DBackpropFilter(**self.attrs)
 
     def bprop(g, w, x_shape, out, dout):
-        return conv(dout, w), backprop_filter(g, dout, jnp.shape(w)), None
+        dg, dw = conv(dout, w), backprop_filter(g, dout, jnp.shape(w))
+        return dg.astype(g.dtype), dw.astype(w.dtype), None
 
     return bprop
 
@@ -355,7 +372,8 @@ def get_bprop_conv2d_backprop_filter(self):
     backprop_input = Conv2DBackpropInput(**self.attrs)
 
     def bprop(g, x, w_shape, out, dout):
-        return conv(x, dout), backprop_input(g, dout, jnp.shape(x)), None
+        dg, dx = conv(x, dout), backprop_input(g, dout, jnp.shape(x))
+        return dg.astype(g.dtype), dx.astype(x.dtype), None
 
     return bprop
 
