@@ -464,9 +464,6 @@ _SERIES = (
     "NaN partials (our own rule for it would fix this)"
 )
 KNOWN_FAILING = {
-    "jnp.frexp": "custom_jvp over `bitcast_convert_type` (bit manipulation): we differentiate "
-    "the primal body, and refuse `bitcast_convert_type` rather than give zeros",
-    "jnp.ldexp": "custom_jvp over `bitcast_convert_type`, as frexp",
     "jnp.polyfit": "the lax primitive `svd` has no gradient rule (linalg inside a jaxpr)",
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jnp.piecewise": _FN_ARG + " (tracing fails: 'tuple' object has no attribute 'astype')",

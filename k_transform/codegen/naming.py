@@ -6,15 +6,20 @@ made by a transform are `<fn>_fprop` / `<fn>_bprop`; sensitivities are
 `d_<name>`, the gradient of exactly the variable named `<name>` (a
 sensitivity whose `d_<name>` is taken is a temporary instead, never a
 suffixed `d_<name>_1`, which would name the gradient of `<name>_1`). The same
-input always gives the same names.
+input always gives the same names. No name is a builtin's: generated code
+calls `slice(...)`, `tuple(...)`, `zip(...)`, which a variable named after
+the user's `slice` (or a jaxpr's `slice` equation) would shadow, so a user's
+`slice` is `slice_1`.
 """
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 
 _IDENT = re.compile(r"[^0-9a-zA-Z_]")
+_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
 
 
 def sanitize(name: str) -> str:
@@ -41,6 +46,8 @@ class Namer:
         self.next_suffix: dict[str, int] = {}  # base -> first suffix worth trying
 
     def _is_free(self, name: str) -> bool:
+        if name in _BUILTINS:
+            return False
         return name not in self.taken and (self.outer is None or name not in self.outer.taken)
 
     def _take(self, name: str) -> str:

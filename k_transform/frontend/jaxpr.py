@@ -32,8 +32,11 @@ baked into the trace. One `LaxPrimitive` Apply per equation (a tuple and
 Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 `custom_vjp_call` are inlined by their primal body (never JAX's rule), so a
 `custom_jvp` function is differentiated through what it computes. The output
-is rebuilt as the function's tuple/list/dict structure. Control flow inside a
-jaxpr is imported onto our own control primitives, so our loop and branch
+is rebuilt as the function's tuple/list/dict structure. A float rebuilt
+from another float's bits (`bitcast_convert_type` there and back) is
+refused, not given the zero gradient integer arithmetic would give;
+`jnp.frexp` (and so `jnp.ldexp`) gets a primal of ours instead (see "bit
+manipulation" below). Control flow inside a jaxpr is imported onto our own control primitives, so our loop and branch
 rules differentiate it (a `while` in reverse mode too, which JAX refuses):
 `while` is a `while_loop` of two closed graphs (a batched `while`, one
 condition per element, loops while any holds and updates only those), `cond` a chain of `switch`es
@@ -53,7 +56,7 @@ from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
-from k_transform.ops.lax import LaxPrimitive
+from k_transform.ops.lax import FloatFromBits, LaxPrimitive
 
 # Call-like primitives inlined by the body they call; the value is the param
 # holding that body.
@@ -157,7 +160,7 @@ def _build(closed, out_shape, paths, hint, n_args, kwnames) -> FuncGraph:
     graph.param_names = names
     inputs = [_leaf_node(graph, params, path, hint) for path in paths]
     consts = [Constant(c, hint="c") for c in closed.consts]
-    outs = _inline(graph, closed.jaxpr, consts, inputs)
+    outs = _inline(graph, closed.jaxpr, consts, inputs, set())
     graph.output = _rebuild(graph, out_shape, iter(outs), hint)
     return graph
 
@@ -175,7 +178,10 @@ def _leaf_node(graph: FuncGraph, params: list, path, hint: str) -> Node:
     return node
 
 
-def _inline(graph: FuncGraph, jaxpr, consts: list, inputs: list) -> list[Node]:
+def _inline(graph: FuncGraph, jaxpr, consts: list, inputs: list, bits: set | None) -> list[Node]:
+    """The nodes of `jaxpr`'s outputs, its equations applied in `graph`; `bits`
+    holds (by id) the nodes of this import that carry a float's bits (None:
+    not followed, in a primal of ours)."""
     env: dict = {}
 
     def read(v) -> Node:
@@ -188,43 +194,144 @@ def _inline(graph: FuncGraph, jaxpr, consts: list, inputs: list) -> list[Node]:
     for var, node in zip(jaxpr.invars, inputs, strict=True):
         env[var] = node
     for eqn in jaxpr.eqns:
-        outs = _equation(graph, eqn, [read(v) for v in eqn.invars])
+        outs = _equation(graph, eqn, [read(v) for v in eqn.invars], bits)
         for var, node in zip(eqn.outvars, outs, strict=True):
             env[var] = node
     return [read(v) for v in jaxpr.outvars]
 
 
-def _equation(graph: FuncGraph, eqn, args: list[Node]) -> list[Node]:
+def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list[Node]:
     name = eqn.primitive.name
+    reads_bits = bits is not None and any(id(a) in bits for a in args)
     if name in CONTROL:
-        loop = CONTROL[name](graph, eqn, args)
+        seeded = reads_bits or (bits is not None and _makes_float_bits(eqn))
+        loop = CONTROL[name](graph, eqn, args, bits, seeded)
         get = Constant(prims.GetItem())
-        return [graph.apply(get, loop, Constant(k)) for k in range(len(eqn.outvars))]
+        outs = [graph.apply(get, loop, Constant(k)) for k in range(len(eqn.outvars))]
+        _mark_bits(bits, eqn, outs, seeded)
+        return outs
     if name in INLINED:
         body = eqn.params[INLINED[name]]
+        if name == "custom_jvp_call" and _custom_jvp_of(body) in ARITHMETIC_PRIMALS:
+            ours = ARITHMETIC_PRIMALS[_custom_jvp_of(body)](eqn)
+            return _inline(graph, ours.jaxpr, [Constant(c) for c in ours.consts], args, None)
         if isinstance(body, jex_core.ClosedJaxpr):
             consts = [Constant(c, hint="c") for c in body.consts]
-            return _inline(graph, body.jaxpr, consts, args)
-        return _inline(graph, body, [], args)
+            return _inline(graph, body.jaxpr, consts, args, bits)
+        return _inline(graph, body, [], args, bits)
     avals = tuple((tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars)
-    prim = LaxPrimitive(eqn.primitive, dict(eqn.params), avals)
+    float_from_bits = reads_bits and name == "bitcast_convert_type" and _inexact(eqn.outvars[0])
+    prim = (FloatFromBits if float_from_bits else LaxPrimitive)(
+        eqn.primitive, dict(eqn.params), avals
+    )
     debug = DebugInfo(name=name.replace("-", "_"))
     node = graph.apply(Constant(prim, hint=name), *args, debug=debug)
     if not prim.multiple_results:
-        return [node]
-    get = Constant(prims.GetItem())
-    return [graph.apply(get, node, Constant(k), debug=debug) for k in range(len(eqn.outvars))]
+        outs = [node]
+    else:
+        get = Constant(prims.GetItem())
+        outs = [graph.apply(get, node, Constant(k), debug=debug) for k in range(len(eqn.outvars))]
+    _mark_bits(bits, eqn, outs, reads_bits or _reads_float_bits(eqn))
+    return outs
+
+
+# -- bit manipulation ---------------------------------------------------------------------
+# A float's bits (`bitcast_convert_type` to an integer type) go through integer
+# arithmetic, which has no gradient; a float rebuilt from them
+# (`bitcast_convert_type` back to a float type) would get a zero gradient,
+# silently. The importer follows such bits (the integer and boolean results of
+# equations that read them, through calls and control flow) and imports the
+# rebuilding bitcast as `ops.lax.FloatFromBits`, whose rule refuses. Library
+# functions known to compute so (`jnp.frexp`, hence `jnp.ldexp`: a custom_jvp
+# whose rule we may not use) are imported with a primal of ours written in
+# arithmetic instead (`ARITHMETIC_PRIMALS`).
+def _inexact(var) -> bool:
+    return jnp.issubdtype(var.aval.dtype, jnp.inexact)
+
+
+def _reads_float_bits(eqn) -> bool:
+    """A `bitcast_convert_type` from a float to an integer type."""
+    return (
+        eqn.primitive.name == "bitcast_convert_type"
+        and _inexact(eqn.invars[0])
+        and not _inexact(eqn.outvars[0])
+    )
+
+
+def _makes_float_bits(eqn) -> bool:
+    """Whether the equation, or one inside its jaxprs, reads a float's bits."""
+    if _reads_float_bits(eqn):
+        return True
+    for value in eqn.params.values():
+        for body in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(body, jex_core.ClosedJaxpr):
+                body = body.jaxpr
+            if isinstance(body, jex_core.Jaxpr) and any(map(_makes_float_bits, body.eqns)):
+                return True
+    return False
+
+
+def _mark_bits(bits: set | None, eqn, outs: list[Node], carries: bool) -> None:
+    """When the equation reads or makes a float's bits, so do its integer and
+    boolean results."""
+    if carries and bits is not None:
+        bits.update(id(n) for v, n in zip(eqn.outvars, outs, strict=True) if not _inexact(v))
+
+
+def _frexp_primal(eqn):
+    """`jnp.frexp`'s primal (the custom_jvp `_frexp`) with a gradient: the
+    mantissa's value is the one JAX reads from the bits (arithmetic on a
+    subnormal would be flushed to zero on CPU), its gradient that of
+    `x * 2**-e` (JAX's rule), from `(x - stop_gradient(x)) * 2**-e`, which is
+    0 in value; `2**-e` in two steps, where one overflows (a subnormal's
+    tangent is inf, as JAX's). The exponent has no gradient. Imported with its
+    bits not followed (the mantissa's gradient is stopped on purpose).
+    Returns a ClosedJaxpr of the same signature."""
+    primal = jex_core.jaxpr_as_fun(eqn.params["call_jaxpr"])
+
+    def frexp(x):
+        mantissa, e = primal(x)
+        k = -e.astype(jnp.int32)
+        half = k // 2
+        two = jnp.asarray(2.0, x.dtype)
+        scaled = (x - jax.lax.stop_gradient(x)) * jax.lax.pow(two, half.astype(x.dtype))
+        scaled = scaled * jax.lax.pow(two, (k - half).astype(x.dtype))
+        special = jnp.isinf(x) | jnp.isnan(x) | (x == 0)  # frexp returns x itself
+        return jnp.where(special, x, jax.lax.stop_gradient(mantissa) + scaled), e
+
+    (aval,) = [v.aval for v in eqn.invars]
+    return jax.make_jaxpr(frexp)(jax.ShapeDtypeStruct(aval.shape, aval.dtype))
+
+
+# (the function's source file in JAX, its name) -> a primal of ours
+ARITHMETIC_PRIMALS = {("jax/_src/numpy/ufuncs.py", "_frexp"): _frexp_primal}
+
+
+def _custom_jvp_of(body) -> tuple:
+    """(JAX source file, name) of the function a custom_jvp_call's body traces."""
+    info = body.jaxpr.debug_info
+    where = (info.func_src_info or "").replace("\\", "/")
+    return (where[where.find("jax/_src/") :].rsplit(":", 1)[0], info.func_name)
 
 
 # -- control flow: onto our own control primitives (k_transform.control.prims) --------
-def _closed_graph(name: str, closed, n_params: int, inputs_of) -> tuple[FuncGraph, list, list]:
+def _closed_graph(
+    name: str, closed, n_params: int, inputs_of, bits: set, seeded: bool
+) -> tuple[FuncGraph, list, list]:
     """A closed FuncGraph of `n_params` parameters running `closed` (a
-    ClosedJaxpr) on `inputs_of(graph, params)`; returns (graph, params, outs)."""
+    ClosedJaxpr) on `inputs_of(graph, params)`; returns (graph, params, outs).
+    `seeded`: the control equation reads a float's bits, so may each of the
+    graph's integer inputs."""
     graph = FuncGraph(name, debug=DebugInfo(file="<jaxpr>", name=name))
     params = [graph.add_parameter(f"a{k}") for k in range(n_params)]
     graph.param_names = [p.name for p in params]
     consts = [Constant(c, hint="c") for c in closed.consts]
-    outs = _inline(graph, closed.jaxpr, consts, inputs_of(graph, params))
+    inputs = inputs_of(graph, params)
+    if seeded:
+        bits.update(
+            id(n) for v, n in zip(closed.jaxpr.invars, inputs, strict=True) if not _inexact(v)
+        )
+    outs = _inline(graph, closed.jaxpr, consts, inputs, bits)
     return graph, params, outs
 
 
@@ -232,7 +339,7 @@ def _tuple(graph: FuncGraph, items) -> Node:
     return graph.apply(Constant(prims.MakeTuple()), *items)
 
 
-def _while(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+def _while(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> Node:
     """`while[cond_jaxpr, body_jaxpr](*cond_consts, *body_consts, *carry)`."""
     nc, nb = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
     cond_jaxpr, body_jaxpr = eqn.params["cond_jaxpr"], eqn.params["body_jaxpr"]
@@ -241,13 +348,13 @@ def _while(graph: FuncGraph, eqn, args: list[Node]) -> Node:
         args = args[: nc + nb] + args  # both now read (*cond_consts, *body_consts)
         nc = nb = nc + nb
     consts, carry = args[: nc + nb], args[nc + nb :]
-    n = len(carry)
+    n, marks = len(carry), (bits, seeded)
     cond, _, outs = _closed_graph(
-        "while_cond", cond_jaxpr, n + nc + nb, lambda g, ps: ps[n : n + nc] + ps[:n]
+        "while_cond", cond_jaxpr, n + nc + nb, lambda g, ps: ps[n : n + nc] + ps[:n], *marks
     )
     cond.output = outs[0]
     body, _, outs = _closed_graph(
-        "while_body", body_jaxpr, n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n]
+        "while_body", body_jaxpr, n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n], *marks
     )
     body.output = _tuple(body, outs)
     loop = Constant(control.WhileLoop(n), hint="while_loop")
@@ -299,13 +406,15 @@ def _per_element(pred, x):
     return jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(x) - jnp.ndim(pred)))
 
 
-def _cond(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+def _cond(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> Node:
     """`cond[branches](index, *operands)`: a chain of our switches on `index > k`."""
     index, ops = args[0], args[1:]
     n_params = 1 + len(ops)
     branches = []
     for k, closed in enumerate(eqn.params["branches"]):
-        g, _, outs = _closed_graph(f"branch{k}", closed, n_params, lambda g, ps: ps[1:])
+        g, _, outs = _closed_graph(
+            f"branch{k}", closed, n_params, lambda g, ps: ps[1:], bits, seeded
+        )
         g.output = _tuple(g, outs)
         branches.append(g)
     chosen = branches[-1]
@@ -323,7 +432,7 @@ def _cond(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     return graph.apply(switch, test, Constant(chosen), Constant(branches[0]), index, *ops)
 
 
-def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
+def _scan(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> Node:
     """`scan[jaxpr, length, reverse](*consts, *init, *xs)`: a `for` over the rows,
     writing row `i` of each stacked output (`ys`) into a buffer it carries."""
     p = eqn.params
@@ -343,7 +452,7 @@ def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     xs = [_as_jax(x) for x in xs]
 
     if p["unroll"] is True or p["unroll"] >= length:  # unrolled by its author (jnp.polyval)
-        return _unrolled_scan(graph, p, consts, init, xs, buffers)
+        return _unrolled_scan(graph, p, consts, init, xs, buffers, bits)
 
     def inputs(g, ps):
         i, carry, rest = ps[0], ps[1 : 1 + n_carry], ps[1 + n :]
@@ -351,7 +460,7 @@ def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
         return [*rest[:n_consts], *carry, *rows]
 
     body, params, outs = _closed_graph(
-        "scan_body", body_jaxpr, 1 + n + len(consts) + len(xs), inputs
+        "scan_body", body_jaxpr, 1 + n + len(consts) + len(xs), inputs, bits, seeded
     )
     i, held = params[0], params[1 + n_carry : 1 + n]
     put = Constant(prims.SetItem())
@@ -363,7 +472,7 @@ def _scan(graph: FuncGraph, eqn, args: list[Node]) -> Node:
     return graph.apply(loop, *bound_nodes, Constant(body), *init, *buffers, *consts, *xs)
 
 
-def _unrolled_scan(graph: FuncGraph, p, consts, carry, xs, buffers) -> Node:
+def _unrolled_scan(graph: FuncGraph, p, consts, carry, xs, buffers, bits: set) -> Node:
     """A scan its author unrolled (`unroll >= length`): its body, once per row."""
     body, n_carry = p["jaxpr"], p["num_carry"]
     body_consts = [Constant(c, hint="c") for c in body.consts]
@@ -371,7 +480,7 @@ def _unrolled_scan(graph: FuncGraph, p, consts, carry, xs, buffers) -> Node:
     rows = range(p["length"] - 1, -1, -1) if p["reverse"] else range(p["length"])
     for k in rows:
         items = [graph.apply(get, x, Constant(k)) for x in xs]
-        outs = _inline(graph, body.jaxpr, body_consts, [*consts, *carry, *items])
+        outs = _inline(graph, body.jaxpr, body_consts, [*consts, *carry, *items], bits)
         carry = outs[:n_carry]
         buffers = [
             graph.apply(put, b, Constant(k), y)

@@ -15,6 +15,11 @@
 `impl` is `prim.bind(*args, **params)` (a tuple for primitives with several
 results); generated code spells it `lax_<name>_p.bind(x, **<name>_params)`.
 `lax_op(name, in_avals, **params)` builds one by name, for rules.
+
+`FloatFromBits` is the `bitcast_convert_type` that rebuilds a float from
+integer bits computed from a float's bits (the importer follows them): it
+runs as the bitcast does, and its rule refuses (integer arithmetic has no
+gradient, so the float's would be a silent zero).
 """
 
 from __future__ import annotations
@@ -46,7 +51,17 @@ def aval_of(x) -> tuple:
 
 
 # Primitives whose rule takes its inputs packed (`bprop(xs, out, dout)`).
-VARIADIC = frozenset({"concatenate", "select_n", "dynamic_slice", "dynamic_update_slice", "sort"})
+VARIADIC = frozenset(
+    {
+        "concatenate",
+        "select_n",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "sort",
+        "optimization_barrier",
+        "device_put",
+    }
+)
 
 
 class LaxPrimitive(Primitive):
@@ -93,6 +108,10 @@ class LaxPrimitive(Primitive):
 
     def __repr__(self):
         return f"lax.{self.prim.name}"
+
+
+class FloatFromBits(LaxPrimitive):
+    """`bitcast_convert_type` to a float from bits of a float (see the module)."""
 
 
 _BY_NAME: dict[str, object] = {}

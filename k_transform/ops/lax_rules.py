@@ -35,7 +35,7 @@ import numpy as np
 from k_transform.bprop_registry.helpers import no_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
-from k_transform.ops.lax import LaxPrimitive, lax_op
+from k_transform.ops.lax import FloatFromBits, LaxPrimitive, lax_op
 from k_transform.ops.structural import SumTo
 
 sum_to = SumTo()
@@ -95,14 +95,36 @@ for _name in (
     RULES[_name] = _no_gradient
 
 
+@bprop_getters.register(FloatFromBits)
+def get_bprop_float_from_bits(self):
+    raise KTransformError(
+        "cannot differentiate the lax primitive `bitcast_convert_type` (in a library call "
+        "imported from its jaxpr): it rebuilds a float from integer bits computed from a "
+        "float's bits (bit manipulation), and integer arithmetic has no gradient, so its "
+        "gradient would be a silent zero"
+    )
+
+
 def _identity(p):
     return lambda x, out, dout: (dout,)
 
 
 RULES["copy"] = _identity
 RULES["copy_p"] = _identity
-RULES["reduce_precision"] = _identity
-RULES["optimization_barrier"] = _identity
+RULES["sharding_constraint"] = _identity
+
+
+@lax_rule("optimization_barrier", "device_put")
+def _identities(p):
+    """Several operands, each result its operand (inputs packed: `xs`)."""
+    return lambda xs, out, dout: tuple(dout)
+
+
+@lax_rule("reduce_precision")
+def _reduce_precision(p):
+    """Its transpose rounds the sensitivity the same way (JAX's linear rule)."""
+    again = lax_op("reduce_precision", p.in_avals, **p.param)
+    return lambda x, out, dout: (again(dout),)
 
 
 # -- elementwise unary: derivative(x, out) ------------------------------------------
