@@ -54,13 +54,16 @@ from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
+from k_transform.dfunctor.dfunctor import TracedCallK
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
+from k_transform.frontend.guards import guards_of, stale, stale_names
 from k_transform.frontend.parser import parse
 from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
+from k_transform.ops.python import LibraryCall
 from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
@@ -124,6 +127,15 @@ def _hashable(x):
     return x
 
 
+def host_calls(graph: FuncGraph) -> bool:
+    """Whether the graphs reachable from `graph` call host code (`ops.host`)."""
+    return any(
+        isinstance(value, (LibraryCall, TracedCallK)) and value.effectful
+        for g in graph.reachable()
+        for value in (getattr(n.fn, "value", None) for n in g.nodes)
+    )
+
+
 class CompiledGraph:
     """A transform graph compiled to Python and run with Parameters bound.
 
@@ -133,9 +145,25 @@ class CompiledGraph:
     the graph is compiled to Python at the first call (or `__kt_source__`
     read), so a gradient function only used inside another transform
     (`kt.jvp(kt.grad(f), ...)`) never generates its own code.
+
+    Python's names are read when a call runs: before each call the guards of
+    the parsed graphs (`frontend.guards`: the globals and closure cells read,
+    with their values) are checked, and if a name was rebound since, the
+    program is made again by `remake` (a function returning a fresh
+    CompiledGraph; `primal`: the parsed graph whose guards count).
     """
 
-    def __init__(self, graph: FuncGraph, fn=None, jit: bool | None = None):
+    def __init__(
+        self,
+        graph: FuncGraph,
+        fn=None,
+        jit: bool | None = None,
+        primal: FuncGraph | None = None,
+        remake=None,
+        jit_host: bool = False,
+    ):
+        self.guards = guards_of(primal or graph)
+        self.remake = remake
         self.fn = fn
         self.jit = jit
         self.__kt_graph__ = graph
@@ -148,6 +176,10 @@ class CompiledGraph:
         )
         self._jitted: dict[tuple, object] = {}
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
+        # Host calls (a random generator, a counter) run per call, as without
+        # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
+        # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
+        self.host = host_calls(graph) and not jit_host
 
     @functools.cached_property
     def run(self):
@@ -159,9 +191,25 @@ class CompiledGraph:
     def __kt_source__(self) -> str:
         return self.run.__kt_source__
 
+    def refresh(self) -> None:
+        """Made again if a global or closure name it read was rebound."""
+        if not stale(self.guards):
+            return
+        if self.remake is None:
+            names = ", ".join(stale_names(self.guards))
+            raise KTransformError(
+                f"{self.__kt_graph__.name} read {names}, rebound since it was transformed: "
+                "make the function again (kt.grad(f), kt.jit(f), ...)"
+            )
+        fresh = self.remake()
+        kept = {k: v for k, v in vars(self).items() if k in ("bound_loops", "constant_sequences")}
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__, **kept)
+
     def __call__(self, *args):
+        self.refresh()
         values = tuple(p.data for p in self.params)
-        use_jit = _mode["jit"] if self.jit is None else self.jit
+        use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
         if not use_jit:
             return self._eager(values, rt.as_jax_inputs(args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
@@ -238,6 +286,7 @@ class GradFunction(CompiledGraph):
     ):
         self.spec = spec
         self.api = api
+        remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self.constant_sequences = False  # GradOperation: see `_drop_constants`
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
@@ -252,7 +301,8 @@ class GradFunction(CompiledGraph):
             spec = dataclasses.replace(spec, inputs="first")
         # `return_ids`: the ids are attached after the call (strings are no
         # jit outputs); called inside transformed code, the graph holds them.
-        super().__init__(grad_graph(primal, dataclasses.replace(spec, return_ids=False)), fn, jit)
+        graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))
+        super().__init__(graph, fn, jit, primal=primal, remake=remake)
         if spec.return_ids:
             self.__kt_graph__ = grad_graph(primal, spec)
         self.bound_loops = True
@@ -650,7 +700,7 @@ def _forward(fn) -> CompiledGraph:
     primal = graph_of(fn)
     entry = _forwards.get(id(primal))
     if entry is None or entry[0] is not primal:
-        entry = (primal, CompiledGraph(primal))
+        entry = (primal, CompiledGraph(primal, remake=lambda: _forward(fn)))
         entry[1].bound_loops = True
         _forwards[id(primal)] = entry
     return entry[1]
@@ -695,10 +745,19 @@ def _jvp(fn, inputs, v):
 _jvp_cache: dict[int, tuple] = {}
 
 
+def _jvp_remake(fn):
+    def remake():
+        del _jvp_cache[id(fn)]
+        return _jvp_function(fn)
+
+    return remake
+
+
 def _jvp_function(fn) -> CompiledGraph:
     entry = _jvp_cache.get(id(fn))
     if entry is None or entry[0] is not fn:
-        entry = (fn, CompiledGraph(jvp_graph(graph_of(fn)), fn))
+        primal = graph_of(fn)
+        entry = (fn, CompiledGraph(jvp_graph(primal), fn, primal=primal, remake=_jvp_remake(fn)))
         entry[1].bound_loops = True
         _jvp_cache[id(fn)] = entry
     return entry[1]
@@ -874,8 +933,17 @@ class Jit:
         key = (getattr(self.__wrapped__, "training", None), star_arity)
         if key not in self._compiled:
             graph = graph_of(self.__wrapped__, star_arity)
-            self._compiled[key] = CompiledGraph(graph, self.__wrapped__)
+            remake = functools.partial(self._remake, key, star_arity)
+            self._compiled[key] = CompiledGraph(
+                graph, self.__wrapped__, remake=remake, jit_host=True
+            )
         return self._compiled[key]
+
+    def _remake(self, key, star_arity) -> CompiledGraph:
+        if isinstance(self.__wrapped__, CompiledGraph):  # kt.jit(kt.grad(f))
+            self.__wrapped__.refresh()
+        del self._compiled[key]
+        return self.compiled(star_arity)
 
     @property
     def __kt_graph__(self) -> FuncGraph:

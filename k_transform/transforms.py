@@ -27,6 +27,7 @@ from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.dfunctor.forward import double_reverse, forward_jvp
 from k_transform.errors import KTransformError
+from k_transform.frontend.guards import guards_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -109,6 +110,7 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
         aux = b.prim(prims.GetItem(), out, Constant(slice(1, None)))
         result = b.tuple(result, b.prim(prims.AsSequence("tuple"), aux))
     graph.output = result
+    graph.guards = guards_of(primal)  # its names are the primal's (`frontend.guards`)
     return graph
 
 
@@ -145,7 +147,9 @@ def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
 def jvp_graph(primal: FuncGraph) -> FuncGraph:
     """`(out, J v)` for `primal`: J (forward mode from reverse rules) where it
     reaches, else double reverse of the whole graph (`dfunctor.forward`)."""
-    return forward_jvp(primal) or double_reverse(primal)
+    graph = forward_jvp(primal) or double_reverse(primal)
+    graph.guards = guards_of(primal)
+    return graph
 
 
 def first_output_graph(primal: FuncGraph) -> FuncGraph:

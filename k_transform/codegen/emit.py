@@ -294,7 +294,7 @@ class ModuleEmitter:
         fn = node.fn
         if not isinstance(fn, Constant):
             return True  # calling an unknown function value
-        if isinstance(fn.value, Primitive) and fn.value.effectful:
+        if getattr(fn.value, "effectful", False) is True:  # a primitive, or K of a host call
             return True
         return any(self.graph_has_effect(g) for g in _graph_inputs(node))
 

@@ -594,12 +594,18 @@ class TracedCallK:
         base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
         self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
 
+    @property
+    def effectful(self) -> bool:
+        """A host call: kept in program order like the call it differentiates."""
+        return self.call.effectful
+
     def k(self) -> TracedCallK:
         return TracedCallK(self.call, self.order + 1, self.debug)
 
     def __call__(self, *args):
         try:
-            graph = imported_graph(self.call.fn, self.call.hint, self.call.kwnames, args)
+            call = self.call
+            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.effectful)
             fprop = _compiled_k(graph, self.order)
         except KTransformError as exc:
             if exc.debug is not None and exc.debug.line > 0:

@@ -4,12 +4,12 @@ Python-level arithmetic on constants (`n - 1`, `len((a, b))`, `math.sqrt(2.0)`,
 `None is None`, tuple and slice building, indexing constant tuples) is done
 while building or inlining graphs, so static control flow (`if n == 0:`,
 `if axis is None:`) picks its branch then. Only pure operations whose
-result is a plain Python value are folded.
+result is a plain Python value are folded: a call is evaluated only when its
+function is known to be pure (`ops.host.is_pure`), so nothing a user wrote,
+and no random generator, counter or clock, runs at transform time.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -18,23 +18,8 @@ from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops.base import OperatorPrimitive
+from k_transform.ops.host import is_pure
 
-# Library functions evaluated on constant arguments.
-_PURE_BUILTINS = {
-    len,
-    abs,
-    min,
-    max,
-    int,
-    float,
-    bool,
-    round,
-    divmod,
-    isinstance,
-    tuple,
-    range,
-    sum,
-}
 _FOLDABLE_PRIMS = (
     OperatorPrimitive,
     prims.Not,
@@ -53,6 +38,8 @@ def fold(prim, args) -> Constant | None:
     if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
         return None
     if isinstance(prim, prims.LibraryCall):
+        if not is_pure(prim.fn):
+            return None
         pos, kw = prims.split_kwargs(values, prim.kwnames)
         return _evaluate(prim.fn, pos, kw)
     if not isinstance(prim, _FOLDABLE_PRIMS):
@@ -69,22 +56,9 @@ def fold(prim, args) -> Constant | None:
 
 def fold_call(fn, args, kwargs) -> Constant | None:
     """A call of a pure builtin or `math` function on constants, evaluated."""
-    if not (_is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
+    if not (is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
         return None
     return _evaluate(fn, [a.value for a in args], {k: v.value for k, v in kwargs.items()})
-
-
-def _is_pure(fn) -> bool:
-    if isinstance(fn, type) and issubclass(fn, np.generic):
-        return True  # np.float32(0.5): a numpy scalar constant
-    try:
-        if fn in _PURE_BUILTINS:
-            return True
-    except TypeError:
-        return False
-    return getattr(fn, "__module__", None) == "math" or (
-        getattr(math, getattr(fn, "__name__", ""), None) is fn
-    )
 
 
 def _evaluate(fn, args, kwargs) -> Constant | None:

@@ -108,11 +108,18 @@ def _struct(leaf):
 _graphs: dict[tuple, tuple] = {}
 
 
-def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
+def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = False) -> FuncGraph:
     """The FuncGraph of `fn(*args)` (the last `len(kwnames)` as keywords),
-    imported from its jaxpr at these argument avals (cached)."""
+    imported from its jaxpr at these argument avals (cached).
+
+    `host`: a host call (`ops.host`: a random generator, a counter). Given
+    no JAX array it is one `HostValue` node (run per call, no gradient);
+    given arrays it is traced at each call, never cached, so its host
+    effects happen once per call."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(list(args))
     leaves = [leaf for _, leaf in flat]
+    if host and not any(isinstance(leaf, jax.Array) for leaf in leaves):
+        return _host_graph(fn, hint, kwnames, len(args))
     traced = [_traced(leaf) for leaf in leaves]
     structs = [_struct(leaf) for leaf, t in zip(leaves, traced, strict=True) if t]
     key = (
@@ -127,7 +134,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
     # is used only when they are the same objects: ids are reused once an
     # object is gone.
     held = (fn, *(leaf for leaf, t in zip(leaves, traced, strict=True) if not t and _by_id(leaf)))
-    entry = _graphs.get(key)
+    entry = None if host else _graphs.get(key)
     if entry is not None and all(a is b for a, b in zip(entry[0], held, strict=True)):
         return entry[1]
 
@@ -147,7 +154,24 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple) -> FuncGraph:
         ) from None
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
     graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
-    _graphs[key] = (held, graph)
+    if not host:
+        _graphs[key] = (held, graph)
+    return graph
+
+
+def _host_graph(fn, hint: str, kwnames: tuple, n_args: int) -> FuncGraph:
+    """`fn(x0, ..., kw_a=...)` as one `HostValue` node (cached by `fn` and arity)."""
+    key = ("host", id(fn), tuple(kwnames), n_args)
+    entry = _graphs.get(key)
+    if entry is not None and entry[0][0] is fn:
+        return entry[1]
+    name = "".join(c if c.isalnum() else "_" for c in hint).strip("_") or "call"
+    graph = FuncGraph(f"{name}_host", debug=DebugInfo(file=f"<host call {hint}>", name=name))
+    names = [f"x{k}" for k in range(n_args - len(kwnames))] + [f"kw_{k}" for k in kwnames]
+    graph.param_names = names
+    params = [graph.add_parameter(n) for n in names]
+    graph.output = graph.apply(Constant(prims.HostValue(fn, hint, kwnames), hint=name), *params)
+    _graphs[key] = ((fn,), graph)
     return graph
 
 

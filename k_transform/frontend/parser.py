@@ -42,7 +42,7 @@ from k_transform import runtime as rt
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables, lax_models, pytrees
+from k_transform.frontend import callables, guards, lax_models, pytrees
 from k_transform.frontend.cell_state import localize_self_attributes
 from k_transform.frontend.closures import (
     ClosureScope,
@@ -72,6 +72,7 @@ from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import tensor_methods
+from k_transform.ops.host import host_call
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -173,16 +174,20 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
     key = (id(fn), id(bound_self), getattr(bound_self, "training", None), star_arity)
     entry = _cache.get(key)
     if entry is not None and entry[0] is fn and entry[1] is bound_self:
-        return entry[2]
+        if not guards.stale(guards.guards_of(entry[2])):
+            return entry[2]
     source = Source(fn)
     name = f"{type(bound_self).__name__}.{source.name}" if bound_self is not None else source.name
     graph = FuncGraph(name, debug=source.debug(source.tree, source.name))
+    graph.guards = guards.BUILDING
     _cache[key] = (fn, bound_self, graph)
     try:
-        FunctionParser(fn, source, bound_self, star_arity).build(graph)
+        parser = FunctionParser(fn, source, bound_self, star_arity)
+        parser.build(graph)
     except BaseException:
         del _cache[key]
         raise
+    graph.guards = parser.guards.guards()
     return graph
 
 
@@ -233,6 +238,7 @@ class FunctionParser:
             except ValueError:
                 continue  # an empty cell: unassigned in the enclosing function
         self.globals = fn.__globals__
+        self.guards = guards.Recorder()  # the names read, so a rebinding is seen
         # Nodes whose ids key closure bindings: held, so no id is reused meanwhile.
         self.held: list = []
 
@@ -253,8 +259,11 @@ class FunctionParser:
             value, hint = _SPECIALS[name]
             return Constant(value, hint=hint)
         if name in self.cells:
+            index = self.fn.__code__.co_freevars.index(name)
+            self.guards.read_cell(self.fn.__closure__[index], self.cells[name])
             return self.value_node(self.cells[name], name, node)
         if name in self.globals:
+            self.guards.read_global(self.globals, name, self.globals[name])
             return self.value_node(self.globals[name], name, node)
         if hasattr(builtins, name):
             return self.value_node(getattr(builtins, name), name, node)
@@ -905,7 +914,8 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
             isinstance(a, Constant) for a in [*args, *kwargs.values()]
         ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
-        prim = prims.LibraryCall(value, hint, tuple(kwargs))
+        constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
+        prim = prims.LibraryCall(value, hint, tuple(kwargs), host_call(value, constant))
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
     def model_call(self, value, args, kwargs, e) -> Node:

@@ -135,7 +135,8 @@ class FuncGraph:
     it gives no input a gradient. `differentiated_as`: the graph transforms
     differentiate in its place (same signature and results; K of a loop
     keeps each Python iteration's bprop, its twin recomputes it:
-    `control.k_loops`).
+    `control.k_loops`). `guards`: for a parsed function, the globals and
+    closure cells it read with the values read (`frontend.guards`).
     """
 
     def __init__(
@@ -162,6 +163,9 @@ class FuncGraph:
         self.trusted = False
         self.no_gradient = False
         self.differentiated_as: FuncGraph | None = None
+        # A parsed function's guards (`frontend.guards`): the globals and
+        # closure cells it read, with their values; None until it is built.
+        self.guards: tuple | None = None
 
     # -- building ---------------------------------------------------------
     def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:

@@ -247,10 +247,14 @@ class Vmapped(Primitive):
 
 
 class LibraryCall(Primitive):
-    """A call to a library function with no dedicated primitive (`jax.nn.relu`)."""
+    """A call to a library function with no dedicated primitive (`jax.nn.relu`).
 
-    def __init__(self, fn, hint: str, kwnames: tuple[str, ...] = ()):
-        super().__init__(hint, fn=fn, kwnames=tuple(kwnames))
+    `effectful`: a host call (`ops.host.host_call`: `rs.randn(3)`, `next(it)`,
+    `time.time()`), kept in program order and run once each time Python
+    would run it."""
+
+    def __init__(self, fn, hint: str, kwnames: tuple[str, ...] = (), effectful: bool = False):
+        super().__init__(hint, fn=fn, kwnames=tuple(kwnames), effectful=effectful)
         self.hint = hint
 
     def impl(self, *args):
@@ -262,6 +266,14 @@ class LibraryCall(Primitive):
 
     def __repr__(self):
         return self.hint + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
+
+
+class HostValue(LibraryCall):
+    """A host call given no arrays (`rs.randn(3)`, `next(it)`): its result is a
+    value of the host, with no gradient; it runs each time it is reached."""
+
+    def __init__(self, fn, hint: str, kwnames: tuple[str, ...] = ()):
+        super().__init__(fn, hint, kwnames, effectful=True)
 
 
 def split_kwargs(args, kwnames):
@@ -560,7 +572,9 @@ def imports_jaxpr(prim) -> bool:
     """A library call the DFunctor differentiates through its jaxpr, imported at
     trace time (`k_transform.frontend.jaxpr`): anything but the calls above and
     k_transform's own run-time helpers."""
-    if not isinstance(prim, LibraryCall) or any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+    if not isinstance(prim, LibraryCall) or isinstance(prim, HostValue):
+        return False
+    if any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
         return False
     if getattr(prim.fn, "__kt_library__", False):  # `ops.tensor_methods`: jnp code of ours
         return True
@@ -575,6 +589,11 @@ def get_bprop_library_call(self):
             "gradient rule (write it with differentiable operations, or make it a "
             "kt.Primitive with a registered bprop)"
         )
+    return no_gradient(lambda xs, out, dout: (None,) * len(xs))
+
+
+@bprop_getters.register(HostValue)
+def get_bprop_host_value(self):
     return no_gradient(lambda xs, out, dout: (None,) * len(xs))
 
 

@@ -343,10 +343,13 @@ def check_grad(grad, x, rule: str):
 
 
 def as_jax_inputs(args) -> tuple:
-    """`args` with NumPy arrays and scalars made JAX arrays, as `jax.jit` makes
-    them: eager runs then see the same types (`x.at[...]`) as jitted ones."""
+    """`args` with NumPy arrays and scalars and Python floats made JAX arrays,
+    as `jax.jit` makes them: eager runs then see the same types (`x.at[...]`)
+    and return the same types as jitted ones."""
 
     def convert(v):
+        if isinstance(v, float):  # traced under a jit: a weakly typed array
+            return jnp.asarray(v)
         return jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
 
     return tuple(jax.tree_util.tree_map(convert, a) for a in args)

@@ -14,6 +14,13 @@ and, in float64 (`jax.enable_x64`, scoped to the check), compares at `RTOL`:
 `int_arg` programs are called as `f(x, n)` (n static); their jvp and hvp
 differentiate `f1(x) = f(x, n)`.
 
+`host` programs (random generators, counters, a rebound global, `print`)
+run every computation three times, the program's `reset(call)` before each
+(it seeds the generators before the first and rebinds a global), and compare
+the three results and what was printed with JAX's three calls: host code
+runs once per call, in program order. Their `jax.jit` check is left out
+(under a jit host code runs at trace: `tests/test_host_python.py`).
+
 The first check that does not pass decides the `Outcome`: "refused" (a
 `KTransformError`: accepted, the construct is refused), "mismatch",
 "internal" (any other exception, or a refusal of recursion that does not
@@ -32,6 +39,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import os
 import signal
@@ -86,12 +94,24 @@ def _entry(module, program: Program):
     return module.f, (program.int_arg,), module.f1
 
 
+def _calls(mod, program: Program, run):
+    """`run()`, or for a host program its three calls and what they printed."""
+    if not program.host:
+        return run()
+    results = []
+    for call in range(3):
+        mod.reset(call)
+        results.append(run())
+    printed = np.frombuffer(mod.sink.getvalue().encode(), np.uint8).astype(np.float64)
+    return results, printed
+
+
 def _oracles(mod, program: Program, x, v, plan: Plan) -> dict[str, object]:
     f, extra, f1 = _entry(mod, program)
-    wants = {"value_and_grad": jax.value_and_grad(f)(x, *extra)}
+    wants = {"value_and_grad": _calls(mod, program, lambda: jax.value_and_grad(f)(x, *extra))}
     if plan.higher:
-        wants["jvp"] = jax.jvp(f1, (x,), (v,))
-        wants["hvp"] = jax.jvp(jax.grad(f1), (x,), (v,))[1]
+        wants["jvp"] = _calls(mod, program, lambda: jax.jvp(f1, (x,), (v,)))
+        wants["hvp"] = _calls(mod, program, lambda: jax.jvp(jax.grad(f1), (x,), (v,))[1])
     return wants
 
 
@@ -106,15 +126,15 @@ def _checks(mod, program: Program, x, v, plan: Plan):
             ("hvp eager", "hvp", lambda: kt.hvp(f1, (x,), v)),
         ]
     static = tuple(range(1, 1 + len(extra)))
-    graph = [
-        ("value_and_grad graph", "value_and_grad", lambda: vg(x, *extra)),
-        (
-            "jax.jit(value_and_grad)",
-            "value_and_grad",
-            lambda: jax.jit(vg, static_argnums=static)(x, *extra),
-        ),
+    graph = [("value_and_grad graph", "value_and_grad", lambda: vg(x, *extra))]
+    if not program.host:
+        jitted = lambda: jax.jit(vg, static_argnums=static)(x, *extra)  # noqa: E731
+        graph.append(("jax.jit(value_and_grad)", "value_and_grad", jitted))
+    checks = [("eager", c) for c in eager] + ([("graph", c) for c in graph] if plan.jit else [])
+    return [
+        (mode, (name, key, functools.partial(_calls, mod, program, run)))
+        for mode, (name, key, run) in checks
     ]
-    return [("eager", c) for c in eager] + ([("graph", c) for c in graph] if plan.jit else [])
 
 
 def _close(got, want) -> None:

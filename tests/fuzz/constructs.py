@@ -407,3 +407,40 @@ class Constructs:
             )
         )
         return lines + [self.assign_result(scope, indent, e)]
+
+    # -- host effects ------------------------------------------------------------------
+    def c_host_effects(self, scope, depth, indent):
+        """Host Python the program must run once per call, in order: draws of
+        a numpy and a stdlib generator (one dropped), a counter, a global the
+        harness rebinds between calls, `print` to a sink, in a loop too."""
+        kind = self.integer(0, 5)
+        if kind == 0:
+            d = self.fresh("d")
+            return [
+                f"{indent}{d} = rng.randn(3)",
+                self.assign_result(scope, indent, f"{self.vec(scope)} * {d}"),
+            ]
+        if kind == 1:
+            k = self.fresh("k")
+            return [
+                f"{indent}{k} = next(counter)",
+                self.assign_result(scope, indent, f"({k} % 3 + 1.0) * {self.vec(scope)}"),
+            ]
+        if kind == 2:
+            u = self.fresh("u")
+            return [
+                f"{indent}{u} = py_rng.random()",
+                self.assign_result(scope, indent, f"{u} * {self.vec(scope)}"),
+            ]
+        if kind == 3:
+            return [
+                f"{indent}rng.randn(2)",
+                f"{indent}print(next(counter), file=sink)",
+                self.assign_result(scope, indent, f"SCALE * {self.vec(scope)}"),
+            ]
+        i = self.fresh("i")
+        inner = scope.child("range")
+        return [
+            f"{indent}for {i} in range({self.integer(1, 3)}):",
+            self.assign_result(inner, indent + "    ", f"{self.vec(inner)} * rng.randn(3)"),
+        ]

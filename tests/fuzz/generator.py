@@ -63,6 +63,7 @@ CONSTRUCTS: dict[str, bool] = {
     "recursion": True,  # recursion, static depth (works) or traced test (refused)
     "int_arg": True,  # `f(x, n)`, `n` a static Python int
     "shapes": True,  # (3,) and (2, 3): broadcasting, axis reductions, `@`
+    "host_effects": True,  # random generators, counters, a rebound global, print
 }
 
 RTOL = 1e-6
@@ -93,6 +94,7 @@ class Program:
     int_arg: int | None = None  # `f(x, n)` is called with this n
     input_shape: tuple[int, ...] = (3,)
     refusal_names: tuple[str, ...] = ()  # a KTransformError must name one of these
+    host: bool = False  # host state: checked over three calls (`check.py`)
 
     @property
     def key(self) -> str:
@@ -363,11 +365,42 @@ def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
     entry = w.entry()
     if w.int_arg is not None:  # jvp and hvp differentiate `f1(x)`, n fixed
         entry += ["", "", "def f1(x):", f"    return f(x, {w.int_arg})"]
-    parts = [["import jax.numpy as jnp"], *w.helpers, entry]
+    host = w.construct == "host_effects"
+    parts = [HOST_HEADER if host else ["import jax.numpy as jnp"], *w.helpers, entry]
     texts = ["\n\n\n".join(render(p, oracle) for p in parts) + "\n" for oracle in (False, True)]
     return Program(
-        w.construct, texts[0], texts[1], w.int_arg, w.input_shape, tuple(w.refusal_names)
+        w.construct, texts[0], texts[1], w.int_arg, w.input_shape, tuple(w.refusal_names), host
     )
+
+
+# The module head of a `host_effects` program: host state the program reads
+# and changes. `reset(call)` is the harness's: before the first of three calls
+# it seeds the generators and empties the sink; before each call it rebinds
+# the global SCALE (Python reads it anew each call).
+HOST_HEADER = [
+    "import io",
+    "import itertools",
+    "import random",
+    "",
+    "import jax.numpy as jnp",
+    "import numpy as np",
+    "",
+    "sink = io.StringIO()",
+    "",
+    "",
+    "def reset(call):",
+    "    global rng, counter, py_rng, SCALE",
+    "    if call == 0:",
+    "        rng = np.random.RandomState(7)",
+    "        counter = itertools.count()",
+    "        py_rng = random.Random(7)",
+    "        sink.seek(0)",
+    "        sink.truncate()",
+    "    SCALE = 1.0 + 0.5 * call",
+    "",
+    "",
+    "reset(0)",
+]
 
 
 def inputs(shape: tuple[int, ...]) -> st.SearchStrategy:

@@ -1,0 +1,75 @@
+"""Guards: the globals and closure cells a parsed graph read, and their values.
+
+The parser resolves a global or closure name to its value while it builds a
+graph (a constant of the graph). Python reads the name each time the line
+runs, so a graph is only right while every name it read still holds the
+value it read (`x * scale` after `scale = 3.0` at module level). Each parsed
+graph records its reads as guards (`FuncGraph.guards`): `(namespace, name,
+value)` for a global, `(cell, None, value)` for a closure cell. A graph is
+stale when a guard of it, or of any graph it reaches (the helpers it calls),
+fails; the parse cache then parses the function again, and a gradient or
+compiled function transforms again before its next call (`grad.CompiledGraph`).
+Checks compare identities, so a call pays one dictionary look-up per name.
+"""
+
+from __future__ import annotations
+
+from k_transform.ir.nodes import FuncGraph
+
+_MISSING = object()
+BUILDING = ("building",)  # `FuncGraph.guards` while the parser builds the graph
+
+
+class Recorder:
+    """The guards one parsed function collects (its nested defs included)."""
+
+    def __init__(self):
+        self.reads: dict[tuple[int, str | None], tuple] = {}
+
+    def read_global(self, namespace: dict, name: str, value) -> None:
+        self.reads.setdefault((id(namespace), name), (namespace, name, value))
+
+    def read_cell(self, cell, value) -> None:
+        self.reads.setdefault((id(cell), None), (cell, None, value))
+
+    def guards(self) -> tuple:
+        return tuple(self.reads.values())
+
+
+def _current(container, name):
+    if name is None:
+        try:
+            return container.cell_contents
+        except ValueError:  # emptied
+            return _MISSING
+    return container.get(name, _MISSING)
+
+
+def guards_of(graph: FuncGraph) -> tuple:
+    """The guards of `graph` and of every graph it reaches (cached on `graph`
+    once every graph it reaches is built)."""
+    cached = getattr(graph, "_all_guards", None)
+    if cached is not None:
+        return cached
+    found: dict[tuple[int, str | None], tuple] = {}
+    complete = True
+    for g in graph.reachable():
+        if g.guards is BUILDING:
+            complete = False  # still being parsed (recursion)
+            continue
+        for guard in g.guards or ():
+            found.setdefault((id(guard[0]), guard[1]), guard)
+    result = tuple(found.values())
+    if complete:
+        graph._all_guards = result
+    return result
+
+
+def stale(guards: tuple) -> bool:
+    """Whether a name a guard read no longer holds the value read then."""
+    return any(_current(c, n) is not v for c, n, v in guards)
+
+
+def stale_names(guards: tuple) -> list[str]:
+    """The names of the failed guards (for messages)."""
+    return [n or "<closure cell>" for c, n, v in guards if _current(c, n) is not v]

@@ -1,0 +1,175 @@
+"""Host Python runs when Python would run it (issue 26, item 1).
+
+Without a jit every call of a gradient function runs the user's host code
+again (a random generator draws, a counter advances), in program order, as
+`jax.grad(f)(x)` does; under `kt.jit` it runs when the function is traced,
+as under `jax.jit`; the transform itself runs none of it. A global or
+closure name rebound between calls is read anew. Oracle: `jax.grad` /
+`jax.jvp` of the same Python function, run the same number of times on a
+generator reset to the same seed.
+"""
+
+import itertools
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+
+X = jnp.array([0.5, -1.0, 2.0])
+rs = np.random.RandomState(0)
+counter = itertools.count()
+py_random = random.Random(0)
+scale = 2.0
+
+
+def reset():
+    global rs, counter, py_random
+    rs = np.random.RandomState(0)
+    counter = itertools.count()
+    py_random = random.Random(0)
+
+
+def noisy(x):
+    return jnp.sum(jnp.sin(x) * rs.randn(3))
+
+
+def discards_a_draw(x):
+    rs.randn(2)  # drawn and dropped: the next draw is the third number
+    return jnp.sum(x * rs.randn(3))
+
+
+def counts(x):
+    k = next(counter)
+    return jnp.sum(x * x) * (k + 1.0)
+
+
+def stdlib_random(x):
+    return jnp.sum(x * py_random.random())
+
+
+def in_a_loop(x):
+    s = 0.0
+    for _ in range(3):
+        s = s + jnp.sum(x * rs.randn(3))
+    return s
+
+
+def in_a_branch(x):
+    if jnp.sum(x) > 0:
+        return jnp.sum(jnp.cos(x) * rs.randn(3))
+    return jnp.sum(x)
+
+
+HOST_PROGRAMS = [noisy, discards_a_draw, counts, stdlib_random, in_a_loop, in_a_branch]
+
+
+def three_calls(fn):
+    reset()
+    return [jax.tree_util.tree_map(np.asarray, fn()) for _ in range(3)]
+
+
+@pytest.mark.parametrize("f", HOST_PROGRAMS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_grad_runs_host_code_once_per_call(f, mode):
+    kt.set_mode(mode)
+    try:
+        g = kt.grad(f)
+        ours = three_calls(lambda: g(X))
+    finally:
+        kt.set_mode("graph")
+    theirs = three_calls(lambda: jax.grad(f)(X))
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert not np.allclose(ours[0], ours[1])  # a second call draws again
+
+
+@pytest.mark.parametrize("f", [noisy, counts, in_a_loop], ids=lambda f: f.__name__)
+def test_jvp_and_value_and_grad_run_host_code_once_per_call(f):
+    ours = three_calls(lambda: kt.jvp(f, X, X))
+    theirs = three_calls(lambda: jax.jvp(f, (X,), (X,)))
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-6)
+    ours = three_calls(lambda: kt.value_and_grad(f)(X))
+    theirs = three_calls(lambda: jax.value_and_grad(f)(X))
+    for (v1, g1), (v2, g2) in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(v1, v2, rtol=1e-6)
+        np.testing.assert_allclose(g1, g2, rtol=1e-6)
+
+
+def test_a_fresh_gradient_per_call_draws_like_jax():
+    ours = three_calls(lambda: kt.grad(noisy)(X))
+    theirs = three_calls(lambda: jax.grad(noisy)(X))
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-6)
+
+
+def test_under_a_jit_host_code_runs_at_trace():
+    reset()
+    ours = kt.jit(kt.grad(noisy))
+    first, second = np.asarray(ours(X)), np.asarray(ours(X))
+    reset()
+    theirs = jax.jit(jax.grad(noisy))
+    np.testing.assert_allclose(first, theirs(X), rtol=1e-6)
+    np.testing.assert_allclose(second, theirs(X), rtol=1e-6)  # frozen at trace, as JAX
+
+
+def test_the_transform_runs_no_host_code():
+    reset()
+    before = rs.get_state()[2]
+    g = kt.grad(discards_a_draw)
+    kt.get_source(g)
+    kt.get_ir(g)
+    assert rs.get_state()[2] == before
+    assert next(counter) == 0
+
+
+def test_a_host_call_given_a_traced_array_is_refused():
+    def f(x):
+        return jnp.sum(rs.normal(x))  # numpy cannot take a JAX tracer; jax.grad fails too
+
+    with pytest.raises(kt.KTransformError, match="normal"):
+        kt.grad(f)(X)
+
+
+def test_a_rebound_global_is_read_anew():
+    global scale
+
+    def helper(x):
+        return x * scale
+
+    def f(x):
+        return jnp.sum(jnp.sin(helper(x)))
+
+    g, jg = kt.grad(f), kt.jit(kt.grad(f))
+    try:
+        for value in (2.0, 3.0, 0.5):
+            scale = value
+            expected = jax.grad(f)(X)
+            for ours in (g(X), jg(X), kt.grad(f)(X), kt.jvp(f, X, X)[1]):
+                want = expected if ours.shape == X.shape else jnp.dot(expected, X)
+                np.testing.assert_allclose(ours, want, rtol=1e-6)
+    finally:
+        scale = 2.0
+
+
+def test_a_rebound_closure_cell_is_read_anew():
+    def make():
+        s = 1.0
+
+        def f(x):
+            return jnp.sum(x * x) * s
+
+        def set_s(v):
+            nonlocal s
+            s = v
+
+        return f, set_s
+
+    f, set_s = make()
+    g = kt.grad(f)
+    np.testing.assert_allclose(g(X), jax.grad(f)(X))
+    set_s(5.0)
+    np.testing.assert_allclose(g(X), jax.grad(f)(X))
+    np.testing.assert_allclose(g(X), 10.0 * X)
