@@ -47,6 +47,21 @@ def _static_fn(builder, api: str, args, e):
     return target_of(fn, len(args) - 1) if is_library(fn) else fn
 
 
+def _primal(builder, api: str, fn, e) -> FuncGraph:
+    """The graph of the function an API call transforms. A closure over the
+    caller's variables is refused: its graph is transformed on its own, where
+    those variables are not (pass them as arguments instead)."""
+    primal = graph_of(fn)
+    if primal.parent is not None and primal.free_variables():
+        names = ", ".join(sorted({n.debug.name or "?" for n in primal.free_variables()}))
+        raise builder.fp.unsupported(
+            f"{api} of `{primal.name}`, a function that reads variables of the function "
+            f"calling it ({names}; pass them as arguments)",
+            e,
+        )
+    return primal
+
+
 def _options(builder, api: str, kwargs, defaults: dict, e) -> dict:
     """The keyword options of an API call, each a constant named in `defaults`."""
     options = dict(defaults)
@@ -84,7 +99,7 @@ def lower_vjp(builder, args, kwargs, e):
     options = _options(builder, "kt.vjp", kwargs, {"weights": None, "has_aux": False}, e)
     weights, single = as_weights(options["weights"])
     has_aux = bool(options["has_aux"])
-    primal = graph_of(fn)
+    primal = _primal(builder, "kt.vjp", fn, e)
     inputs = args[1:]
     out = builder.apply(_call(primal), *inputs, node=e)
     spec = GradSpec("all", weights, single, sens_param=True, has_aux=has_aux)
@@ -114,7 +129,7 @@ def lower_jvp(builder, args, kwargs, e):
     has_aux = bool(_options(builder, "kt.jvp", kwargs, {"has_aux": False}, e)["has_aux"])
     if len(args) != 3:
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
-    primal = graph_of(fn)
+    primal = _primal(builder, "kt.jvp", fn, e)
     graph = jvp_graph(first_output_graph(primal) if has_aux else primal)
     n = len(graph.parameters) // 2
     xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
@@ -134,7 +149,7 @@ def lower_hvp(builder, args, kwargs, e):
     fn = _static_fn(builder, "kt.hvp", args, e)
     if len(args) != 3:
         raise builder.fp.error("kt.hvp takes (fn, args, v) inside transformed code", e)
-    primal = graph_of(fn)
+    primal = _primal(builder, "kt.hvp", fn, e)
     graph = jvp_graph(grad_graph(primal, GradSpec(inputs=0)))
     xs = builder.unpack(args[1], len(primal.parameters))
     zeros = [builder.apply(structural.ZerosLike(), x, node=e) for x in xs[1:]]
@@ -147,7 +162,7 @@ def lower_jacobian(builder, jac, args, e):
     graphs: a Jacobian per position (a tuple for a tuple of positions), with
     `has_aux` `(jacobian, aux)`."""
     fn = target_of(jac.fn, len(args)) if is_library(jac.fn) else jac.fn
-    primal = graph_of(fn)
+    primal = _primal(builder, "jacfwd" if jac.forward else "jacrev", fn, e)
     target = first_output_graph(primal) if jac.has_aux else primal
     for k in jac.positions:
         if not -len(args) <= k < len(args):

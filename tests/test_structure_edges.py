@@ -348,3 +348,42 @@ def test_gradient_through_jacobian_positions(loss, run):
     jax_loss = lambda y, z: blocks_loss(jax.jacrev(two_outputs, (0, 1))(y, z))  # noqa: E731
     want = jax.grad(jax_loss, argnums=(0, 1))(Y, Z)
     close(run(lambda y, z: kt.grad(loss, grad_position=(0, 1))(y, z), Y, Z), want)
+
+
+# == a transform of a closure over the caller's variables, inside transformed code ==
+def jacrev_of_closure(x, v):
+    def inner(y):
+        return jnp.sin(y) * v
+
+    return kt.jacrev(inner)(x)
+
+
+def jacfwd_of_closure(x, v):
+    return kt.jacfwd(lambda y: jnp.sin(y) * v, (0,))(x)
+
+
+def jvp_of_closure(x, v):
+    return kt.jvp(lambda y: jnp.sin(y) * v, (x,), (v,))
+
+
+def vjp_of_closure(x, v):
+    return kt.vjp(lambda y: jnp.sin(y) * v, x)[1](v)
+
+
+def hvp_of_closure(x, v):
+    return kt.hvp(lambda y: jnp.sum(jnp.sin(y) * v), (x,), v)
+
+
+@pytest.mark.parametrize(
+    "program",
+    [jacrev_of_closure, jacfwd_of_closure, jvp_of_closure, vjp_of_closure, hvp_of_closure],
+    ids=lambda f: f.__name__,
+)
+def test_transform_of_a_closure_refused(program):
+    """The function is transformed on its own, where `v` is not: a
+    KTransformError naming the call and the variable (it was an internal
+    error, "Parameter(v) is outside the graphs being mapped")."""
+    with pytest.raises(
+        kt.KTransformError, match=r"reads variables of the function calling it \(v;"
+    ):
+        kt.jit(program)(X, V)
