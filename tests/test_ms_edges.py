@@ -289,3 +289,36 @@ def test_conv2d_with_float32_weights_promotes_float64_input_and_keeps_gradient_d
         want = jax.grad(f_ref, (0, 1))(x32, w64)
         assert [g.dtype for g in got] == [jnp.float32, jnp.float64]
         close(got, want, 1e-5)
+
+
+class DenseLoss(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(3, 2)
+
+    def construct(self, x):
+        return jnp.sum(jnp.tanh(self.dense(x)) ** 2)
+
+
+def dense_ref(x, w, b):
+    return jnp.sum(jnp.tanh(x @ w.T + b) ** 2)
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_dense_with_float32_weights_on_float64_input_gives_gradients_in_each_dtype(mode):
+    """JAX's cotangents have their primal's dtype: a float32 weight used with
+    a float64 input gets a float32 gradient (item 12's gradients)."""
+    kt.set_mode(mode)
+    try:
+        with jax.enable_x64(True):
+            net = DenseLoss()
+            w, b = net.dense.weight.data, net.dense.bias.data
+            x = jnp.asarray(np.random.RandomState(1).randn(4, 3))  # float64
+            grad_fn = kt.GradOperation(get_all=True, get_by_list=True)
+            (dx,), (dw, db) = grad_fn(net, net.trainable_params())(x)
+            want = jax.grad(dense_ref, (0, 1, 2))(x, w, b)
+            assert [g.dtype for g in (dx, dw, db)] == [g.dtype for g in want]
+            assert (dx.dtype, dw.dtype) == (jnp.float64, jnp.float32)
+            close((dx, dw, db), want, 1e-5)
+    finally:
+        kt.set_mode("graph")

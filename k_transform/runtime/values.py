@@ -319,8 +319,19 @@ def ones_like_value(x):
 def env_get(env, key, like):
     """The gradient stored under `key` in `env`, or zeros like `like`."""
     if isinstance(env, dict) and key in env:
-        return env[key]
+        return _in_dtype_of(env[key], like)
     return zeros_like_value(like)
+
+
+def _in_dtype_of(grad, x):
+    """`grad` in `x`'s float dtype, as JAX's cotangents are (a float32 weight
+    used with float64 inputs gets a float32 gradient)."""
+    want, have = getattr(x, "dtype", None), getattr(grad, "dtype", None)
+    if want is None or have is None or want == have:
+        return grad
+    if jnp.issubdtype(want, jnp.floating) and jnp.issubdtype(have, jnp.floating):
+        return grad.astype(want)
+    return grad
 
 
 def env_del(env, key):
@@ -374,7 +385,7 @@ def input_grad(d, arg, integers: bool = False):
         return jnp.broadcast_to(jnp.asarray(d, arg.dtype), jnp.shape(arg))
     if d is None or arg is None or isinstance(arg, (bool, int, str)):
         return zeros_like_value(arg)
-    return d
+    return _in_dtype_of(d, arg)
 
 
 def _container_input_grad(d, arg, node, integers: bool):
