@@ -74,6 +74,8 @@ INTERNAL = (
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
     prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
+    control.EachItem,  # item k of a `for`'s tangent; each the other's rule:
+    control.EachItemGrad,  # tests/test_structure_edges.py (jvp, grad, jvp of grad)
 )
 # Registered only to refuse with a clear message: `test_refusing_rules` checks it.
 REFUSING = {prims.MethodCall: lambda x: x.cumprod()}  # flattened: no rule
