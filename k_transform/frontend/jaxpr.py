@@ -36,10 +36,11 @@ is rebuilt as the function's tuple/list/dict structure. A float rebuilt
 from another float's bits (`bitcast_convert_type` there and back) is
 refused, not given the zero gradient integer arithmetic would give;
 `jnp.frexp` (and so `jnp.ldexp`) gets a primal of ours instead (see "bit
-manipulation" below). Control flow inside a jaxpr is imported onto our own control primitives, so our loop and branch
-rules differentiate it (a `while` in reverse mode too, which JAX refuses):
-`while` is a `while_loop` of two closed graphs (a batched `while`, one
-condition per element, loops while any holds and updates only those), `cond` a chain of `switch`es
+manipulation" below). Control flow inside a jaxpr is imported onto our
+own control primitives, so our loop and branch rules differentiate it (a
+`while` in reverse mode too, which JAX refuses): `while` is a `while_loop`
+of two closed graphs (a batched `while`, one condition per element, loops
+while any holds and updates only those), `cond` a chain of `switch`es
 on `index > k`, `scan` a `for_range` over the rows whose stacked outputs are
 buffers it carries and writes row by row (`setitem`).
 """
@@ -243,6 +244,8 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
             consts = [Constant(c, hint="c") for c in body.consts]
             return _inline(graph, body.jaxpr, consts, args, bits)
         return _inline(graph, body, [], args, bits)
+    if name == "dce_sink":
+        return []  # no results: it only keeps its operand from JAX's dead-code elimination
     avals = tuple((tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars)
     float_from_bits = reads_bits and name == "bitcast_convert_type" and _inexact(eqn.outvars[0])
     prim = (FloatFromBits if float_from_bits else LaxPrimitive)(

@@ -60,6 +60,7 @@ VARIADIC = frozenset(
         "sort",
         "optimization_barrier",
         "device_put",
+        "stack",
     }
 )
 

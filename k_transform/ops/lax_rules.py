@@ -22,7 +22,9 @@ primitives by `k_transform.frontend.jaxpr`): linear algebra primitives
 mapped functions have rules), windowed reductions (`reduce_window*`,
 `select_and_*`), `cummax`/`cummin`, `sort` with several keys, scatters that
 multiply or take a min or max, the incomplete gamma and beta functions,
-`zeta`, complex numbers, FFTs, random bits.
+`zeta`, complex numbers, FFTs, random bits, and a float rebuilt from a
+float's bits (`ops.lax.FloatFromBits`). `tests/test_lax_sweep.py` probes
+every differentiable lax primitive and holds the refused ones (`REFUSED`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def _no_gradient(p):
 
 
 for _name in (
-    "eq ne lt le gt ge and or not xor is_finite sign floor ceil round nextafter "
+    "eq ne lt le gt ge eq_to le_to lt_to and or not xor is_finite sign floor ceil round nextafter "
     "argmax argmin iota stop_gradient reduce_and reduce_or reduce_xor population_count clz "
     "shift_left shift_right_arithmetic shift_right_logical rng_bit_generator rng_uniform "
     "platform_index"

@@ -188,6 +188,18 @@ def _split(p):
     return lambda x, out, dout: (jnp.concatenate(dout, axis=axis),)
 
 
+@lax_rule("stack")
+def _stack(p):
+    unstack = lax_op("unstack", [p.out_avals()], axis=p.param["axis"])
+    return lambda xs, out, dout: unstack(dout)
+
+
+@lax_rule("unstack")
+def _unstack(p):
+    axis = p.param["axis"]
+    return lambda x, out, dout: (jnp.stack(dout, axis=axis),)
+
+
 # -- dynamic slices, gather, scatter ------------------------------------------------------
 @lax_rule("dynamic_slice")
 def _dynamic_slice(p):
@@ -282,6 +294,12 @@ def _window_gather(p):
 def _scatter_add(p):
     pick = _window_gather(p)(p.in_avals[:2])
     return lambda x, indices, updates, out, dout: (dout, None, pick(dout, indices))
+
+
+@lax_rule("scatter-sub")
+def _scatter_sub(p):
+    pick = _window_gather(p)(p.in_avals[:2])
+    return lambda x, indices, updates, out, dout: (dout, None, -pick(dout, indices))
 
 
 @lax_rule("scatter")
