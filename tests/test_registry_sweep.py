@@ -39,7 +39,7 @@ from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
 from k_transform.ops import structural, trees
-from k_transform.ops.lax import LaxPrimitive
+from k_transform.ops.lax import FloatFromBits, LaxPrimitive
 
 # Rules tested elsewhere: the DFunctor's own helpers, which only appear in
 # K-graphs (tested by grad-of-grad and jvp tests), a Cell's custom bprop and
@@ -57,6 +57,7 @@ INTERNAL = (
     structural.SplitAux,  # has_aux inside transformed code: tests/test_ms_port.py (2nd order)
     structural.JoinAux,
     LaxPrimitive,  # one class for every lax primitive: tests/test_jaxpr_import.py
+    FloatFromBits,  # a float from a float's bits, refused: tests/test_lax_edges.py
     control.StackNew,  # K of loops as IR: tests/test_higher_order_control.py
     control.StackPush,
     control.StackPop,
