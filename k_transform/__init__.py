@@ -20,6 +20,7 @@ from k_transform.common.tensor import (
     int64,
     uint8,
 )
+from k_transform.context import clear_caches
 from k_transform.control.policy import set_unroll_budget
 from k_transform.errors import KTransformError
 from k_transform.grad import (
@@ -80,6 +81,7 @@ __all__ = [
     "ParameterTuple",
     "Primitive",
     "bprop_getters",
+    "clear_caches",
     "compile",
     "draw",
     "get_ir",

@@ -54,7 +54,7 @@ from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
-from k_transform.dfunctor.dfunctor import TracedCallK
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
 from k_transform.frontend.guards import guards_of, stale, stale_names
@@ -71,6 +71,7 @@ from k_transform.runtime.bounds import (
     retracing,
     set_loop_bound,
 )
+from k_transform.traced import TracedCallK
 from k_transform.transforms import (
     GradSpec,
     as_weights,
@@ -446,12 +447,10 @@ def _drop_constants(result, spec: GradSpec, constant: set):
     return (inputs, result[1]) if spec.weights is not None else inputs
 
 
-_first_outputs: dict[int, tuple] = {}
-
-
 def _without_aux(fn):
     """The graph of `fn(*xs)[0]` (cached per graph of `fn`)."""
     primal = graph_of(fn)
+    _first_outputs = TRANSFORM.cache("grad.first_outputs")
     entry = _first_outputs.get(id(primal))
     if entry is None or entry[0] is not primal:
         entry = (primal, first_output_graph(primal))
@@ -692,12 +691,10 @@ def jvp(fn, inputs, v, has_aux=False):
     return out, jv, rt.split_aux(_forward(fn)(*xs))[1]
 
 
-_forwards: dict[int, tuple] = {}
-
-
 def _forward(fn) -> CompiledGraph:
     """`fn` compiled (cached per graph), for the aux values of `has_aux`."""
     primal = graph_of(fn)
+    _forwards = TRANSFORM.cache("grad.forwards")
     entry = _forwards.get(id(primal))
     if entry is None or entry[0] is not primal:
         entry = (primal, CompiledGraph(primal, remake=lambda: _forward(fn)))
@@ -742,18 +739,16 @@ def _jvp(fn, inputs, v):
     return _jvp_function(fn)(*xs, *vs)
 
 
-_jvp_cache: dict[int, tuple] = {}
-
-
 def _jvp_remake(fn):
     def remake():
-        del _jvp_cache[id(fn)]
+        del TRANSFORM.cache("grad.jvp")[id(fn)]
         return _jvp_function(fn)
 
     return remake
 
 
 def _jvp_function(fn) -> CompiledGraph:
+    _jvp_cache = TRANSFORM.cache("grad.jvp")
     entry = _jvp_cache.get(id(fn))
     if entry is None or entry[0] is not fn:
         primal = graph_of(fn)

@@ -31,6 +31,7 @@ from k_transform.frontend.guards import guards_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
+from k_transform.traced import TracedCallK  # noqa: F401  (installs the DFunctor's services)
 
 
 @dataclass(frozen=True)

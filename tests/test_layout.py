@@ -4,6 +4,15 @@ Every `import` statement counts, including ones inside functions (an import
 moved into a function to dodge a cycle is still a cycle). The layers, bottom
 first, are the table in docs/architecture.md; a unit may import its own
 modules and any unit of a lower layer, never one of its own layer or above.
+
+Three more rules keep the layers honest:
+- the DFunctor is a graph-to-graph step: `dfunctor` imports neither
+  `frontend` nor `codegen` (`FORBIDDEN`), though codegen is below it;
+- a lower layer reaches a higher one only through the `__kt_*__` attributes
+  listed in `k_transform/protocol.py`, set only by the modules listed there;
+- no module keeps transform state in a global: a module-level dict, set,
+  list or weak table is a constant table (an UPPER_CASE name) or listed in
+  `MODULE_STATE` with its reason; caches are tables of `context.TRANSFORM`.
 """
 
 from __future__ import annotations
@@ -11,21 +20,24 @@ from __future__ import annotations
 import ast
 import graphlib
 import pathlib
+import re
 
 import pytest
+
+from k_transform.protocol import CALLBACKS
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "k_transform"
 
 # Bottom first; units of one row do not import each other.
 LAYERS = [
-    ["errors"],
+    ["errors", "context", "protocol"],
     ["runtime"],
     ["ir"],
     ["bprop_registry", "codegen", "cell", "common"],
     ["ops", "dataset"],
     ["control"],
-    ["frontend"],
-    ["dfunctor"],
+    ["frontend", "dfunctor"],  # the parser and the DFunctor do not know each other
+    ["traced"],  # K at trace time: joins them (and codegen), installs the DFunctor's services
     ["transforms"],
     ["api"],
     ["lowering"],
@@ -37,6 +49,9 @@ LAYERS = [
     ["demo"],
 ]
 RANK = {unit: k for k, row in enumerate(LAYERS) for unit in row}
+
+# Imports a unit may not make although the layers allow them.
+FORBIDDEN = {"dfunctor": {"frontend", "codegen"}}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -99,3 +114,138 @@ def test_a_cycle_is_found():
     """The check itself: a made-up cycle is reported."""
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter({"a": {"b"}, "b": {"a"}}).prepare()
+
+
+@pytest.mark.parametrize("name", sorted(m for m in MODULES if unit(m) in FORBIDDEN))
+def test_forbidden_imports(name):
+    bad = sorted(d for d in GRAPH[name] if unit(d) in FORBIDDEN[unit(name)])
+    assert not bad, f"{name} imports {bad} (see FORBIDDEN)"
+
+
+# -- callbacks up the layers: the `__kt_*__` protocol --------------------------------
+PROTOCOL_NAME = re.compile(r"^__kt_\w+__$")
+
+
+def _protocol_uses(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(attributes set, attributes read) of the `__kt_*__` protocol in a module."""
+    sets: set[str] = set()
+    reads: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sets |= {node.name} if PROTOCOL_NAME.match(node.name) else set()
+        elif isinstance(node, ast.Name) and PROTOCOL_NAME.match(node.id):
+            (sets if isinstance(node.ctx, ast.Store) else reads).add(node.id)
+        elif isinstance(node, ast.Attribute) and PROTOCOL_NAME.match(node.attr):
+            (sets if isinstance(node.ctx, ast.Store) else reads).add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if PROTOCOL_NAME.match(node.value):  # getattr(x, "__kt_lower__", None)
+                reads.add(node.value)
+    return sets, reads
+
+
+USES = {name: _protocol_uses(ast.parse(path.read_text())) for name, path in MODULES.items()}
+
+
+def test_callbacks_up_the_layers_are_the_protocol():
+    """An attribute set in one unit and read in a lower unit (or one of its
+    row) is a callback up the layers: it must be in `protocol.CALLBACKS`,
+    set there by a listed module."""
+    undeclared = []
+    for setter, (sets, _) in USES.items():
+        for reader, (_, reads) in USES.items():
+            if reader == "k_transform.protocol":  # the table itself
+                continue
+            for attr in sets & reads:
+                upward = unit(reader) != unit(setter) and RANK[unit(reader)] <= RANK[unit(setter)]
+                if upward and setter not in CALLBACKS.get(attr, ("", ()))[1]:
+                    undeclared.append(f"{reader} reads {attr}, set by {setter}")
+    assert not undeclared, "callbacks not in k_transform/protocol.py: " + "; ".join(undeclared)
+
+
+@pytest.mark.parametrize("attr", sorted(CALLBACKS))
+def test_each_callback_is_set_only_where_listed(attr):
+    setters = {name for name, (sets, _) in USES.items() if attr in sets}
+    assert setters == set(CALLBACKS[attr][1]), f"{attr} is set by {sorted(setters)}"
+
+
+# -- transform state: no module-level caches --------------------------------------------
+# A module-level dict, set, list or weak table is state unless it is a constant
+# table (a registry of rules, a mapping: an UPPER_CASE name, or `__all__`).
+# These are the exceptions, with the reason each is not transform state.
+MODULE_STATE = {
+    "k_transform.runtime.bounds._bounds": "run-time setting: `kt.set_loop_bound` per loop",
+    "k_transform.runtime.bounds._for_checkpoints": "run-time setting: `kt.set_for_checkpoints`",
+    "k_transform.runtime.bounds._retrace": "run-time switch while a gradient function traces",
+    "k_transform.runtime.bounds._track": "run-time switch: `tracking_recompute()`",
+    "k_transform.runtime.bounds._bounded": "run-time switch: `bounded_loops()`",
+    "k_transform.runtime.bounds.recompute_stats": "run-time report of checkpointed loops",
+    "k_transform.runtime.state._param_scopes": "run-time stack of Parameter bindings",
+    "k_transform.grad._mode": "user setting: `kt.set_mode`",
+}
+CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
+CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}
+CONTAINERS |= {"weak_values"}  # a table of `context.TRANSFORM` kept in a global
+MEMOIZERS = {"cache", "lru_cache"}
+LITERALS = (ast.Dict, ast.Set, ast.List, ast.DictComp, ast.SetComp, ast.ListComp)
+
+
+def _called(node: ast.AST) -> str:
+    target = node.func if isinstance(node, ast.Call) else node
+    return getattr(target, "attr", getattr(target, "id", ""))
+
+
+def module_state(path: pathlib.Path) -> list[str]:
+    """Module-level names bound to a mutable container, and memoized functions."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(_called(d) in MEMOIZERS for d in node.decorator_list):
+                found.append(node.name)
+            continue
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if isinstance(value, LITERALS) or (
+            isinstance(value, ast.Call) and _called(value) in CONTAINERS
+        ):
+            found += [t.id for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+def _is_constant_name(name: str) -> bool:
+    return name == "__all__" or name.lstrip("_").isupper()
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_transform_state_in_module_globals(name):
+    state = [
+        n
+        for n in module_state(MODULES[name])
+        if not _is_constant_name(n) and f"{name}.{n}" not in MODULE_STATE
+    ]
+    assert not state, (
+        f"{name} keeps {state} at module level: ask `context.TRANSFORM` for a cache, "
+        "or list a setting in MODULE_STATE with its reason"
+    )
+
+
+def test_module_state_entries_exist():
+    listed = {entry.rsplit(".", 1)[0] for entry in MODULE_STATE}
+    for module in listed:
+        names = module_state(MODULES[module])
+        stale = [e for e in MODULE_STATE if e.rsplit(".", 1)[0] == module]
+        stale = [e for e in stale if e.rsplit(".", 1)[1] not in names]
+        assert not stale, f"MODULE_STATE lists {stale}, which are not module state"
+
+
+def test_the_state_check_finds_a_cache(tmp_path):
+    """The check itself: a module-level cache and a memoized function are found."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import functools\n_cache: dict = {}\nTABLE = {}\n"
+        "@functools.cache\ndef f(n):\n    return n\n"
+    )
+    assert module_state(path) == ["_cache", "TABLE", "f"]

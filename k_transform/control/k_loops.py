@@ -45,32 +45,31 @@ adds each item's gradient into the sequence's at `k` (`EachItemGrad`: a dict
 seq iterates its keys, which have none). Every reverse loop is a
 `while` that pops until the stack is empty (`WhileLoop(popping=...)`): the
 stack's capacity bounds its trips, so K of it stores that many carries (a
-`for` reversed over its trip count is built by `reverse_head(rev=True)`, not
-used: see `backward`). The forward loop is marked `records=` (the carry it
-pushes on), which is what lets the run time checkpoint it.
+`for` reversed over its trip count was tried: see `backward`). The forward
+loop is marked `records=` (the carry it pushes on), which is what lets the
+run time checkpoint it.
 """
 
 from __future__ import annotations
 
-from k_transform import runtime as rt
+from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
 
-_cache: dict[tuple, FuncGraph] = {}
-
 
 def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
     """K of the loop `ctl` applied to `n_args` inputs whose graph slots hold
     `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`."""
     key = (ctl, n_args, *(g.uid for g in graphs))  # `ctl` with its options (grads, popping)
-    if key not in _cache:
+    cache = TRANSFORM.cache("k_loops.k_of")
+    if key not in cache:
         kept = _LoopK(ctl, graphs, n_args, debug, memo=True).graph
         kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
-        _cache[key] = kept
-    return _cache[key]
+        cache[key] = kept
+    return cache[key]
 
 
 class _LoopK:
@@ -172,9 +171,7 @@ class _LoopK:
         # Reversing a `for` over its trip count (a `lax.scan` when static) was tried with
         # loop-gradient-once; second order through `for` with `continue` then mixed float32
         # into float64 switch branches. Until that is found, every reverse is a `while`.
-        rev = False
-        body, ps = self.sub("reverse_body", "loop_body", ["step"] * rev + names)
-        ps = ps[rev:]
+        body, ps = self.sub("reverse_body", "loop_body", names)
         env, dc, di = ps[0], ps[1 : 1 + n], ps[1 + n : 1 + n + n_inv]
         st, b_inv = ps[n_acc], ps[n_acc + 1 : n_acc + 1 + n_inv]
         b_seq, b_final = ps[n_acc + 1 + n_inv : -1], ps[-1]
@@ -204,13 +201,13 @@ class _LoopK:
             new_ds = [self.prim(body, structural.AddGrad(), ps[n_acc - 1], placed)]
         body.output = self.tuple(body, new_env, *new_dc, *new_di, *new_ds, rest)
 
-        loop_fixed = self.reverse_head(bp, body, names, fixed, n_acc, rev)
-        if rev:
-            loop = control.ForRange(n_acc + 1, self.ctl.where, grads=True)
-        else:  # the stack it pops bounds its trips (no loop bound, no overflow check)
-            loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True, popping=n_acc)
+        # a `while` until the stack is empty: the stack bounds its trips (no
+        # loop bound, no overflow check)
+        cond, cps = self.sub("reverse_cond", "loop_cond", names)
+        cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
+        loop = control.WhileLoop(n_acc + 1, self.ctl.where, grads=True, popping=n_acc)
         inputs = [env0, *d_carry, *d_inv, *d_seq, stack, *inv, *seq, final]
-        res = self.prim(bp, loop, *loop_fixed, *inputs)
+        res = self.prim(bp, loop, Constant(cond), Constant(body), *inputs)
         res.tuple_arity = -1
         d_fixed = [Constant(None)] * self.n_fixed
         if each:
@@ -236,16 +233,3 @@ class _LoopK:
         has = self.prim(body, control.StackHasMemo(), stack)
         fixed = [Constant(kept, hint=kept.name), Constant(again, hint=again.name)]
         return self.prim(body, control.Switch(self.ctl.where), has, *fixed, *args, stack)
-
-    def reverse_head(self, bp: FuncGraph, body: FuncGraph, names, fixed, n_acc, rev) -> list[Node]:
-        """The inputs before the carry of the reverse loop: a `while` until the
-        stack is empty, or (`rev`) a `for` over the forward's trip count."""
-        if not rev:
-            cond, cps = self.sub("reverse_cond", "loop_cond", names)
-            cond.output = self.prim(cond, control.StackNonEmpty(), cps[n_acc])
-            return [Constant(cond), Constant(body)]
-        if self.kind is control.ForRange:
-            trips = self.prim(bp, prims.LibraryCall(rt.trip_count, "_rt.trip_count"), *fixed[:3])
-        else:
-            trips = self.prim(bp, prims.LibraryCall(rt.each_count, "_rt.each_count"), fixed[0])
-        return [Constant(0), trips, Constant(1), Constant(body)]

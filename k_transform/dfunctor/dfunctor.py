@@ -28,8 +28,8 @@ MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
   rule is inlined, `(da, db) = rule(a, b, y, dy)`, each gradient checked
   against its input's shape;
 - a library call with no primitive (`prims.imports_jaxpr`): `(y, bp) =
-  TracedCallK(call)(K(a), K(b))`, a run-time object that imports the call's
-  jaxpr at trace time and runs K of it (see `TracedCallK`);
+  LibraryK(call)(K(a), K(b))`, a run-time object that imports the call's
+  jaxpr at trace time and runs K of it (`k_transform.traced.TracedCallK`);
 - anything else (a user function, a closure value, a control primitive):
   `(y, bp) = K(f)(K(a), K(b))` in `g_fprop`, `(d_f, da, db) = bp(dy)` in
   `g_bprop`, with `d_f` added to the env (or to `f`'s own sensitivity when
@@ -48,22 +48,28 @@ gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
 calls for (`(result, bprop)` pairs, bprop results) their `tuple_arity`, so
 they are unpacked by name; both hints carry over when K-graphs are
 transformed again.
+
+The DFunctor is a graph-to-graph step: it imports the IR, the primitives,
+control flow and the rule registry, never the frontend or codegen
+(`tests/test_layout.py`). What it needs from above, the layer that joins
+them installs at import (`install`, called by `k_transform.traced`): the
+parser for rule graphs, K of a library call at trace time, and which
+functions the parser reads only where they are called. Its caches are
+tables of `context.TRANSFORM` (memoized K-graphs, env-key labels).
 """
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.codegen.compile import compile_graph
+from k_transform.context import TRANSFORM
 from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
-from k_transform.frontend import lax_models
-from k_transform.frontend.jaxpr import imported_graph
-from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, DebugInfo, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
@@ -71,11 +77,54 @@ from k_transform.ops import structural
 from k_transform.ops.mapping import primitive_for_value
 from k_transform.ops.state import Assign
 
-_functors: dict[tuple[int, bool], DFunctor] = {}
-_prim_fprops: dict[Primitive, FuncGraph] = {}
-_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # node -> env key
-_labels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> key prefix
-_label_owners: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+class LibraryK:
+    """K^order of a library call with no primitive (`prims.imports_jaxpr`):
+    a value the fprop graph calls with the K-values of the call's inputs,
+    returning `(result, bprop)` at order 1. Its graph is known only at trace
+    time, so the layer that imports jaxprs and compiles makes it
+    (`Services.library_k`: `k_transform.traced.TracedCallK`). K of it is the
+    same call one order higher, `k()`."""
+
+    call: prims.LibraryCall
+    order: int
+
+    def k(self) -> LibraryK:
+        raise NotImplementedError
+
+
+def _not_installed(*args, **kwargs):
+    raise KTransformError(
+        "internal: the DFunctor's services are not installed (import k_transform.traced)"
+    )
+
+
+@dataclass
+class Services:
+    """What the DFunctor asks of the layers above it (`install`).
+
+    - `parse(fn)`: a gradient rule's Python function as a FuncGraph (the
+      registry caches it: `bprop_getters.bprop_graph(prim, n, parse)`);
+    - `library_k(call, order, debug)`: a `LibraryK` for a library call;
+    - `is_modelled(value)`: whether the parser reads calls of `value` as a
+      Python model (`lax.cond`, `jax.vmap`), so it is no value K can map.
+    """
+
+    parse: Callable[..., FuncGraph] = _not_installed
+    library_k: Callable[..., LibraryK] = _not_installed
+    is_modelled: Callable[[object], bool] = _not_installed
+
+
+SERVICES = Services()
+
+
+def install(
+    parse: Callable[..., FuncGraph],
+    library_k: Callable[..., LibraryK],
+    is_modelled: Callable[[object], bool],
+) -> None:
+    """Give the DFunctor its services (once, by `k_transform.traced` at import)."""
+    SERVICES.parse, SERVICES.library_k, SERVICES.is_modelled = parse, library_k, is_modelled
 
 
 def k_graph(graph: FuncGraph, wrt_inputs: bool = True) -> FuncGraph:
@@ -88,15 +137,16 @@ def k_graph(graph: FuncGraph, wrt_inputs: bool = True) -> FuncGraph:
 def _functor(graph: FuncGraph, parent: DFunctor | None, passive: bool = False) -> DFunctor:
     passive = parent.passive if parent is not None else passive
     key = (graph.uid, passive)
-    if key not in _functors:
+    functors = TRANSFORM.cache("dfunctor.functors")
+    if key not in functors:
         functor = DFunctor(graph, parent, passive)
-        _functors[key] = functor  # before running: recursion finds it
+        functors[key] = functor  # before running: recursion finds it
         try:
             functor.run()
         except BaseException:
-            del _functors[key]
+            del functors[key]
             raise
-    return _functors[key]
+    return functors[key]
 
 
 def fv_key(node: Node) -> str:
@@ -106,14 +156,15 @@ def fv_key(node: Node) -> str:
     what was transformed before: `<graph>@<line>:<name>`, with `#k` for the
     k-th earlier node of that graph carrying the same name.
     """
-    if node not in _keys:
+    keys = TRANSFORM.weak_keys("dfunctor.env_keys")  # node -> env key
+    if node not in keys:
         graph = node.graph
         name = _key_name(node)
         same = [n for n in [*graph.parameters, *graph.nodes] if _key_name(n) == name]
         position = next((k for k, n in enumerate(same) if n is node), 0)
         suffix = f"#{position}" if position else ""
-        _keys[node] = f"{_graph_label(graph)}:{name}{suffix}"
-    return _keys[node]
+        keys[node] = f"{_graph_label(graph)}:{name}{suffix}"
+    return keys[node]
 
 
 def _key_name(node: Node) -> str:
@@ -123,19 +174,21 @@ def _key_name(node: Node) -> str:
 def _graph_label(graph: FuncGraph) -> str:
     """`<name>@<line>`, unique among live graphs: a same-named graph defined
     at the same line (another file) adds its file, a copy a number."""
-    if graph not in _labels:
+    labels = TRANSFORM.weak_keys("dfunctor.labels")  # graph -> key prefix
+    owners = TRANSFORM.weak_values("dfunctor.label_owners")  # key prefix -> graph
+    if graph not in labels:
         debug = graph.debug
         base = f"{graph.name}@{debug.line}" if debug.line else graph.name
         candidates = [base, f"{base}@{debug.file}"]
-        label = next((c for c in candidates if _label_owners.get(c) is None), "")
+        label = next((c for c in candidates if owners.get(c) is None), "")
         copy = 1
         while not label:
             label = f"{candidates[1]}~{copy}"
-            label = "" if _label_owners.get(label) is not None else label
+            label = "" if owners.get(label) is not None else label
             copy += 1
-        _label_owners[label] = graph
-        _labels[graph] = label
-    return _labels[graph]
+        owners[label] = graph
+        labels[graph] = label
+    return labels[graph]
 
 
 def param_key(param) -> structural.ParamKey:
@@ -159,14 +212,12 @@ def _may_assign(node: Apply) -> bool:
     return any(_graph_assigns(g) for g in values if isinstance(g, FuncGraph))
 
 
-_assigning: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _graph_assigns(graph: FuncGraph) -> bool:
-    if graph not in _assigning:
-        _assigning[graph] = False  # recursion: assume not, until found
-        _assigning[graph] = any(_may_assign(n) for n in graph.nodes)
-    return _assigning[graph]
+    assigning = TRANSFORM.weak_keys("dfunctor.assigning")
+    if graph not in assigning:
+        assigning[graph] = False  # recursion: assume not, until found
+        assigning[graph] = any(_may_assign(n) for n in graph.nodes)
+    return assigning[graph]
 
 
 def _has_gradient(value) -> bool:
@@ -280,7 +331,7 @@ class DFunctor:
             return Constant(_functor(value, parent).fprop, node.debug, node.hint)
         if isinstance(value, ControlPrimitive):
             return node
-        if isinstance(value, TracedCallK):  # K of K of an imported call: one order up
+        if isinstance(value, LibraryK):  # K of K of an imported call: one order up
             higher = value.k()
             return Constant(higher, node.debug, higher.hint)
         if not isinstance(value, Primitive):
@@ -290,7 +341,7 @@ class DFunctor:
         return Constant(prim_fprop(value, node.debug), node.debug, node.hint)
 
     def _map_plain(self, node: Constant) -> Node:
-        if lax_models.is_modelled(node.value):
+        if SERVICES.is_modelled(node.value):
             name = getattr(node.value, "__name__", "it")
             raise KTransformError(
                 f"`{name}` used as a value in differentiated code: k_transform reads it "
@@ -316,8 +367,8 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
-        if prims.imports_jaxpr(fn):  # K deferred to trace time (TracedCallK)
-            k1 = TracedCallK(fn, 1, node.debug)
+        if prims.imports_jaxpr(fn):  # K deferred to trace time (LibraryK)
+            k1 = SERVICES.library_k(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
@@ -477,7 +528,7 @@ class DFunctor:
             _, items = self.items.setdefault(id(node.args[0]), (node.debug.named(""), {}))
             items.setdefault((type(index), index), []).append(d)
             return
-        rule = bprop_getters.bprop_graph(prim, len(node.args), parse, node.debug)
+        rule = bprop_getters.bprop_graph(prim, len(node.args), SERVICES.parse, node.debug)
         if rule.no_gradient:
             return  # comparisons, shapes, integer results: nothing flows back
         inputs = self.k_args[id(node)]
@@ -533,8 +584,9 @@ def _const(prim: Primitive) -> Constant:
 
 def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
     """The fprop graph of a primitive used as a value: `(prim(*xs), bprop)`."""
-    if prim in _prim_fprops:
-        return _prim_fprops[prim]
+    prim_fprops = TRANSFORM.cache("dfunctor.prim_fprops")
+    if prim in prim_fprops:
+        return prim_fprops[prim]
     n = prim.n_inputs
     if n is None:
         raise KTransformError(
@@ -547,7 +599,7 @@ def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
     primal.output = primal.apply(_const(prim), *xs, debug=debug)
     primal.param_names = [x.name for x in xs]
     graph = k_graph(primal)
-    _prim_fprops[prim] = graph
+    prim_fprops[prim] = graph
     return graph
 
 
@@ -561,80 +613,14 @@ def _calls_values(graph: FuncGraph) -> bool:
     )
 
 
-_results: dict[int, FuncGraph] = {}
-
-
 def _result_of(fprop: FuncGraph) -> FuncGraph:
     """A graph returning item 0 (the result) of the fprop graph `fprop`."""
-    if fprop.uid not in _results:
+    results = TRANSFORM.cache("dfunctor.results")
+    if fprop.uid not in results:
         g = FuncGraph(f"{fprop.name}_result", debug=fprop.debug)
         params = [g.add_parameter(p.name) for p in fprop.parameters]
         g.param_names = [p.name for p in fprop.parameters]
         pair = g.apply(Constant(fprop), *params, debug=fprop.debug)
         g.output = g.apply(_const(prims.GetItem()), pair, Constant(0), debug=fprop.debug)
-        _results[fprop.uid] = g
-    return _results[fprop.uid]
-
-
-class TracedCallK:
-    """K^order of a library call whose graph is only known at trace time.
-
-    Called with the call's arguments, it imports `fn`'s jaxpr at their avals
-    (`frontend.jaxpr.imported_graph`, cached), applies the DFunctor `order`
-    times and runs the generated code: order 1 returns `(result, bprop)` as
-    any fprop does. K of this object (`map_value`) is the same call one order
-    higher, which is what differentiating code that calls it needs (the
-    bprop differentiated again: jvp, second order).
-    """
-
-    def __init__(self, call: prims.LibraryCall, order: int, debug=NO_DEBUG):
-        self.call = call
-        self.order = order
-        self.debug = debug  # the user's call site, for errors (not part of equality)
-        base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
-        self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
-
-    @property
-    def effectful(self) -> bool:
-        """A host call: kept in program order like the call it differentiates."""
-        return self.call.effectful
-
-    def k(self) -> TracedCallK:
-        return TracedCallK(self.call, self.order + 1, self.debug)
-
-    def __call__(self, *args):
-        try:
-            call = self.call
-            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.effectful)
-            fprop = _compiled_k(graph, self.order)
-        except KTransformError as exc:
-            if exc.debug is not None and exc.debug.line > 0:
-                raise
-            raise KTransformError(exc.bare_message, self.debug) from None
-        return fprop(*args)
-
-    def __eq__(self, other):
-        return isinstance(other, TracedCallK) and (self.call, self.order) == (
-            other.call,
-            other.order,
-        )
-
-    def __hash__(self):
-        return hash((self.call, self.order))
-
-    def __repr__(self):
-        return f"K{self.order}[{self.call!r}]"
-
-
-_compiled: dict[tuple[int, int], object] = {}
-
-
-def _compiled_k(graph: FuncGraph, order: int):
-    """The generated function of K^order(graph) (cached with the graph)."""
-    key = (graph.uid, order)
-    if key not in _compiled:
-        k = graph
-        for _ in range(order):
-            k = k_graph(k)
-        _compiled[key] = compile_graph(k)
-    return _compiled[key]
+        results[fprop.uid] = g
+    return results[fprop.uid]

@@ -43,6 +43,7 @@ a function passed to a graph or carried by a loop, recursion, `Assign`.
 from __future__ import annotations
 
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.context import TRANSFORM
 from k_transform.control.prims import (
     ControlPrimitive,
     EachItem,
@@ -52,9 +53,8 @@ from k_transform.control.prims import (
     WhileLoop,
 )
 from k_transform.dfunctor.builder import Builder, new_graph
-from k_transform.dfunctor.dfunctor import k_graph
+from k_transform.dfunctor.dfunctor import SERVICES, k_graph
 from k_transform.errors import KTransformError
-from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
@@ -150,7 +150,6 @@ def _items_of(shape, n: int) -> tuple:
 
 
 # -- J of one graph -----------------------------------------------------------------
-_forwards: dict[tuple, _Forward | None] = {}
 _BUILDING = object()
 
 
@@ -172,22 +171,23 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     branch of a switch, which fills undefined values item by item)."""
     graph = graph.differentiated_as or graph
     key = (graph.uid, mask, want, top, flat)
-    found = _forwards.get(key)
+    forwards = TRANSFORM.cache("forward.graphs")  # key -> _Forward, _BUILDING or None (J fails)
+    found = forwards.get(key)
     if found is _BUILDING:
         raise _Unsupported("recursion")
-    if found is None and key in _forwards:
+    if found is None and key in forwards:
         raise _Unsupported("cached")
     if found is None:
-        _forwards[key] = _BUILDING
+        forwards[key] = _BUILDING
         try:
             found = _Forward(graph, mask, want, top, flat, None)
         except _Unsupported:
-            _forwards[key] = None
+            forwards[key] = None
             raise
         except BaseException:
-            del _forwards[key]
+            del forwards[key]
             raise
-        _forwards[key] = found
+        forwards[key] = found
     return found
 
 
@@ -596,7 +596,7 @@ def _no_gradient(prim: Primitive, n: int) -> bool:
     if prims.imports_jaxpr(prim):
         return False
     try:
-        return bprop_getters.bprop_graph(prim, n, parse).no_gradient
+        return bprop_getters.bprop_graph(prim, n, SERVICES.parse).no_gradient
     except KTransformError:
         return False  # no rule: the jvp graph reports it where it is built
 

@@ -15,21 +15,22 @@ its own nodes (rare) is called rather than copied.
 
 from __future__ import annotations
 
+from k_transform.context import TRANSFORM
 from k_transform.control.prims import Switch
-from k_transform.frontend.fold import fold, tuple_item
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
+from k_transform.ops.fold import fold, tuple_item
 
 MAX_DEPTH = 8
-# Rule graphs are complete when inlined and never change: whether a graph
-# reads free variables is asked once per graph (by its never-reused uid).
-_reads_free: dict[int, bool] = {}
 
 
 def _has_free_variables(graph: FuncGraph) -> bool:
-    if graph.uid not in _reads_free:
-        _reads_free[graph.uid] = bool(graph.free_variables())
-    return _reads_free[graph.uid]
+    # Rule graphs are complete when inlined and never change: whether a graph
+    # reads free variables is asked once per graph (by its never-reused uid).
+    reads_free = TRANSFORM.cache("inline.reads_free")
+    if graph.uid not in reads_free:
+        reads_free[graph.uid] = bool(graph.free_variables())
+    return reads_free[graph.uid]
 
 
 def inline(rule: FuncGraph, args: list[Node], target: FuncGraph, debug, depth: int = 0) -> Node:

@@ -47,12 +47,10 @@ import types
 
 import gast
 
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import is_user_function
 
-# Functions written for partial objects, by the partial's id; each entry
-# holds its partial, so the id is not reused while the entry lives.
-_partials: dict[int, tuple[functools.partial, types.FunctionType]] = {}
 _serial = itertools.count(1)
 
 
@@ -189,6 +187,9 @@ def partial_function(p: functools.partial) -> types.FunctionType:
     """A Python function that does what the partial `p` does, with
     `inspect.signature(p)` as its own; its source is registered in
     `linecache`, so the parser reads it like any other."""
+    # Functions written for partial objects, by the partial's id; each entry
+    # holds its partial, so the id is not reused while the entry lives.
+    _partials = TRANSFORM.cache("callables.partials")
     entry = _partials.get(id(p))
     if entry is not None and entry[0] is p:
         return entry[1]

@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
 
+from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
@@ -106,9 +107,6 @@ def _struct(leaf):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
-_graphs: dict[tuple, tuple] = {}
-
-
 def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = False) -> FuncGraph:
     """The FuncGraph of `fn(*args)` (the last `len(kwnames)` as keywords),
     imported from its jaxpr at these argument avals (cached).
@@ -135,6 +133,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     # is used only when they are the same objects: ids are reused once an
     # object is gone.
     held = (fn, *(leaf for leaf, t in zip(leaves, traced, strict=True) if not t and _by_id(leaf)))
+    _graphs = TRANSFORM.cache("jaxpr.graphs")
     entry = None if host else _graphs.get(key)
     if entry is not None and all(a is b for a, b in zip(entry[0], held, strict=True)):
         return entry[1]
@@ -163,6 +162,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
 def _host_graph(fn, hint: str, kwnames: tuple, n_args: int) -> FuncGraph:
     """`fn(x0, ..., kw_a=...)` as one `HostValue` node (cached by `fn` and arity)."""
     key = ("host", id(fn), tuple(kwnames), n_args)
+    _graphs = TRANSFORM.cache("jaxpr.graphs")
     entry = _graphs.get(key)
     if entry is not None and entry[0][0] is fn:
         return entry[1]

@@ -35,13 +35,13 @@ Not read here (a KTransformError names the option): `scan(unroll=...)` and
 
 from __future__ import annotations
 
-import functools
 import linecache
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.ops import trees
 
@@ -113,7 +113,7 @@ FIXED = {
 }
 
 
-@functools.cache
+@TRANSFORM.memoize("lax_models.cond_model")
 def cond_model(n_ops: int):
     ops = ", ".join(f"op{k}" for k in range(n_ops))
     return _define(
@@ -125,7 +125,7 @@ def cond_model(n_ops: int):
     )
 
 
-@functools.cache
+@TRANSFORM.memoize("lax_models.switch_model")
 def switch_model(n_branches: int, n_ops: int):
     ops = ", ".join(f"op{k}" for k in range(n_ops))
     branches = ", ".join(f"branch{k}" for k in range(n_branches))
@@ -137,7 +137,7 @@ def switch_model(n_branches: int, n_ops: int):
     return _define(f"switch_{n_branches}_{n_ops}", "\n".join(lines) + "\n")
 
 
-@functools.cache
+@TRANSFORM.memoize("lax_models.vmap_model")
 def vmap_model(axes: tuple):
     """The loop `jax.vmap(fun, in_axes=axes)(*args)` means, for len(axes) args."""
     args = [f"a{k}" for k in range(len(axes))]

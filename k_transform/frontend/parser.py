@@ -39,6 +39,7 @@ import jax
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.context import TRANSFORM
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
@@ -61,7 +62,6 @@ from k_transform.frontend.desugar import (
     loaded_names,
     mutation_base,
 )
-from k_transform.frontend.fold import fold, fold_call, tuple_item, tuple_slice
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.mutation import check_mutations
 from k_transform.frontend.parse_sugar import SugarBuilder, View
@@ -72,16 +72,11 @@ from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import tensor_methods
+from k_transform.ops.fold import fold, fold_call, tuple_item, tuple_slice
 from k_transform.ops.host import host_call
 from k_transform.ops.mapping import Call, adapt_attribute, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
-# Parsed graphs by the ids of the function and of `self` (methods). An
-# entry holds both alive: ids are reused once an object is
-# gone, and a fresh Cell must never get a dead one's graph (its Parameters).
-_cache: dict[tuple, tuple[object, object, FuncGraph]] = {}
-# Graphs of Cells with their own `bprop`, by the uid of `construct`'s graph.
-_own_bprop: dict[int, FuncGraph] = {}
 
 UNSUPPORTED_STATEMENTS = {
     gast.Try: "try/except",
@@ -172,6 +167,10 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
     # ids: any function and any `self` will do. A Cell's `training` flag is
     # folded into its graph, so each mode has its own (MindSpore compiles per phase).
     key = (id(fn), id(bound_self), getattr(bound_self, "training", None), star_arity)
+    # Parsed graphs by the ids of the function and of `self` (methods). An
+    # entry holds both alive: ids are reused once an object is
+    # gone, and a fresh Cell must never get a dead one's graph (its Parameters).
+    _cache = TRANSFORM.cache("parser.graphs")
     entry = _cache.get(key)
     if entry is not None and entry[0] is fn and entry[1] is bound_self:
         if not guards.stale(guards.guards_of(entry[2])):
@@ -211,6 +210,8 @@ def _with_own_bprop(cell, graph: FuncGraph) -> FuncGraph:
     """A graph calling `graph` (`cell`'s `construct`) through `CustomBpropCall`,
     so that `cell`'s own `bprop` is its gradient when `cell` itself is the
     function differentiated, as when it is called from other code."""
+    # Graphs of Cells with their own `bprop`, by the uid of `construct`'s graph.
+    _own_bprop = TRANSFORM.cache("parser.own_bprop")
     if graph.uid not in _own_bprop:  # uids are never reused; `_cache` holds `graph`
         wrapper = FuncGraph(graph.name, debug=graph.debug)
         params = [wrapper.add_parameter(p.name, p.debug) for p in graph.parameters]

@@ -19,6 +19,7 @@ import types
 import numpy as np
 
 from k_transform.cell import Cell
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import FuncGraph
 
@@ -70,7 +71,6 @@ def _call_4(fn):
 
 
 _LIBRARY_CALLS = {1: _call_1, 2: _call_2, 3: _call_3, 4: _call_4}
-_library_targets: dict[tuple, tuple] = {}
 
 
 def target_of(fn, n: int | None):
@@ -85,6 +85,7 @@ def target_of(fn, n: int | None):
             f"library functions of 1 to 4 positional arguments (got {n}); wrap it in a Python "
             "function"
         )
+    _library_targets = TRANSFORM.cache("targets.library_targets")
     entry = _library_targets.get((id(fn), n))
     if entry is None or entry[0] is not fn:
         entry = (fn, _LIBRARY_CALLS[n](fn))

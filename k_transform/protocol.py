@@ -1,0 +1,42 @@
+"""The `__kt_*__` attributes: how a layer asks an object of a higher one about itself.
+
+Imports run down the layers (docs/architecture.md). Where a lower layer must
+treat an object of a higher one specially (the parser meets `kt.vjp` inside
+user code; codegen meets a `kt.Parameter`), it reads one of these attributes
+from the object instead of importing the object's module: a callback up the
+layers. `CALLBACKS` is every such attribute, what it promises, and the
+modules that may set it; `tests/test_layout.py` checks that an attribute
+set in one unit and read in a lower one (or one of its row) is listed here,
+and that only the listed modules set it.
+"""
+
+from __future__ import annotations
+
+CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "__kt_static__": (
+        "true: a call of it with constant arguments runs while parsing, and its "
+        "result is a constant (GradOperation(), kt.grad(f), kt.jacrev(f))",
+        ("k_transform.grad",),
+    ),
+    "__kt_lower__": (
+        "`__kt_lower__(builder, args, kwargs, node)`: its call is built into the "
+        "graph being parsed by it (`builder` the parser's GraphBuilder, the "
+        "arguments as nodes), which returns the result node (kt.vjp, kt.jvp, "
+        "kt.hvp, a Jacobian of a closure; the builders are `lowering.py`)",
+        ("k_transform.grad",),
+    ),
+    "__kt_graph__": (
+        "the FuncGraph it runs: a call of it is a call of that graph (a "
+        "gradient function, a `kt.compile`d program)",
+        ("k_transform.api", "k_transform.grad"),
+    ),
+    "__kt_source__": (
+        "the generated Python it runs (`kt.get_source`)",
+        ("k_transform.codegen.compile", "k_transform.grad"),
+    ),
+    "__kt_parameter__": (
+        "true: it is a `kt.Parameter` (or a slot written back like one), read "
+        "through `read_param` and written by `ops.Assign`",
+        ("k_transform.cell", "k_transform.runtime.state"),
+    ),
+}

@@ -1,0 +1,93 @@
+"""K at trace time, and the services the DFunctor asks of the layers above it.
+
+A call of a library function with no primitive (`jnp.arccos`, `jax.nn.elu`,
+optax code: `prims.imports_jaxpr`) has no graph until the avals of its
+arguments are known. K of it is a `TracedCallK(call, 1)` in the fprop graph;
+called at trace time, that imports the call's jaxpr at those avals
+(`frontend.jaxpr.imported_graph`, cached there), applies the DFunctor
+`order` times and runs the generated code (`codegen`, cached here).
+
+This module is the one place that joins the frontend, the DFunctor and
+codegen. The DFunctor imports none of them (a graph-to-graph step,
+`tests/test_layout.py`); at import this module installs what it needs
+(`dfunctor.install`): the parser for rule graphs, `TracedCallK` for library
+calls, and `lax_models.is_modelled` (functions read only where called).
+"""
+
+from __future__ import annotations
+
+from k_transform.codegen.compile import compile_graph
+from k_transform.context import TRANSFORM
+from k_transform.dfunctor import dfunctor
+from k_transform.dfunctor.dfunctor import LibraryK, k_graph
+from k_transform.errors import KTransformError
+from k_transform.frontend import lax_models
+from k_transform.frontend.jaxpr import imported_graph
+from k_transform.frontend.parser import parse
+from k_transform.ir.nodes import NO_DEBUG, FuncGraph
+from k_transform.ops import python as prims
+
+
+class TracedCallK(LibraryK):
+    """K^order of a library call whose graph is only known at trace time.
+
+    Called with the call's arguments, it imports `fn`'s jaxpr at their avals
+    (`frontend.jaxpr.imported_graph`, cached), applies the DFunctor `order`
+    times and runs the generated code: order 1 returns `(result, bprop)` as
+    any fprop does. K of this object (`map_value`) is the same call one order
+    higher, which is what differentiating code that calls it needs (the
+    bprop differentiated again: jvp, second order).
+    """
+
+    def __init__(self, call: prims.LibraryCall, order: int, debug=NO_DEBUG):
+        self.call = call
+        self.order = order
+        self.debug = debug  # the user's call site, for errors (not part of equality)
+        base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
+        self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
+
+    @property
+    def effectful(self) -> bool:
+        """A host call: kept in program order like the call it differentiates."""
+        return self.call.effectful
+
+    def k(self) -> TracedCallK:
+        return TracedCallK(self.call, self.order + 1, self.debug)
+
+    def __call__(self, *args):
+        try:
+            call = self.call
+            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.effectful)
+            fprop = _compiled_k(graph, self.order)
+        except KTransformError as exc:
+            if exc.debug is not None and exc.debug.line > 0:
+                raise
+            raise KTransformError(exc.bare_message, self.debug) from None
+        return fprop(*args)
+
+    def __eq__(self, other):
+        return isinstance(other, TracedCallK) and (self.call, self.order) == (
+            other.call,
+            other.order,
+        )
+
+    def __hash__(self):
+        return hash((self.call, self.order))
+
+    def __repr__(self):
+        return f"K{self.order}[{self.call!r}]"
+
+
+def _compiled_k(graph: FuncGraph, order: int):
+    """The generated function of K^order(graph) (cached with the graph)."""
+    key = (graph.uid, order)
+    compiled = TRANSFORM.cache("traced.compiled")
+    if key not in compiled:
+        k = graph
+        for _ in range(order):
+            k = k_graph(k)
+        compiled[key] = compile_graph(k)
+    return compiled[key]
+
+
+dfunctor.install(parse=parse, library_k=TracedCallK, is_modelled=lax_models.is_modelled)
