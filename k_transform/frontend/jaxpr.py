@@ -27,8 +27,10 @@ Design.
 The graph. One parameter per argument of the call (keywords last, as the
 LibraryCall passes them); array leaves inside tuples, lists and dicts are
 read with `getitem`; non-array leaves (ints, strings, dtypes) are static and
-baked into the trace. One `LaxPrimitive` Apply per equation (a tuple and
-`getitem`s for primitives with several results); `constvars` and literals are
+baked into the trace. Each equation becomes our primitive of the same
+meaning (`ops.lax_map.import_equation`: the `ops` twin, `sin` -> `ops.Sin`,
+else the lax primitive's own class, `ops.lax`), and a tuple and `getitem`s
+for primitives with several results; `constvars` and literals are
 Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 `custom_vjp_call` are inlined by their primal body (never JAX's rule), so a
 `custom_jvp` function is differentiated through what it computes. The output
@@ -58,7 +60,7 @@ from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
-from k_transform.ops.lax import FloatFromBits, LaxPrimitive
+from k_transform.ops.lax_map import import_equation
 
 # Call-like primitives inlined by the body they call; the value is the param
 # holding that body.
@@ -246,20 +248,18 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
         return _inline(graph, body, [], args, bits)
     if name == "dce_sink":
         return []  # no results: it only keeps its operand from JAX's dead-code elimination
-    avals = tuple((tuple(v.aval.shape), np.dtype(v.aval.dtype)) for v in eqn.invars)
+    avals = tuple(_aval(v) for v in eqn.invars)
     float_from_bits = reads_bits and name == "bitcast_convert_type" and _inexact(eqn.outvars[0])
-    prim = (FloatFromBits if float_from_bits else LaxPrimitive)(
-        eqn.primitive, dict(eqn.params), avals
+    out_avals = tuple(_aval(v) for v in eqn.outvars)
+    outs = import_equation(
+        graph, eqn.primitive, dict(eqn.params), avals, out_avals, args, float_from_bits
     )
-    debug = DebugInfo(name=name.replace("-", "_"))
-    node = graph.apply(Constant(prim, hint=name), *args, debug=debug)
-    if not prim.multiple_results:
-        outs = [node]
-    else:
-        get = Constant(prims.GetItem())
-        outs = [graph.apply(get, node, Constant(k), debug=debug) for k in range(len(eqn.outvars))]
     _mark_bits(bits, eqn, outs, reads_bits or _reads_float_bits(eqn))
     return outs
+
+
+def _aval(var) -> tuple:
+    return (tuple(var.aval.shape), np.dtype(var.aval.dtype))
 
 
 # -- bit manipulation ---------------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""`LaxPrimitive`: one lax-level primitive of an imported jaxpr.
+"""Lax primitives with no `ops` twin, one class per lax name.
 
-`k_transform.frontend.jaxpr` imports a jaxpr as a FuncGraph with one
-`LaxPrimitive` Apply per equation. A `LaxPrimitive` holds
+`k_transform.frontend.jaxpr` imports a jaxpr equation by equation through
+`k_transform.ops.lax_map`: an equation whose primitive has an `ops` twin
+becomes that primitive (`sin` -> `ops.Sin`); any other becomes an instance
+of this module's classes, which hold
 
-- `prim`: the `jax.extend.core.Primitive` object (`lax.sin_p`, `lax.gather_p`);
-  its name (`prim.name`) selects the gradient rule in `ops.lax_rules`;
+- `prim`: the `jax.extend.core.Primitive` object (`lax.gather_p`);
 - `params`: the equation's parameters as a sorted tuple of `(name, value)`
   (lists made tuples), so two instances with the same primitive, parameters
   and input avals are equal and share their rule graph;
@@ -12,14 +13,23 @@
   traced per aval (the caller caches them by aval), so rules can read shapes
   and dtypes statically, as MindSpore's getters read attributes.
 
+Classes (rules keyed by class, as every other primitive's):
+- `lax_class(name)`: the class of lax primitive `name` (`LaxCumsum`...,
+  made once by a factory); its rule, if any, is registered in
+  `ops.lax_rules` / `ops.lax_shape_rules` with `@lax_rule(name)`. A class
+  with no rule of its own gets `LaxPrimitive`'s, which refuses, naming the
+  primitive (or gives no gradient when no input is a float).
+- `IndexArithmetic`: any equation whose results are all integers or
+  booleans (comparisons, argmax, index arithmetic): no gradient.
+- `FloatFromBits`: the `bitcast_convert_type` that rebuilds a float from
+  integer bits computed from a float's bits (the importer follows them): it
+  runs as the bitcast does, and its rule refuses (integer arithmetic has no
+  gradient, so the float's would be a silent zero).
+
 `impl` is `prim.bind(*args, **params)` (a tuple for primitives with several
 results); generated code spells it `lax_<name>_p.bind(x, **<name>_params)`.
-`lax_op(name, in_avals, **params)` builds one by name, for rules.
-
-`FloatFromBits` is the `bitcast_convert_type` that rebuilds a float from
-integer bits computed from a float's bits (the importer follows them): it
-runs as the bitcast does, and its rule refuses (integer arithmetic has no
-gradient, so the float's would be a silent zero).
+`lax_op(name, in_avals, **params)` builds one by name, for rules; a name
+with an `ops` twin is refused there (rules use the twin).
 """
 
 from __future__ import annotations
@@ -68,6 +78,8 @@ VARIADIC = frozenset(
 class LaxPrimitive(Primitive):
     """One jax primitive with fixed parameters and input avals (see the module)."""
 
+    lax_name = ""  # the lax primitive a `lax_class` stands for
+
     def __init__(self, prim, params: dict, in_avals: tuple):
         frozen = tuple(sorted((k, _freeze(v)) for k, v in params.items()))
         super().__init__(prim.name, prim=prim, params=frozen, in_avals=tuple(in_avals))
@@ -114,6 +126,31 @@ class LaxPrimitive(Primitive):
 class FloatFromBits(LaxPrimitive):
     """`bitcast_convert_type` to a float from bits of a float (see the module)."""
 
+    lax_name = "bitcast_convert_type"
+
+
+class IndexArithmetic(LaxPrimitive):
+    """Any lax equation whose results are all integers or booleans: no gradient."""
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def lax_class(name: str) -> type:
+    """The LaxPrimitive subclass of lax primitive `name` (made once)."""
+    if name not in _CLASSES:
+        words = name.replace("-", "_").split("_")
+        cls_name = "Lax" + "".join(w[:1].upper() + w[1:] for w in words)
+        doc = f"`lax.{name}` (imported from a jaxpr; see `k_transform.ops.lax`)."
+        attrs = {"lax_name": name, "__doc__": doc, "__module__": __name__}
+        _CLASSES[name] = type(cls_name, (LaxPrimitive,), attrs)
+    return _CLASSES[name]
+
+
+def lax_classes() -> dict[str, type]:
+    """The classes made so far, by lax name."""
+    return dict(_CLASSES)
+
 
 _BY_NAME: dict[str, object] = {}
 
@@ -130,9 +167,15 @@ def jax_primitive(name: str):
     return _BY_NAME[name]
 
 
+# lax names whose equations become `ops` primitives (`ops.lax_map` fills it)
+TWINNED: set[str] = set()
+
+
 def lax_op(name: str, in_avals, **params) -> LaxPrimitive:
-    """A LaxPrimitive for rules: `lax_op("cumsum", [aval], axis=0, reverse=True)`."""
-    return LaxPrimitive(jax_primitive(name), params, tuple(in_avals))
+    """A lax primitive for rules: `lax_op("pad", [aval, aval], padding_config=...)`."""
+    if name in TWINNED:
+        raise KTransformError(f"internal: `{name}` has an ops twin; rules use the twin")
+    return lax_class(name)(jax_primitive(name), params, tuple(in_avals))
 
 
 def traced_op(name: str, fn, in_avals) -> LaxPrimitive:
@@ -143,4 +186,6 @@ def traced_op(name: str, fn, in_avals) -> LaxPrimitive:
     eqns = [e for e in jax.make_jaxpr(fn)(*structs).jaxpr.eqns if e.primitive.name == name]
     if len(eqns) != 1:
         raise KTransformError(f"internal: expected one `{name}` in the trace of {fn}")
-    return LaxPrimitive(eqns[0].primitive, dict(eqns[0].params), tuple(in_avals))
+    if name in TWINNED:
+        raise KTransformError(f"internal: `{name}` has an ops twin; rules use the twin")
+    return lax_class(name)(eqns[0].primitive, dict(eqns[0].params), tuple(in_avals))

@@ -1,30 +1,29 @@
-"""Gradient rules of the lax primitives (`k_transform.ops.lax.LaxPrimitive`).
+"""Gradient rules of the lax primitives with no `ops` twin (`ops.lax`).
 
-One `LaxPrimitive` class stands for every lax primitive, so its registered
-getter dispatches on the primitive's name through `RULES`, a table of short
-getters `get(p) -> bprop`. `p` is the LaxPrimitive: `p.param` its parameters,
-`p.in_avals` the `(shape, dtype)` of its inputs (static: imported graphs are
-traced per aval). Each bprop follows the registry contract (inputs, `out`,
-`dout` -> one gradient per input; variadic primitives take their inputs
-packed as `xs`) and is written with our primitives (mapped `jnp` functions,
-operators, `sum_to`, other `LaxPrimitive`s), so the parser reads it and the
-DFunctor differentiates it again (second order, jvp).
+A lax primitive that means what an `ops` primitive means is imported as that
+primitive (`ops.lax_map.TWINS`), and differentiated by its rule. The others
+are imported as `lax_class(name)` instances; `@lax_rule(name)` registers a
+getter for that class, `get(p) -> bprop`, where `p` is the instance:
+`p.param` its parameters, `p.in_avals` the `(shape, dtype)` of its inputs
+(static: imported graphs are traced per aval). Each bprop follows the
+registry contract (inputs, `out`, `dout` -> one gradient per input;
+variadic primitives take their inputs packed as `xs`) and is written with
+our primitives (mapped `jnp` functions, operators, `sum_to`, other lax
+primitives), so the parser reads it and the DFunctor differentiates it again
+(second order, jvp). An instance whose results are all integers or booleans
+(a rule's index arithmetic, differentiated again) gets no gradient.
 
 Lax binary operations broadcast rank-0 operands (weak-typed literals), hence
-`sum_to` on their gradients. Integer inputs get None (no gradient), and so
-does every input of a primitive whose results are all integers or booleans
-(index arithmetic: its sensitivity may be None at run time).
+`sum_to` on their gradients. Integer inputs get None (no gradient).
 
-Knowingly unsupported (the getter raises a KTransformError naming the lax
-primitive; control flow inside a jaxpr is imported onto our own control
-primitives by `k_transform.frontend.jaxpr`): linear algebra primitives
-(`cholesky`, `triangular_solve`, `lu`, `eigh`, `qr`, `svd`: jnp.linalg's
-mapped functions have rules), windowed reductions (`reduce_window*`,
-`select_and_*`), `cummax`/`cummin`, `sort` with several keys, scatters that
-multiply or take a min or max, the incomplete gamma and beta functions,
-`zeta`, complex numbers, FFTs, random bits, and a float rebuilt from a
-float's bits (`ops.lax.FloatFromBits`). `tests/test_lax_sweep.py` probes
-every differentiable lax primitive and holds the refused ones (`REFUSED`).
+A lax class with no rule of its own gets `LaxPrimitive`'s, which refuses,
+naming the lax primitive (or gives no gradient when no input is a float):
+linear algebra primitives (`cholesky`, `triangular_solve`, `lu`, `eigh`,
+`qr`, `svd`: jnp.linalg's mapped functions have rules), windowed reductions
+(`reduce_window*`, `select_and_*`), `cummax`/`cummin`, scatters that multiply
+or take a min or max, the incomplete gamma and beta functions, `zeta`,
+complex numbers, FFTs. `sort` with several keys refuses in its rule.
+This module holds the elementwise rules, `lax_shape_rules` the others.
 """
 
 from __future__ import annotations
@@ -37,11 +36,11 @@ import numpy as np
 from k_transform.bprop_registry.helpers import no_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
-from k_transform.ops.lax import FloatFromBits, LaxPrimitive, lax_op
+from k_transform.ops import lax_map  # noqa: F401 - the twins (`ops.lax.TWINNED`)
+from k_transform.ops.lax import FloatFromBits, IndexArithmetic, LaxPrimitive, lax_class, lax_op
 from k_transform.ops.structural import SumTo
 
 sum_to = SumTo()
-RULES: dict[str, object] = {}
 
 
 def _inexact(aval) -> bool:
@@ -50,25 +49,29 @@ def _inexact(aval) -> bool:
 
 @bprop_getters.register(LaxPrimitive)
 def get_bprop_lax(self):
-    getter = RULES.get(self.prim.name)
-    if getter is None and not any(_inexact(a) for a in self.in_avals):
+    """A lax primitive with no rule: refused, unless no input is a float."""
+    if not any(_inexact(a) for a in self.in_avals):
         return _no_gradient(self)  # integer and boolean inputs only (an index scatter)
-    if getter is None:
-        raise KTransformError(
-            f"cannot differentiate the lax primitive `{self.prim.name}` (in a library call "
-            "imported from its jaxpr): k_transform has no gradient rule for it (see "
-            "k_transform/ops/lax_rules.py for what is supported)"
-        )
-    outs = self.out_avals()
-    if not any(_inexact(a) for a in (outs if self.multiple_results else [outs])):
-        return _no_gradient(self)  # integer and boolean results (index arithmetic)
-    return getter(self)
+    raise KTransformError(
+        f"cannot differentiate the lax primitive `{self.prim.name}` (in a library call "
+        "imported from its jaxpr): k_transform has no gradient rule for it (see "
+        "k_transform/ops/lax_rules.py for what is supported)"
+    )
 
 
 def lax_rule(*names):
+    """Register the decorated getter as the rule of the lax classes of `names`."""
+
     def register(getter):
+        def get_bprop(self):
+            outs = self.out_avals()
+            if not any(_inexact(a) for a in (outs if self.multiple_results else [outs])):
+                return _no_gradient(self)  # integer and boolean results (index arithmetic)
+            return getter(self)
+
+        get_bprop.__qualname__ = f"lax_rule({getter.__name__})"
         for name in names:
-            RULES[name] = getter
+            bprop_getters.register(lax_class(name))(get_bprop)
         return getter
 
     return register
@@ -88,17 +91,68 @@ def _no_gradient(p):
     return no_gradient(lambda x, y, z, out, dout: (None, None, None))
 
 
-for _name in (
-    "eq ne lt le gt ge eq_to le_to lt_to and or not xor is_finite sign floor ceil round nextafter "
-    "argmax argmin iota stop_gradient reduce_and reduce_or reduce_xor population_count clz "
-    "shift_left shift_right_arithmetic shift_right_logical rng_bit_generator rng_uniform "
-    "platform_index"
-).split():
-    RULES[_name] = _no_gradient
+# Float results that do not depend smoothly on the inputs (integer and boolean
+# results are `IndexArithmetic`, whatever the primitive).
+lax_rule("round", "nextafter", "iota", "rng_uniform", "stop_gradient")(_no_gradient)
+bprop_getters.register(IndexArithmetic)(_no_gradient)
+
+
+# Refused on purpose, each by its class (a lax primitive missing here and from
+# every table is refused by `LaxPrimitive`'s rule, with the same message).
+_LINALG = "linear algebra inside a jaxpr (jnp.linalg's mapped functions have rules)"
+REFUSED = {
+    **dict.fromkeys(("complex", "real", "imag", "conj", "fft"), "complex numbers"),
+    **dict.fromkeys(
+        ("igamma", "igammac", "igamma_grad_a", "random_gamma_grad"), "incomplete gamma functions"
+    ),
+    "regularized_incomplete_beta": "the incomplete beta function",
+    "zeta": "the Hurwitz zeta function",
+    "reduce": "a reducer given as a jaxpr",
+    "cummax": "running maxima",
+    "cummin": "running minima",
+    **dict.fromkeys(("scatter-mul", "scatter-min", "scatter-max"), "a non-additive scatter"),
+    "approx_top_k": "approximate top-k",
+    **dict.fromkeys(
+        (
+            "reduce_window_sum",
+            "reduce_window_max",
+            "reduce_window_min",
+            "reduce_window",
+            "select_and_gather_add",
+            "select_and_scatter_add",
+        ),
+        "windowed reductions",
+    ),
+    "custom_linear_solve": "a linear solve given as jaxprs",
+    **dict.fromkeys(
+        ("cholesky", "eig", "eigh", "lu", "qr", "svd", "triangular_solve", "tridiagonal_solve"),
+        _LINALG,
+    ),
+}
+
+
+def _refused(p):
+    raise KTransformError(
+        f"cannot differentiate the lax primitive `{p.prim.name}` (in a library call imported "
+        f"from its jaxpr): k_transform has no gradient rule for {REFUSED[p.prim.name]}"
+    )
+
+
+for _name in REFUSED:
+    bprop_getters.register(lax_class(_name))(_refused)
+
+
+@lax_rule("bitcast_convert_type")
+def _bitcast(p):
+    """A float made of integer bits (random bits), not a float's: no gradient.
+    A float's own bits rebuilt into a float are `FloatFromBits`."""
+    if _inexact(p.in_avals[0]):
+        return _refused_bitcast(p)
+    return _no_gradient(p)
 
 
 @bprop_getters.register(FloatFromBits)
-def get_bprop_float_from_bits(self):
+def _refused_bitcast(self):
     raise KTransformError(
         "cannot differentiate the lax primitive `bitcast_convert_type` (in a library call "
         "imported from its jaxpr): it rebuilds a float from integer bits computed from a "
@@ -107,13 +161,9 @@ def get_bprop_float_from_bits(self):
     )
 
 
+@lax_rule("sharding_constraint")
 def _identity(p):
     return lambda x, out, dout: (dout,)
-
-
-RULES["copy"] = _identity
-RULES["copy_p"] = _identity
-RULES["sharding_constraint"] = _identity
 
 
 @lax_rule("optimization_barrier", "device_put")
@@ -144,26 +194,6 @@ def derivative(*names):
     return register
 
 
-@derivative("neg")
-def d_neg(x, out):
-    return -jnp.ones_like(x)
-
-
-@derivative("sin")
-def d_sin(x, out):
-    return jnp.cos(x)
-
-
-@derivative("cos")
-def d_cos(x, out):
-    return -jnp.sin(x)
-
-
-@derivative("tan")
-def d_tan(x, out):
-    return 1.0 + out * out
-
-
 @derivative("asin")
 def d_asin(x, out):
     return 1.0 / jnp.sqrt(1.0 - x * x)
@@ -172,31 +202,6 @@ def d_asin(x, out):
 @derivative("acos")
 def d_acos(x, out):
     return -1.0 / jnp.sqrt(1.0 - x * x)
-
-
-@derivative("atan")
-def d_atan(x, out):
-    return 1.0 / (1.0 + x * x)
-
-
-@derivative("sinh")
-def d_sinh(x, out):
-    return jnp.cosh(x)
-
-
-@derivative("cosh")
-def d_cosh(x, out):
-    return jnp.sinh(x)
-
-
-@derivative("tanh")
-def d_tanh(x, out):
-    return 1.0 - out * out
-
-
-@derivative("asinh")
-def d_asinh(x, out):
-    return 1.0 / jnp.sqrt(x * x + 1.0)
 
 
 @derivative("acosh")
@@ -209,64 +214,14 @@ def d_atanh(x, out):
     return 1.0 / (1.0 - x * x)
 
 
-@derivative("exp")
-def d_exp(x, out):
-    return out
-
-
 @derivative("exp2")
 def d_exp2(x, out):
     return out * math.log(2.0)
 
 
-@derivative("log")
-def d_log(x, out):
-    return 1.0 / x
-
-
-@derivative("log1p")
-def d_log1p(x, out):
-    return 1.0 / (1.0 + x)
-
-
-@derivative("expm1")
-def d_expm1(x, out):
-    return out + 1.0
-
-
-@derivative("sqrt")
-def d_sqrt(x, out):
-    return 0.5 / out
-
-
-@derivative("rsqrt")
-def d_rsqrt(x, out):
-    return -0.5 * out / x
-
-
 @derivative("cbrt")
 def d_cbrt(x, out):
     return 1.0 / (3.0 * out * out)
-
-
-@derivative("square")
-def d_square(x, out):
-    return 2.0 * x
-
-
-@derivative("abs")
-def d_abs(x, out):
-    return jnp.sign(x)
-
-
-@derivative("logistic")
-def d_logistic(x, out):
-    return out * (1.0 - out)
-
-
-@derivative("erf")
-def d_erf(x, out):
-    return 2.0 / math.sqrt(math.pi) * jnp.exp(-x * x)
 
 
 @derivative("erfc")
@@ -290,7 +245,7 @@ def _unary(derivative):
 
 
 for _name, _derivative in UNARY.items():
-    RULES[_name] = _unary(_derivative)
+    lax_rule(_name)(_unary(_derivative))
 
 
 @lax_rule("integer_pow")
@@ -305,84 +260,12 @@ def _integer_pow(p):
     return bprop
 
 
-@lax_rule("convert_element_type")
-def _convert(p):
-    if not _inexact(p.in_avals[0]) or not jnp.issubdtype(p.param["new_dtype"], jnp.inexact):
-        return _no_gradient(p)
-    back = lax_op(
-        "convert_element_type",
-        [(p.in_avals[0][0], np.dtype(p.param["new_dtype"]))],
-        new_dtype=p.in_avals[0][1],
-        weak_type=False,
-        sharding=None,
-    )
-    return lambda x, out, dout: (back(dout),)
-
-
 # -- elementwise binary (rank-0 operands broadcast) ---------------------------------
-@lax_rule("add", "add_any")
-def _add(p):
-    return lambda x, y, out, dout: (sum_to(dout, x), sum_to(dout, y))
-
-
-@lax_rule("sub")
-def _sub(p):
-    return lambda x, y, out, dout: (sum_to(dout, x), sum_to(-dout, y))
-
-
-@lax_rule("mul")
-def _mul(p):
-    return lambda x, y, out, dout: (sum_to(dout * y, x), sum_to(dout * x, y))
-
-
-@lax_rule("div")
-def _div(p):
-    def bprop(x, y, out, dout):
-        return sum_to(dout / y, x), sum_to(-dout * out / y, y)
-
-    return bprop
-
-
 @lax_rule("rem")
 def _rem(p):
     def bprop(x, y, out, dout):
         q = x / y
         return sum_to(dout, x), sum_to(-dout * (jnp.sign(q) * jnp.floor(jnp.abs(q))), y)
-
-    return bprop
-
-
-@lax_rule("pow")
-def _pow(p):
-    y_float = _inexact(p.in_avals[1])
-
-    def bprop(x, y, out, dout):
-        dx = sum_to(dout * (y * x ** (y - 1)), x)
-        if not y_float:
-            return dx, None
-        safe = jnp.where(x == 0, 1.0, x)
-        return dx, sum_to(dout * out * jnp.where(x == 0, 0.0, jnp.log(safe)), y)
-
-    return bprop
-
-
-@lax_rule("atan2")
-def _atan2(p):
-    def bprop(x, y, out, dout):
-        r = x * x + y * y
-        return sum_to(dout * y / r, x), sum_to(-dout * x / r, y)
-
-    return bprop
-
-
-@lax_rule("max", "min")
-def _max_min(p):
-    above = p.prim.name == "max"
-
-    def bprop(x, y, out, dout):
-        wins = (x > y) if above else (x < y)
-        share = jnp.where(wins, 1.0, jnp.where(x == y, 0.5, 0.0))
-        return sum_to(dout * share, x), sum_to(dout * (1.0 - share), y)
 
     return bprop
 
@@ -427,46 +310,5 @@ def _bessel_i1e(p):
         safe_x = jnp.where(big, x, tiny)
         d = i0e(safe_x) - out * (jnp.sign(safe_x) + 1.0 / safe_x)
         return (dout * jnp.where(big, d, 0.5),)
-
-    return bprop
-
-
-@lax_rule("select_n")
-def _select_n(p):
-    if len(p.in_avals) == 3:  # a boolean predicate: case 0 where False
-
-        def bprop(xs, out, dout):
-            zero = jnp.zeros_like(dout)
-            pred = xs[0]
-            return (
-                None,
-                sum_to(jnp.where(pred, zero, dout), xs[1]),
-                sum_to(jnp.where(pred, dout, zero), xs[2]),
-            )
-
-        return bprop
-    picks = tuple(range(len(p.in_avals) - 1))
-
-    def bprop_n(xs, out, dout):
-        zero = jnp.zeros_like(dout)
-        pred = xs[0]
-        grads = [
-            sum_to(jnp.where(pred == k, dout, zero), x) for k, x in zip(picks, xs[1:], strict=True)
-        ]
-        return (None,) + tuple(grads)
-
-    return bprop_n
-
-
-@lax_rule("clamp")
-def _clamp(p):
-    def bprop(lo, x, hi, out, dout):
-        zero = jnp.zeros_like(dout)
-        inside = jnp.logical_and(x >= lo, x <= hi)
-        return (
-            sum_to(jnp.where(x < lo, dout, zero), lo),
-            jnp.where(inside, dout, zero),
-            sum_to(jnp.where(x > hi, dout, zero), hi),
-        )
 
     return bprop

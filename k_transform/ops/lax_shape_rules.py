@@ -1,7 +1,9 @@
-"""Gradient rules of the lax reductions, contractions and shape primitives.
+"""Gradient rules of the lax reductions, contractions and shape primitives
+with no `ops` twin (`reduce_sum`, `transpose`, `broadcast_in_dim`, ... are
+imported as their twins: `k_transform.ops.lax_map`).
 
-Same contract as `k_transform.ops.lax_rules` (which holds the table and the
-elementwise rules): a getter per lax primitive name reads the parameters and
+Same contract as `k_transform.ops.lax_rules` (which holds `lax_rule` and the
+elementwise rules): a getter per lax primitive class reads the parameters and
 input avals statically and returns a bprop written with our primitives.
 Rules that need a scatter or a gather call `jax.lax` functions; the parser
 keeps them as library calls, which second order imports from their jaxprs
@@ -16,79 +18,25 @@ import numpy as np
 
 from k_transform.errors import KTransformError
 from k_transform.ops.lax import lax_op, traced_op
+from k_transform.ops.lax_map import dot_specs
 from k_transform.ops.lax_rules import _inexact, _no_gradient, lax_rule
+from k_transform.ops.reduce import Cumsum
 
 
-# -- reductions -------------------------------------------------------------------------
-@lax_rule("reduce_sum")
-def _reduce_sum(p):
-    shape, axes = p.in_avals[0][0], p.param["axes"]
-    return lambda x, out, dout: (jnp.broadcast_to(jnp.expand_dims(dout, axes), shape),)
-
-
-@lax_rule("reduce_max", "reduce_min")
-def _reduce_max(p):
-    axes = p.param["axes"]
-
-    def bprop(x, out, dout):
-        hit = jnp.where(x == jnp.expand_dims(out, axes), 1.0, 0.0)
-        count = jnp.sum(hit, axis=axes, keepdims=True)
-        return (hit / count * jnp.expand_dims(dout, axes),)
-
-    return bprop
-
-
-@lax_rule("reduce_prod")
-def _reduce_prod(p):
-    axes = p.param["axes"]
-    return lambda x, out, dout: (jnp.expand_dims(dout * out, axes) / x,)
-
-
-# -- cumulative ---------------------------------------------------------------------------
-def _reverse_cumsum(p):
-    return lax_op("cumsum", [p.in_avals[0]], axis=p.param["axis"], reverse=not p.param["reverse"])
-
-
-@lax_rule("cumsum")
-def _cumsum(p):
-    back = _reverse_cumsum(p)
-    return lambda x, out, dout: (back(dout),)
-
-
-@lax_rule("cumprod")
-def _cumprod(p):
-    back = _reverse_cumsum(p)
-    return lambda x, out, dout: (back(dout * out) / x,)
-
-
+# -- cumulative (cumsum and cumprod are imported as Cumsum and Cumprod) --------------------
 @lax_rule("cumlogsumexp")
 def _cumlogsumexp(p):
-    back = _reverse_cumsum(p)
+    back = Cumsum(p.param["axis"], not p.param["reverse"])
     return lambda x, out, dout: (jnp.exp(x) * back(dout * jnp.exp(-out)),)
 
 
 # -- contraction ----------------------------------------------------------------------------
-def _dot_specs(p) -> tuple[str, str, str]:
-    """einsum subscripts of dot_general's lhs, rhs and result."""
-    (lc, rc), (lb, rb) = p.param["dimension_numbers"]
-    nx, ny = len(p.in_avals[0][0]), len(p.in_avals[1][0])
-    letters = iter("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    xs = [next(letters) for _ in range(nx)]
-    ys = [None] * ny
-    for i, j in zip(lc, rc, strict=True):
-        ys[j] = xs[i]
-    for i, j in zip(lb, rb, strict=True):
-        ys[j] = xs[i]
-    ys = [c if c is not None else next(letters) for c in ys]
-    free_x = [xs[i] for i in range(nx) if i not in lc and i not in lb]
-    free_y = [ys[j] for j in range(ny) if j not in rc and j not in rb]
-    out = [xs[i] for i in lb] + free_x + free_y
-    return "".join(xs), "".join(ys), "".join(out)
-
-
 @lax_rule("dot_general")
 def _dot_general(p):
-    x, y, o = _dot_specs(p)
+    """Only a dot_general with a precision (`ops.lax_map.PARTIAL`); the others
+    are imported as NumpyMatMul or Einsum."""
+    shapes = (len(p.in_avals[0][0]), len(p.in_avals[1][0]))
+    x, y, o = dot_specs(p.param["dimension_numbers"], *shapes)
     to_x, to_y = f"{o},{y}->{x}", f"{x},{o}->{y}"
 
     def bprop(x, y, out, dout):
@@ -97,45 +45,7 @@ def _dot_general(p):
     return bprop
 
 
-# -- shapes ---------------------------------------------------------------------------------
-@lax_rule("reshape", "squeeze")
-def _reshape(p):
-    shape = p.in_avals[0][0]
-    return lambda x, out, dout: (jnp.reshape(dout, shape),)
-
-
-@lax_rule("broadcast_in_dim")
-def _broadcast_in_dim(p):
-    shape, dims, out_shape = p.in_avals[0][0], p.param["broadcast_dimensions"], p.param["shape"]
-    summed = [k for k in range(len(out_shape)) if k not in dims]
-    summed += [d for d, n in zip(dims, shape, strict=True) if n == 1 and out_shape[d] != 1]
-    axes = tuple(sorted(summed))
-    if not axes:
-        return lambda x, out, dout: (jnp.reshape(dout, shape),)
-    return lambda x, out, dout: (jnp.reshape(jnp.sum(dout, axis=axes), shape),)
-
-
-@lax_rule("tile")
-def _tile(p):
-    """dout as (reps_0, n_0, reps_1, n_1, ...), summed over the repeats."""
-    shape, reps = p.in_avals[0][0], p.param["reps"]
-    split = tuple(k for r, n in zip(reps, shape, strict=True) for k in (r, n))
-    axes = tuple(range(0, 2 * len(shape), 2))
-    return lambda x, out, dout: (jnp.sum(jnp.reshape(dout, split), axis=axes),)
-
-
-@lax_rule("transpose")
-def _transpose(p):
-    inverse = tuple(int(k) for k in np.argsort(p.param["permutation"]))
-    return lambda x, out, dout: (jnp.transpose(dout, inverse),)
-
-
-@lax_rule("rev")
-def _rev(p):
-    dims = tuple(p.param["dimensions"])
-    return lambda x, out, dout: (jnp.flip(dout, dims),)
-
-
+# -- shapes (the others are imported as their ops twins) ---------------------------
 @lax_rule("slice")
 def _slice(p):
     (shape, dtype) = p.in_avals[0]
@@ -172,32 +82,6 @@ def _pad(p):
         return dx, jnp.sum(dout) - jnp.sum(dx)
 
     return bprop
-
-
-@lax_rule("concatenate")
-def _concatenate(p):
-    dim = p.param["dimension"]
-    sizes = tuple(shape[dim] for shape, _ in p.in_avals)
-    split = lax_op("split", [p.out_avals()], sizes=sizes, axis=dim)
-    return lambda xs, out, dout: split(dout)
-
-
-@lax_rule("split")
-def _split(p):
-    axis = p.param["axis"]
-    return lambda x, out, dout: (jnp.concatenate(dout, axis=axis),)
-
-
-@lax_rule("stack")
-def _stack(p):
-    unstack = lax_op("unstack", [p.out_avals()], axis=p.param["axis"])
-    return lambda xs, out, dout: unstack(dout)
-
-
-@lax_rule("unstack")
-def _unstack(p):
-    axis = p.param["axis"]
-    return lambda x, out, dout: (jnp.stack(dout, axis=axis),)
 
 
 # -- dynamic slices, gather, scatter ------------------------------------------------------
