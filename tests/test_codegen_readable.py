@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import pathlib
 import re
@@ -148,6 +149,37 @@ CASES = {
 }
 
 
+_DENSE = kt.nn.Dense(3, 2, activation="tanh", seed=0)
+
+
+def dense_mse(x, t):
+    """A Dense layer, tanh and a mean squared error."""
+    return jnp.mean((_DENSE(x) - t) ** 2)
+
+
+def _dense_mse_oracle(x, t):
+    def loss(x, w, b):
+        return jnp.mean((jnp.tanh(x @ w.T + b) - t) ** 2)
+
+    d_x, d_w, d_b = jax.grad(loss, (0, 1, 2))(x, _DENSE.weight.data, _DENSE.bias.data)
+    return d_x, (d_w, d_b)
+
+
+def for_if(x, xs):
+    for v in xs:
+        if v > 0.0:
+            x = x * v
+    return x
+
+
+CASES["dense"] = (
+    lambda: kt.grad(dense_mse, weights=_DENSE.trainable_params()),
+    _dense_mse_oracle,
+    (np.linspace(-1.0, 1.0, 12).reshape(4, 3), np.full((4, 2), 0.25)),
+)
+CASES["for_if"] = (lambda: kt.grad(for_if), jax.grad(for_if), (0.4, [0.5, -1.0, 2.0]))
+
+
 def _branch_taken_at(v, x):
     """The branch `branch` takes at the point `x`, as a function of `v`."""
     return jnp.sin(v) * v * 2.0 if x > 0.0 else jnp.cos(v) * 2.0
@@ -174,7 +206,22 @@ def test_golden_source_and_gradient(case):
     check_golden(f"grad_{case}", kt.get_source(g))
     args = [jnp.asarray(a, jnp.float32) for a in args]
     got, want = g(*args), oracle(*args)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+
+
+def test_rules_decide_static_facts_when_the_code_runs():
+    """A Dense layer's gradient: the matmul rule's rank tests are Python `if`s
+    (ranks are static), never `_ctl.switch` calls, and no absolute path."""
+    source = kt.get_source(CASES["dense"][0]())
+    assert "switch" not in source
+    assert "where='/" not in source and ROOT not in source
+    assert ".ndim == 2:" in source
+
+
+@pytest.mark.xfail(strict=True, reason="issue 27 item 4: 124 lines, Tangent's is 93")
+def test_for_with_if_gradient_no_longer_than_tangents():
+    assert len(kt.get_source(kt.grad(for_if)).splitlines()) <= 93
 
 
 def test_branch_oracle_other_side():
@@ -236,14 +283,26 @@ def _sources_here() -> str:
     return kt.get_source(g) + "\n=====\n" + kt.get_source(kt.grad(g))
 
 
+def _twin_source() -> str:
+    """`closure_loop`'s own source, at its own line, for another module: the
+    same function name, line and variable names in another file."""
+    lines, first = inspect.getsourcelines(closure_loop)
+    return "import jax.numpy as jnp\n" + "\n" * (first - 2) + "".join(lines)
+
+
 def test_same_source_whatever_was_transformed_before(tmp_path):
     namesake = tmp_path / "namesake.py"
     namesake.write_text(_NAMESAKE)
+    twin = tmp_path / "twin.py"
+    twin.write_text(_twin_source())
     alone = _sources_in_fresh_process([])
     after_others = _sources_in_fresh_process(
         ["unrelated_1", "unrelated_2", "unrelated_3"], namesake=str(namesake)
     )
     assert after_others == alone
+    # A same-named function at the same line in another module, transformed first.
+    assert _sources_in_fresh_process([], namesake=str(twin)) == alone
+    assert str(tmp_path) not in alone and ROOT not in alone
     for fn in (unrelated_3, unrelated_1, closure):  # this process: others first too
         kt.get_source(kt.grad(kt.grad(fn)))
     assert _sources_here() == alone

@@ -10,6 +10,11 @@ effect needs are not emitted. A `# line N: <source>` comment precedes the
 statements of each user source line; in a backward pass (a bprop graph) it
 reads `# grad of line N: <source>`, once per run of statements from that line.
 
+A `switch` whose condition is static (ranks, shapes, dtypes, Python
+constants: `codegen.static`), as a rule's `if y.ndim == 2:`, is written as a
+Python `if`/`elif` with each branch's statements inline; its condition's
+statements are written into the `if` line.
+
 A tuple whose items are read by constant index (a `(result, bprop)` pair, a
 bprop's gradients, the results of a branch or loop: nodes with a
 `tuple_arity`, and `switch`es) is unpacked into the names of its items,
@@ -27,6 +32,7 @@ before. Statements are written as text (expressions are formatted as
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +40,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.codegen.naming import Namer, sanitize
+from k_transform.codegen.static import StaticFacts
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 
@@ -59,6 +66,7 @@ class ModuleEmitter:
         self._uses_read: set[int] = set()  # graphs whose reads are in _uses
         self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
         self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
+        self.static = StaticFacts()  # which switches are written as Python `if`s
 
     # -- globals ------------------------------------------------------------------
     def ref(self, value, hint: str = "") -> str:
@@ -125,22 +133,138 @@ class ModuleEmitter:
             params[k] += "=" + self.atom(node, names, namer)
         pad = "    " * depth
         lines = [pad + f"def {fname}({', '.join(params)}):"]
-        body_pad = pad + "    "
+        comment = _Comments(graph.kind == "bprop", self.comments, graph.debug.file)
+        body, out = self._emit_body(graph, namer, names, depth, comment)
+        return [*lines, *body, pad + f"    return {out}"]
+
+    def _emit_body(self, graph, namer, names, depth, comment, target=None):
+        """The statements of `graph` (indented for a `def` at `depth`) and the
+        expression of its result; with a `target` (a branch written inline)
+        the statements end by binding the result to it, and the expression is
+        None."""
+        body_pad = "    " * (depth + 1)
         live = self.live_nodes(graph)
-        unpacks = _unpackings(graph, live, self.uses_in(graph))
+        out = graph.output
+        uses = self.uses_in(graph)
+        only_returned = (
+            isinstance(out, Apply) and out.graph is graph and uses.get(id(out), []) == [None]
+        )
+        returned = _returned_tuple(graph, live, uses) if target is not None else None
+        inner_if = target is not None and only_returned and self.static.static_switch(out)
+        if target is not None and only_returned and returned is None and "," not in target:
+            names.setdefault(id(out), target)  # the result is computed under its name
+        unpacks = _unpackings(graph, live, uses)
         moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
-        defined_children: set[int] = set()
-        comment = _Comments(graph.kind == "bprop", self.comments)
+        conditions = self._inline_conditions(graph, live, uses)
+        defined: set[int] = set()
+        lines: list[str] = []
         for node in graph.nodes:
-            if id(node) not in live or id(node) in moved:
+            if id(node) not in live or id(node) in moved or node is returned:
                 continue
-            lines += self.emit_children(graph, node.inputs, defined_children, namer, names, depth)
+            if id(node) in conditions:  # part of a static `if`'s condition, written there
+                expr = self.expression(node, names, namer)
+                names[id(node)] = expr if _is_primary(expr) else f"({expr})"
+                continue
+            static_if = self.static.static_switch(node)
+            inputs = node.inputs[:2] + node.inputs[4:] if static_if else node.inputs
+            lines += self.emit_children(graph, inputs, defined, namer, names, depth)
             lines += [body_pad + c for c in comment.before(node)]
+            if static_if:
+                to = target if inner_if and node is out else None
+                lines += self._static_if(node, unpacks, namer, names, depth, comment, to)
+                continue
             expr = self.expression(node, names, namer)
             lines += [body_pad + line for line in self._assign(node, expr, unpacks, namer, names)]
-        out = graph.output
-        lines += self.emit_children(graph, [out], defined_children, namer, names, depth)
-        lines.append(body_pad + f"return {self.atom(out, names, namer)}")
+        tail = [out, *returned.inputs] if returned is not None else [out]
+        lines += self.emit_children(graph, tail, defined, namer, names, depth)
+        if inner_if:
+            return lines, None
+        if returned is not None:
+            result = self.expression(returned, names, namer)
+        else:
+            result = self.atom(out, names, namer)
+        if target is None:
+            return lines, result
+        if result != target:
+            lines.append(body_pad + f"{target} = {result}")
+        return lines, None
+
+    def _forget(self, branch: FuncGraph, names: dict) -> None:
+        """Drop the names of `branch`'s nodes and nested graphs, so that a
+        branch written inline twice computes into fresh variables."""
+        for g in branch.reachable():
+            if g is branch or any(a is branch for a in g.ancestors()):
+                self.graph_names.pop(g.uid, None)
+                for n in [*g.parameters, *g.nodes]:
+                    names.pop(id(n), None)
+
+    def _inline_conditions(self, graph, live, uses) -> set[int]:
+        """Nodes of the conditions of `graph`'s static `if`s read only there:
+        written into the `if` line (`if x.ndim == 2:`), not named."""
+        found: set[int] = set()
+
+        def take(node, user):
+            if (
+                isinstance(node, Apply)
+                and node.graph is graph
+                and id(node) in live
+                and uses.get(id(node), []) == [user]
+                and not self.static.static_switch(node)
+                and self.static.is_static(node)
+            ):
+                found.add(id(node))
+                for a in node.args:
+                    take(a, node)
+
+        for node in graph.nodes:
+            if id(node) in live and self.static.static_switch(node):
+                take(node.args[0], node)
+        return found
+
+    def _static_if(self, node: Apply, unpacks, namer, names, depth, comment, target=None):
+        """A switch on a static condition (`codegen.static`) as a Python `if`,
+        each branch's statements inline, its result bound to the switch's
+        names (or to `target`: the result of an enclosing inline branch)."""
+        pad = "    " * (depth + 1)
+        cond = _unwrapped(self.atom(node.args[0], names, namer))
+        items, whole, arity = unpacks.get(id(node), (None, True, 0))
+        if target is None and items is not None and not whole:
+            target = self._unpack_target(items, arity, namer, names)
+        elif target is None:
+            target = self._name_node(node, namer, names)
+        lines = [pad + f"if {cond}:"]
+        for k, branch in enumerate((node.args[1].value, node.args[2].value)):
+            if k:
+                lines.append(pad + "else:")
+            args = node.args[3:]
+            bound = {
+                id(p): self.static.is_static(a)
+                for p, a in zip(branch.parameters, args, strict=True)
+            }
+            atoms = [self.atom(a, names, namer) for a in args]
+            self._forget(branch, names)  # inlined before: fresh names, closures see this copy
+            for p, a in zip(branch.parameters, atoms, strict=True):
+                names[id(p)] = a
+            self.static.bound.update(bound)
+            self.scope.append(branch)
+            try:
+                body, _ = self._emit_body(branch, namer, names, depth + 1, comment.inside(), target)
+            finally:
+                self.scope.pop()
+                for key in bound:
+                    self.static.bound.pop(key, None)
+                for p in branch.parameters:  # the branch may also be a `def` elsewhere
+                    names.pop(id(p), None)
+            if k and _one_if(body, pad + "    "):  # else: if ... -> elif ...
+                lines.pop()
+                body = [line[4:] for line in body]
+                body[0] = pad + "el" + body[0][len(pad) :]
+            lines += body or [pad + "    pass"]
+        if items is not None:
+            if whole:
+                unpacked = self._unpack_target(items, arity, namer, names)
+                lines.append(pad + f"{unpacked} = {names[id(node)]}")
+            lines += [pad + line for line in self._unpack_items(items, unpacks, namer, names)]
         return lines
 
     def _assign(self, node: Apply, expr: str, unpacks: dict, namer, names) -> list[str]:
@@ -316,16 +440,27 @@ def _made_by_transform(node: Node) -> bool:
 class _Comments:
     """`# line N: <source>` over the statements of each source line; in a
     bprop `# grad of line N: <source>`, once per run of statements from that
-    line (statements without a line of their own stay in the current run)."""
+    line (statements without a line of their own stay in the current run).
+    Inside a branch written inline, only lines of the function's own file."""
 
-    def __init__(self, backward: bool, enabled: bool):
+    def __init__(self, backward: bool, enabled: bool, file: str = "", inline: bool = False):
         self.prefix = "grad of line" if backward else "line"
         self.enabled = enabled
+        self.file = file
+        self.inline = inline
         self.last = None
+
+    def inside(self) -> _Comments:
+        """The comments of a branch written inline in this function."""
+        inner = _Comments(self.prefix != "line", self.enabled, self.file, inline=True)
+        inner.last = self.last
+        return inner
 
     def before(self, node: Apply) -> list[str]:
         debug = node.debug
         if not self.enabled or not debug.line or debug.line == self.last:
+            return []
+        if self.inline and debug.file != self.file:
             return []
         self.last = debug.line
         return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
@@ -345,6 +480,43 @@ def _unpackings(graph: FuncGraph, live: set[int], uses: dict) -> dict[int, tuple
         if items:
             found[id(node)] = (items, whole, arity)
     return found
+
+
+def _is_primary(expr: str) -> bool:
+    """A name, attribute, call or subscript: safe to write inside another
+    expression without parentheses."""
+    return re.fullmatch(r"[\w.]+(\(.*\)|\[.*\])?", expr) is not None and "(" not in expr[:1]
+
+
+def _unwrapped(expr: str) -> str:
+    """`expr` without the parentheses an inlined condition got (`(a == 2)`)."""
+    if expr.startswith("(") and expr.endswith(")"):
+        depth = 0
+        for k, ch in enumerate(expr):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and k < len(expr) - 1:
+                return expr
+        return expr[1:-1]
+    return expr
+
+
+def _one_if(body: list[str], pad: str) -> bool:
+    """Whether `body` (lines indented by `pad`) is one `if` statement."""
+    if not body or not body[0].startswith(pad + "if "):
+        return False
+    top = [line for line in body if not line.startswith(pad + " ")]
+    return all(line.startswith((pad + "if ", pad + "elif ", pad + "else:")) for line in top) and (
+        sum(line.startswith(pad + "if ") for line in top) == 1
+    )
+
+
+def _returned_tuple(graph: FuncGraph, live: set[int], uses: dict) -> Apply | None:
+    """The tuple `graph` builds only to return it (written as the result)."""
+    out = graph.output
+    fn = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
+    if not (isinstance(fn, Primitive) and fn.name == "make_tuple" and out.graph is graph):
+        return None
+    return out if uses.get(id(out), []) == [None] and id(out) in live else None
 
 
 def _result_arity(node: Apply) -> int:

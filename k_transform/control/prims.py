@@ -65,7 +65,10 @@ class ControlPrimitive(Primitive):
         return out
 
     def _emit_call(self, e, fn: str, parts: list[str], module=ctl, alias: str = "_ctl") -> str:
-        parts = [*parts, *(f"{k}={v!r}" for k, v in self.options().items())]
+        options = self.options()
+        if "where" in options:  # relative: the source reads the same on every machine
+            options["where"] = ctl.shown_where(options["where"])
+        parts = [*parts, *(f"{k}={v!r}" for k, v in options.items())]
         return f"{e.ref(module, alias)}.{fn}({', '.join(parts)})"
 
 
@@ -242,6 +245,7 @@ class StackHasMemo(_StackCall):
 
     n_inputs = 1
     rt_name = "stack_has_memo"
+    static_when = "always"  # never traced: codegen writes its switch as an `if`
 
 
 class StackMemo(_StackCall):

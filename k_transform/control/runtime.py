@@ -9,6 +9,8 @@ Whether a loop with a static trip count unrolls is `k_transform.control.policy`.
 from __future__ import annotations
 
 import linecache
+import os
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,20 @@ from k_transform.runtime.values import (
     shape_of,
     zeros_like_value,
 )
+
+
+def shown_where(where: str) -> str:
+    """`where` ("file:line") as generated code spells it: the file relative to
+    the `sys.path` entry it is under (`pkg/mod.py:12`, found again there by
+    `linecache`), else its base name; never a path that depends on the
+    machine."""
+    path, _, line = where.rpartition(":")
+    if not path or not os.path.isabs(path):
+        return where
+    roots = [os.path.abspath(p or os.curdir) for p in sys.path if isinstance(p, str)]
+    roots = [r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+    relative = os.path.relpath(path, max(roots, key=len)) if roots else os.path.basename(path)
+    return f"{relative.replace(os.sep, '/')}:{line}"
 
 
 # -- if ----------------------------------------------------------------------

@@ -172,21 +172,19 @@ def _key_name(node: Node) -> str:
 
 
 def _graph_label(graph: FuncGraph) -> str:
-    """`<name>@<line>`, unique among live graphs: a same-named graph defined
-    at the same line (another file) adds its file, a copy a number."""
+    """`<name>@<line>`, unique among the live graphs of its own file (a copy
+    adds `~k`). Graphs of other files are never consulted, so a label does
+    not depend on what was transformed before from another module, nor on
+    where the files are."""
     labels = TRANSFORM.weak_keys("dfunctor.labels")  # graph -> key prefix
-    owners = TRANSFORM.weak_values("dfunctor.label_owners")  # key prefix -> graph
+    owners = TRANSFORM.weak_values("dfunctor.label_owners")  # (file, prefix) -> graph
     if graph not in labels:
         debug = graph.debug
-        base = f"{graph.name}@{debug.line}" if debug.line else graph.name
-        candidates = [base, f"{base}@{debug.file}"]
-        label = next((c for c in candidates if owners.get(c) is None), "")
+        base = label = f"{graph.name}@{debug.line}" if debug.line else graph.name
         copy = 1
-        while not label:
-            label = f"{candidates[1]}~{copy}"
-            label = "" if owners.get(label) is not None else label
-            copy += 1
-        owners[label] = graph
+        while owners.get((debug.file, label)) is not None:
+            label, copy = f"{base}~{copy}", copy + 1
+        owners[(debug.file, label)] = graph
         labels[graph] = label
     return labels[graph]
 

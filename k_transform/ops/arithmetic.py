@@ -38,6 +38,7 @@ Greater = operator_primitive("Greater", operator.gt, ">")
 GreaterEqual = operator_primitive("GreaterEqual", operator.ge, ">=")
 Is = operator_primitive("Is", operator.is_, "is")
 IsNot = operator_primitive("IsNot", operator.is_not, "is not")
+Is.static_when = IsNot.static_when = "always"  # identity is never traced
 
 Neg = operator_primitive("Neg", operator.neg, "-", n_inputs=1)
 Pos = operator_primitive("Pos", operator.pos, "+", n_inputs=1)
@@ -120,27 +121,18 @@ def bprop_pos(x, out, dout):
 
 @rule(NumpyMatMul)
 def bprop_numpy_matmul(x, y, out, dout):
-    if x.ndim == 1 and y.ndim == 1:
-        return dout * y, dout * x
-    if x.ndim == 1 and y.ndim == 2:  # vector @ matrix
-        return y @ dout, jnp.einsum("i,j->ij", x, dout)
-    if x.ndim == 1:  # x is a row: dout (..., k) -> (..., 1, k)
+    # Ranks are static: codegen writes these `if`s as Python `if`s, decided
+    # when the code runs (codegen.static).
+    if y.ndim == 2:  # x @ a matrix, x of any rank (a Dense layer): one contraction for dy
+        n, m = jnp.shape(y)
+        return dout @ y.T, jnp.reshape(x, (-1, n)).T @ jnp.reshape(dout, (-1, m))
+    if y.ndim == 1:  # x @ a vector: dout (..., m) -> (..., m, 1)
+        g = jnp.expand_dims(dout, -1)
+        return sum_to(g * y, x), sum_to(g * x, y)
+    if x.ndim == 1:  # a vector @ a batch of matrices: dout (..., k) -> (..., 1, k)
         g = jnp.expand_dims(dout, -2)
         dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
         return sum_to(dx, x), sum_to(jnp.expand_dims(x, -1) * g, y)
-    if y.ndim == 1 and x.ndim == 2:  # matrix @ vector: an outer product and a contraction
-        return jnp.einsum("i,j->ij", dout, y), dout @ x
-    if y.ndim == 1:  # y is a column: dout (..., m) -> (..., m, 1)
-        g = jnp.expand_dims(dout, -1)
-        dy = jnp.squeeze(jnp.swapaxes(x, -1, -2) @ g, -1)
-        return sum_to(g * y, x), sum_to(dy, y)
-    if x.ndim > 2 and y.ndim == 2:  # batch @ matrix: one contraction for dy
-        dy = jnp.reshape(x, (-1, jnp.shape(y)[0])).T @ jnp.reshape(dout, (-1, jnp.shape(y)[1]))
-        return dout @ y.T, dy
-    if x.ndim == 2 and y.ndim > 2:  # matrix @ batch: one contraction for dx
-        g = jnp.reshape(jnp.moveaxis(dout, -2, 0), (jnp.shape(x)[0], -1))
-        y2 = jnp.reshape(jnp.moveaxis(y, -2, 0), (jnp.shape(x)[1], -1))
-        return g @ y2.T, x.T @ dout
     dx = dout @ jnp.swapaxes(y, -1, -2)
     dy = jnp.swapaxes(x, -1, -2) @ dout
     return sum_to(dx, x), sum_to(dy, y)

@@ -58,6 +58,7 @@ class OperatorPrimitive(Primitive):
 
     symbol = ""
     op = None
+    static_when = "inputs"  # Python values in, a Python value out (codegen.static)
 
     def __init__(self):
         super().__init__(type(self).__name__)

@@ -30,6 +30,7 @@ class Not(Primitive):
     """`not x`: Python's `not` when concrete, `logical_not` when traced."""
 
     n_inputs = 1
+    static_when = "inputs"  # codegen.static
 
     def __init__(self):
         super().__init__("not_")
@@ -58,6 +59,8 @@ class Contains(Primitive):
 
 # -- containers -------------------------------------------------------------
 class MakeTuple(Primitive):
+    static_when = "inputs"
+
     def __init__(self):
         super().__init__("make_tuple")
 
@@ -127,6 +130,7 @@ class GetItem(Primitive):
     """`x[i]` for arrays, tuples, lists and dicts."""
 
     n_inputs = 2
+    static_when = "inputs"
     reads_item = True
 
     def __init__(self):
@@ -161,6 +165,11 @@ class GetAttr(Primitive):
 
     def __init__(self, attr: str):
         super().__init__("getattr", attr=attr)
+
+    @property
+    def static_when(self) -> str:
+        """A shape, rank, size or dtype is a Python value under jit (codegen.static)."""
+        return "always" if self.attr in STATIC_ATTRIBUTES else ""
 
     def impl(self, x):
         return getattr(x, self.attr)
@@ -257,6 +266,11 @@ class LibraryCall(Primitive):
         super().__init__(hint, fn=fn, kwnames=tuple(kwnames), effectful=effectful)
         self.hint = hint
 
+    @property
+    def static_when(self) -> str:
+        """Sizes and types are Python values under jit (codegen.static)."""
+        return "always" if not self.effectful and _is_static_call(self.fn) else ""
+
     def impl(self, *args):
         pos, kw = split_kwargs(args, self.kwnames)
         return self.fn(*pos, **kw)
@@ -266,6 +280,10 @@ class LibraryCall(Primitive):
 
     def __repr__(self):
         return self.hint + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
+
+
+def _is_static_call(fn) -> bool:
+    return any(fn is f for f in (len, isinstance, jnp.shape, jnp.ndim, jnp.size))
 
 
 class HostValue(LibraryCall):
