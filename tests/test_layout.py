@@ -21,6 +21,8 @@ import ast
 import graphlib
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -249,3 +251,32 @@ def test_the_state_check_finds_a_cache(tmp_path):
         "@functools.cache\ndef f(n):\n    return n\n"
     )
     assert module_state(path) == ["_cache", "TABLE", "f"]
+
+
+def test_clear_caches_forgets_and_transforms_again(tmp_path):
+    """`kt.clear_caches()` empties the caches of `context.TRANSFORM`, and a
+    function transformed again gives the same gradient (in a fresh process:
+    this session's graphs keep their labels)."""
+    program = """
+import jax.numpy as jnp
+import k_transform as kt
+from k_transform.context import TRANSFORM
+
+def f(x):
+    s = 0.0
+    for k in range(3):
+        s = s + jnp.sin(x) * k
+    return s
+
+first = float(kt.grad(f)(0.5))
+assert TRANSFORM.cache("parser.graphs") and TRANSFORM.cache("dfunctor.functors")
+kt.clear_caches()
+assert not TRANSFORM.cache("parser.graphs") and not TRANSFORM.cache("dfunctor.functors")
+assert float(kt.grad(f)(0.5)) == first, first
+"""
+    script = tmp_path / "clear_caches.py"
+    script.write_text(program)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
