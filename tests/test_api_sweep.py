@@ -477,7 +477,6 @@ KNOWN_FAILING = {
     "differs from JAX's closed-form rule by 3.6e-6 relative (tolerance 1e-7), and JAX's own "
     "second derivative of it raises a TypeError",
     "jsp.expn": _SERIES,
-    "jsp.hyp1f1": _SERIES + " (the jvp and second order)",
     "jsp.hyp2f1": _SERIES + " (the jvp and second order)",
 }
 
