@@ -287,8 +287,18 @@ class GradFunction(CompiledGraph):
     ):
         self.spec = spec
         self.api = api
-        remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self.constant_sequences = False  # GradOperation: see `_drop_constants`
+        # One program per (function, options), shared by every gradient
+        # object asking for it: a fresh `kt.grad(f)(x)` transforms nothing
+        # and reuses the compiled code while f's names hold (guards).
+        made = TRANSFORM.cache("grad.functions")
+        key = (id(fn), getattr(fn, "training", None), spec, jit, api, bound)
+        entry = made.get(key)
+        if entry is not None and entry[0] is fn and not stale(entry[1].guards):
+            self.__dict__.update(entry[1].__dict__, constant_sequences=False)
+            return
+        made[key] = (fn, self)
+        remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).

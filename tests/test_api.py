@@ -370,3 +370,28 @@ def test_low_precision_inputs_give_same_dtype_gradients(dtype):
         (ref_x.astype(jnp.float32), ref_w.astype(jnp.float32)),
         2e-2,
     )
+
+
+def _cached_square_loss(x):
+    return jnp.sum(jnp.sin(x) * x)
+
+
+def test_a_fresh_gradient_object_reuses_the_transform_and_its_program():
+    """`kt.grad(f)(x)` made afresh each time (GradBench's `hello`) transforms
+    and compiles once: gradient objects with the same function and options
+    share one program (issue 29), and stay independent in their options."""
+    x = jnp.array([0.3, -1.2, 2.0])
+    first = kt.grad(_cached_square_loss)
+    np.testing.assert_allclose(first(x), jax.grad(_cached_square_loss)(x), rtol=1e-6)
+    again = kt.grad(_cached_square_loss)
+    assert again is not first and again._jitted is first._jitted
+    assert again.__kt_graph__ is first.__kt_graph__
+    np.testing.assert_allclose(again(x), jax.grad(_cached_square_loss)(x), rtol=1e-6)
+    other = kt.grad(_cached_square_loss, grad_position=0, has_aux=False)
+    np.testing.assert_allclose(other(x), jax.grad(_cached_square_loss)(x), rtol=1e-6)
+    value, grad = kt.value_and_grad(_cached_square_loss)(x)
+    np.testing.assert_allclose(value, _cached_square_loss(x), rtol=1e-6)
+    np.testing.assert_allclose(grad, jax.grad(_cached_square_loss)(x), rtol=1e-6)
+    ms = kt.GradOperation()(_cached_square_loss)  # MindSpore's, with its own options
+    np.testing.assert_allclose(ms(x), jax.grad(_cached_square_loss)(x), rtol=1e-6)
+    assert kt.grad(_cached_square_loss).constant_sequences is False
