@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 import k_transform as kt
@@ -22,3 +23,21 @@ def scan_loops():
     old = kt.set_unroll_budget(0)
     yield
     kt.set_unroll_budget(old)
+
+
+@pytest.fixture
+def x64():
+    """float64 for one test (`pytestmark = pytest.mark.usefixtures("x64")`)."""
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture
+def x64_eager():
+    """float64 and eager mode (faster for programs run once) for one test."""
+    kt.set_mode("eager")
+    with jax.enable_x64(True):
+        yield
+    kt.set_mode("graph")

@@ -505,13 +505,7 @@ def public_callables() -> set[str]:
     return names
 
 
-@pytest.fixture(autouse=True)
-def x64_eager():
-    """float64 and eager mode for this module's tests only."""
-    kt.set_mode("eager")
-    with jax.enable_x64(True):
-        yield
-    kt.set_mode("graph")
+pytestmark = pytest.mark.usefixtures("x64_eager")
 
 
 def _library(name):

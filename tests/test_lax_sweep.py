@@ -396,13 +396,7 @@ def differentiable_primitives() -> set[str]:
     return names
 
 
-@pytest.fixture(autouse=True)
-def x64_eager():
-    """float64 and eager mode (faster for programs run once) for this module only."""
-    kt.set_mode("eager")
-    with jax.enable_x64(True):
-        yield
-    kt.set_mode("graph")
+pytestmark = pytest.mark.usefixtures("x64_eager")
 
 
 def summed(fn):

@@ -19,13 +19,7 @@ import pytest
 
 import k_transform as kt
 
-
-@pytest.fixture(autouse=True)
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 @pytest.fixture(params=["eager", "jit"])
