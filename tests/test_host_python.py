@@ -173,3 +173,45 @@ def test_a_rebound_closure_cell_is_read_anew():
     set_s(5.0)
     np.testing.assert_allclose(g(X), jax.grad(f)(X))
     np.testing.assert_allclose(g(X), 10.0 * X)
+
+
+def test_the_clock_is_read_per_call():
+    """`time.time()` is a host call: neither folded at transform time nor
+    frozen. JAX reads the real clock itself, so the program reads a fake
+    `time` whose clock ticks 1, 2, 3: read once per call, as Python reads it."""
+    import time
+    import types
+
+    from k_transform.ops.host import has_host_effect, is_pure
+
+    assert has_host_effect(time.time) and not is_pure(time.time)
+    global clock
+    clock = types.SimpleNamespace(time=itertools.count(1).__next__)
+
+    def timed(x):
+        return jnp.sum(x * x) * clock.time()
+
+    g = kt.grad(timed)
+    ours = [np.asarray(g(X)) for _ in range(3)]
+    clock.time = itertools.count(1).__next__
+    theirs = [np.asarray(jax.grad(timed)(X)) for _ in range(3)]
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-6)
+    np.testing.assert_allclose(ours[2], 3 * 2 * X, rtol=1e-6)
+
+
+def test_a_rebound_attribute_of_a_config_object_is_read_anew():
+    """`cfg.scale` on a plain object (or a user module) is read when the line
+    runs: rebinding it is seen by the next call, as by Python."""
+    import types
+
+    global cfg
+    cfg = types.SimpleNamespace(scale=2.0)
+
+    def f(x):
+        return jnp.sum(jnp.sin(x * cfg.scale))
+
+    g = kt.grad(f)
+    np.testing.assert_allclose(g(X), jax.grad(f)(X), rtol=1e-6)
+    cfg.scale = -0.5
+    np.testing.assert_allclose(g(X), jax.grad(f)(X), rtol=1e-6)
+    np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-6)

@@ -5,7 +5,9 @@ graph (a constant of the graph). Python reads the name each time the line
 runs, so a graph is only right while every name it read still holds the
 value it read (`x * scale` after `scale = 3.0` at module level). Each parsed
 graph records its reads as guards (`FuncGraph.guards`): `(namespace, name,
-value)` for a global, `(cell, None, value)` for a closure cell. A graph is
+value)` for a global or an attribute of a user module or plain object
+(`cfg.scale`: its `__dict__` is the namespace), `(cell, None, value)` for a
+closure cell. A graph is
 stale when a guard of it, or of any graph it reaches (the helpers it calls),
 fails; the parse cache then parses the function again, and a gradient or
 compiled function transforms again before its next call (`grad.CompiledGraph`).
@@ -14,7 +16,11 @@ Checks compare identities, so a call pays one dictionary look-up per name.
 
 from __future__ import annotations
 
+import types
+
+from k_transform.cell import Cell
 from k_transform.ir.nodes import FuncGraph
+from k_transform.ir.primitive import Primitive
 
 _MISSING = object()
 BUILDING = ("building",)  # `FuncGraph.guards` while the parser builds the graph
@@ -34,6 +40,25 @@ class Recorder:
 
     def guards(self) -> tuple:
         return tuple(self.reads.values())
+
+
+# Modules whose attributes a program reads but never sees rebound.
+_LIBRARIES = ("jax", "jaxlib", "numpy", "math", "k_transform", "builtins", "functools", "operator")
+
+
+def attribute_namespace(owner) -> dict | None:
+    """Where `owner.name` lives when a rebinding of it must be seen: the
+    `__dict__` of a user module or of a plain object (a config object, a
+    namespace). Not a library module, and not a Cell, whose attributes the
+    run time writes back after each call (they are read as Parameters)."""
+    if isinstance(owner, (Cell, Primitive, FuncGraph, type)):
+        return None
+    if isinstance(owner, types.ModuleType):
+        name = owner.__name__
+        if any(name == root or name.startswith(root + ".") for root in _LIBRARIES):
+            return None
+    namespace = getattr(owner, "__dict__", None)
+    return namespace if isinstance(namespace, dict) else None
 
 
 def _current(container, name):

@@ -1088,6 +1088,9 @@ class GraphBuilder(ClosureScope, SugarBuilder, UnpackingBuilder, SignatureBindin
         except AttributeError:
             what = value.hint or repr(value.value)
             raise self.fp.error(f"{what} has no attribute {name!r}", e) from None
+        namespace = guards.attribute_namespace(value.value)
+        if namespace is not None and namespace.get(name) is attr:  # `cfg.scale` may be rebound
+            self.fp.guards.read_global(namespace, name, attr)
         hint = f"{value.hint}.{name}" if value.hint else name
         return self.fp.value_node(attr, hint, e)
 
