@@ -2,7 +2,7 @@
 
 A gradient target, or a function called in differentiated code, may be a
 wrapper around the Python function that holds the program. `parser.parse`
-and `GraphBuilder.call` read them by these rules:
+and `GraphBuilder.call` (`frontend/calls.py`) read them by these rules:
 
 - A wrapper written in Python (a `functools.wraps` decorator's inner
   function, an object with a user `__call__` and a `__wrapped__`) is user

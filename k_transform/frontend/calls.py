@@ -1,0 +1,342 @@
+"""Parser methods for calls (mixed into `GraphBuilder`).
+
+`expr_Call` parses the callee and arguments (iterable builtins and
+comprehension-like calls first, `k_transform.frontend.parse_sugar`; `*`/`**`
+arguments `k_transform.frontend.unpacking`), then:
+
+- `lst.append(v)` and the other in-place list methods rebind `lst`
+  (`mutating_call`); other methods of traced values are `method_call`
+  (`copy`, a NamedTuple's `_replace`, mapped methods, MindSpore's tensor
+  methods, else a `MethodCall`);
+- `call` decides by the callee: a graph (user functions, methods, Cells,
+  gradient functions and compiled programs through `__kt_graph__`, with
+  arguments matched by `bind_call`), a primitive, `functools.partial`
+  (`partial_call`), a wrapper (`jax.jit(f)`), a Cell with its own `bprop`,
+  `print`, the `lax` control functions and `jax.vmap` as Python models
+  (`model_call`, `vmapped_call`, `k_transform.frontend.lax_models`),
+  NamedTuple and dataclass constructors, constant folding, mapped library
+  functions, numpy functions on traced values (their jnp twin), else a
+  `LibraryCall`. k_transform's own API runs on constants (`__kt_static__`)
+  or lowers itself into this graph (`__kt_lower__`).
+
+Parsing a callee's graph goes through `self.parse`, which `GraphBuilder`
+sets to `k_transform.frontend.parser.parse`.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import gast
+import jax
+
+from k_transform.errors import KTransformError
+from k_transform.frontend import callables, lax_models, pytrees
+from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
+from k_transform.frontend.jaxpr import numpy_twin
+from k_transform.frontend.source import is_user_function
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ir.primitive import Primitive
+from k_transform.ops import python as prims
+from k_transform.ops import tensor_methods
+from k_transform.ops.fold import fold_call
+from k_transform.ops.host import host_call
+from k_transform.ops.mapping import Call, adapt_function, adapt_method
+
+MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+
+
+class CallBuilder:
+    """The `GraphBuilder` methods for the calls in the module docstring."""
+
+    def expr_Call(self, e) -> Node:
+        builtin = self.iterable_builtin(e)
+        if builtin is not None:
+            return builtin
+        if any(isinstance(a, gast.Starred) for a in e.args) or any(
+            k.arg is None for k in e.keywords
+        ):
+            return self.unpacking_call(e)
+        if mutation_base(e) is not None:
+            receiver = self.read(e.func.value.id, e)
+            if not (isinstance(receiver, Constant) and not isinstance(receiver.value, list)):
+                return self.mutating_call(e, receiver)
+        if isinstance(e.func, gast.Attribute):
+            receiver = self.expr(e.func.value)
+            if not isinstance(receiver, Constant) and e.func.attr in MUTATORS:
+                raise self.fp.unsupported(
+                    f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
+                )
+            if not isinstance(receiver, Constant) or _array_method_of_parameter(receiver, e):
+                return self.method_call(receiver, e)
+            callee = self.attribute_of(receiver, e.func.attr, e.func)
+        else:
+            callee = self.expr(e.func)
+        args = [self.current(self.expr(a)) for a in e.args]
+        kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
+        return self.call(self.current(callee), args, kwargs, e)
+
+    def mutating_call(self, e, lst: Node) -> Node:
+        """`lst.append(v)`, `.extend(s)`, `.insert(i, v)`, `.pop(i)`: `lst` is
+        rebound to the new list (`k_transform.frontend.mutation` checks no other
+        reference sees the old one); the call's value is Python's."""
+        name, method = e.func.value.id, e.func.attr
+        if name not in self.locals:
+            raise self.fp.error(
+                f"`{name}.{method}(...)` mutates {name!r}, a variable of an enclosing function "
+                "or a global; k_transform cannot carry that change back (return the new value "
+                "instead)",
+                e,
+            )
+        if method in REFUSED_MUTATORS:
+            raise self.fp.unsupported(f"the in-place method call `{name}.{method}(...)`", e)
+        arity = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1)}[method]
+        if e.keywords or not arity[0] <= len(e.args) <= arity[1]:
+            raise self.fp.error(f"wrong arguments to `{name}.{method}(...)`", e)
+        args = [self.expr(a) for a in e.args]
+        result = self.const(None, e)
+        if method == "pop":
+            index = args[0] if args else self.const(-1, e)
+            result = self.apply(prims.GetItem(), lst, index, node=e)
+            new = self.apply(prims.ListDelete(), lst, index, node=e)
+        else:
+            prim = {"append": prims.ListAppend, "extend": prims.ListExtend}.get(method)
+            new = self.apply((prim or prims.ListInsert)(), lst, *args, node=e)
+        self.bind(name, new)
+        return result
+
+    def method_call(self, receiver: Node, e) -> Node:
+        args = [self.expr(a) for a in e.args]
+        kwnames = tuple(k.arg for k in e.keywords)
+        kwvals = [self.expr(k.value) for k in e.keywords]
+        if e.func.attr == "copy" and not args and not kwvals:
+            return self.apply(prims.Copy(), receiver, node=e)
+        if e.func.attr == "_replace" and not args:  # a NamedTuple's
+            return self.replace_fields(receiver, dict(zip(kwnames, kwvals, strict=True)), e)
+        adapted = adapt_method(
+            e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
+        )
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
+        meaning = tensor_methods.method(e.func.attr)  # x.abs(), x.view(3, 1): MindSpore's
+        if meaning is not None:
+            fn = Constant(meaning, self.debug(e), meaning.__name__)
+            return self.call(fn, [receiver, *args], dict(zip(kwnames, kwvals, strict=True)), e)
+        prim = prims.MethodCall(e.func.attr, kwnames)
+        return self.apply(prim, receiver, *args, *kwvals, node=e)
+
+    def call(self, callee: Node, args: list[Node], kwargs: dict[str, Node], e) -> Node:
+        if isinstance(callee, Apply) and isinstance(
+            getattr(callee.fn, "value", None), prims.Vmapped
+        ):
+            return self.vmapped_call(callee, args, kwargs, e)
+        if not isinstance(callee, Constant):
+            if kwargs:
+                raise self.fp.unsupported("keyword arguments to a function value", e)
+            return self.apply(callee, *args, node=e)
+        value = callee.value
+        if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
+            return self.replace_fields(args[0], kwargs, e)
+        if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
+            if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+                result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+                return Constant(result, self.debug(e), callee.hint)
+        lower = getattr(value, "__kt_lower__", None)
+        if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
+            return lower(self, args, kwargs, e)
+        graph = getattr(value, "__kt_graph__", None)
+        if isinstance(graph, FuncGraph):  # a gradient function or compiled program
+            value, callee = graph, Constant(graph, callee.debug, callee.hint)
+        if isinstance(value, FuncGraph):
+            result = self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
+            result = self.thread_nonlocals(value, result, e)
+            if value.closure_site is not None:
+                self.note_returned_closures(value, result, e)
+            return result
+        if isinstance(value, types.MethodType) and is_user_function(value.__func__):
+            graph = Constant(self.parse(value), self.debug(e), callee.hint)
+            return self.call(graph, args, kwargs, e)
+        if isinstance(value, Primitive):
+            if kwargs:
+                raise self.fp.unsupported(f"keyword arguments to the primitive {value.name}", e)
+            if hasattr(value, "specialize"):  # constant inputs that become attributes
+                value, args = value.specialize(args)
+            return self.apply(value, *args, node=e)
+        if isinstance(value, functools.partial):
+            return self.partial_call(value, args, kwargs, e)
+        wrapped = callables.wrapped_target(value)  # jax.jit(f), a C-level wrapper: f
+        if wrapped is not None:
+            return self.call(self.fp.value_node(wrapped, callee.hint, e), args, kwargs, e)
+        method = callables.user_call_method(value)
+        if method is not None and is_user_function(getattr(type(value), "bprop", None)):
+            graph = self.parse(method, bound_self=value)
+            prim = prims.CustomBpropCall(value, graph)
+            return self.apply(prim, *self.bind_call(graph, args, kwargs, e), node=e)
+        if method is not None:
+            graph = Constant(self.parse(method, bound_self=value), self.debug(e), callee.hint)
+            return self.call(graph, args, kwargs, e)
+        if isinstance(value, type) and issubclass(value, Primitive):
+            if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+                pos = [a.value for a in args]
+                instance = value(*pos, **{k: v.value for k, v in kwargs.items()})
+                return Constant(instance, self.debug(e), callee.hint)
+        if value is print:
+            prim = prims.Print(tuple(kwargs))
+            return self.apply(prim, *args, *kwargs.values(), node=e)
+        if lax_models.is_modelled(value):
+            return self.model_call(value, args, kwargs, e)
+        try:
+            made = pytrees.constructor(value, args, kwargs)  # a NamedTuple or dataclass
+        except KTransformError as exc:
+            raise self.fp.error(exc.bare_message, e) from None
+        if made is not None:
+            return self.apply(made[0], *made[1], node=e)
+        folded = fold_call(value, args, kwargs)
+        if folded is not None:
+            return folded
+        adapted = adapt_function(value, Call(args, kwargs))
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
+        hint = callee.hint or getattr(value, "__name__", "fn")
+        twin = numpy_twin(value)  # np.multiply on traced values runs as jnp.multiply
+        if twin is not value and not all(
+            isinstance(a, Constant) for a in [*args, *kwargs.values()]
+        ):
+            return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
+        constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
+        prim = prims.LibraryCall(value, hint, tuple(kwargs), host_call(value, constant))
+        return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def model_call(self, value, args, kwargs, e) -> Node:
+        """`lax.scan(f, ...)`, `lax.cond(...)`, `jax.vmap(f)`, ...: a call of the
+        Python model of the function (`k_transform.frontend.lax_models`)."""
+        if any(value is f for f in lax_models.SAME_VALUES):
+            if not args:
+                raise self.fp.error(f"{value.__name__}(f) expected", e)
+            return args[0]
+        if value is jax.lax.cond:
+            if "operand" in kwargs:  # the old `cond(pred, t, f, operand=x)` form
+                kwargs = dict(kwargs)
+                args = [*args, kwargs.pop("operand")]
+            if len(args) < 3 or kwargs:
+                raise self.fp.error("lax.cond(pred, true_fun, false_fun, *operands) expected", e)
+            model = lax_models.cond_model(len(args) - 3)
+        elif value is jax.lax.switch:
+            if len(args) < 2 or kwargs:
+                raise self.fp.error("lax.switch(index, branches, *operands) expected", e)
+            branches = self.items_of(args[1], "the branches of lax.switch", e)
+            model = lax_models.switch_model(len(branches), len(args) - 2)
+            args = [args[0], *branches, *args[2:]]
+        else:  # jax.vmap(fun, in_axes=0, out_axes=0, ...): a value called later
+            options = {k: v for k, v in kwargs.items() if k not in ("in_axes", "out_axes")}
+            static = [*args[1:], *kwargs.values()]
+            if not args or not all(isinstance(a, Constant) for a in static):
+                raise self.fp.error(
+                    "jax.vmap(fun, in_axes, out_axes) with constant axes expected", e
+                )
+            in_axes = kwargs["in_axes"].value if "in_axes" in kwargs else 0
+            in_axes = args[1].value if len(args) > 1 else in_axes
+            out_axes = kwargs["out_axes"].value if "out_axes" in kwargs else 0
+            out_axes = args[2].value if len(args) > 2 else out_axes
+            if isinstance(in_axes, list):
+                in_axes = tuple(in_axes)
+            prim = prims.Vmapped(in_axes, out_axes, tuple(sorted(options)))
+            return self.apply(prim, args[0], node=e)
+        graph = Constant(self.parse(model), self.debug(e), model.__name__)
+        return self.call(graph, args, kwargs, e)
+
+    def vmapped_call(self, callee: Apply, args, kwargs, e) -> Node:
+        """`jax.vmap(fun, in_axes)(*args)`: the loop its model writes."""
+        vm = callee.fn.value
+        try:
+            axes = lax_models.vmap_axes(
+                vm.in_axes, vm.out_axes, len(args), dict.fromkeys(vm.options)
+            )
+            if kwargs:
+                raise KTransformError("keyword arguments to a jax.vmap function are not supported")
+        except KTransformError as exc:
+            raise self.fp.error(exc.bare_message, e) from None
+        model = lax_models.vmap_model(axes)
+        graph = Constant(self.parse(model), self.debug(e), model.__name__)
+        return self.call(graph, [callee.args[0], *args], {}, e)
+
+    def items_of(self, node: Node, what: str, e) -> list[Node]:
+        """The items of a tuple or list known while parsing."""
+        if isinstance(node, Constant) and isinstance(node.value, (tuple, list)):
+            return [self.fp.value_node(v, f"item{k}", e) for k, v in enumerate(node.value)]
+        if isinstance(node, Apply) and isinstance(node.fn.value, (prims.MakeTuple, prims.MakeList)):
+            return list(node.args)
+        raise self.fp.error(f"{what} must be a tuple or list written at the call", e)
+
+    def partial_call(self, p: functools.partial, args, kwargs, e) -> Node:
+        """`functools.partial(f, *bound, **kw)(*args, **kwargs)` is
+        `f(*bound, *args, **{**kw, **kwargs})`; the bound values are constants."""
+        name = getattr(p.func, "__name__", "fn")
+        fn = self.fp.value_node(p.func, name, e)
+        bound = [self.fp.value_node(v, f"{name}_arg{k}", e) for k, v in enumerate(p.args)]
+        keywords = {k: self.fp.value_node(v, k, e) for k, v in p.keywords.items()}
+        return self.call(fn, [*bound, *args], {**keywords, **kwargs}, e)
+
+    def replace_fields(self, receiver: Node, kwargs: dict[str, Node], e) -> Node:
+        """`receiver` with the fields `kwargs` replaced (`_replace`, `dataclasses.replace`)."""
+        values = self.apply(prims.MakeTuple(), *kwargs.values(), node=e)
+        return self.apply(prims.ReplaceFields(tuple(kwargs)), receiver, values, node=e)
+
+    def callee_graph(self, callee: Node) -> FuncGraph | None:
+        """The graph a call of `callee` runs: a user function, method or Cell."""
+        value = callee.value if isinstance(callee, Constant) else None
+        graph = getattr(value, "__kt_graph__", None)
+        if isinstance(value, FuncGraph) or isinstance(graph, FuncGraph):
+            return value if isinstance(value, FuncGraph) else graph
+        if isinstance(value, types.MethodType) and is_user_function(value.__func__):
+            return self.parse(value)
+        method = callables.user_call_method(value)
+        if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
+            return self.parse(method, bound_self=value)
+        if isinstance(value, functools.partial) or callables.wrapped_target(value) is not None:
+            return self.parse(value)
+        return None
+
+    def unpack(self, node: Node, n: int) -> list[Node]:
+        """`n` items of a tuple-valued node; a lone non-tuple node when `n` is 1
+        (the `inputs` / `v` convention of `kt.jvp`)."""
+        is_tuple = isinstance(node, Apply) and isinstance(node.fn.value, prims.MakeTuple)
+        if n == 1 and not is_tuple:  # a tuple of one or a lone value: known when run
+            return [self.apply(prims.SoleInput(), node)]
+        return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
+
+    def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
+        """Positional and keyword arguments matched to `graph`'s parameters."""
+        names = graph.param_names
+        if graph.signature is not None:
+            return self.bind_signature(graph, args, kwargs, e)
+        if names is None:  # a graph still being parsed (recursion): positional only
+            if kwargs:
+                raise self.fp.unsupported("keyword arguments in a recursive call", e)
+            return args
+        if len(args) > len(names):
+            raise self.fp.error(
+                f"{graph.name}() takes {len(names)} arguments but {len(args)} were given", e
+            )
+        bound = dict(zip(names, args, strict=False))
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                raise self.fp.error(f"{graph.name}() got an unexpected keyword {k!r}", e)
+            bound[k] = v
+        out = []
+        for name in names:
+            if name in bound:
+                out.append(bound[name])
+            elif name in graph.defaults:
+                out.append(self.current(graph.defaults[name]))
+            else:
+                raise self.fp.error(f"{graph.name}() missing argument {name!r}", e)
+        return out
+
+
+def _array_method_of_parameter(receiver: Constant, e) -> bool:
+    """`self.w.sum()`, `self.w.abs()`: a method of a Parameter's value (read
+    at run time, differentiated), not of the Parameter object (`set_data`)."""
+    value = receiver.value
+    return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)

@@ -1,0 +1,245 @@
+"""Parser methods for `if`, `while` and `for` (mixed into `GraphBuilder`).
+
+`if` becomes `switch` (a static condition keeps one branch; an `if` that
+returns on every path is the function's tail), `while` a `while_loop`,
+`for` a `for_range` over `range(...)` or a `for_each` over a sequence
+(`k_transform.control.prims`). A `for` over a constant sequence (sub-Cells,
+Parameters) or a short static range is unrolled while parsing; one over
+`zip`/`enumerate`/`reversed`/dict views iterates by position
+(`positional_loop`, views in `k_transform.frontend.parse_sugar`).
+
+The branch and body graphs are *closed* (`subgraph`): a read of an enclosing
+variable adds a parameter, and `close_graphs` gives the graphs of one
+construct the same captured parameters. Branch outputs (`live_outputs`) and
+loop carries (`carried`) are the variables assigned inside that are read
+elsewhere or carried by an enclosing loop. `break`, `continue` and early
+`return` were already lowered away (`k_transform.frontend.desugar`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import gast
+
+from k_transform.control import policy
+from k_transform.control import prims as control
+from k_transform.frontend.desugar import assigned_names, exposed_names, loaded_names
+from k_transform.frontend.parse_sugar import View
+from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ops import python as prims
+
+
+class ControlFlowBuilder:
+    """The `GraphBuilder` methods for the constructs in the module docstring."""
+
+    def stmt_If(self, s) -> None:
+        cond = self.expr(s.test)
+        if isinstance(cond, Constant) and not isinstance(cond.value, FuncGraph):
+            try:
+                taken = bool(cond.value)
+            except Exception:  # an array constant: decided at run time
+                taken = None
+            if taken is not None:  # a static `if` (a flag, an attribute): only one branch
+                self.block(s.body if taken else s.orelse)
+                return
+        tail = _returns_on_every_path(s)
+        outputs = [] if tail else self.live_outputs(s, [*s.body, *s.orelse])
+        branches = [self.subgraph("if", s, "true"), self.subgraph("if", s, "false")]
+        for builder, body in zip(branches, (s.body, s.orelse), strict=True):
+            builder.block(body)
+            if not tail:
+                builder.set_output([builder.read(v, s) for v in outputs], s)
+        args = close_graphs(branches)
+        graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
+        result = self.apply(control.Switch(self.where(s)), cond, *graphs, *args, node=s)
+        if tail:
+            self.graph.output = result
+            self.returned = True
+        else:
+            self.bind_outputs(outputs, result, s)
+            self.note_escaping(outputs, branches, s)
+
+    def stmt_While(self, s) -> None:
+        carried = self.carried(s, s.body, s.test)
+        init = [self.read(v, s) for v in carried]
+        cond_b = self.subgraph("while", s, "cond", carried)
+        cond_b.graph.output = cond_b.expr(s.test)
+        body_b = self.subgraph("while", s, "body", carried)
+        body_b.loop_live |= set(carried)
+        body_b.block(s.body)
+        self.refuse_carried_closures(body_b, carried, s)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([cond_b, body_b])
+        prim = control.WhileLoop(len(carried), self.where(s))
+        graphs = [Constant(cond_b.graph, hint="cond"), Constant(body_b.graph, hint="body")]
+        result = self.apply(prim, *graphs, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
+
+    def stmt_For(self, s) -> None:
+        if s.orelse:
+            raise self.fp.unsupported("`for ... else`", s)
+        if self.iterates_by_position(s.iter):
+            self.indexed_for(s)
+            return
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        range_args = self.range_args(s.iter)
+        head = range_args if range_args is not None else [_cells_of(self.expr(s.iter))]
+        if range_args is None and _is_constant_sequence(head[0]):
+            self.unrolled_for(s, head[0])
+            return
+        if range_args is not None and all(isinstance(a, Constant) for a in range_args):
+            indices = range(*(a.value for a in range_args))
+            if policy.unrolls_when_parsed(len(indices)):
+                # A short static range: what the runtime would unroll anyway,
+                # unrolled here so the loop differentiates to any order.
+                self.unrolled_for(s, Constant(tuple(indices), self.debug(s)))
+                return
+        init = [self.read(v, s) for v in carried]
+        body_b = self.subgraph("for", s, "body", [])
+        body_b.loop_live |= set(carried)
+        item = body_b.graph.add_parameter("item", self.debug(s.target))
+        for v in carried:
+            body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+        body_b.assign(s.target, item, s)
+        body_b.block(s.body)
+        self.refuse_carried_closures(body_b, carried, s)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([body_b])
+        where, n = self.where(s), len(carried)
+        prim = control.ForRange(n, where) if range_args is not None else control.ForEach(n, where)
+        body = Constant(body_b.graph, hint="body")
+        result = self.apply(prim, *head, body, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
+
+    def unrolled_for(self, s, seq: Constant) -> None:
+        """`for` over a constant tuple or list (sub-Cells, Parameters, numbers):
+        the body is repeated for each item, which stays a constant."""
+        for item in seq.value:
+            self.assign(s.target, self.fp.value_node(item, seq.hint, s), s)
+            self.block(s.body)
+            if self.returned:
+                return
+
+    def positional_loop(self, s, positions: Node, view: View) -> None:
+        """`for i in positions: target = view.item(i); body` as a `for_each`."""
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        init = [self.read(v, s) for v in carried]
+        body_b = self.subgraph("for", s, "body", [])
+        body_b.loop_live |= set(carried)
+        position = body_b.graph.add_parameter("position", self.debug(s.target))
+        for v in carried:
+            body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+        body_b.assign(s.target, view.item(body_b, position), s)
+        body_b.block(s.body)
+        body_b.set_output([body_b.read(v, s) for v in carried], s)
+        inv = close_graphs([body_b])
+        prim = control.ForEach(len(carried), self.where(s))
+        body = Constant(body_b.graph, hint="body")
+        result = self.apply(prim, positions, body, *init, *inv, node=s)
+        self.bind_outputs(carried, result, s)
+
+    def range_args(self, it) -> list[Node] | None:
+        """[start, stop, step] if `it` is a call of the builtin `range`."""
+        if not (isinstance(it, gast.Call) and isinstance(it.func, gast.Name)):
+            return None
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            return None
+        fn = self.read(it.func.id, it)
+        if not (isinstance(fn, Constant) and fn.value is range):
+            return None
+        args = [self.expr(a) for a in it.args]
+        if len(args) == 1:
+            return [self.const(0, it), args[0], self.const(1, it)]
+        return [args[0], args[1], args[2] if len(args) == 3 else self.const(1, it)]
+
+    # -- control-flow helpers ----------------------------------------------------
+    def where(self, s) -> str:
+        d = self.debug(s)
+        return f"{d.file}:{d.line}"
+
+    def subgraph(self, kind: str, s, part: str, params=()) -> ControlFlowBuilder:
+        d = self.debug(s)
+        name = f"{self.fdef_name()}_{kind}{d.line}_{part}"
+        graph = FuncGraph(name, parent=self.graph, debug=d, kind=f"{kind}_{part}")
+        builder = type(self)(self.fp, graph, self, closed=True, fdef=self.fdef)
+        for v in params:
+            builder.vars[v] = graph.add_parameter(v, self.debug(s, v))
+        return builder
+
+    def fdef_name(self) -> str:
+        name = self.fdef.name if self.fdef is not None else self.graph.name
+        return name.replace("<", "").replace(">", "")
+
+    def set_output(self, values: list[Node], s) -> None:
+        if not self.returned:
+            self.graph.output = self.apply(prims.MakeTuple(), *values)
+
+    def bind_outputs(self, names: list[str], result: Node, s) -> None:
+        for k, v in enumerate(names):
+            self.bind(v, self.apply(prims.GetItem(), result, self.const(k, s), node=s))
+
+    def live_outputs(self, s, parts: list) -> list[str]:
+        """Variables assigned in statement `s` that are read outside `parts`
+        (its branches or its body) or carried by an enclosing loop."""
+        inside = sum((loaded_names(p) for p in parts), Counter())
+        return [
+            v for v in assigned_names([s]) if self.load_counts[v] > inside[v] or v in self.loop_live
+        ]
+
+    def carried(self, s, body, head, target=None) -> list[str]:
+        """Loop variables: assigned in the body (or the target) and read again."""
+        targets = assigned_names([target]) if target is not None else []
+        exposed, _ = exposed_names(body, frozenset(targets))
+        read_head = set(loaded_names(head))
+        live = set(self.live_outputs(s, [s])) | exposed | read_head
+        return [v for v in [*targets, *assigned_names(body)] if v in live and v in self.locals]
+
+
+def close_graphs(builders: list[ControlFlowBuilder]) -> list[Node]:
+    """Give closed graphs the same captured parameters; return the outer nodes.
+
+    Each graph keeps its own leading parameters (carried values, the loop
+    item); captures follow, in the same order in every graph.
+    """
+    order: dict[str, Node] = {}
+    for b in builders:
+        for name, outer in b.captures.items():
+            order.setdefault(name, outer)
+    for b in builders:
+        own = b.graph.parameters[: len(b.graph.parameters) - len(b.captures)]
+        captured = {p.name: p for p in b.graph.parameters[len(own) :]}
+        params = list(own)
+        for name in order:
+            params.append(captured.get(name) or b.graph.add_parameter(name))
+        b.graph.parameters = params
+    return list(order.values())
+
+
+def _is_constant_sequence(node: Node) -> bool:
+    return isinstance(node, Constant) and isinstance(node.value, (tuple, list))
+
+
+def _cells_of(node: Node) -> Node:
+    """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
+    its Cells, for a `for` loop to unroll; any other node as it is."""
+    value = node.value if isinstance(node, Constant) else None
+    if not hasattr(value, "construct"):
+        return node
+    if hasattr(type(value), "__iter__"):
+        return Constant(tuple(value), node.debug, node.hint)
+    if hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__"):
+        return Constant(tuple(value[k] for k in range(len(value))), node.debug, node.hint)
+    return node
+
+
+def _returns_on_every_path(s) -> bool:
+    def ends(stmts):
+        if not stmts:
+            return False
+        last = stmts[-1]
+        if isinstance(last, gast.Return):
+            return True
+        return isinstance(last, gast.If) and ends(last.body) and ends(last.orelse)
+
+    return ends(s.body) and ends(s.orelse)

@@ -1,0 +1,252 @@
+"""Parser methods for expressions other than calls (mixed into `GraphBuilder`).
+
+`expr` sends each expression to its `expr_*` method (`GraphBuilder._visit`)
+or refuses it by name (`UNSUPPORTED_EXPRESSIONS`). Operators become the
+`ops` primitive of their dunder (`BINOPS`, comparison and unary tables);
+`and`/`or`, chained comparisons and `x if c else y` short-circuit through
+`switch` unless the condition is known while parsing; `lambda` is a nested
+def (`lambda_def`, closures in `k_transform.frontend.closures`); literals,
+f-strings (`_rt.fstring`), names, attributes (of constants: read now, and
+guarded when a module's or object's attribute may be rebound), subscripts
+and slices. Calls are `k_transform.frontend.calls`; comprehensions
+`k_transform.frontend.parse_sugar`.
+"""
+
+from __future__ import annotations
+
+import gast
+
+from k_transform import ops
+from k_transform import runtime as rt
+from k_transform.control import prims as control
+from k_transform.frontend import guards
+from k_transform.frontend.closures import ClosureSite
+from k_transform.frontend.control_flow import close_graphs
+from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ops import python as prims
+from k_transform.ops.mapping import adapt_attribute
+
+UNSUPPORTED_EXPRESSIONS = {
+    gast.Yield: "yield",
+    gast.YieldFrom: "yield from",
+    gast.Await: "await",
+    gast.SetComp: "set comprehension",
+    gast.Set: "set literal",
+    gast.NamedExpr: "assignment expression (:=)",
+}
+
+BINOPS = {
+    gast.Add: "add",
+    gast.Sub: "sub",
+    gast.Mult: "mul",
+    gast.Div: "truediv",
+    gast.FloorDiv: "floordiv",
+    gast.Mod: "mod",
+    gast.Pow: "pow",
+    gast.MatMult: "matmul",
+    gast.LShift: "lshift",
+    gast.RShift: "rshift",
+    gast.BitOr: "bitor",
+    gast.BitXor: "bitxor",
+    gast.BitAnd: "bitand",
+}
+_CMPOPS = {
+    gast.Eq: "eq",
+    gast.NotEq: "ne",
+    gast.Lt: "lt",
+    gast.LtE: "le",
+    gast.Gt: "gt",
+    gast.GtE: "ge",
+    gast.Is: "is_",
+    gast.IsNot: "is_not",
+}
+_UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert"}
+
+
+class ExpressionBuilder:
+    """The `GraphBuilder` methods for the expressions in the module docstring."""
+
+    # -- expressions --------------------------------------------------------------
+    def expr(self, e) -> Node:
+        return self._visit(e, "expr_", UNSUPPORTED_EXPRESSIONS, "expression")
+
+    def expr_BoolOp(self, e) -> Node:
+        # `a and b` is `b if a else a`; `a or b` is `a if a else b` (short-circuit).
+        result = self.expr(e.values[0])
+        for operand in e.values[1:]:
+            result = self.short_circuit(result, operand, isinstance(e.op, gast.And), e)
+        return result
+
+    def short_circuit(self, left: Node, right_expr, is_and: bool, e) -> Node:
+        if isinstance(left, Constant):
+            keep_left = (not left.value) if is_and else bool(left.value)
+            return left if keep_left else self.expr(right_expr)
+        evaluate = self.subgraph("bool", e, "rhs")
+        evaluate.graph.add_parameter("left")
+        evaluate.graph.output = evaluate.expr(right_expr)
+        keep = self.subgraph("bool", e, "lhs")
+        keep.graph.output = keep.graph.add_parameter("left")
+        args = close_graphs([evaluate, keep])
+        true_b, false_b = (evaluate, keep) if is_and else (keep, evaluate)
+        graphs = [Constant(true_b.graph, hint="then"), Constant(false_b.graph, hint="else")]
+        return self.apply(control.Switch(self.where(e)), left, *graphs, left, *args, node=e)
+
+    def expr_BinOp(self, e) -> Node:
+        op = ops.BINARY[BINOPS[type(e.op)]]()
+        return self.apply(op, self.expr(e.left), self.expr(e.right), node=e)
+
+    def expr_UnaryOp(self, e) -> Node:
+        if isinstance(e.op, gast.Not):
+            return self.apply(prims.Not(), self.expr(e.operand), node=e)
+        return self.apply(ops.UNARY[_UNARYOPS[type(e.op)]](), self.expr(e.operand), node=e)
+
+    def expr_Lambda(self, e) -> Node:
+        name = f"{self.fdef_name()}_lambda{self.debug(e).line}"
+        fdef = lambda_def(e, "<lambda>")
+        return self.materialize(ClosureSite(fdef, name, self, self.eval_defaults(fdef), ()))
+
+    def expr_IfExp(self, e) -> Node:
+        cond = self.expr(e.test)
+        if isinstance(cond, Constant):
+            return self.expr(e.body if cond.value else e.orelse)
+        branches = [self.subgraph("ifexp", e, "true"), self.subgraph("ifexp", e, "false")]
+        for builder, part in zip(branches, (e.body, e.orelse), strict=True):
+            builder.graph.output = builder.expr(part)
+        args = close_graphs(branches)
+        graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
+        result = self.apply(control.Switch(self.where(e)), cond, *graphs, *args, node=e)
+        self.note_escaping_value(result, [b.graph.output for b in branches], e)
+        return result
+
+    def expr_Dict(self, e) -> Node:
+        if any(k is None for k in e.keys):
+            raise self.fp.unsupported("`**` unpacking in a dict literal", e)
+        items = []
+        for k, v in zip(e.keys, e.values, strict=True):
+            items += [self.expr(k), self.expr(v)]
+        return self.apply(prims.MakeDict(), *items, node=e)
+
+    def expr_Compare(self, e) -> Node:
+        left = self.expr(e.left)
+        result = None
+        for op, right_e in zip(e.ops, e.comparators, strict=True):
+            right = self.expr(right_e)
+            if isinstance(op, (gast.In, gast.NotIn)):
+                step = self.apply(prims.Contains(isinstance(op, gast.NotIn)), left, right, node=e)
+            else:
+                step = self.apply(ops.BINARY[_CMPOPS[type(op)]](), left, right, node=e)
+            result = step if result is None else self.and_nodes(result, step, e)
+            left = right
+        return result
+
+    def and_nodes(self, a: Node, b: Node, e) -> Node:
+        """`a and b` for two already-computed values (chained comparisons)."""
+        if isinstance(a, Constant):
+            return b if a.value else a
+        return self.apply(control.Switch(self.where(e)), a, *self._pick_graphs(e), b, a, node=e)
+
+    def _pick_graphs(self, e):
+        graphs = []
+        for k, part in enumerate(("second", "first")):
+            g = FuncGraph(f"{self.fdef_name()}_and{self.debug(e).line}_{part}", self.graph)
+            params = [g.add_parameter("b"), g.add_parameter("a")]
+            g.output = params[k]
+            graphs.append(Constant(g, hint=g.name))
+        return graphs
+
+    def expr_FormattedValue(self, e) -> Node:
+        raise self.fp.unsupported("a formatted value outside an f-string", e)
+
+    def expr_JoinedStr(self, e) -> Node:
+        template, values = [], []
+        for part in e.values:
+            if isinstance(part, gast.Constant):
+                template.append(str(part.value).replace("{", "{{").replace("}", "}}"))
+                continue
+            spec = ""
+            if part.conversion not in (-1, None):
+                spec += "!" + chr(part.conversion)
+            if part.format_spec is not None:
+                inner = part.format_spec.values
+                if not all(isinstance(p, gast.Constant) for p in inner):
+                    raise self.fp.unsupported("a computed format spec in an f-string", e)
+                spec += ":" + "".join(str(p.value) for p in inner)
+            template.append("{" + spec + "}")
+            values.append(self.expr(part.value))
+        fmt = Constant("".join(template), self.debug(e))
+        return self.apply(prims.LibraryCall(rt.fstring, "_rt.fstring"), fmt, *values, node=e)
+
+    def expr_Constant(self, e) -> Node:
+        return self.const(e.value, e)
+
+    def expr_Attribute(self, e) -> Node:
+        value = self.expr(e.value)
+        if isinstance(value, Constant):
+            return self.attribute_of(value, e.attr, e)
+        adapted = adapt_attribute(e.attr, value)
+        if adapted is not None:
+            return self.apply(adapted[0], *adapted[1], node=e)
+        return self.apply(prims.GetAttr(e.attr), value, node=e)
+
+    def attribute_of(self, value: Constant, name: str, e) -> Node:
+        """`value.name` for a constant `value` (a module, a Cell, an object)."""
+        if isinstance(value.value, FuncGraph):
+            raise self.fp.unsupported("attributes of a function", e)
+        try:
+            attr = getattr(value.value, name)
+        except AttributeError:
+            what = value.hint or repr(value.value)
+            raise self.fp.error(f"{what} has no attribute {name!r}", e) from None
+        namespace = guards.attribute_namespace(value.value)
+        if namespace is not None and namespace.get(name) is attr:  # `cfg.scale` may be rebound
+            self.fp.guards.read_global(namespace, name, attr)
+        hint = f"{value.hint}.{name}" if value.hint else name
+        return self.fp.value_node(attr, hint, e)
+
+    def expr_Subscript(self, e) -> Node:
+        return self.apply(prims.GetItem(), self.expr(e.value), self.index(e.slice), node=e)
+
+    def index(self, s) -> Node:
+        if isinstance(s, gast.Slice):
+            parts = [
+                self.expr(p) if p is not None else self.const(None, s)
+                for p in (s.lower, s.upper, s.step)
+            ]
+            return self.apply(prims.MakeSlice(), *parts, node=s)
+        if isinstance(s, gast.Tuple):
+            return self.apply(prims.MakeTuple(), *[self.index(p) for p in s.elts], node=s)
+        return self.expr(s)
+
+    def expr_Starred(self, e) -> Node:
+        raise self.fp.unsupported("star-unpacking (`*x`)", e)
+
+    def expr_Name(self, e) -> Node:
+        return self.read(e.id, e)
+
+    def expr_List(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeList())
+        return self.apply(prims.MakeList(), *[self.expr(x) for x in e.elts], node=e)
+
+    def expr_Tuple(self, e) -> Node:
+        if any(isinstance(x, gast.Starred) for x in e.elts):
+            return self.starred_literal(e, prims.MakeTuple())
+        return self.apply(prims.MakeTuple(), *[self.expr(x) for x in e.elts], node=e)
+
+    def expr_Slice(self, e) -> Node:
+        return self.index(e)
+
+
+def lambda_def(e, name: str):
+    """`lambda args: body` as the FunctionDef `def name(args): return body`."""
+    ret = gast.copy_location(gast.Return(value=e.body), e.body)
+    fdef = gast.FunctionDef(
+        name=name,
+        args=e.args,
+        body=[ret],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+        type_params=[],
+    )
+    return gast.copy_location(fdef, e)

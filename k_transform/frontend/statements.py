@@ -1,0 +1,140 @@
+"""Parser methods for simple statements (mixed into `GraphBuilder`).
+
+`block` parses statements in order, stopping after a `return`; each
+statement goes to its `stmt_*` method (`GraphBuilder._visit`), or is
+refused by name (`UNSUPPORTED_STATEMENTS`). Here: nested `def` (bound as a
+closure, `k_transform.frontend.closures`), `return` (a closure that rebinds
+`nonlocal` names returns them too), `nonlocal`, `=` (`f = lambda ...` is
+bound like a def), `+=`, annotated assignment, expression statements
+(docstrings skipped), `pass`, `assert`; and `assign`, which binds a value to
+a target: a name, a tuple or list of targets (starred:
+`k_transform.frontend.unpacking`), or `a[i]` (rebinding `a` to the updated
+container). `if`/`while`/`for` are `k_transform.frontend.control_flow`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import gast
+
+from k_transform import ops
+from k_transform.frontend.expressions import BINOPS, lambda_def
+from k_transform.ir.nodes import Node
+from k_transform.ops import python as prims
+
+UNSUPPORTED_STATEMENTS = {
+    gast.Try: "try/except",
+    gast.With: "with",
+    gast.AsyncWith: "async with",
+    gast.AsyncFor: "async for",
+    gast.AsyncFunctionDef: "async def",
+    gast.Global: "global",
+    gast.Delete: "del",
+    gast.ClassDef: "class definition",
+    gast.Import: "import",
+    gast.ImportFrom: "import",
+    gast.Raise: "raise",
+}
+
+
+class StatementBuilder:
+    """The `GraphBuilder` methods for the statements in the module docstring."""
+
+    # -- statements --------------------------------------------------------------------
+    def block(self, stmts) -> None:
+        for s in stmts:
+            if self.returned:
+                return
+            self.statement(s)
+
+    def statement(self, s) -> None:
+        self._visit(s, "stmt_", UNSUPPORTED_STATEMENTS, "statement")
+
+    def stmt_FunctionDef(self, s) -> None:
+        if s.decorator_list:
+            raise self.fp.unsupported("a decorator on a nested function", s)
+        self.bind_closure(s.name, s)
+
+    def stmt_Return(self, s) -> None:
+        value = self.expr(s.value) if s.value is not None else self.const(None, s)
+        value = self.current(value)
+        if self.nonlocals:  # a closure that rebinds `nonlocal` names returns them too
+            values = [self.read(n, s) for n in self.nonlocals]
+            value = self.apply(prims.MakeTuple(), value, *values, node=s)
+        self.graph.output = value
+        self.returned = True
+
+    def stmt_Nonlocal(self, s) -> None:
+        return None  # handled by `declare_nonlocals` when the def is built
+
+    def stmt_Assign(self, s) -> None:
+        if isinstance(s.value, gast.Lambda) and all(isinstance(t, gast.Name) for t in s.targets):
+            for target in s.targets:  # `f = lambda ...`: bound like a def
+                self.bind_closure(target.id, lambda_def(s.value, target.id))
+            return
+        value = self.expr(s.value)
+        for target in s.targets:
+            self.assign(target, value, s)
+
+    def stmt_AugAssign(self, s) -> None:
+        op = ops.BINARY[BINOPS[type(s.op)]]()
+        load = _as_load(s.target)
+        value = self.apply(op, self.expr(load), self.expr(s.value), node=s)
+        self.assign(s.target, value, s)
+
+    def stmt_AnnAssign(self, s) -> None:
+        if s.value is not None:
+            self.assign(s.target, self.expr(s.value), s)
+
+    def stmt_Expr(self, s) -> None:
+        if isinstance(s.value, gast.Constant) and isinstance(s.value.value, str):
+            return  # a docstring
+        if self.append_closure(s.value):
+            return
+        self.expr(s.value)
+
+    def stmt_Pass(self, s) -> None:
+        return None
+
+    def stmt_Assert(self, s) -> None:
+        msg = self.expr(s.msg) if s.msg is not None else self.const(None, s)
+        self.apply(prims.Assert(), self.expr(s.test), msg, node=s)
+
+    # -- assignment targets ------------------------------------------------------
+    def assign(self, target, value: Node, s) -> None:
+        if isinstance(target, gast.Name):
+            self.bind(target.id, value)
+        elif isinstance(target, (gast.Tuple, gast.List)):
+            if any(isinstance(e, gast.Starred) for e in target.elts):
+                self.assign_starred(target, value, s)
+                return
+            for k, elt in enumerate(target.elts):
+                item = self.apply(prims.GetItem(), value, self.const(k, s), node=s)
+                self.assign(elt, item, s)
+        elif isinstance(target, gast.Subscript):
+            container = self.expr(_as_load(target.value))
+            index = self.index(target.slice)
+            updated = self.apply(prims.SetItem(), container, index, value, node=s)
+            self.assign(_as_store(target.value), updated, s)
+        elif isinstance(target, gast.Attribute):
+            raise self.fp.unsupported("assignment to an attribute (`obj.attr = ...`)", s)
+        else:
+            raise self.fp.unsupported(f"assignment to {type(target).__name__}", s)
+
+
+def _as_load(target):
+    return _with_ctx(target, gast.Load())
+
+
+def _as_store(target):
+    return _with_ctx(target, gast.Store())
+
+
+def _with_ctx(target, ctx):
+    node = copy.deepcopy(target)
+    for n in gast.walk(node):
+        if hasattr(n, "ctx"):
+            n.ctx = gast.Load()
+    node.ctx = ctx
+    return node
