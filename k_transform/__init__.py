@@ -20,26 +20,15 @@ from k_transform.common.tensor import (
     int64,
     uint8,
 )
+from k_transform.compiled import set_mode
 from k_transform.context import clear_caches
 from k_transform.control.policy import set_unroll_budget
 from k_transform.errors import KTransformError
-from k_transform.grad import (
-    GradOperation,
-    Jvp,
-    grad,
-    hessian,
-    hvp,
-    jacfwd,
-    jacrev,
-    jit,
-    jvp,
-    mutable,
-    set_mode,
-    stop_gradient,
-    value_and_grad,
-    vjp,
-)
+from k_transform.forward_api import Jvp, jvp
 from k_transform.ir.primitive import Primitive
+from k_transform.jacobians import hessian, hvp, jacfwd, jacrev
+from k_transform.jit_api import jit
+from k_transform.reverse import GradOperation, grad, mutable, stop_gradient, value_and_grad, vjp
 from k_transform.runtime.bounds import set_for_checkpoints, set_loop_bound
 from k_transform.train import (
     Callback,

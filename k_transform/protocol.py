@@ -16,23 +16,23 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "__kt_static__": (
         "true: a call of it with constant arguments runs while parsing, and its "
         "result is a constant (GradOperation(), kt.grad(f), kt.jacrev(f))",
-        ("k_transform.grad",),
+        ("k_transform.reverse", "k_transform.jacobians"),
     ),
     "__kt_lower__": (
         "`__kt_lower__(builder, args, kwargs, node)`: its call is built into the "
         "graph being parsed by it (`builder` the parser's GraphBuilder, the "
         "arguments as nodes), which returns the result node (kt.vjp, kt.jvp, "
         "kt.hvp, a Jacobian of a closure; the builders are `lowering.py`)",
-        ("k_transform.grad",),
+        ("k_transform.reverse", "k_transform.forward_api", "k_transform.jacobians"),
     ),
     "__kt_graph__": (
         "the FuncGraph it runs: a call of it is a call of that graph (a "
         "gradient function, a `kt.compile`d program)",
-        ("k_transform.api", "k_transform.grad"),
+        ("k_transform.api", "k_transform.compiled", "k_transform.reverse", "k_transform.jit_api"),
     ),
     "__kt_source__": (
         "the generated Python it runs (`kt.get_source`)",
-        ("k_transform.codegen.compile", "k_transform.grad"),
+        ("k_transform.codegen.compile", "k_transform.compiled"),
     ),
     "__kt_parameter__": (
         "true: it is a `kt.Parameter` (or a slot written back like one), read "

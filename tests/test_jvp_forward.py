@@ -15,10 +15,10 @@ import pytest
 from jax import lax
 
 import k_transform as kt
+from k_transform.api import graph_of
 from k_transform.codegen.compile import emit_source
 from k_transform.control.prims import WhileLoop
 from k_transform.dfunctor.forward import forward_jvp
-from k_transform.grad import graph_of
 from k_transform.ir.nodes import Constant
 from k_transform.transforms import GradSpec, grad_graph
 

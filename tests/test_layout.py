@@ -43,7 +43,9 @@ LAYERS = [
     ["transforms"],
     ["api"],
     ["lowering"],
-    ["grad"],
+    ["compiled"],  # CompiledGraph: a transform graph compiled and run; set_mode
+    ["reverse", "forward_api", "jit_api"],  # one module per public family
+    ["jacobians"],  # jacrev/jacfwd over reverse and forward; hessian, hvp
     ["nn"],
     ["train"],
     ["__init__"],  # the public API, `import k_transform as kt`
@@ -182,7 +184,7 @@ MODULE_STATE = {
     "k_transform.runtime.bounds._bounded": "run-time switch: `bounded_loops()`",
     "k_transform.runtime.bounds.recompute_stats": "run-time report of checkpointed loops",
     "k_transform.runtime.state._param_scopes": "run-time stack of Parameter bindings",
-    "k_transform.grad._mode": "user setting: `kt.set_mode`",
+    "k_transform.compiled._mode": "user setting: `kt.set_mode`",
 }
 CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
 CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from k_transform.cell import Cell, ParameterTuple
 from k_transform.errors import KTransformError
-from k_transform.grad import jvp, value_and_grad, vjp
+from k_transform.forward_api import jvp
+from k_transform.reverse import value_and_grad, vjp
 
 
 class WithLossCell(Cell):

@@ -19,7 +19,7 @@ A call k_transform has no primitive for is one of three kinds:
   program (`mylib.sample(3)`: nothing to trace, so it runs per call too).
 
 `ops.python.LibraryCall` is effectful (kept in program order, never dropped,
-and its gradient function not compiled ahead: see `k_transform.grad`) when
+and its gradient function not compiled ahead: see `k_transform.compiled`) when
 `host_call` says so.
 """
 

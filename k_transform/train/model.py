@@ -31,7 +31,7 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 
 from k_transform import nn
-from k_transform.grad import jit
+from k_transform.jit_api import jit
 from k_transform.train.callback import Callback, RunContext
 
 METRIC_NAMES = {"accuracy": nn.Accuracy, "acc": nn.Accuracy}

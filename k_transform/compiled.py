@@ -1,0 +1,332 @@
+"""Compiled programs: `CompiledGraph`, the run mode, and what the API families share.
+
+A `CompiledGraph` is a transform graph (a gradient, jvp or plain program)
+compiled to Python; on each call it
+
+1. reads the current value of every Parameter the program uses (never baked
+   in: `p.set_data(...)` is seen by the next call without recompiling);
+2. runs the generated code with those values bound (for a gradient function,
+   `fprop(*args)` -> `(out, bprop)`, then `bprop(sens)` -> `(env, d_args...)`;
+   Parameter gradients come out of the env under their keys) and writes back
+   the Parameters the program `Assign`ed;
+3. is jitted by default: Python ints, bools, strings and None are static
+   arguments, floats and arrays traced. `set_mode("eager")` (or `jit=False`)
+   runs the same generated code op by op; NumPy inputs become JAX arrays in
+   both modes. In both, the concrete `while` loops of gradient and jvp
+   functions are bounded (see `runtime.bounds.bounded_loops`); a traced loop
+   that outgrows its gradient buffer is retraced with a larger bound.
+
+Shared by the API families (`reverse`, `forward_api`, `jacobians`,
+`jit_api`): `without_aux` and `compiled_forward` (the first output, and the
+whole output, for `has_aux`), `bind_keywords` (a call's arguments as the
+graph's positional ones), and `check_float_inputs`, JAX's refusal of integer
+inputs to differentiate.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform import runtime as rt
+from k_transform.api import graph_of
+from k_transform.cell import Cell, Parameter
+from k_transform.codegen.compile import compile_graph
+from k_transform.context import TRANSFORM
+from k_transform.errors import KTransformError
+from k_transform.frontend import callables
+from k_transform.frontend.guards import guards_of, stale, stale_names
+from k_transform.ir.nodes import Constant, FuncGraph
+from k_transform.ir.primitive import Primitive
+from k_transform.ir.verify import verify
+from k_transform.ops.python import LibraryCall
+from k_transform.ops.state import Assign
+from k_transform.runtime.bounds import (
+    LoopBoundExceeded,
+    bounded_loops,
+    retracing,
+    set_loop_bound,
+)
+from k_transform.traced import TracedCallK
+from k_transform.transforms import (
+    first_output_graph,
+)
+
+_mode = {"jit": True}
+
+
+def set_mode(mode: str) -> None:
+    """ "graph" (jit, the default) or "eager" (generated code op by op)."""
+    if mode not in ("graph", "eager"):
+        raise ValueError("mode must be 'graph' or 'eager'")
+    _mode["jit"] = mode == "graph"
+
+
+def parameters_of(root: FuncGraph) -> list[Parameter]:
+    """Every Parameter the graphs reachable from `root` read or assign."""
+    found: dict[int, Parameter] = {}
+    for graph in root.reachable():
+        for node in graph.used_nodes():
+            value = node.value if isinstance(node, Constant) else None
+            if isinstance(value, Primitive):
+                for p in value.parameters():
+                    found.setdefault(id(p), p)
+            elif isinstance(value, Parameter):
+                found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def _is_static(x) -> bool:
+    """Python ints, bools, strings, None, slices, dtypes and tuples of them are
+    static (part of the compile key); floats and arrays are traced."""
+    if isinstance(x, tuple):
+        return all(_is_static(v) for v in x)
+    if isinstance(x, type) or isinstance(x, np.dtype):
+        return True
+    return x is None or x is Ellipsis or isinstance(x, (bool, int, str, slice))
+
+
+def _hashable(x):
+    """A hashable stand-in for a static argument (slices are unhashable)."""
+    if isinstance(x, tuple):
+        return tuple(_hashable(v) for v in x)
+    if isinstance(x, slice):
+        return ("slice", x.start, x.stop, x.step)
+    return x
+
+
+def host_calls(graph: FuncGraph) -> bool:
+    """Whether the graphs reachable from `graph` call host code (`ops.host`)."""
+    return any(
+        isinstance(value, (LibraryCall, TracedCallK)) and value.effectful
+        for g in graph.reachable()
+        for value in (getattr(n.fn, "value", None) for n in g.nodes)
+    )
+
+
+MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
+_BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
+
+
+def _grow_loop_bound(exc: Exception) -> bool:
+    """Raise the bound of the loop named in `exc` to the power of two above its
+    trip count (at most twice the memory the loop needs; few retraces)."""
+    match = _BOUND_MESSAGE.search(str(exc)) if LoopBoundExceeded.MARK in str(exc) else None
+    if match is None:
+        return False
+    set_loop_bound(1 << int(match["n"]).bit_length(), match["where"])
+    return True
+
+
+class CompiledGraph:
+    """A transform graph compiled to Python and run with Parameters bound.
+
+    Called like the graph; jitted by default with static Python scalars
+    (`set_mode("eager")` or `jit=False` runs the generated code op by op).
+    `__kt_graph__` lets user code that calls this object be transformed too;
+    the graph is compiled to Python at the first call (or `__kt_source__`
+    read), so a gradient function only used inside another transform
+    (`kt.jvp(kt.grad(f), ...)`) never generates its own code.
+
+    Python's names are read when a call runs: before each call the guards of
+    the parsed graphs (`frontend.guards`: the globals and closure cells read,
+    with their values) are checked, and if a name was rebound since, the
+    program is made again by `remake` (a function returning a fresh
+    CompiledGraph; `primal`: the parsed graph whose guards count).
+    """
+
+    def __init__(
+        self,
+        graph: FuncGraph,
+        fn=None,
+        jit: bool | None = None,
+        primal: FuncGraph | None = None,
+        remake=None,
+        jit_host: bool = False,
+    ):
+        self.guards = guards_of(primal or graph)
+        self.remake = remake
+        self.fn = fn
+        self.jit = jit
+        self.__kt_graph__ = graph
+        self._compiled_graph = graph  # `__kt_graph__` may be replaced (see GradFunction)
+        self.params = parameters_of(graph)
+        self.assigns = any(
+            isinstance(getattr(n.fn, "value", None), Assign)
+            for g in graph.reachable()
+            for n in g.nodes
+        )
+        self._jitted: dict[tuple, object] = {}
+        self.bound_loops = False  # gradient and jvp functions: see `_eager`
+        # Host calls (a random generator, a counter) run per call, as without
+        # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
+        # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
+        self.host = host_calls(graph) and not jit_host
+
+    @functools.cached_property
+    def run(self):
+        """The graph's generated Python function."""
+        verify(self._compiled_graph)
+        return compile_graph(self._compiled_graph)
+
+    @property
+    def __kt_source__(self) -> str:
+        return self.run.__kt_source__
+
+    def refresh(self) -> None:
+        """Made again if a global or closure name it read was rebound."""
+        if not stale(self.guards):
+            return
+        if self.remake is None:
+            names = ", ".join(stale_names(self.guards))
+            raise KTransformError(
+                f"{self.__kt_graph__.name} read {names}, rebound since it was transformed: "
+                "make the function again (kt.grad(f), kt.jit(f), ...)"
+            )
+        fresh = self.remake()
+        kept = {k: v for k, v in vars(self).items() if k in ("bound_loops", "constant_sequences")}
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__, **kept)
+
+    def __call__(self, *args):
+        self.refresh()
+        values = tuple(p.data for p in self.params)
+        use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
+        if not use_jit:
+            return self._eager(values, rt.as_jax_inputs(args))
+        static = tuple(k for k, a in enumerate(args) if _is_static(a))
+        fixed = {k: args[k] for k in static}
+        key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))
+        if key not in self._jitted:
+            self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
+        traced = tuple(a for k, a in enumerate(args) if k not in static)
+        # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
+        retrace = not rt.any_traced((values, traced))
+        for _ in range(MAX_RETRACES):
+            try:
+                with retracing(retrace):
+                    return self._write_back(self._jitted[key](values, traced))
+            except Exception as exc:  # a traced while outgrew its gradient buffer
+                if not _grow_loop_bound(exc):
+                    raise
+                self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
+        raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _eager(self, values, args):
+        """The generated code run op by op; gradient and jvp functions bound
+        their concrete `while` loops (`runtime.bounds.bounded_loops`)."""
+        with bounded_loops(self.bound_loops):
+            return self._write_back(self._compute(values, args))
+
+    def _with_static(self, fixed: dict, n: int):
+        """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
+
+        def compute(values, traced):
+            it = iter(traced)
+            args = tuple(fixed[k] if k in fixed else next(it) for k in range(n))
+            return self._compute(values, args)
+
+        return compute
+
+    def _compute(self, values, args):
+        """(result, {index: new value}) for the Parameters the program assigned."""
+        with rt.param_scope(self.params, values, assigns=self.assigns) as scope:
+            result = self.run(*args)
+        index = {id(p): k for k, p in enumerate(self.params)}
+        return result, {index[i]: v for i, v in scope.updates.items() if i in index}
+
+    def _write_back(self, output):
+        result, updates = output
+        for k, value in updates.items():
+            if isinstance(value, jax.core.Tracer):
+                raise KTransformError(
+                    f"{self.__kt_graph__.name} assigns the Parameter {self.params[k].name}; "
+                    "a program with state updates cannot run inside your own jax.jit: call it "
+                    "directly (it is compiled already)"
+                )
+            self.params[k].set_data(value)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<k_transform {self.__kt_graph__.name}>"
+
+
+def without_aux(fn):
+    """The graph of `fn(*xs)[0]` (cached per graph of `fn`)."""
+    primal = graph_of(fn)
+    _first_outputs = TRANSFORM.cache("grad.first_outputs")
+    entry = _first_outputs.get(id(primal))
+    if entry is None or entry[0] is not primal:
+        entry = (primal, first_output_graph(primal))
+        _first_outputs[id(primal)] = entry
+    return entry[1]
+
+
+def compiled_forward(fn) -> CompiledGraph:
+    """`fn` compiled (cached per graph), for the aux values of `has_aux`."""
+    primal = graph_of(fn)
+    _forwards = TRANSFORM.cache("grad.forwards")
+    entry = _forwards.get(id(primal))
+    if entry is None or entry[0] is not primal:
+        entry = (primal, CompiledGraph(primal, remake=lambda: compiled_forward(fn)))
+        entry[1].bound_loops = True
+        _forwards[id(primal)] = entry
+    return entry[1]
+
+
+def bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
+    """`args` and `kwargs` as the positional arguments of `fn`'s graph, and
+    for each of `args`: (the graph parameter it went to, its index in `*args`
+    or None)."""
+    target = fn.construct if isinstance(fn, Cell) else fn
+    try:
+        sig = inspect.signature(callables.unwrap(target), follow_wrapped=False)
+        bound = sig.bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise KTransformError(f"calling {getattr(target, '__name__', target)}: {exc}") from None
+    bound.apply_defaults()
+    flat, where = [], []
+    for name, p in sig.parameters.items():
+        if p.kind is p.VAR_POSITIONAL:
+            where += [(len(flat), k) for k in range(len(bound.arguments[name]))]
+        elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and len(where) < len(args):
+            where.append((len(flat), None))
+        flat.append(bound.arguments[name])
+    return tuple(flat), where
+
+
+def takes_star_args(fn) -> bool:
+    """Whether `fn` (a Cell: its `construct`) has a `*args` parameter. A
+    gradient or compiled function (it carries its graph) takes its target's
+    parameters, whatever its Python signature."""
+    if isinstance(fn, FuncGraph) or isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+        return False
+    target = callables.unwrap(fn.construct if isinstance(fn, Cell) else fn)
+    try:
+        params = inspect.signature(target, follow_wrapped=False).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def check_float_inputs(api: str, args, positions) -> None:
+    """JAX's rule for its differentiation API: the inputs differentiated must
+    be float (or complex) arrays or Python floats; an integer or boolean input
+    raises TypeError instead of getting a silent zero gradient."""
+    for k in positions:
+        if k >= len(args):
+            continue
+        for leaf in jax.tree_util.tree_leaves(args[k]):
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
+            if not jnp.issubdtype(dtype, jnp.inexact):
+                raise TypeError(
+                    f"{api} requires real- or complex-valued inputs (a float dtype), but input "
+                    f"{k} is {type(leaf).__name__} of dtype {dtype}; pass a float array "
+                    "(e.g. x.astype(jnp.float32)) or leave it out of the differentiated inputs "
+                    "(kt.GradOperation gives integer arrays an integer gradient, as MindSpore)"
+                )

@@ -1,0 +1,107 @@
+"""Forward-mode API: `jvp`, `Jvp`.
+
+`jvp(fn, inputs, v)` is `(out, J v)`, computed by double reverse: the
+compiled program of `transforms.jvp_graph` (cached per function). Integer
+inputs follow JAX: their tangents must be float0 or integer zeros
+(`_integer_tangent`). `jvp_unchecked` is the same without the input check,
+for `jacfwd` and `hvp`, which check their own inputs. Called inside code
+being transformed, `jvp` lowers to graphs (`lowering.lower_jvp`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform import lowering
+from k_transform import runtime as rt
+from k_transform.api import graph_of
+from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_forward, without_aux
+from k_transform.context import TRANSFORM
+from k_transform.errors import KTransformError
+from k_transform.frontend.targets import target_of
+from k_transform.transforms import (
+    jvp_graph,
+)
+
+
+def jvp(fn, inputs, v, has_aux=False):
+    """`(out, J v)`, or `(out, J v, aux)` with `has_aux` (`fn` returns
+    `(out, *aux)`; one aux value bare, several as a tuple): forward mode by
+    double reverse. `inputs` and `v` are an array or a tuple of them
+    (MindSpore's convention)."""
+    single = not isinstance(inputs, (tuple, list))
+    xs, vs = ((inputs,), (v,)) if single else (tuple(inputs), tuple(v))
+    if len(xs) != len(vs):
+        raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
+    vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
+    fn = target_of(fn, len(xs))
+    if not has_aux:
+        return jvp_unchecked(fn, xs, vs)
+    out, jv = jvp_unchecked(without_aux(fn), xs, vs)
+    return out, jv, rt.split_aux(compiled_forward(fn)(*xs))[1]
+
+
+def _integer_tangent(xs, k: int, t):
+    """JAX's rule for the tangent of an integer or boolean input `xs[k]`: it
+    must be float0 (a zero of no dtype; made zeros here) or, ours too, a zero
+    of an integer or boolean dtype; anything else is a TypeError."""
+    leaves = jax.tree_util.tree_leaves
+    if all(jnp.issubdtype(_dtype_of(leaf), jnp.inexact) for leaf in leaves(xs[k])):
+        return t
+    if getattr(t, "dtype", None) == jax.dtypes.float0:
+        return jnp.zeros_like(xs[k])
+    integral = all(not jnp.issubdtype(_dtype_of(leaf), jnp.inexact) for leaf in leaves(t))
+    nonzero = any(
+        not isinstance(leaf, jax.core.Tracer) and np.any(np.asarray(leaf)) for leaf in leaves(t)
+    )
+    if not integral or nonzero:
+        check_float_inputs("kt.jvp", xs, (k,))
+    return t
+
+
+def _dtype_of(leaf):
+    return leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
+
+
+jvp.__kt_lower__ = lowering.lower_jvp
+
+
+def jvp_unchecked(fn, inputs, v):
+    """`jvp` without the input check (jacfwd and hvp check their own input)."""
+    single = not isinstance(inputs, (tuple, list))
+    xs = (inputs,) if single else tuple(inputs)
+    vs = (v,) if single else tuple(v)  # J v is shaped like the output either way
+    if len(xs) != len(vs):
+        raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
+    return _jvp_function(fn)(*xs, *vs)
+
+
+def _jvp_remake(fn):
+    def remake():
+        del TRANSFORM.cache("grad.jvp")[id(fn)]
+        return _jvp_function(fn)
+
+    return remake
+
+
+def _jvp_function(fn) -> CompiledGraph:
+    _jvp_cache = TRANSFORM.cache("grad.jvp")
+    entry = _jvp_cache.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        primal = graph_of(fn)
+        entry = (fn, CompiledGraph(jvp_graph(primal), fn, primal=primal, remake=_jvp_remake(fn)))
+        entry[1].bound_loops = True
+        _jvp_cache[id(fn)] = entry
+    return entry[1]
+
+
+class Jvp:
+    """MindSpore-style `Jvp(fn)(inputs, v) -> (out, jvp_out)`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, inputs, v):
+        return jvp(self.fn, inputs, v)

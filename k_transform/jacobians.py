@@ -1,0 +1,174 @@
+"""Jacobians and second derivatives: `jacrev`, `jacfwd`, `hessian`, `hvp`.
+
+A `Jacobian` is one vmapped vjp per output leaf (`jacrev`) or one vmapped
+jvp per input leaf (`jacfwd`), nested as JAX's (the output's structure of
+the input's); `hessian` is reverse over reverse (jacrev of the gradient),
+`hvp` forward over reverse (jvp of the gradient). Called inside code being
+transformed, they lower to graphs (`lowering.lower_jacobian`,
+`lowering.lower_hvp`).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from k_transform import lowering
+from k_transform import runtime as rt
+from k_transform.api import graph_of
+from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_forward, without_aux
+from k_transform.errors import KTransformError
+from k_transform.forward_api import jvp_unchecked
+from k_transform.frontend.targets import target_of
+from k_transform.reverse import GradFunction
+from k_transform.transforms import (
+    GradSpec,
+)
+
+
+class Jacobian:
+    """What `jacrev(fn, grad_position, has_aux)` / `jacfwd(...)` return:
+    called on arrays, the Jacobian of `fn` w.r.t. the input at
+    `grad_position` (one vjp per output element, or one jvp per input
+    element, vmapped); for a tuple of positions output-major, as JAX's and
+    MindSpore's: the output's structure of tuples over the positions
+    (`jac[i][j]` = d out_i / d in_j for a tuple output); and
+    `(jacobian, aux)` with `has_aux` (MindSpore's structure: one aux value
+    bare, several as a tuple); called inside code being transformed, it
+    lowers to graphs (`lowering.lower_jacobian`)."""
+
+    def __init__(self, fn, argnum, forward: bool, has_aux: bool = False):
+        if isinstance(argnum, list):
+            argnum = tuple(argnum)
+        positions = argnum if isinstance(argnum, tuple) else (argnum,)
+        if not positions or not all(
+            isinstance(k, int) and not isinstance(k, bool) for k in positions
+        ):
+            raise KTransformError(
+                f"jacfwd/jacrev: grad_position must be an int or a tuple of ints, not {argnum!r}"
+            )
+        self.fn, self.argnum, self.forward, self.has_aux = fn, argnum, forward, bool(has_aux)
+        self.positions = positions
+        try:  # its inputs are fn's: what a Jacobian of it is called with (`arity`)
+            self.__signature__ = inspect.signature(fn)
+        except (TypeError, ValueError):
+            pass
+
+    def __call__(self, *args):
+        check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, self.positions)
+        for k in self.positions:
+            if not -len(args) <= k < len(args):
+                raise KTransformError(
+                    f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs"
+                )
+        fn = target_of(self.fn, len(args))
+        target = without_aux(fn) if self.has_aux else fn
+        one = self._forward if self.forward else self._reverse
+        parts = [one(target, k % len(args), args) for k in self.positions]
+        tree = parts[0][0]
+        if isinstance(self.argnum, tuple):  # each output leaf: a tuple over the positions
+            blocks = [tuple(p[1][i] for p in parts) for i in range(tree.num_leaves)]
+        else:
+            blocks = parts[0][1]
+        jac = jax.tree_util.tree_unflatten(tree, blocks)
+        return (jac, rt.split_aux(compiled_forward(fn)(*args))[1]) if self.has_aux else jac
+
+    def _reverse(self, fn, argnum: int, args):
+        """One vmapped vjp per output leaf: `(the output's treedef, a block
+        per output leaf)`, each block shaped as input `argnum` (JAX's nesting:
+        the output's structure of the input's structure)."""
+        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
+        out = CompiledGraph(graph_of(fn))(*args)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        blocks = []
+        for k, leaf in enumerate(leaves):
+            basis = _basis(leaf)
+
+            def row(u, k=k):
+                sens = [u if j == k else jnp.zeros_like(other) for j, other in enumerate(leaves)]
+                return grad_fn(*args, jax.tree_util.tree_unflatten(tree, sens))
+
+            rows = jax.vmap(row)(basis)
+            blocks.append(
+                jax.tree_util.tree_map(
+                    lambda r, x, leaf=leaf: r.reshape(*jnp.shape(leaf), *jnp.shape(x)),
+                    rows,
+                    args[argnum],
+                )
+            )
+        return tree, blocks
+
+    def _forward(self, fn, argnum: int, args):
+        """One vmapped jvp per input leaf, regrouped as `_reverse` gives them."""
+        x_leaves, x_tree = jax.tree_util.tree_flatten(args[argnum])
+        per_input = []
+        for k, leaf in enumerate(x_leaves):
+            leaf = jnp.asarray(leaf)
+
+            def column(v, k=k):
+                seed = [v if j == k else jnp.zeros_like(o) for j, o in enumerate(x_leaves)]
+                tangents = tuple(
+                    jax.tree_util.tree_unflatten(x_tree, seed)
+                    if i == argnum
+                    else jax.tree_util.tree_map(jnp.zeros_like, a)
+                    for i, a in enumerate(args)
+                )
+                return jvp_unchecked(fn, tuple(args), tangents)[1]
+
+            cols = jax.vmap(column)(_basis(leaf))
+            out_leaves, out_tree = jax.tree_util.tree_flatten(cols)
+            per_input.append([_columns_last(c, leaf) for c in out_leaves])
+        blocks = [
+            jax.tree_util.tree_unflatten(x_tree, [cols[j] for cols in per_input])
+            for j in range(len(per_input[0]))
+        ]
+        return out_tree, blocks
+
+    def __kt_lower__(self, builder, args, kwargs, e):
+        return lowering.lower_jacobian(builder, self, args, e)
+
+
+def _basis(leaf):
+    """The unit vectors of `leaf`'s space, stacked: shape (size, *leaf.shape)."""
+    size, shape = int(np.prod(jnp.shape(leaf))), jnp.shape(leaf)
+    return jnp.eye(size, dtype=jnp.result_type(leaf)).reshape(size, *shape)
+
+
+def _columns_last(cols, leaf):
+    """Columns stacked first (size, *out) as a Jacobian block (*out, *leaf.shape)."""
+    out_shape = cols.shape[1:]
+    return jnp.moveaxis(cols.reshape(cols.shape[0], -1), 0, -1).reshape(*out_shape, *leaf.shape)
+
+
+def jacrev(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
+    reverse mode (MindSpore's `jacrev`; see `Jacobian`)."""
+    return Jacobian(fn, grad_position, forward=False, has_aux=has_aux)
+
+
+def jacfwd(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
+    forward mode (MindSpore's `jacfwd`; see `Jacobian`)."""
+    return Jacobian(fn, grad_position, forward=True, has_aux=has_aux)
+
+
+def hessian(fn, argnum: int = 0) -> Jacobian:
+    """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
+    return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
+
+
+def hvp(fn, args, v, argnum: int = 0):
+    """A Hessian-vector product by forward over reverse: jvp of the gradient."""
+    args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    check_float_inputs("kt.hvp", args, (argnum,))
+    grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
+    zeros = jax.tree_util.tree_map
+    tangents = tuple(v if k == argnum else zeros(jnp.zeros_like, a) for k, a in enumerate(args))
+    return jvp_unchecked(grad_fn, args, tangents)[1]
+
+
+jacrev.__kt_static__ = jacfwd.__kt_static__ = hessian.__kt_static__ = True
+hvp.__kt_lower__ = lowering.lower_hvp

@@ -1,0 +1,85 @@
+"""`kt.jit`: a function or Cell compiled as one program at its first call.
+
+`Jit` keeps one `CompiledGraph` per Cell `training` flag and per number of
+`*args` values; keyword arguments and defaults bind as in a call of the
+function (`compiled.bind_keywords`). Inside transformed code a `Jit` is its
+function's graph (`__kt_graph__`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from k_transform.api import graph_of
+from k_transform.compiled import CompiledGraph, bind_keywords, takes_star_args
+from k_transform.frontend.parser import parse
+from k_transform.ir.nodes import FuncGraph
+
+
+class Jit:
+    """What `kt.jit(fn)` returns: `fn` compiled as one program at its first
+    call, as MindSpore's `jit` transforms lazily (so `@kt.jit` works on a
+    recursive function, and on one calling functions defined after it).
+    Keyword arguments and defaults bind as in a call of `fn`. Inside
+    transformed code it is `fn`'s graph. A Cell is compiled once per
+    `training` flag, read at each call."""
+
+    def __init__(self, fn):
+        self.__wrapped__ = fn
+        self._compiled: dict[object, CompiledGraph] = {}
+
+    def compiled(self, star_arity: int | None = None) -> CompiledGraph:
+        """The program for the Cell's current `training` flag (MindSpore
+        compiles a Cell once per phase: `set_train` switches between them)
+        and, for a function with `*args`, for the number of values in it."""
+        key = (getattr(self.__wrapped__, "training", None), star_arity)
+        if key not in self._compiled:
+            graph = graph_of(self.__wrapped__, star_arity)
+            remake = functools.partial(self._remake, key, star_arity)
+            self._compiled[key] = CompiledGraph(
+                graph, self.__wrapped__, remake=remake, jit_host=True
+            )
+        return self._compiled[key]
+
+    def _remake(self, key, star_arity) -> CompiledGraph:
+        if isinstance(self.__wrapped__, CompiledGraph):  # kt.jit(kt.grad(f))
+            self.__wrapped__.refresh()
+        del self._compiled[key]
+        return self.compiled(star_arity)
+
+    @property
+    def __kt_graph__(self) -> FuncGraph:
+        """The graph of `fn` (while `fn` is being parsed, the graph being built:
+        so a recursive `@kt.jit` function calls itself as plain recursion)."""
+        return parse(self.__wrapped__)
+
+    def __call__(self, *args, **kwargs):
+        if takes_star_args(self.__wrapped__):
+            args, where = bind_keywords(self.__wrapped__, args, kwargs)
+            return self.compiled(sum(k is not None for _, k in where))(*args)
+        compiled = self.compiled()
+        graph = compiled.__kt_graph__
+        defaulted = len(args) < len(graph.param_names or ())
+        if kwargs or graph.signature is not None or defaulted:
+            args = bind_keywords(self.__wrapped__, args, kwargs)[0]
+        return compiled(*args)
+
+    def __getattr__(self, name):  # `params`, ...: the compiled program's
+        if name.startswith("__") or name == "_compiled":  # the parser asks before compiling
+            raise AttributeError(name)
+        return getattr(self.compiled(), name)
+
+    def __repr__(self) -> str:
+        return f"<k_transform jit of {self.__wrapped__!r}>"
+
+
+def jit(fn=None, *, backend: str | None = None, **options):
+    """`fn` (a function or Cell, e.g. a `TrainOneStepCell`) compiled as one
+    program at its first call: Parameters are read when called and their
+    `Assign`ed values written back afterwards; jitted, with Python scalars
+    static. MindSpore's `backend`, `jit_level` and other options are
+    accepted and have no effect (XLA compiles every program);
+    `@kt.jit(backend=...)` works as a decorator factory."""
+    if fn is None:
+        return lambda f: Jit(f)
+    return Jit(fn)

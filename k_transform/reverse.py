@@ -1,0 +1,397 @@
+"""Reverse-mode API: `GradOperation`, `grad`, `value_and_grad`, `vjp`, `mutable`.
+
+A gradient function (`GradFunction`, a `CompiledGraph`: see
+`k_transform.compiled` for how it runs) parses its target once (a function,
+a bound method or a Cell's `construct`), applies the DFunctor and generates
+the fprop/bprop module; one program is shared by every gradient object made
+for the same function and options while the function's names hold.
+
+Pytrees. Inputs, outputs, sensitivities, tangents and `has_aux` values may
+be nested tuples, lists, dicts, NamedTuples and registered dataclasses or
+classes; gradients come back with the input's structure and types, and
+`jacrev`/`jacfwd`/`hessian` nest as JAX's do (the output's structure of the
+input's). Pytree fields read inside the program are differentiated
+(`ops.python.GetAttr`, `MakeNode`, `ReplaceFields`).
+
+Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
+`jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
+input it differentiates is an integer or boolean (array or Python int).
+`vjp` accepts them, as JAX's vjp does, and gives them a zero gradient (JAX
+gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
+`GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
+PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed
+by the rules and cast to its own integer dtype (`x * x` at int32 `[3, 4]`
+gives int32 `[6, 8]`). Differences from MindSpore, kept on purpose:
+MindSpore also casts the sensitivity at each integer `Cast` on the way (ours
+passes none back through a cast from an integer), and it leaves Python
+scalars (ints and floats) out of the gradient tuple altogether, where ours
+keeps one entry per input: a zero for a Python int (static), the gradient
+for a Python float (traced, as the design card says).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+
+from k_transform import lowering
+from k_transform import runtime as rt
+from k_transform.api import graph_of
+from k_transform.cell import Cell, Parameter
+from k_transform.compiled import CompiledGraph, bind_keywords, check_float_inputs, parameters_of
+from k_transform.context import TRANSFORM
+from k_transform.errors import KTransformError
+from k_transform.frontend.guards import stale
+from k_transform.frontend.targets import arity, is_library, target_of
+from k_transform.ir.nodes import FuncGraph
+from k_transform.transforms import (
+    GradSpec,
+    as_weights,
+    grad_graph,
+)
+
+
+def stop_gradient(x):
+    """`x`, with no gradient flowing back (the `StopGradient` primitive)."""
+    return jax.lax.stop_gradient(x)
+
+
+class GradOperation:
+    """MindSpore's GradOperation: `GradOperation(get_all, get_by_list, sens_param)(fn, weights)`.
+
+    First input only by default (a bare array); `get_all`: a tuple over all
+    inputs; `get_by_list`: a tuple over `weights` (a bare array for a single
+    Parameter); both: `((inputs...), (weights...))`; `sens_param`: the last
+    argument is the output sensitivity, else ones like the output.
+    `GradOperation(fn)(x)` is shorthand for `GradOperation()(fn)(x)`.
+    As in MindSpore 2.x, `get_by_list` without weights means all trainable
+    Parameters, and a tuple or list argument is a constant left out of the
+    gradients unless passed as `kt.mutable(xs)` (`_drop_constants`).
+    """
+
+    def __new__(cls, get_all=False, get_by_list=False, sens_param=False):
+        if callable(get_all) and not isinstance(get_all, bool):
+            return GradOperation()(get_all)
+        return super().__new__(cls)
+
+    __kt_static__ = True  # built at transform time when called inside user code
+
+    def __init__(self, get_all=False, get_by_list=False, sens_param=False):
+        self.get_all, self.get_by_list, self.sens_param = get_all, get_by_list, sens_param
+
+    def __call__(self, fn, weights=None) -> GradFunction:
+        if self.get_by_list and weights is None:  # MindSpore: all trainable Parameters
+            weights = _trainable_params(fn)
+        params, single = as_weights(weights) if self.get_by_list else (None, False)
+        if self.get_by_list:
+            inputs = "all" if self.get_all else None
+        else:
+            inputs = "all" if self.get_all else "first"
+        target = target_of(fn, arity(fn)) if is_library(fn) else fn
+        if inputs == "first" and _takes_no_inputs(target):
+            inputs = "all"  # MindSpore: `()` for a network without inputs
+        spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
+        grad_fn = GradFunction(target, spec)
+        grad_fn.constant_sequences = True
+        return grad_fn
+
+
+def _takes_no_inputs(fn) -> bool:
+    """Whether `fn` (a function or Cell) is called with no arguments at all."""
+    graph = graph_of(fn)
+    return graph.signature is None and not graph.param_names
+
+
+def _trainable_params(fn) -> list[Parameter]:
+    """A Cell's trainable Parameters, or the trainable Parameters a function
+    reads (what MindSpore's `GradOperation(get_by_list=True)(fn)` without
+    weights differentiates, PYNATIVE mode)."""
+    if isinstance(fn, Cell):
+        return list(fn.trainable_params())
+    return [p for p in parameters_of(graph_of(fn)) if p.requires_grad]
+
+
+def grad(
+    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+) -> GradFunction:
+    """MindSpore's `grad`: gradients of `fn` w.r.t. the inputs at
+    `grad_position` (an int, a tuple, or None) and `weights`;
+    `(inputs, weights)` when both are asked for. `has_aux`: `fn` returns
+    `(out, *aux)` and the result is `(grads, (aux...))`. `return_ids`: each
+    gradient as `(position, grad)` or `(parameter name, grad)`. `sens_param`:
+    the last argument is the output's sensitivity (the first output's with
+    `has_aux`)."""
+    return GradFunction(
+        _library_target(fn),
+        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, False),
+        api="kt.grad",
+    )
+
+
+def value_and_grad(
+    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+) -> GradFunction:
+    """`(value, gradients)`, the value being `fn`'s whole output (with
+    `has_aux`, `(out, *aux)`); see `grad`."""
+    return GradFunction(
+        _library_target(fn),
+        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, True),
+        api="kt.value_and_grad",
+    )
+
+
+def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_value) -> GradSpec:
+    if grad_position is None and weights is None:
+        raise KTransformError("grad: grad_position and weights cannot both be None")
+    ok = isinstance(grad_position, int) or grad_position is None
+    if isinstance(grad_position, (tuple, list)):
+        ok = all(isinstance(k, int) and not isinstance(k, bool) for k in grad_position)
+        grad_position = tuple(grad_position)
+    if not ok or isinstance(grad_position, bool):
+        raise KTransformError(
+            f"grad: grad_position must be an int, a tuple of ints or None, not {grad_position!r}"
+        )
+    params, single = as_weights(weights)
+    return GradSpec(
+        grad_position,
+        params,
+        single,
+        sens_param=bool(sens_param),
+        has_aux=bool(has_aux),
+        with_value=with_value,
+        return_ids=bool(return_ids),
+    )
+
+
+def _library_target(fn):
+    """A library function as the target of `grad`-like functions: wrapped for
+    the number of positional parameters its signature requires."""
+    if not is_library(fn):
+        return fn
+    return target_of(fn, arity(fn))
+
+
+grad.__kt_static__ = True
+value_and_grad.__kt_static__ = True
+
+
+def vjp(fn, *inputs, weights=None, has_aux=False):
+    """MindSpore's `vjp(fn, *inputs, weights=None, has_aux=False)`:
+    `(out, vjp_fn)`, or `(out, vjp_fn, aux)` with `has_aux` (`fn` returns
+    `(out, *aux)`; one aux value bare, several as a tuple). `vjp_fn(v)`
+    returns a tuple of the inputs' gradients; with `weights`,
+    `(input gradients, weight gradients)` (a bare gradient for one Parameter)."""
+    primal = graph_of(target_of(fn, len(inputs)))
+    params, single = as_weights(weights)
+    spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
+    grad_fn = GradFunction(primal, spec)
+    forward = CompiledGraph(primal)
+    forward.bound_loops = True
+    out = forward(*inputs)
+    if not has_aux:
+        return out, lambda v: grad_fn(*inputs, v)
+    out, aux = rt.split_aux(out)
+    return out, lambda v: grad_fn(*inputs, v)[0], aux
+
+
+vjp.__kt_lower__ = lowering.lower_vjp
+
+
+class GradFunction(CompiledGraph):
+    """A gradient function: what `GradOperation(...)(fn)` returns.
+
+    `api` names the JAX-style function that made it (`kt.grad`, ...); those
+    refuse integer inputs at the differentiated positions, as JAX does.
+    """
+
+    def __init__(
+        self,
+        fn,
+        spec: GradSpec,
+        jit: bool | None = None,
+        api: str | None = None,
+        bound: bool = False,
+    ):
+        self.spec = spec
+        self.api = api
+        self.constant_sequences = False  # GradOperation: see `_drop_constants`
+        # One program per (function, options), shared by every gradient
+        # object asking for it: a fresh `kt.grad(f)(x)` transforms nothing
+        # and reuses the compiled code while f's names hold (guards).
+        made = TRANSFORM.cache("grad.functions")
+        key = (id(fn), getattr(fn, "training", None), spec, jit, api, bound)
+        entry = made.get(key)
+        if entry is not None and entry[0] is fn and not stale(entry[1].guards):
+            self.__dict__.update(entry[1].__dict__, constant_sequences=False)
+            return
+        made[key] = (fn, self)
+        remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
+        self._by_keywords: dict[tuple, GradFunction] = {}
+        primal = graph_of(fn)
+        # `bound`: called with the graph's own parameters (see `_keyword_call`).
+        self._binds = not bound and primal.signature is not None
+        # Parameters a call may leave to their defaults (bound like keywords).
+        names, defaults = primal.param_names or (), primal.defaults
+        self._n_params = (
+            len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
+        )
+        if self._binds:  # positions in `spec` count the arguments as passed
+            spec = dataclasses.replace(spec, inputs="first")
+        # `return_ids`: the ids are attached after the call (strings are no
+        # jit outputs); called inside transformed code, the graph holds them.
+        graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))
+        super().__init__(graph, fn, jit, primal=primal, remake=remake)
+        if spec.return_ids:
+            self.__kt_graph__ = grad_graph(primal, spec)
+        self.bound_loops = True
+
+    def __call__(self, *args, **kwargs):
+        if not self.constant_sequences:
+            return self._call(args, kwargs)
+        n = len(args) - self.spec.sens_param
+        constant = {k for k in range(n) if _constant_sequence(args[k])}
+        result = self._call(tuple(_plain(a) for a in args), kwargs)
+        return _drop_constants(result, self.spec, constant) if constant else result
+
+    def _call(self, args: tuple, kwargs: dict):
+        if self.spec.sens_param and not args:
+            raise KTransformError("sens_param=True: pass the output sensitivity last")
+        if self.api is not None:
+            n = len(args) - self.spec.sens_param
+            check_float_inputs(self.api, args[:n], _positions(self.spec.inputs, n))
+        n_inputs = len(args) - self.spec.sens_param
+        defaulted = self._n_params is not None and n_inputs < self._n_params
+        if kwargs or self._binds or defaulted:
+            result = self._keyword_call(args, kwargs)
+        else:
+            result = super().__call__(*args)
+        return _with_ids(result, self.spec, n_inputs) if self.spec.return_ids else result
+
+    def _keyword_call(self, args: tuple, kwargs: dict):
+        """Keyword arguments are passed, not differentiated (MindSpore's and
+        JAX's semantics): "all" means the positional inputs only. With
+        `*args`, input positions count the arguments as passed."""
+        sens = args[-1:] if self.spec.sens_param else ()
+        inputs = args[: len(args) - len(sens)]
+        flat, where = bind_keywords(self.fn, inputs, kwargs)
+        spec = self.spec
+        positions = spec.inputs
+        if positions in ("first", "all"):
+            positions = 0 if positions == "first" else tuple(range(len(inputs)))
+        bare = isinstance(positions, int)
+        wanted = (positions,) if bare else tuple(positions or ())
+        if not any(where[p][1] is not None for p in wanted):
+            inputs_spec = spec.inputs if spec.inputs != "all" else positions
+            return self._run_spec(dataclasses.replace(spec, inputs=inputs_spec), flat, sens)
+        if spec.weights is not None or spec.with_value or spec.has_aux:
+            raise KTransformError(
+                "the gradient w.r.t. *args of a function, with weights, has_aux or the value: "
+                "differentiate a wrapper with named parameters"
+            )
+        graph_positions = tuple(sorted({where[p][0] for p in wanted}))
+        grads = self._run_spec(dataclasses.replace(spec, inputs=graph_positions), flat, sens)
+
+        def pick(p):
+            index, item = where[p]
+            g = grads[graph_positions.index(index)]
+            return g if item is None else g[item]
+
+        return pick(positions) if bare else tuple(pick(p) for p in wanted)
+
+    def _run_spec(self, spec: GradSpec, flat: tuple, sens: tuple):
+        key = (spec.inputs, len(flat))
+        if key not in self._by_keywords:
+            self._by_keywords[key] = GradFunction(self.fn, spec, self.jit, bound=True)
+        return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
+
+
+def _with_ids(result, spec: GradSpec, n: int):
+    """MindSpore's `return_ids`: each input gradient as `(position, grad)`,
+    each Parameter's as `(name, grad)`, in the structure `spec` returns."""
+    if spec.with_value:
+        return result[0], _with_ids(result[1], dataclasses.replace(spec, with_value=False), n)
+    if spec.has_aux:
+        return _with_ids(result[0], dataclasses.replace(spec, has_aux=False), n), result[1]
+    inputs, weights = spec.inputs, spec.weights
+    if weights is not None:
+        names = [p.name for p in weights]
+        named = (
+            (names[0], result if inputs is None else result[1])
+            if spec.single_weight
+            else tuple(zip(names, result if inputs is None else result[1], strict=True))
+        )
+        if inputs is None:
+            return named
+        return _with_ids(result[0], dataclasses.replace(spec, weights=None), n), named
+    if inputs in ("first", "all", None) or isinstance(inputs, tuple):
+        positions = {"first": 0, "all": tuple(range(n)), None: ()}.get(inputs, inputs)
+    else:
+        positions = inputs
+    if isinstance(positions, int):
+        return (positions, result)
+    return tuple(zip(positions, result, strict=True))
+
+
+class _MutableTuple(tuple):
+    """A tuple argument marked `kt.mutable`: differentiated by GradOperation."""
+
+
+class _MutableList(list):
+    """A list argument marked `kt.mutable`: differentiated by GradOperation."""
+
+
+jax.tree_util.register_pytree_node(_MutableTuple, lambda t: (tuple(t), None), lambda _, c: tuple(c))
+jax.tree_util.register_pytree_node(_MutableList, lambda t: (list(t), None), lambda _, c: list(c))
+
+
+def mutable(x):
+    """MindSpore's `mutable`: a tuple or list argument that `GradOperation`
+    differentiates (its gradient is a tuple or list of the items' gradients,
+    as in MindSpore's GRAPH_MODE). Other values are returned as they are."""
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return _MutableTuple(x)
+    if isinstance(x, list):
+        return _MutableList(x)
+    return x
+
+
+def _constant_sequence(x) -> bool:
+    """MindSpore 2.x treats a tuple or list argument as a constant: it is left
+    out of GradOperation's gradients unless marked `mutable`."""
+    return type(x) in (tuple, list)
+
+
+def _plain(x):
+    if isinstance(x, _MutableTuple):
+        return tuple(x)
+    if isinstance(x, _MutableList):
+        return list(x)
+    return x
+
+
+def _drop_constants(result, spec: GradSpec, constant: set):
+    """GradOperation's gradients without those of constant (tuple or list)
+    arguments, as MindSpore returns them (probed on MindSpore 2.10, PYNATIVE
+    and GRAPH mode): `get_all` leaves them out of the tuple; the first input
+    being one gives `()`."""
+    if spec.inputs is None:
+        return result
+    inputs = result[0] if spec.weights is not None else result
+    if spec.inputs == "first":
+        inputs = () if 0 in constant else inputs
+    else:
+        inputs = tuple(g for k, g in enumerate(inputs) if k not in constant)
+    return (inputs, result[1]) if spec.weights is not None else inputs
+
+
+def _positions(inputs, n: int) -> tuple[int, ...]:
+    """The argument positions a GradSpec's `inputs` differentiates."""
+    if inputs == "first":
+        return (0,) if n else ()
+    if inputs == "all":
+        return tuple(range(n))
+    if isinstance(inputs, int):
+        return (inputs,)
+    return tuple(inputs) if isinstance(inputs, tuple) else ()
