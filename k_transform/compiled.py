@@ -38,6 +38,7 @@ from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
+from k_transform.control import policy
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables
 from k_transform.frontend.guards import guards_of, stale, stale_names
@@ -49,6 +50,7 @@ from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
     bounded_loops,
+    for_checkpoints,
     retracing,
     set_loop_bound,
 )
@@ -201,12 +203,15 @@ class CompiledGraph:
             return self._eager(values, rt.as_jax_inputs(args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))
         fixed = {k: args[k] for k in static}
-        key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()))
-        if key not in self._jitted:
-            self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
         retrace = not rt.any_traced((values, traced))
+        # What tracing depends on beyond the arguments: the retrace mode and
+        # the loop settings (a program is shared by gradient objects).
+        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints())
+        key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()), settings)
+        if key not in self._jitted:
+            self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         for _ in range(MAX_RETRACES):
             try:
                 with retracing(retrace):

@@ -226,7 +226,6 @@ class GradFunction(CompiledGraph):
         if entry is not None and entry[0] is fn and not stale(entry[1].guards):
             self.__dict__.update(entry[1].__dict__, constant_sequences=False)
             return
-        made[key] = (fn, self)
         remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
         primal = graph_of(fn)
@@ -246,6 +245,7 @@ class GradFunction(CompiledGraph):
         if spec.return_ids:
             self.__kt_graph__ = grad_graph(primal, spec)
         self.bound_loops = True
+        made[key] = (fn, self)  # only once made: a refusal leaves no entry
 
     def __call__(self, *args, **kwargs):
         if not self.constant_sequences:
