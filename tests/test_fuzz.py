@@ -164,3 +164,19 @@ def test_check_reports_a_program_past_the_time_limit(fuzz_dir, monkeypatch):
     outcome = check.check(slow, x, v, fuzz_dir, check.Plan(higher=False, jit=False))
     assert (outcome.kind, outcome.check) == ("timeout", "jax")
     assert jnp.zeros(1).dtype == jnp.float32
+
+
+def test_check_compares_overflowed_entries_by_being_non_finite():
+    """Where JAX overflows (seen: a program whose value is -inf, JAX's gradient
+    [-inf, -inf, nan], ours [nan, nan, nan]), ours must overflow at the same
+    entries, whatever non-finite value; a finite value there, or a non-finite
+    one where JAX is finite, is a mismatch."""
+    inf, nan = np.inf, np.nan
+    check._close(np.array([nan, nan, nan]), np.array([-inf, -inf, nan]))
+    check._close(np.array([-inf, 2.0]), np.array([nan, 2.0]))
+    with pytest.raises(AssertionError):
+        check._close(np.array([1.0, nan]), np.array([-inf, nan]))
+    with pytest.raises(AssertionError):
+        check._close(np.array([nan, 2.0]), np.array([1.0, 2.0]))
+    with pytest.raises(AssertionError):
+        check._close(np.array([nan, 2.5]), np.array([inf, 2.0]))
