@@ -498,14 +498,6 @@ def eager():
     kt.set_mode("graph")
 
 
-@pytest.fixture
-def x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
-
-
 def _inputs(c: Case, dtype, seed: int = 0) -> list:
     rng = np.random.RandomState(seed)
     return [jnp.asarray(a.make(rng, dtype)) for a in c.arrays]
