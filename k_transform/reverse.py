@@ -199,6 +199,11 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
 vjp.__kt_lower__ = lowering.lower_vjp
 
 
+# Gradient programs kept for new gradient objects (the most recent ones):
+# a process making gradients of ever new functions must not keep them all.
+SHARED_PROGRAMS = 64
+
+
 class GradFunction(CompiledGraph):
     """A gradient function: what `GradOperation(...)(fn)` returns.
 
@@ -246,6 +251,8 @@ class GradFunction(CompiledGraph):
             self.__kt_graph__ = grad_graph(primal, spec)
         self.bound_loops = True
         made[key] = (fn, self)  # only once made: a refusal leaves no entry
+        while len(made) > SHARED_PROGRAMS:  # each holds compiled XLA programs
+            del made[next(iter(made))]
 
     def __call__(self, *args, **kwargs):
         if not self.constant_sequences:
