@@ -45,7 +45,6 @@ from k_transform.frontend.guards import guards_of, stale, stale_names
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
-from k_transform.ops.python import LibraryCall
 from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
@@ -54,7 +53,6 @@ from k_transform.runtime.bounds import (
     retracing,
     set_loop_bound,
 )
-from k_transform.traced import TracedCallK
 from k_transform.transforms import (
     first_output_graph,
 )
@@ -100,15 +98,6 @@ def _hashable(x):
     if isinstance(x, slice):
         return ("slice", x.start, x.stop, x.step)
     return x
-
-
-def host_calls(graph: FuncGraph) -> bool:
-    """Whether the graphs reachable from `graph` call host code (`ops.host`)."""
-    return any(
-        isinstance(value, (LibraryCall, TracedCallK)) and value.effectful
-        for g in graph.reachable()
-        for value in (getattr(n.fn, "value", None) for n in g.nodes)
-    )
 
 
 MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
@@ -168,7 +157,7 @@ class CompiledGraph:
         # Host calls (a random generator, a counter) run per call, as without
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
         # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
-        self.host = host_calls(graph) and not jit_host
+        self.host = graph.calls_host() and not jit_host
 
     @functools.cached_property
     def run(self):

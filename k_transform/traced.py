@@ -51,6 +51,10 @@ class TracedCallK(LibraryK):
         """A host call: kept in program order like the call it differentiates."""
         return self.call.effectful
 
+    @property
+    def host(self) -> bool:
+        return self.call.effectful
+
     def k(self) -> TracedCallK:
         return TracedCallK(self.call, self.order + 1, self.debug)
 

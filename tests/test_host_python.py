@@ -215,3 +215,121 @@ def test_a_rebound_attribute_of_a_config_object_is_read_anew():
     cfg.scale = -0.5
     np.testing.assert_allclose(g(X), jax.grad(f)(X), rtol=1e-6)
     np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-6)
+
+
+# -- host code inside Python control flow: as often as Python runs it --------
+ROWS = jnp.stack([X * 0.1 * k for k in range(12)])  # 12 rows: past the parser's unrolling
+
+
+def draws_over_rows(x):
+    y = x
+    for row in ROWS + x[0]:  # a loop over a traced array's rows
+        y = jnp.tanh(y * rs.randn(3)) + row
+    return jnp.sum(y)
+
+
+def draws_over_a_long_range(x):
+    y = x
+    for _ in range(30):
+        y = jnp.tanh(y * rs.randn(3))
+    return jnp.sum(y)
+
+
+@pytest.mark.parametrize("f", [draws_over_rows, draws_over_a_long_range], ids=lambda f: f.__name__)
+def test_a_loop_calling_host_code_under_a_jit_runs_each_iteration(f):
+    """Under a jit the body's draws run once per iteration at trace (JAX
+    unrolls the Python loop there); a `lax` loop would trace the body once,
+    reuse one draw for every iteration, and recompute its reverse with a
+    second draw (both seen as wrong gradients)."""
+    reset()
+    ours = np.asarray(kt.jit(kt.grad(f))(X))
+    ours_state = rs.randn()
+    reset()
+    theirs = np.asarray(jax.jit(jax.grad(f))(X))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)
+    assert ours_state == rs.randn()  # as many draws, in the same order
+    ours = three_calls(lambda: kt.grad(f)(X))
+    theirs = three_calls(lambda: jax.grad(f)(X))
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-5, atol=1e-7)
+
+
+def prints_over_rows(x, sink):
+    y = x
+    for row in ROWS:
+        print("step", file=sink)
+        y = jnp.tanh(y) + row
+        print("y", y[0], file=sink)  # a traced value under a jit: printed at run time
+    return jnp.sum(y)
+
+
+def test_print_in_a_loop_prints_per_iteration_and_per_call():
+    """`print` is host code: a gradient function that prints runs per call,
+    its loop's iterations are Python's, and it prints to the `file` given,
+    traced values too (a debug callback under `kt.jit`)."""
+    import io
+
+    for name, run in [
+        ("grad", lambda s: kt.grad(prints_over_rows)(X, s)),
+        ("jvp", lambda s: kt.jvp(lambda x: prints_over_rows(x, s), X, X)),
+    ]:
+        sink = io.StringIO()
+        run(sink)
+        run(sink)
+        theirs = io.StringIO()
+        jax.grad(prints_over_rows)(X, theirs)
+        jax.grad(prints_over_rows)(X, theirs)
+        assert sink.getvalue().count("step") == theirs.getvalue().count("step") == 24, name
+        assert sink.getvalue().count("y ") == 24, name
+    sink = io.StringIO()
+    jg = kt.jit(lambda x: kt.grad(prints_over_rows)(x, sink))
+    jg(X)
+    jg(X)
+    jax.effects_barrier()
+    assert sink.getvalue().count("step") == 12  # at trace, once, as under jax.jit
+    assert sink.getvalue().count("y ") == 24  # the traced values: at each run
+
+
+def test_host_code_under_a_traced_test_is_refused():
+    """A traced `if`, `while` condition or range whose body calls host code:
+    how often Python would run it is not known under a jit (JAX refuses the
+    traced test too); eager calls run it as Python."""
+
+    def branch(x):
+        if jnp.sum(x) > 0:
+            x = x * rs.randn(3)
+        return jnp.sum(x)
+
+    def until(x):
+        while jnp.sum(x) < 10.0:
+            x = x + abs(rs.randn(3))
+        return jnp.sum(x)
+
+    def ranged(x, n):
+        for _ in range(n):
+            x = x * rs.randn(3)
+        return jnp.sum(x)
+
+    for f, line in [(branch, "if jnp.sum(x) > 0:"), (until, "while jnp.sum(x) < 10.0:")]:
+        reset()
+        eager = np.asarray(kt.grad(f)(X))
+        reset()
+        np.testing.assert_allclose(eager, jax.grad(f)(X), rtol=1e-6)
+        with pytest.raises(kt.KTransformError, match="host code") as err:
+            kt.jit(kt.grad(f))(X)
+        assert line in str(err.value)
+    with pytest.raises(kt.KTransformError, match="host code") as err:
+        kt.jit(kt.grad(ranged))(X, jnp.int32(3))
+    assert "for _ in range(n):" in str(err.value)
+
+
+def test_a_second_derivative_of_a_loop_calling_host_code_is_refused():
+    """Its reverse would recompute each iteration, drawing again: a wrong
+    Hessian (seen: kt.hvp 0.19 where jax 2.74); refused, naming the loop."""
+    for second in (
+        lambda: kt.hvp(draws_over_rows, (X,), X),
+        lambda: kt.grad(lambda x: jnp.sum(kt.grad(draws_over_rows)(x) ** 2))(X),
+        lambda: kt.hessian(draws_over_a_long_range)(X),
+    ):
+        with pytest.raises(kt.KTransformError, match="differentiated only once") as err:
+            second()
+        assert "for " in str(err.value) and "test_host_python.py" in str(err.value)

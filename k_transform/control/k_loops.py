@@ -9,7 +9,9 @@ the carries are stored is the run time's choice (`control.runtime`):
   keep each iteration's bprop beside its carry (a memo): the reverse loop
   applies it, so the body is not run again (and an effect in it, an
   `ops.Assign`, happens once). `k_of` returns this graph; transforms
-  differentiate its twin `differentiated_as`, which recomputes instead.
+  differentiate its twin `differentiated_as`, which recomputes instead; a
+  loop marked `host` (its body runs host code, so its iterations are always
+  Python's) has no twin: a second derivative of it is refused.
 - Under `lax` the stack is a buffer, one slot per iteration; the reverse
   loop recomputes the iteration's K-body from its carry (so nested loops
   store only their own carries). A traced `while` gets a buffer of its
@@ -53,11 +55,20 @@ run time checkpoint it.
 from __future__ import annotations
 
 from k_transform.context import TRANSFORM
+from k_transform.errors import KTransformError
 from k_transform.control import prims as control
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
+
+
+_TWICE = (
+    "a loop whose body calls host code (print, a random generator, next(...)) is "
+    "differentiated only once: a second derivative recomputes each iteration in its reverse "
+    "loop, which would run the host code again (a random draw would differ from the one the "
+    "first derivative used); draw before the loop and pass the values in"
+)
 
 
 def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
@@ -67,7 +78,10 @@ def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
     cache = TRANSFORM.cache("k_loops.k_of")
     if key not in cache:
         kept = _LoopK(ctl, graphs, n_args, debug, memo=True).graph
-        kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
+        if ctl.host:  # its twin would run the body again in the reverse loop
+            kept.refusal = lambda: KTransformError(_TWICE, debug)
+        else:
+            kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
         cache[key] = kept
     return cache[key]
 

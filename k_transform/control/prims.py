@@ -41,6 +41,14 @@ class ControlPrimitive(Primitive):
 
     k_slots: tuple[int, ...] = ()
     nondiff_slots: tuple[int, ...] = ()
+    host = False  # its graphs run host code: Python control flow (`with_host`)
+
+    def with_host(self, graphs) -> ControlPrimitive:
+        """This primitive, marked `host` if one of its `graphs` runs host code
+        (`FuncGraph.calls_host`): the run time then keeps Python's control
+        flow (a loop's iterations, a branch's one test) under a trace too, so
+        host code runs as often as Python runs it, and refuses a traced test."""
+        return _marked_host(self) if any(g.calls_host() for g in graphs) else self
 
     def grad_index(self, k: int) -> int | None:
         """Where the gradient of input k is in the bprop's result (None: nowhere)."""
@@ -55,10 +63,11 @@ class ControlPrimitive(Primitive):
 
     def options(self) -> dict:
         """Keyword arguments of the runtime helper: `where`, and the loop's
-        options when set (`grads`, `popping`, `records`)."""
+        options when set (`grads`, `host`, `popping`, `records`)."""
         out = {"where": self.where} if self.where else {}
-        if self.attrs.get("grads"):
-            out["grads"] = True
+        for flag in ("grads", "host"):
+            if self.attrs.get(flag):
+                out[flag] = True
         for name in ("popping", "records"):
             if self.attrs.get(name) is not None:
                 out[name] = self.attrs[name]
@@ -70,6 +79,12 @@ class ControlPrimitive(Primitive):
             options["where"] = ctl.shown_where(options["where"])
         parts = [*parts, *(f"{k}={v!r}" for k, v in options.items())]
         return f"{e.ref(module, alias)}.{fn}({', '.join(parts)})"
+
+
+def _marked_host(prim: ControlPrimitive) -> ControlPrimitive:
+    marked = type(prim).__new__(type(prim))
+    marked.__dict__.update(prim.__dict__, attrs={**prim.attrs, "host": True}, host=True)
+    return marked
 
 
 class LoopPrimitive(ControlPrimitive):
@@ -86,9 +101,10 @@ class LoopPrimitive(ControlPrimitive):
     def with_carries(self, n_carry: int, records: int | None = None) -> LoopPrimitive:
         """The same loop over `n_carry` carries (more, appended after its own),
         recording on carry `records` if given."""
-        drop = ("n_carry", "where", "records")
+        drop = ("n_carry", "where", "records", "host")
         options = {k: v for k, v in self.attrs.items() if k not in drop}
-        return type(self)(n_carry, self.where, records=records, **options)
+        loop = type(self)(n_carry, self.where, records=records, **options)
+        return _marked_host(loop) if self.host else loop
 
 
 class Switch(ControlPrimitive):
@@ -115,7 +131,7 @@ class Switch(ControlPrimitive):
         return n_args - 3
 
     def impl(self, cond, true_fn, false_fn, *args):
-        return ctl.switch(cond, true_fn, false_fn, *args, where=self.where)
+        return ctl.switch(cond, true_fn, false_fn, *args, **self.options())
 
 
 class WhileLoop(LoopPrimitive):

@@ -63,10 +63,13 @@ def condition(cond, statement: str, where: str = ""):
     return jnp.asarray(cond, bool).reshape(())
 
 
-def switch(cond, true_fn, false_fn, *args, where: str = ""):
-    """`true_fn(*args) if cond else false_fn(*args)`, with `lax.cond` when traced."""
+def switch(cond, true_fn, false_fn, *args, where: str = "", host: bool = False):
+    """`true_fn(*args) if cond else false_fn(*args)`, with `lax.cond` when
+    traced (`host`: a branch runs host code, which needs a concrete test)."""
     if not is_tracer(cond):
         return true_fn(*args) if cond else false_fn(*args)
+    if host:
+        raise _traced_host("an `if` whose branches", "test", where)
     cond = condition(cond, "if", where)
     try:
         return _traced_switch(cond, true_fn, false_fn, args, where)
@@ -77,6 +80,16 @@ def switch(cond, true_fn, false_fn, *args, where: str = ""):
             "condition never stops the recursion; recurse on a Python int (static), write a "
             f"loop, or run in eager mode{describe(where)}"
         ) from None
+
+
+def _traced_host(construct: str, what: str, where: str) -> KTransformError:
+    """The error for host code under Python control flow whose `what` is traced."""
+    return KTransformError(
+        f"{construct} call host code (print, a random generator, next(...)) and its {what} "
+        "is traced (under a jit): host code runs as often as Python would run it, which is "
+        "known only when the value is; make it concrete (a Python number, a static "
+        f"argument), move the host call out, or call without a jit{describe(where)}"
+    )
 
 
 def _enclosing_def(where: str) -> str:
@@ -291,6 +304,7 @@ def while_loop(
     grads: bool = False,
     popping=None,
     records=None,
+    host: bool = False,
 ):
     """`while cond(*carry, *inv): carry = body(*carry, *inv)`; returns the carry.
 
@@ -301,6 +315,8 @@ def while_loop(
     `records`: the carry, a stack, each iteration pushes its carry on (the
     forward loop of K of a loop, `control.k_loops`): under a jit that cannot
     retrace, the loop keeps checkpoints instead (`_Recording.run`).
+    `host`: its body runs host code: iterations stay Python's (the test must
+    be concrete).
     """
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if popping is not None and isinstance(carry[popping], rs.Checkpoints):
@@ -309,6 +325,8 @@ def while_loop(
     while True:
         c = cond_fn(*carry, *inv)
         if is_tracer(c):
+            if host:
+                raise _traced_host("a `while` whose body and condition", "condition", where)
             break
         if not c:
             return carry
@@ -336,17 +354,28 @@ def while_loop(
 
 
 def for_range(
-    start, stop, step, body_fn, n_carry, *values, where: str = "", grads=False, records=None
+    start,
+    stop,
+    step,
+    body_fn,
+    n_carry,
+    *values,
+    where: str = "",
+    grads=False,
+    records=None,
+    host=False,
 ):
     """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`
-    (`records`: see `while_loop`; a long one keeps `kt.set_for_checkpoints`)."""
+    (`records`: see `while_loop`; a long one keeps `kt.set_for_checkpoints`;
+    `host`: the body runs host code, so the iterations stay Python's)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
         indices = range(int(start), int(stop), int(step))
         run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
         plain = _Recording(run, carry, records)
         if (
-            not any_traced((carry, inv))
+            host
+            or not any_traced((carry, inv))
             or _walks_pystack(grads, carry)
             or policy.unrolls(plain.step, indices, plain.carry)
         ):
@@ -362,6 +391,8 @@ def for_range(
             return plain.scan(xs, where, grads)
         run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
         return _scan(run, xs, carry, where, grads)
+    if host:
+        raise _traced_host("a `for` whose body", "range", where)
     step_ = jnp.asarray(step)
     at = lambda k: start + k * step_  # noqa: E731 - the loop variable of iteration k
     plain = _Recording(lambda i, cr: tuple(body_fn(i, *cr, *inv)), carry, records)
@@ -474,9 +505,12 @@ def _reverse_checkpoints(body_fn, carry, inv, k, where, grads):
     return (*state[:k], ck.below, *state[k:])
 
 
-def for_each(seq, body_fn, n_carry, *values, where: str = "", grads=False, records=None):
+def for_each(
+    seq, body_fn, n_carry, *values, where: str = "", grads=False, records=None, host=False
+):
     """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists,
-    arrays (`records`: see `while_loop`; unrolled as the loop it records)."""
+    arrays (`records`: see `while_loop`; unrolled as the loop it records;
+    `host`: the body runs host code, so the iterations stay Python's)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
         for item in seq:
@@ -486,7 +520,7 @@ def for_each(seq, body_fn, n_carry, *values, where: str = "", grads=False, recor
         raise KTransformError(f"cannot iterate over a 0-d array{describe(where)}")
     run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
     plain = _Recording(run, carry, records)
-    if not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
+    if host or not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
         for k in range(seq.shape[0]):
             carry = tuple(body_fn(seq[k], *carry, *inv))
         return carry

@@ -322,7 +322,7 @@ class DFunctor:
     def map_value(self, node: Constant) -> Node:
         value = node.value
         if isinstance(value, FuncGraph):
-            value = value.differentiated_as or value
+            value = value.differentiable()
             # A closed graph (no free variables) needs no enclosing K-graph.
             closure = value.parent is not None and value.free_variables()
             parent = self._functor_of(value.parent) if closure else None

@@ -169,7 +169,7 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     its output tangent shaped `want` (None: as it comes). `flat=k`: the
     output is a tuple of k values, given as `(*values, *tangents)` (a
     branch of a switch, which fills undefined values item by item)."""
-    graph = graph.differentiated_as or graph
+    graph = graph.differentiable()
     key = (graph.uid, mask, want, top, flat)
     forwards = TRANSFORM.cache("forward.graphs")  # key -> _Forward, _BUILDING or None (J fails)
     found = forwards.get(key)

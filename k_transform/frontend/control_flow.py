@@ -52,7 +52,8 @@ class ControlFlowBuilder:
                 builder.set_output([builder.read(v, s) for v in outputs], s)
         args = close_graphs(branches)
         graphs = [Constant(b.graph, hint=b.graph.name) for b in branches]
-        result = self.apply(control.Switch(self.where(s)), cond, *graphs, *args, node=s)
+        switch = control.Switch(self.where(s)).with_host([b.graph for b in branches])
+        result = self.apply(switch, cond, *graphs, *args, node=s)
         if tail:
             self.graph.output = result
             self.returned = True
@@ -71,7 +72,9 @@ class ControlFlowBuilder:
         self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([cond_b, body_b])
-        prim = control.WhileLoop(len(carried), self.where(s))
+        prim = control.WhileLoop(len(carried), self.where(s)).with_host(
+            [cond_b.graph, body_b.graph]
+        )
         graphs = [Constant(cond_b.graph, hint="cond"), Constant(body_b.graph, hint="body")]
         result = self.apply(prim, *graphs, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)
@@ -108,6 +111,7 @@ class ControlFlowBuilder:
         inv = close_graphs([body_b])
         where, n = self.where(s), len(carried)
         prim = control.ForRange(n, where) if range_args is not None else control.ForEach(n, where)
+        prim = prim.with_host([body_b.graph])
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, *head, body, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)
@@ -134,7 +138,7 @@ class ControlFlowBuilder:
         body_b.block(s.body)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
-        prim = control.ForEach(len(carried), self.where(s))
+        prim = control.ForEach(len(carried), self.where(s)).with_host([body_b.graph])
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, positions, body, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)

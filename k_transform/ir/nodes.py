@@ -135,7 +135,8 @@ class FuncGraph:
     it gives no input a gradient. `differentiated_as`: the graph transforms
     differentiate in its place (same signature and results; K of a loop
     keeps each Python iteration's bprop, its twin recomputes it:
-    `control.k_loops`). `guards`: for a parsed function, the globals and
+    `control.k_loops`); `refusal`, when set, makes the error a transform
+    raises instead of differentiating it. `guards`: for a parsed function, the globals and
     closure cells it read with the values read (`frontend.guards`).
     """
 
@@ -163,6 +164,8 @@ class FuncGraph:
         self.trusted = False
         self.no_gradient = False
         self.differentiated_as: FuncGraph | None = None
+        # Makes the error raised when a transform would differentiate this graph.
+        self.refusal = None
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
         self.guards: tuple | None = None
@@ -260,6 +263,23 @@ class FuncGraph:
                     todo.append(value)
                 elif hasattr(value, "subgraphs"):
                     todo.extend(value.subgraphs())
+
+    def calls_host(self) -> bool:
+        """Whether running this graph runs host code: a primitive marked
+        `host` (`print`, a host call such as `rs.randn(3)`, a branch or loop
+        whose graphs do) in it or in a graph it reaches."""
+        return any(
+            getattr(getattr(node.fn, "value", None), "host", False)
+            for graph in self.reachable()
+            for node in graph.nodes
+        )
+
+    def differentiable(self) -> FuncGraph:
+        """The graph transforms differentiate in this one's place (its
+        `differentiated_as` twin, if any); raises its `refusal` if set."""
+        if self.refusal is not None:
+            raise self.refusal()
+        return self.differentiated_as or self
 
     def __repr__(self) -> str:
         return f"FuncGraph({self.name})"

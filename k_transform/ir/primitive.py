@@ -28,13 +28,16 @@ class Primitive:
     """Base class of every primitive. Subclass it and write `impl`.
 
     `effectful` primitives (print, assert, assign) are kept in program order
-    and never pruned. `n_inputs` (None: any) is checked by the verifier;
-    unset, it is `impl`'s number of inputs. `input_defaults` are the values
+    and never pruned; `host` ones also run code of the host (print, a
+    random generator's draw): a program calling one runs per call, not
+    compiled unless asked (`FuncGraph.calls_host`). `n_inputs` (None: any)
+    is checked by the verifier; unset, it is `impl`'s number of inputs. `input_defaults` are the values
     of the trailing inputs a call may leave out.
     Instances are equal when their class and instance attributes are equal.
     """
 
     effectful = False
+    host = False
     n_inputs: int | None = None
     input_defaults: tuple = ()
     graph_slots: tuple[int, ...] = ()  # inputs that must be FuncGraphs (control flow)

@@ -267,6 +267,11 @@ class LibraryCall(Primitive):
         self.hint = hint
 
     @property
+    def host(self) -> bool:
+        """A host call runs host code (see `Primitive.host`)."""
+        return self.effectful
+
+    @property
     def static_when(self) -> str:
         """Sizes and types are Python values under jit (codegen.static)."""
         return "always" if not self.effectful and _is_static_call(self.fn) else ""
@@ -307,9 +312,11 @@ def call_args(args: list[str], kwnames) -> str:
 
 # -- effects ----------------------------------------------------------------
 class Print(Primitive):
-    """`print(...)`: Python's print when concrete, `jax.debug.print` when traced."""
+    """`print(...)`: Python's print when concrete, a debug callback (printing
+    at run time, to the same `file`) when traced."""
 
     effectful = True
+    host = True
 
     def __init__(self, kwnames: tuple[str, ...] = ()):
         super().__init__("print", kwnames=tuple(kwnames))

@@ -130,9 +130,11 @@ def to_tuple(x):
     return tuple(x)
 
 
-def print_(*args, **kwargs):
+def print_(*args, sep=" ", **kwargs):
+    """`print(...)`: Python's print of concrete values; of traced ones, a
+    debug callback that prints the values at run time, to the same `file`."""
     if not any_traced(args) and not any(isinstance(a, Formatted) for a in args):
-        builtins.print(*args, **kwargs)
+        builtins.print(*args, sep=sep, **kwargs)
         return None
     parts, values = [], []
     for a in args:
@@ -144,7 +146,12 @@ def print_(*args, **kwargs):
         else:
             parts.append("{}")
             values.append(a)
-    jax.debug.print(kwargs.get("sep", " ").join(parts), *values)
+    template = (sep if sep is not None else " ").join(parts)
+    show = lambda *concrete: builtins.print(template.format(*concrete), **kwargs)  # noqa: E731
+    if any_traced(values):
+        jax.debug.callback(show, *values)
+    else:
+        show(*values)
     return None
 
 
