@@ -55,13 +55,12 @@ run time checkpoint it.
 from __future__ import annotations
 
 from k_transform.context import TRANSFORM
-from k_transform.errors import KTransformError
 from k_transform.control import prims as control
+from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
-
 
 _TWICE = (
     "a loop whose body calls host code (print, a random generator, next(...)) is "

@@ -31,8 +31,9 @@ class Primitive:
     and never pruned; `host` ones also run code of the host (print, a
     random generator's draw): a program calling one runs per call, not
     compiled unless asked (`FuncGraph.calls_host`). `n_inputs` (None: any)
-    is checked by the verifier; unset, it is `impl`'s number of inputs. `input_defaults` are the values
-    of the trailing inputs a call may leave out.
+    is checked by the verifier; unset, it is `impl`'s number of inputs.
+    `input_defaults` are the values of the trailing inputs a call may leave
+    out.
     Instances are equal when their class and instance attributes are equal.
     """
 
