@@ -160,6 +160,7 @@ def bench_checkpointed(n: int, x) -> dict:
     with bounds.tracking_recompute():
         bounds.recompute_stats.clear()
         jax.block_until_ready(jax.jit(kt.GradOperation()(while_program_user_jit))(x, stop))
+        jax.effects_barrier()  # the report is a host callback (asynchronous on a GPU)
     ((trips, recomputed),) = bounds.recompute_stats.values()
     kt_r = results["kt_user_jit"]
     kt_r["median_s"] = statistics.median(times["kt_user_jit"])

@@ -4,18 +4,20 @@
     python -m bench.run loops      # just bench/loops.py
 
 Each module's `run() -> dict` returns its measurements; they are written to
-bench/results/<module>.json; a module's `summary(results)`, if any, is printed.
+bench/results/<module>.json (or under `$KT_BENCH_RESULTS`: the GPU runs write
+bench/results/gpu/); a module's `summary(results)`, if any, is printed.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_DIR = Path(os.environ.get("KT_BENCH_RESULTS", BENCH_DIR / "results"))
 NOT_BENCHMARKS = {"__init__", "run"}
 
 
@@ -31,7 +33,7 @@ def available() -> list[str]:
 def run_module(name: str) -> Path:
     module = importlib.import_module(f"bench.{name}")
     results = module.run()
-    RESULTS_DIR.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")

@@ -49,9 +49,11 @@ from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
     bounded_loops,
+    checks_traced,
     for_checkpoints,
     retracing,
     set_loop_bound,
+    tracking,
 )
 from k_transform.transforms import (
     first_output_graph,
@@ -153,6 +155,7 @@ class CompiledGraph:
             for n in g.nodes
         )
         self._jitted: dict[tuple, object] = {}
+        self._checked: dict[tuple, bool] = {}  # key -> its program checks a loop bound
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
         # Host calls (a random generator, a counter) run per call, as without
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
@@ -195,21 +198,37 @@ class CompiledGraph:
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
         retrace = not rt.any_traced((values, traced))
-        # What tracing depends on beyond the arguments: the retrace mode and
-        # the loop settings (a program is shared by gradient objects).
-        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints())
+        # What tracing depends on beyond the arguments: the retrace mode, the
+        # loop settings and whether checkpointed loops report their recompute
+        # (a program is shared by gradient objects).
+        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
         key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()), settings)
         if key not in self._jitted:
             self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
         for _ in range(MAX_RETRACES):
             try:
                 with retracing(retrace):
-                    return self._write_back(self._jitted[key](values, traced))
+                    return self._write_back(self._run_jitted(key, values, traced))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raise
                 self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
+                self._checked.pop(key, None)
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _run_jitted(self, key, values, traced):
+        """The jitted program's output; a program that checks a loop's bound
+        (`runtime.bounds.report_overflow`) is waited for, so that an overflow
+        raises here, where the program can grow the bound and retrace (on a
+        GPU the check's error would otherwise surface where the user first
+        reads the result)."""
+        before = checks_traced()
+        output = self._jitted[key](values, traced)
+        if key not in self._checked:
+            self._checked[key] = checks_traced() > before  # traced just now
+        if self._checked[key]:
+            jax.block_until_ready(output)
+        return output
 
     def _eager(self, values, args):
         """The generated code run op by op; gradient and jvp functions bound

@@ -140,6 +140,10 @@ class tracking_recompute(_Switch):
     switch = _track
 
 
+def tracking() -> bool:
+    return _track["on"]
+
+
 def report_recompute(where: str, n, recomputed) -> None:
     """Trace time, after a checkpointed loop's reverse sweep."""
     if _track["on"]:
@@ -207,10 +211,21 @@ class _QuietBoundOverflow(logging.Filter):
 logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
 
 
+# How many overflow checks were traced: a program with one waits for its
+# result before returning (`compiled.CompiledGraph`), since on an accelerator
+# the check's error arrives only when the result is read.
+_checks_traced = {"n": 0}
+
+
+def checks_traced() -> int:
+    return _checks_traced["n"]
+
+
 def report_overflow(n, bound, where: str) -> None:
     """Trace time: raise LoopBoundExceeded when the loop at `where` ran
     `n` > `bound` times. The host callback sits in a branch taken only then
     (an unconditional one costs about 0.1 ms on every call)."""
+    _checks_traced["n"] += 1
     lax.cond(n > bound, lambda: jax.debug.callback(check_bound, n, bound, where), lambda: None)
 
 
