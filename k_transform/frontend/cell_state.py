@@ -22,7 +22,13 @@ object lacks at parse time starts as None, so a call that does not assign it
 leaves it None.) An attribute the method may read before assigning it
 (`self.count += 1`: state carried from call to call) is refused with a
 KTransformError, since the value would be read at transform time; so is
-assigning a Parameter (it changes through `ops.assign`) or a Cell attribute.
+assigning a Cell attribute.
+
+Rebinding a Parameter attribute (`self.p = self.p + 1`, `self.p += g`) is
+an `ops.Assign` of the Parameter, as in MindSpore (both modes, and under
+`GradOperation`): the statement becomes `self._kt_assign(self.p, value)`, so
+later reads see the new value and the state is written back after the call
+(`ops.state`); a Parameter in a tuple or loop target is refused.
 """
 
 from __future__ import annotations
@@ -88,16 +94,16 @@ def localize_self_attributes(fdef, self_name: str, bound_self, error) -> None:
     attrs = assigned_self_attributes(fdef, self_name)
     if not attrs:
         return
+    params = {a for a in attrs if getattr(getattr(bound_self, a, None), "__kt_parameter__", False)}
+    if params:
+        object.__setattr__(bound_self, "_kt_assign", Assign())
+        _AssignParameters(self_name, params, error).visit(fdef)
+        attrs = [a for a in attrs if a not in params]
+        if not attrs:
+            return
     for node in _own_nodes(fdef.body):
         if _is_self_attr(node, self_name) and isinstance(node.ctx, gast.Store):
-            current = getattr(bound_self, node.attr, None)
-            if getattr(current, "__kt_parameter__", False):
-                raise error(
-                    f"assigning the Parameter `{self_name}.{node.attr}` inside the method; "
-                    f"use ops.assign({self_name}.{node.attr}, value)",
-                    node,
-                )
-            if hasattr(current, "construct"):
+            if hasattr(getattr(bound_self, node.attr, None), "construct"):
                 raise error(f"assigning the Cell attribute `{self_name}.{node.attr}`", node)
     _Localize(self_name, set(attrs)).visit(fdef)
     carried = [a for a in attrs if PREFIX + a in exposed_names(fdef.body)[0]]
@@ -138,6 +144,56 @@ def _write_back(self_name: str, attrs: list[str], where) -> list:
         _stmt(f"{self_name}._kt_assign({self_name}._kt_slot_{a}, {PREFIX}{a})", where)
         for a in attrs
     ]
+
+
+class _AssignParameters(gast.NodeTransformer):
+    """`self.p = v` -> `self._kt_assign(self.p, v)`; `self.p op= v` ->
+    `self._kt_assign(self.p, self.p op v)` (the method's own statements)."""
+
+    def __init__(self, self_name: str, params: set[str], error):
+        self.self_name, self.params, self.error = self_name, params, error
+
+    def _param(self, target) -> bool:
+        return _is_self_attr(target, self.self_name) and target.attr in self.params
+
+    def _assign(self, target, value, where):
+        call = _stmt(f"{self.self_name}._kt_assign({self.self_name}.{target.attr}, None)", where)
+        call.value.args[1] = value
+        return call
+
+    def visit_FunctionDef(self, node):
+        if getattr(self, "_inside", False):
+            return node  # a nested def's statements are its own
+        self._inside = True
+        return self.generic_visit(node)
+
+    def visit_Lambda(self, node):
+        return node
+
+    def visit_Assign(self, node):
+        if len(node.targets) == 1 and self._param(node.targets[0]):
+            return self._assign(node.targets[0], node.value, node)
+        return self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        if not self._param(node.target):
+            return self.generic_visit(node)
+        read = gast.Attribute(
+            value=gast.Name(id=self.self_name, ctx=gast.Load(), annotation=None, type_comment=None),
+            attr=node.target.attr,
+            ctx=gast.Load(),
+        )
+        value = gast.BinOp(left=gast.copy_location(read, node), op=node.op, right=node.value)
+        return self._assign(node.target, gast.copy_location(value, node), node)
+
+    def visit_Attribute(self, node):
+        if self._param(node) and isinstance(node.ctx, gast.Store):
+            raise self.error(
+                f"assigning the Parameter `{self.self_name}.{node.attr}` here (a tuple, loop or "
+                f"`with` target); write `{self.self_name}.{node.attr} = value` alone",
+                node,
+            )
+        return self.generic_visit(node)
 
 
 class _WriteBack(gast.NodeTransformer):
