@@ -142,6 +142,12 @@ class Cell:
                 value.name = name  # unnamed: take the attribute's name
                 value.auto_named = True
             self._params[name] = value
+        elif name in self._params and name in self.__dict__ and value is not None:
+            # `self.p = self.p + 1` run as Python: MindSpore sets the Parameter's
+            # value, the attribute stays the Parameter (under a transform the
+            # parser makes it an ops.Assign: `frontend.cell_state`)
+            self._params[name].set_data(value)
+            return
         elif isinstance(value, Cell):
             for path, p in value.parameters_and_names() if self._auto_prefix else ():
                 p.name = f"{name}.{path}"  # MindSpore's names: "l1.weight", "inner.dense.w"
