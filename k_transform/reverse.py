@@ -13,9 +13,18 @@ classes; gradients come back with the input's structure and types, and
 input's). Pytree fields read inside the program are differentiated
 (`ops.python.GetAttr`, `MakeNode`, `ReplaceFields`).
 
-Integer inputs. The JAX-style API (`grad`, `value_and_grad`, `jvp`,
-`jacfwd`, `jacrev`, `hessian`, `hvp`) raises TypeError, as JAX does, when an
-input it differentiates is an integer or boolean (array or Python int).
+Integer inputs. `grad` and `value_and_grad` are MindSpore's and follow it
+(checked against MindSpore 2.10, PYNATIVE and GRAPH mode): an integer array
+input gets its gradient in its own dtype (as `GradOperation` below), and a
+Python int or bool at a differentiated position is left out of the
+gradients: `grad(f, grad_position=1)(x, 2)` is `()`, `grad_position=(0, 1)`
+gives the bare gradient of `x` (a tuple of one left is bare, as in
+MindSpore), and the value of `value_and_grad` is computed as usual (a Python
+int for `f(3, 4)`). Difference kept on purpose: MindSpore also leaves out
+Python floats; ours are traced and differentiated (the design card).
+The JAX-style API (`jvp`, `jacfwd`, `jacrev`, `hessian`, `hvp`) raises
+TypeError, as JAX does, when an input it differentiates is an integer or
+boolean (array or Python int).
 `vjp` accepts them, as JAX's vjp does, and gives them a zero gradient (JAX
 gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
 `GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
@@ -122,7 +131,13 @@ def grad(
     `(out, *aux)` and the result is `(grads, (aux...))`. `return_ids`: each
     gradient as `(position, grad)` or `(parameter name, grad)`. `sens_param`:
     the last argument is the output's sensitivity (the first output's with
-    `has_aux`)."""
+    `has_aux`).
+
+    Integer inputs, as MindSpore's `grad`: an integer array gets its gradient
+    in its own dtype (`x * x` at int32 `[3, 4]` gives int32 `[6, 8]`); a
+    Python int or bool is left out of the gradients (`()` when nothing is
+    left, the bare gradient when one is: `grad(f, (0, 1))(x, 2)` is f's
+    gradient w.r.t. `x`). Python floats are differentiated."""
     return GradFunction(
         _library_target(fn),
         _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, False),
@@ -161,6 +176,7 @@ def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_val
         sens_param=bool(sens_param),
         has_aux=bool(has_aux),
         with_value=with_value,
+        integer_grads=True,  # MindSpore: an integer array's gradient in its dtype
         return_ids=bool(return_ids),
     )
 
@@ -199,6 +215,10 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
 vjp.__kt_lower__ = lowering.lower_vjp
 
 
+# MindSpore's `grad` and `value_and_grad`: integer inputs give a result (see
+# the module docstring); the rest of the JAX-style API refuses them.
+MINDSPORE_APIS = ("kt.grad", "kt.value_and_grad")
+
 # Gradient programs kept for new gradient objects (the most recent ones):
 # a process making gradients of ever new functions must not keep them all.
 SHARED_PROGRAMS = 64
@@ -207,8 +227,10 @@ SHARED_PROGRAMS = 64
 class GradFunction(CompiledGraph):
     """A gradient function: what `GradOperation(...)(fn)` returns.
 
-    `api` names the JAX-style function that made it (`kt.grad`, ...); those
-    refuse integer inputs at the differentiated positions, as JAX does.
+    `api` names the function that made it (`kt.grad`, `kt.hessian`, ...):
+    MindSpore's (`MINDSPORE_APIS`) leave Python ints out of the gradients,
+    the JAX-style ones refuse integer inputs at the differentiated
+    positions, as JAX does.
     """
 
     def __init__(
@@ -265,16 +287,23 @@ class GradFunction(CompiledGraph):
     def _call(self, args: tuple, kwargs: dict):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
-        if self.api is not None:
-            n = len(args) - self.spec.sens_param
-            check_float_inputs(self.api, args[:n], _positions(self.spec.inputs, n))
         n_inputs = len(args) - self.spec.sens_param
+        positions = _positions(self.spec.inputs, n_inputs)
+        static = ()
+        if self.api in MINDSPORE_APIS:
+            static = tuple(k for k in positions if 0 <= k < n_inputs and _python_int(args[k]))
+        elif self.api is not None:
+            check_float_inputs(self.api, args[:n_inputs], positions)
         defaulted = self._n_params is not None and n_inputs < self._n_params
         if kwargs or self._binds or defaulted:
             result = self._keyword_call(args, kwargs)
         else:
             result = super().__call__(*args)
-        return _with_ids(result, self.spec, n_inputs) if self.spec.return_ids else result
+        if static:
+            result = _without_inputs(result, self.spec, n_inputs, static)
+        if self.spec.return_ids:
+            return _with_ids(result, self.spec, n_inputs, static)
+        return result
 
     def _keyword_call(self, args: tuple, kwargs: dict):
         """Keyword arguments are passed, not differentiated (MindSpore's and
@@ -314,13 +343,16 @@ class GradFunction(CompiledGraph):
         return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
 
 
-def _with_ids(result, spec: GradSpec, n: int):
+def _with_ids(result, spec: GradSpec, n: int, left_out: tuple = ()):
     """MindSpore's `return_ids`: each input gradient as `(position, grad)`,
-    each Parameter's as `(name, grad)`, in the structure `spec` returns."""
+    each Parameter's as `(name, grad)`, in the structure `spec` returns
+    (without the positions `left_out`, see `_without_inputs`)."""
     if spec.with_value:
-        return result[0], _with_ids(result[1], dataclasses.replace(spec, with_value=False), n)
+        plain = dataclasses.replace(spec, with_value=False)
+        return result[0], _with_ids(result[1], plain, n, left_out)
     if spec.has_aux:
-        return _with_ids(result[0], dataclasses.replace(spec, has_aux=False), n), result[1]
+        plain = dataclasses.replace(spec, has_aux=False)
+        return _with_ids(result[0], plain, n, left_out), result[1]
     inputs, weights = spec.inputs, spec.weights
     if weights is not None:
         names = [p.name for p in weights]
@@ -331,14 +363,51 @@ def _with_ids(result, spec: GradSpec, n: int):
         )
         if inputs is None:
             return named
-        return _with_ids(result[0], dataclasses.replace(spec, weights=None), n), named
+        plain = dataclasses.replace(spec, weights=None)
+        return _with_ids(result[0], plain, n, left_out), named
     if inputs in ("first", "all", None) or isinstance(inputs, tuple):
         positions = {"first": 0, "all": tuple(range(n)), None: ()}.get(inputs, inputs)
     else:
         positions = inputs
+    if left_out:
+        positions = _kept(_positions(positions, n), left_out)
     if isinstance(positions, int):
         return (positions, result)
     return tuple(zip(positions, result, strict=True))
+
+
+def _python_int(x) -> bool:
+    """A Python int or bool argument (static): MindSpore's `grad` gives it
+    no gradient."""
+    return isinstance(x, (int, bool)) and not hasattr(x, "dtype")
+
+
+def _kept(items: tuple, left_out_items: tuple):
+    """MindSpore's shape of what is left: `()`, a bare item, or a tuple."""
+    kept = tuple(x for x in items if x not in left_out_items)
+    return kept[0] if len(kept) == 1 else kept
+
+
+def _without_inputs(result, spec: GradSpec, n: int, left_out: tuple):
+    """The gradients of MindSpore's `grad` without those of the inputs at
+    positions `left_out` (Python ints): `()` when none is left, the bare
+    gradient when one is (probed on MindSpore 2.10, both modes). The value,
+    aux values and weight gradients are kept."""
+    if spec.with_value:
+        plain = dataclasses.replace(spec, with_value=False, has_aux=False)
+        return result[0], _without_inputs(result[1], plain, n, left_out)
+    if spec.has_aux:
+        plain = dataclasses.replace(spec, has_aux=False)
+        return _without_inputs(result[0], plain, n, left_out), result[1]
+    if spec.inputs is None:
+        return result
+    grads = result[0] if spec.weights is not None else result
+    positions = _positions(spec.inputs, n)
+    if isinstance(spec.inputs, int) or spec.inputs == "first":
+        grads = (grads,)
+    kept = [g for p, g in zip(positions, grads, strict=True) if p not in left_out]
+    kept = kept[0] if len(kept) == 1 else tuple(kept)
+    return (kept, result[1]) if spec.weights is not None else kept
 
 
 class _MutableTuple(tuple):
@@ -400,5 +469,7 @@ def _positions(inputs, n: int) -> tuple[int, ...]:
     if inputs == "all":
         return tuple(range(n))
     if isinstance(inputs, int):
-        return (inputs,)
-    return tuple(inputs) if isinstance(inputs, tuple) else ()
+        return (inputs + n if inputs < 0 else inputs,)
+    if isinstance(inputs, tuple):
+        return tuple(k + n if k < 0 else k for k in inputs)
+    return ()
