@@ -1,7 +1,9 @@
 """`kt.ops`: MindSpore-style primitive classes.
 
 `ops.Sin()(x)`, `ops.MatMul(transpose_b=True)(a, b)`, `ops.ReduceSum(keep_dims=False)(x, axis)`.
-Each family module also maps the library functions (`jnp.*`, `np.*`, `math.*`,
+`ops.sin(x)`, `ops.reduce_sum(x, axis)`, ...: MindSpore's functional API
+(`k_transform.ops.functional`, also importable as MindSpore's `F`). Each
+family module also maps the library functions (`jnp.*`, `np.*`, `math.*`,
 `jax.nn.*`) and array methods that mean the same operation onto its
 primitives (`k_transform.ops.mapping`).
 """
@@ -10,6 +12,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ops import (
     arithmetic,
     conv,
+    functional,
     gather,
     indexing,
     lax_rules,  # noqa: F401 - registers the rules of imported lax primitives
@@ -33,6 +36,7 @@ _FAMILIES = (
     shape,
     nn,
     conv,
+    functional,
     gather,
     structural,
     indexing,
@@ -57,4 +61,5 @@ def _export() -> list[str]:
     return names
 
 
-__all__ = ["BINARY", "UNARY", *_export()]
+__all__ = ["BINARY", "UNARY", *_export(), *functional.__all__]
+globals().update(functional.FUNCTIONS)  # MindSpore's functional API: `ops.sin(x)`

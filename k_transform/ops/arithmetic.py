@@ -12,10 +12,11 @@ import operator
 import jax.numpy as jnp
 
 from k_transform.bprop_registry.helpers import rule, zero_gradient
-from k_transform.ops.base import operator_primitive
+from k_transform.ops.base import elementwise, operator_primitive
 from k_transform.ops.structural import SumTo
 
 Add = operator_primitive("Add", operator.add, "+")
+TensorAdd = Add  # MindSpore's deprecated name
 Sub = operator_primitive("Sub", operator.sub, "-")
 Mul = operator_primitive("Mul", operator.mul, "*")
 Div = operator_primitive("Div", operator.truediv, "/")
@@ -70,6 +71,17 @@ BINARY = {
 UNARY = {"neg": Neg, "pos": Pos, "invert": Invert}
 
 
+def add_n(xs):
+    """The sum of a tuple or list of arrays (MindSpore's `AddN`)."""
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+AddN = elementwise("AddN", add_n, "add_n", doc="`AddN()(xs)`: the sum of a tuple or list.")
+
+
 # == gradient rules ==============================================================
 # Rules for the arithmetic operators (`a + b`, `a * b`, `a @ b`, ...).
 #
@@ -107,6 +119,11 @@ def bprop_pow(x, y, out, dout):
     safe_x = jnp.where(x > 0, x, 1.0)
     dy = dout * out * jnp.where(x > 0, jnp.log(safe_x), 0.0)
     return sum_to(dx, x), sum_to(dy, y)
+
+
+@rule(AddN)
+def bprop_add_n(xs, out, dout):
+    return (tuple(sum_to(dout, x) for x in xs),)
 
 
 @rule(Neg)

@@ -51,6 +51,19 @@ Maximum = elementwise("Maximum", jnp.maximum, "jnp.maximum", 2)
 Minimum = elementwise("Minimum", jnp.minimum, "jnp.minimum", 2)
 Select = elementwise("Select", jnp.where, "jnp.where", 3, "`jnp.where(c, x, y)`.")
 Clip = elementwise("Clip", jnp.clip, "jnp.clip", 3, "`jnp.clip(x, lo, hi)`; None: no bound.")
+Real = elementwise("Real", jnp.real, "jnp.real", doc="`jnp.real(x)`: x itself for a real x.")
+Imag = elementwise("Imag", jnp.imag, "jnp.imag", doc="`jnp.imag(x)`: zeros for a real x.")
+
+
+def imag_grad(x, dout):
+    """The adjoint of `jnp.imag` at `x`, in JAX's convention: `-1j * dout`
+    (MindSpore's rule gives the conjugate, `+1j * dout`); zeros for a real x."""
+    if jnp.iscomplexobj(x):
+        return (-1j * dout).astype(x.dtype)
+    return jnp.zeros_like(x)
+
+
+ImagGrad = elementwise("ImagGrad", imag_grad, "imag_grad", 2, "`imag_grad(x, dout)`.")
 Atan2 = elementwise("Atan2", jnp.arctan2, "jnp.arctan2", 2, "`jnp.arctan2(y, x)`.")
 
 
@@ -99,6 +112,8 @@ map_functions(
         Floor: (jnp.floor, np.floor),
         Ceil: (jnp.ceil, np.ceil),
         Round: (jnp.round, np.round),
+        Real: (jnp.real, np.real),
+        Imag: (jnp.imag, np.imag),
     }
 )
 map_functions(
@@ -180,6 +195,26 @@ unary(Atan, lambda x, out: 1.0 / (1.0 + x * x))
 unary(Asinh, lambda x, out: 1.0 / jnp.sqrt(x * x + 1.0))
 
 zero_gradient(Sign, Floor, Ceil, Round)
+
+
+# Real and Imag are linear: their rules are their transposes (a complex x
+# gets a complex gradient, JAX's convention).
+@rule(Real)
+def bprop_real(x, out, dout):
+    return (dout * jnp.ones_like(x),)
+
+
+_imag_grad = ImagGrad()
+
+
+@rule(Imag)
+def bprop_imag(x, out, dout):
+    return (_imag_grad(x, dout),)
+
+
+@rule(ImagGrad)
+def bprop_imag_grad(x, dout_in, out, dout):
+    return None, jnp.imag(dout)
 
 
 # -- binary -----------------------------------------------------------------------------
