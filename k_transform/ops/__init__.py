@@ -36,7 +36,6 @@ _FAMILIES = (
     shape,
     nn,
     conv,
-    functional,
     gather,
     structural,
     indexing,
