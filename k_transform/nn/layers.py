@@ -257,12 +257,26 @@ class Embedding(Cell):
     """`table[ids]`: rows of a (vocab_size, embedding_size) table, gradient
     scatter-added into the rows looked up. `embedding_table` initialises the
     table as `Dense`'s `weight_init` ("normal" by default: sigma 0.01, as
-    MindSpore)."""
+    MindSpore); the row `padding_idx` starts at zero. `use_one_hot` (a
+    one-hot matmul in MindSpore) computes the same lookup."""
 
-    def __init__(self, vocab_size, embedding_size, embedding_table="normal", seed=None):
+    def __init__(
+        self,
+        vocab_size,
+        embedding_size,
+        use_one_hot=False,
+        embedding_table="normal",
+        dtype=np.float32,
+        padding_idx=None,
+        seed=None,
+    ):
         super().__init__()
         shape = (vocab_size, embedding_size)
-        self.embedding_table = Parameter(_values(embedding_table, shape, seed))
+        table = np.array(_values(embedding_table, shape, seed, dtype))
+        if padding_idx is not None:
+            table[padding_idx] = 0
+        self.use_one_hot, self.padding_idx = use_one_hot, padding_idx
+        self.embedding_table = Parameter(table)
 
     def construct(self, ids):
         return jnp.take(self.embedding_table, ids, axis=0)
@@ -274,8 +288,14 @@ class ReLU(Cell):
 
 
 class GELU(Cell):
+    """MindSpore's GELU: the tanh approximation unless `approximate=False`."""
+
+    def __init__(self, approximate=True):
+        super().__init__()
+        self.approximate = approximate
+
     def construct(self, x):
-        return jax.nn.gelu(x)
+        return jax.nn.gelu(x, approximate=self.approximate)
 
 
 class Tanh(Cell):
@@ -311,10 +331,18 @@ class LogSoftmax(Cell):
 
 
 class Flatten(Cell):
-    """(N, ...) -> (N, prod(...))."""
+    """The axes from `start_dim` to `end_dim` flattened into one (MindSpore's
+    defaults: (N, ...) -> (N, prod(...)))."""
+
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
 
     def construct(self, x):
-        return jnp.reshape(x, (x.shape[0], -1))
+        shape = jnp.shape(x)
+        start = self.start_dim + len(shape) if self.start_dim < 0 else self.start_dim
+        end = self.end_dim + len(shape) if self.end_dim < 0 else self.end_dim
+        return jnp.reshape(x, (*shape[:start], -1, *shape[end + 1 :]))
 
 
 class Dropout(Cell):
@@ -329,6 +357,8 @@ class Dropout(Cell):
     draw different masks eagerly, under `kt.jit` and inside training steps
     (the new key is state written back after the call). `dropout(x, key)`
     uses the `jax.random` key given instead and leaves the state alone.
+    As MindSpore's Dropout has no Parameter, the key is not one of the
+    Cell's (`get_parameters()`, checkpoints): it is held outside them.
     """
 
     def __init__(self, keep_prob=0.5, p=None, dtype=np.float32, seed=None):
@@ -342,7 +372,8 @@ class Dropout(Cell):
         self.p = p
         self.keep_prob = keep_prob
         seed = int(generator().randint(2**31)) if seed is None else int(seed)
-        self.key = Parameter(np.asarray(jax.random.PRNGKey(seed)), requires_grad=False)
+        key = Parameter(np.asarray(jax.random.PRNGKey(seed)), "dropout_key", requires_grad=False)
+        object.__setattr__(self, "key", key)  # state, not one of the Cell's Parameters
 
     def construct(self, x, key=None):
         if not self.training or self.keep_prob >= 1.0:
@@ -356,24 +387,48 @@ class Dropout(Cell):
 
 
 class LayerNorm(Cell):
-    """Normalise over the last axis, then scale by gamma and shift by beta."""
+    """MindSpore's LayerNorm: normalise over the axes from `begin_norm_axis`
+    to the last (mean and biased variance), then scale by gamma and shift by
+    beta, of shape `normalized_shape`, laid over the axes from
+    `begin_params_axis` (MindSpore's defaults: both -1, `epsilon` 1e-7)."""
 
-    def __init__(self, normalized_shape, epsilon=1e-5):
+    def __init__(
+        self,
+        normalized_shape,
+        begin_norm_axis=-1,
+        begin_params_axis=-1,
+        gamma_init="ones",
+        beta_init="zeros",
+        epsilon=1e-7,
+        dtype=np.float32,
+    ):
         super().__init__()
         shape = (
             tuple(normalized_shape)
             if isinstance(normalized_shape, (tuple, list))
             else (normalized_shape,)
         )
-        self.gamma = Parameter(np.ones(shape, np.float32))
-        self.beta = Parameter(np.zeros(shape, np.float32))
+        self.gamma = Parameter(_values(gamma_init, shape, None, dtype))
+        self.beta = Parameter(_values(beta_init, shape, None, dtype))
+        self.begin_norm_axis = begin_norm_axis
+        self.begin_params_axis = begin_params_axis
         self.epsilon = epsilon
 
     def construct(self, x):
-        mean = jnp.mean(x, axis=-1, keepdims=True)
+        axes = _axes_from(self.begin_norm_axis, jnp.ndim(x))
+        mean = jnp.mean(x, axis=axes, keepdims=True)
         centred = x - mean
-        var = jnp.mean(centred * centred, axis=-1, keepdims=True)
-        return centred / jnp.sqrt(var + self.epsilon) * self.gamma + self.beta
+        var = jnp.mean(centred * centred, axis=axes, keepdims=True)
+        params_rank = jnp.ndim(x) - _axes_from(self.begin_params_axis, jnp.ndim(x))[0]
+        gamma = jnp.reshape(self.gamma, jnp.shape(x)[jnp.ndim(x) - params_rank :])
+        beta = jnp.reshape(self.beta, jnp.shape(x)[jnp.ndim(x) - params_rank :])
+        return centred / jnp.sqrt(var + self.epsilon) * gamma + beta
+
+
+def _axes_from(begin: int, ndim: int) -> tuple:
+    """The axes from `begin` (negative: from the end) to the last."""
+    first = begin + ndim if begin < 0 else begin
+    return tuple(range(first, ndim))
 
 
 class SequentialCell(Cell):

@@ -66,14 +66,26 @@ class CosineDecayLR(LearningRateSchedule):
 
 
 class PolynomialDecayLR(LearningRateSchedule):
-    def __init__(self, learning_rate, end_learning_rate, decay_steps, power):
+    """`update_decay_steps`: past `decay_steps`, the decay restarts over the
+    next multiple of it (MindSpore's)."""
+
+    def __init__(
+        self, learning_rate, end_learning_rate, decay_steps, power, update_decay_steps=False
+    ):
         super().__init__()
         self.learning_rate, self.end_learning_rate = learning_rate, end_learning_rate
         self.decay_steps, self.power = decay_steps, power
+        self.update_decay_steps = update_decay_steps
 
     def construct(self, global_step):
-        p = jnp.minimum(jnp.asarray(global_step, jnp.float32), self.decay_steps)
-        fraction = 1.0 - p / self.decay_steps
+        step = jnp.asarray(global_step, jnp.float32)
+        if self.update_decay_steps:
+            decay_steps = self.decay_steps * jnp.maximum(jnp.ceil(step / self.decay_steps), 1.0)
+            p = step
+        else:
+            decay_steps = self.decay_steps
+            p = jnp.minimum(step, decay_steps)
+        fraction = 1.0 - p / decay_steps
         span = self.learning_rate - self.end_learning_rate
         return span * jnp.power(fraction, self.power) + self.end_learning_rate
 
@@ -95,10 +107,12 @@ def _decays(param: Parameter) -> bool:
 class Optimizer(Cell):
     """Base class: holds the Parameters, the rate, `global_step` and the
     gradient preprocessing (`loss_scale`, `weight_decay`); subclasses write
-    `construct(gradients)` with `self.get_lr()` and `self.preprocess(p, g, k)`."""
+    `construct(gradients)` with `self.get_lr()` and `self.preprocess(p, g, k)`.
+    MindSpore's order: `super().__init__(learning_rate, parameters, ...)`."""
 
-    def __init__(self, params, learning_rate, weight_decay=0.0, loss_scale=1.0):
+    def __init__(self, learning_rate, parameters, weight_decay=0.0, loss_scale=1.0):
         super().__init__()
+        params = parameters
         if loss_scale <= 0:
             raise ValueError(f"loss_scale must be greater than 0, got {loss_scale}")
         if weight_decay < 0:
@@ -154,7 +168,7 @@ class SGD(Optimizer):
         nesterov=False,
         loss_scale=1.0,
     ):
-        super().__init__(params, learning_rate, weight_decay, loss_scale)
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.momentum, self.dampening, self.nesterov = momentum, dampening, nesterov
         object.__setattr__(self, "accum", self._slots("accum"))
 
@@ -177,19 +191,20 @@ class SGD(Optimizer):
 
 class Momentum(Optimizer):
     """`v = momentum * v + g; p -= lr * v` (`use_nesterov`: `p -= lr * (g +
-    momentum * v)`)."""
+    momentum * v)`). MindSpore's order of arguments; `momentum` has a default
+    (0.9) where MindSpore requires it, `use_locking` (Adam's) is accepted."""
 
     def __init__(
         self,
         params,
         learning_rate,
         momentum=0.9,
-        use_locking=False,
-        use_nesterov=False,
         weight_decay=0.0,
         loss_scale=1.0,
+        use_nesterov=False,
+        use_locking=False,
     ):
-        super().__init__(params, learning_rate, weight_decay, loss_scale)
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.momentum, self.use_nesterov = momentum, use_nesterov
         object.__setattr__(self, "moments", self._slots("moments"))
 
@@ -224,7 +239,7 @@ class Adam(Optimizer):
         weight_decay=0.0,
         loss_scale=1.0,
     ):
-        super().__init__(params, learning_rate, weight_decay, loss_scale)
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
         object.__setattr__(self, "moment1", self._slots("moment1"))
         object.__setattr__(self, "moment2", self._slots("moment2"))
