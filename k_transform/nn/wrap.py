@@ -2,7 +2,9 @@
 `nn.Jvp` / `nn.Vjp` Cells. As in MindSpore, the training wrappers are built
 with `auto_prefix=False`: wrapping a network does not rename its Parameters
 (`fc1.weight` stays `fc1.weight`, so checkpoints of the network and of the
-wrapped network agree)."""
+wrapped network agree). Their attributes are MindSpore's (`WithLossCell`'s
+`_backbone` and `_loss_fn`), so a Cell that wraps them with its own prefix
+names Parameters as MindSpore does: `network._backbone.fc1.weight`."""
 
 from __future__ import annotations
 
@@ -17,11 +19,16 @@ class WithLossCell(Cell):
 
     def __init__(self, backbone, loss_fn):
         super().__init__(auto_prefix=False)
-        self.backbone = backbone
-        self.loss_fn = loss_fn
+        self._backbone = backbone
+        self._loss_fn = loss_fn
+
+    @property
+    def backbone_network(self) -> Cell:
+        """The network wrapped (MindSpore's property)."""
+        return self._backbone
 
     def construct(self, data, label):
-        return self.loss_fn(self.backbone(data), label)
+        return self._loss_fn(self._backbone(data), label)
 
 
 class TrainOneStepCell(Cell):

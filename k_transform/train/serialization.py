@@ -18,6 +18,12 @@
   `(param_not_load, ckpt_not_load)`: the net's Parameter names missing from
   the dict, and the dict's names the net does not have. A shape mismatch is a
   RuntimeError, as in MindSpore; values are cast to the Parameter's dtype.
+  Names with a prefix the net lacks load as MindSpore loads them (without
+  `strict_load`): a checkpoint saved from a wrapper
+  (`network._backbone.fc1.weight`) loads into the bare network (`fc1.weight`),
+  the prefix found as the rest of the first checkpoint name that ends with a
+  name not loaded, and tried again while new prefixes load more. As in
+  MindSpore, the names loaded that way stay in `ckpt_not_load`.
 """
 
 from __future__ import annotations
@@ -105,14 +111,44 @@ def load_param_into_net(net: Cell, parameter_dict: dict, strict_load: bool = Fal
         if param.name not in parameter_dict:
             param_not_load.append(param.name)
             continue
-        value = parameter_dict[param.name]
-        value = np.asarray(value.data if isinstance(value, Parameter) else value)
-        if value.shape != tuple(param.data.shape):
-            raise RuntimeError(
-                f"load_param_into_net: {param.name!r} has shape {tuple(param.data.shape)} in "
-                f"the net and {value.shape} in the checkpoint"
-            )
-        param.set_data(value.astype(param.data.dtype))
+        _set(param, parameter_dict[param.name], param.name)
         used.add(param.name)
     ckpt_not_load = [name for name in parameter_dict if name not in used]
+    if param_not_load and not strict_load:
+        _load_with_prefix(net, parameter_dict, param_not_load)
     return param_not_load, ckpt_not_load
+
+
+def _set(param: Parameter, value, name: str) -> None:
+    value = np.asarray(value.data if isinstance(value, Parameter) else value)
+    if value.shape != tuple(param.data.shape):
+        raise RuntimeError(
+            f"load_param_into_net: {param.name!r} has shape {tuple(param.data.shape)} in "
+            f"the net and {value.shape} in the checkpoint ({name!r})"
+        )
+    param.set_data(value.astype(param.data.dtype))
+
+
+def _prefix(parameter_dict: dict, param_not_load: list) -> str | None:
+    """The prefix of the first checkpoint name that ends with a name not loaded."""
+    for param_name in param_not_load:
+        for name in parameter_dict:
+            if name.endswith(param_name) and name != param_name:
+                return name[: -len(param_name)]
+    return None
+
+
+def _load_with_prefix(net: Cell, parameter_dict: dict, param_not_load: list) -> None:
+    """MindSpore's loading of names saved with a prefix (`_load_dismatch_prefix_params`):
+    removes what it loads from `param_not_load`."""
+    tried = set()
+    while param_not_load:
+        prefix = _prefix(parameter_dict, param_not_load)
+        if prefix is None or prefix in tried:
+            return
+        tried.add(prefix)
+        for _, param in net.parameters_and_names():
+            name = prefix + param.name
+            if param.name in param_not_load and name in parameter_dict:
+                _set(param, parameter_dict[name], name)
+                param_not_load.remove(param.name)
