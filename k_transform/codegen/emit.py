@@ -16,11 +16,18 @@ Python `if`/`elif` with each branch's statements inline; its condition's
 statements are written into the `if` line.
 
 A tuple whose items are read by constant index (a `(result, bprop)` pair, a
-bprop's gradients, the results of a branch or loop: nodes with a
-`tuple_arity`, and `switch`es) is unpacked into the names of its items,
-`out, bprop = f_fprop(x)`, `env, _, d_x, *_ = bp(d)`, never read back as
-`_t5[3]`. A sensitivity (`Node.sens_of`) is named `d_<the name its variable
+bprop's gradients, the results of a branch or loop: nodes whose length is
+known, `view.arity`) is unpacked into the names of its items, `out, bprop =
+f_fprop(x)`, `env, _, d_x, *_ = bp(d)`, `[x_1], bp = f_for3_k(xs, x)`,
+never read back as `_t5[3]`. A sensitivity (`Node.sens_of`) is named `d_<the name its variable
 got>`, so `d_s_1` is the gradient of `s_1`.
+
+The graphs are read through `codegen.view` (changing no graph): common
+subexpressions of a graph written once (`ir.cse`), tuples taken apart and
+rebuilt written as the tuple, a tuple's gradient from one per item written
+as a tuple. A result read only by `return` is written there (`return a,
+bp`); an unnamed tuple or item read by one statement is written inside it
+(`bp((d_y,))`).
 
 Names come only from the graphs (user names, graph names, numbered
 temporaries per function), never from ids or process-wide counters, so the
@@ -41,6 +48,9 @@ import numpy as np
 from k_transform import runtime as rt
 from k_transform.codegen.naming import Namer, sanitize
 from k_transform.codegen.static import StaticFacts
+from k_transform.codegen.view import CodeView
+from k_transform.codegen.view import prim_name as _prim_name
+from k_transform.ir.cse import pure_primitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 
@@ -67,6 +77,7 @@ class ModuleEmitter:
         self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
         self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
         self.static = StaticFacts()  # which switches are written as Python `if`s
+        self.view = CodeView()  # the graphs as written: shared subexpressions, tuples
 
     # -- globals ------------------------------------------------------------------
     def ref(self, value, hint: str = "") -> str:
@@ -143,31 +154,22 @@ class ModuleEmitter:
         the statements end by binding the result to it, and the expression is
         None."""
         body_pad = "    " * (depth + 1)
-        live = self.live_nodes(graph)
-        out = graph.output
-        uses = self.uses_in(graph)
-        only_returned = (
-            isinstance(out, Apply) and out.graph is graph and uses.get(id(out), []) == [None]
-        )
-        returned = _returned_tuple(graph, live, uses) if target is not None else None
-        inner_if = target is not None and only_returned and self.static.static_switch(out)
-        if target is not None and only_returned and returned is None and "," not in target:
+        plan = self._plan(graph, names, target)
+        out, returned, unpacks = plan.out, plan.returned, plan.unpacks
+        inner_if = target is not None and plan.only_returned and self.static.static_switch(out)
+        if target is not None and plan.only_returned and returned is None and "," not in target:
             names.setdefault(id(out), target)  # the result is computed under its name
-        unpacks = _unpackings(graph, live, uses)
-        moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
-        conditions = self._inline_conditions(graph, live, uses)
         defined: set[int] = set()
         lines: list[str] = []
-        for node in graph.nodes:
-            if id(node) not in live or id(node) in moved or node is returned:
-                continue
-            if id(node) in conditions:  # part of a static `if`'s condition, written there
-                expr = self.expression(node, names, namer)
-                names[id(node)] = expr if _is_primary(expr) else f"({expr})"
-                continue
+        for node in plan.statements:
             static_if = self.static.static_switch(node)
-            inputs = node.inputs[:2] + node.inputs[4:] if static_if else node.inputs
+            inputs = node.inputs[:2] + node.inputs[4:] if static_if else self.view.inputs(node)
             lines += self.emit_children(graph, inputs, defined, namer, names, depth)
+            if id(node) in plan.inline:  # written where it is read
+                expr = self.expression(node, names, namer)
+                tuple_ = _prim_name(self.view.emitted(node)) == "make_tuple"
+                names[id(node)] = expr if tuple_ or _is_primary(expr) else f"({expr})"
+                continue
             lines += [body_pad + c for c in comment.before(node)]
             if static_if:
                 to = target if inner_if and node is out else None
@@ -175,19 +177,110 @@ class ModuleEmitter:
                 continue
             expr = self.expression(node, names, namer)
             lines += [body_pad + line for line in self._assign(node, expr, unpacks, namer, names)]
-        tail = [out, *returned.inputs] if returned is not None else [out]
+        tail = [out, *self.view.inputs(returned)] if returned is not None else [out]
         lines += self.emit_children(graph, tail, defined, namer, names, depth)
         if inner_if:
             return lines, None
-        if returned is not None:
-            result = self.expression(returned, names, namer)
-        else:
+        if returned is None:
             result = self.atom(out, names, namer)
+        elif target is None:  # `return <expression>`
+            lines += [body_pad + c for c in comment.before(returned)]
+            expr = self.expression(returned, names, namer)
+            result = _unparenthesized(expr, self.view.emitted(returned))
+        else:
+            result = self.expression(returned, names, namer)
         if target is None:
             return lines, result
         if result != target:
             lines.append(body_pad + f"{target} = {result}")
         return lines, None
+
+    def _plan(self, graph: FuncGraph, names: dict, target) -> _BodyPlan:
+        """How `graph`'s nodes are written (see `_BodyPlan`)."""
+        plan = _BodyPlan()
+        plan.live = live = self.live_nodes(graph)
+        plan.out = out = self.view.canon(graph.output)
+        uses = self.uses_in(graph)
+        plan.only_returned = (
+            isinstance(out, Apply)
+            and out.graph is graph
+            and _live_readers(out, uses, graph, live) == [None]
+        )
+        plan.unpacks = unpacks = self._unpackings(graph, live, uses)
+        moved = {id(item) for items, _, _ in unpacks.values() for item in items.values()}
+        conditions = self._inline_conditions(graph, live, uses)
+        skip = {*unpacks, *moved, *conditions}
+        plan.inline = conditions | self._inline_values(graph, live, uses, skip, names)
+        plan.statements = [n for n in graph.nodes if id(n) in live and id(n) not in moved]
+        written = [n for n in plan.statements if id(n) not in plan.inline]
+        if target is not None:
+            plan.returned = _returned_tuple(graph, out, live, uses)
+        elif (
+            any(n is out for n in written)
+            and plan.only_returned
+            and id(out) not in unpacks
+            and not self.static.static_switch(out)
+        ):
+            if written[-1] is out or self._movable(out):  # nothing is moved across effects
+                plan.returned = out
+        if plan.returned is not None:
+            plan.statements.remove(plan.returned)
+        return plan
+
+    def _movable(self, node: Apply) -> bool:
+        """Whether `node` may be computed later than where its graph has it:
+        a pure primitive reading no Parameter and calling no graph (a tuple
+        may hold a graph: it does not call it)."""
+        written = self.view.emitted(node)
+        prim = written.fn.value if isinstance(written.fn, Constant) else None
+        if not isinstance(prim, Primitive) or not pure_primitive(prim):
+            return False
+        holds_graphs = _prim_name(written) == "make_tuple"
+        for a in written.args:
+            value = a.value if isinstance(a, Constant) else None
+            if getattr(value, "__kt_parameter__", False) is True:
+                return False
+            if isinstance(value, FuncGraph) and not holds_graphs:
+                return False
+        return True
+
+    def _named(self, node: Node, names: dict) -> bool:
+        """Whether `node` gets a name of its own: a user's, or `d_<name>`."""
+        if node.debug.name and not node.debug.name.startswith("d_"):
+            return True
+        of = self.view.canon(node.sens_of) if node.sens_of is not None else None
+        if of is None:
+            return node.debug.name.startswith("d_")
+        return names.get(id(of), "").isidentifier() and bool(
+            of.debug.name or isinstance(of, Parameter)
+        )
+
+    def _inline_values(self, graph, live, uses, skip: set, names: dict) -> set[int]:
+        """Unnamed tuples and items `t[k]` of `graph` read by exactly one
+        statement of `graph`: written inside it (`bp((d_x,))`), not named.
+        Pure and reading no Parameter, so where they are computed is not
+        seen."""
+        found: set[int] = set()
+        for node in graph.nodes:
+            if id(node) not in live or id(node) in skip or self._named(node, names):
+                continue
+            written = self.view.emitted(node)
+            name = _prim_name(written)
+            if name not in ("make_tuple", "getitem") or not self._movable(node):
+                continue
+            if name == "getitem" and not isinstance(written.args[1], Constant):
+                continue
+            readers = _live_readers(node, uses, graph, live)
+            if len(readers) != 1 or not isinstance(readers[0], Apply):
+                continue
+            reader = readers[0]
+            if (
+                reader.graph is graph
+                and id(reader) in live
+                and not self.static.static_switch(reader)
+            ):
+                found.add(id(node))
+        return found
 
     def _forget(self, branch: FuncGraph, names: dict) -> None:
         """Drop the names of `branch`'s nodes and nested graphs, so that a
@@ -208,17 +301,17 @@ class ModuleEmitter:
                 isinstance(node, Apply)
                 and node.graph is graph
                 and id(node) in live
-                and uses.get(id(node), []) == [user]
+                and _live_readers(node, uses, graph, live) == [user]
                 and not self.static.static_switch(node)
                 and self.static.is_static(node)
             ):
                 found.add(id(node))
-                for a in node.args:
+                for a in self.view.args(node):
                     take(a, node)
 
         for node in graph.nodes:
             if id(node) in live and self.static.static_switch(node):
-                take(node.args[0], node)
+                take(self.view.canon(node.args[0]), node)
         return found
 
     def _static_if(self, node: Apply, unpacks, namer, names, depth, comment, target=None):
@@ -229,7 +322,7 @@ class ModuleEmitter:
         cond = _unwrapped(self.atom(node.args[0], names, namer))
         items, whole, arity = unpacks.get(id(node), (None, True, 0))
         if target is None and items is not None and not whole:
-            target = self._unpack_target(items, arity, namer, names)
+            target = self._unpack_target(items, arity, namer, names, unpacks)
         elif target is None:
             target = self._name_node(node, namer, names)
         lines = [pad + f"if {cond}:"]
@@ -262,7 +355,7 @@ class ModuleEmitter:
             lines += body or [pad + "    pass"]
         if items is not None:
             if whole:
-                unpacked = self._unpack_target(items, arity, namer, names)
+                unpacked = self._unpack_target(items, arity, namer, names, unpacks)
                 lines.append(pad + f"{unpacked} = {names[id(node)]}")
             lines += [pad + line for line in self._unpack_items(items, unpacks, namer, names)]
         return lines
@@ -273,7 +366,7 @@ class ModuleEmitter:
         items, whole, arity = unpacks.get(id(node), (None, True, 0))
         if items is None:
             return [f"{self._name_node(node, namer, names)} = {expr}"]
-        unpacked = self._unpack_target(items, arity, namer, names)
+        unpacked = self._unpack_target(items, arity, namer, names, unpacks)
         if whole:  # the tuple is used as a whole too
             target = self._name_node(node, namer, names)
             lines = [f"{target} = {expr}", f"{unpacked} = {target}"]
@@ -282,29 +375,45 @@ class ModuleEmitter:
         return lines + self._unpack_items(items, unpacks, namer, names)
 
     def _unpack_items(self, items: dict[int, Apply], unpacks: dict, namer, names) -> list[str]:
-        """Items that are tuples themselves, unpacked from their names in turn."""
+        """Items that are tuples used whole too, unpacked from their names in turn."""
         lines = []
         for k in sorted(items):
             item = items[k]
-            if id(item) in unpacks:
-                inner, _, arity = unpacks[id(item)]
-                unpacked = self._unpack_target(inner, arity, namer, names)
+            if id(item) not in unpacks:
+                continue
+            inner, whole, arity = unpacks[id(item)]
+            if whole:
+                unpacked = self._unpack_target(inner, arity, namer, names, unpacks)
                 lines.append(f"{unpacked} = {names[id(item)]}")
-                lines += self._unpack_items(inner, unpacks, namer, names)
+            lines += self._unpack_items(inner, unpacks, namer, names)
         return lines
 
-    def _unpack_target(self, items: dict[int, Apply], arity: int, namer, names) -> str:
+    def _unpack_target(
+        self, items: dict[int, Apply], arity: int, namer, names, unpacks, nested=False
+    ) -> str:
         """`a, _, b` (or `a, _, b, *_` when the length is unknown) for a tuple
-        whose items are read only by constant index."""
+        whose items are read only by constant index; an item that is such a
+        tuple itself is unpacked in place: `[x_1], bp`, `(a, b), c`."""
         n = arity if arity > 0 else max(items) + 1
-        parts = [self._name_node(items[k], namer, names) if k in items else "_" for k in range(n)]
+        parts = []
+        for k in range(n):
+            item = items.get(k)
+            inner = unpacks.get(id(item)) if item is not None else None
+            if item is None:
+                parts.append("_")
+            elif inner is not None and not inner[1]:  # not used whole: no name of its own
+                parts.append(self._unpack_target(*inner[::2], namer, names, unpacks, True))
+            else:
+                parts.append(self._name_node(item, namer, names))
         if arity < 0:
             parts.append("*_")
-        return f"[{parts[0]}]" if len(parts) == 1 else ", ".join(parts)
+        if len(parts) == 1:
+            return f"[{parts[0]}]"
+        return f"({', '.join(parts)})" if nested else ", ".join(parts)
 
     def emit_children(self, graph, nodes, defined: set, namer, names, depth) -> list[str]:
         """Nested defs for the graphs of `graph` that `nodes` need, not yet emitted."""
-        children = [c for c in _local_graphs(graph, nodes) if c.uid not in defined]
+        children = [c for c in self._local_graphs(graph, nodes) if c.uid not in defined]
         for child in children:  # named first: they may call each other
             self.graph_name(child, namer)
             defined.add(child.uid)
@@ -313,13 +422,35 @@ class ModuleEmitter:
             lines += self.emit_graph(child, namer, names, depth + 1)
         return lines
 
+    def _local_graphs(self, graph: FuncGraph, nodes) -> list[FuncGraph]:
+        """Graphs nested in `graph` that `nodes` use, directly or via closures."""
+        found: dict[int, FuncGraph] = {}
+        seen: set[int] = set()
+        todo = [
+            n.value for n in nodes if isinstance(n, Constant) and isinstance(n.value, FuncGraph)
+        ]
+        while todo:
+            g = todo.pop()
+            if g.uid in seen or g.parent is None:
+                continue
+            seen.add(g.uid)
+            if g.parent is graph:
+                found[g.uid] = g
+            elif not any(a is graph for a in g.ancestors()):
+                continue
+            todo += self._graph_reads(g)[1]  # the closures it uses, as written
+        return list(found.values())
+
     def _name_node(self, node: Node, namer: Namer, names: dict[int, str]) -> str:
         if id(node) not in names:
             base = node.name if isinstance(node, Parameter) else node.debug.name
-            of = node.sens_of
-            if of is not None and id(of) in names and (of.debug.name or isinstance(of, Parameter)):
+            of = self.view.canon(node.sens_of) if node.sens_of is not None else None
+            of_name = names.get(id(of), "") if of is not None else ""
+            if of_name.isidentifier() and (of.debug.name or isinstance(of, Parameter)):
                 # The gradient of exactly that name, or a temporary.
-                names[id(node)] = namer.exact("d_" + names[id(of)]) or namer.temp()
+                names[id(node)] = namer.exact("d_" + of_name) or namer.temp()
+            elif of is not None and base.startswith("d_"):  # of a value not named here
+                names[id(node)] = namer.temp()
             elif base.startswith("d_") and _made_by_transform(node):  # a sensitivity
                 names[id(node)] = namer.exact(base) or namer.temp()
             else:
@@ -327,6 +458,7 @@ class ModuleEmitter:
         return names[id(node)]
 
     def expression(self, node: Apply, names, namer) -> str:
+        node = self.view.emitted(node)
         args = [self.atom(a, names, namer) for a in node.args]
         fn = node.fn
         if isinstance(fn, Constant) and isinstance(fn.value, Primitive):
@@ -337,6 +469,7 @@ class ModuleEmitter:
         """A name or literal for `node`'s value."""
         if node is None:
             return "None"
+        node = self.view.canon(node)  # a node written as another (`codegen.view`)
         if not isinstance(node, Constant):
             return names[id(node)]
         value = node.value
@@ -366,11 +499,56 @@ class ModuleEmitter:
         literal = _literal(value)
         return literal if literal is not None else self.ref(value, hint)
 
+    # -- tuples unpacked -------------------------------------------------------------------
+    def _unpackings(self, graph, live: set[int], uses: dict) -> dict[int, tuple[dict, bool, int]]:
+        """Tuples of `graph` (nodes of a known length: `view.arity`) read
+        through distinct constant indices by live `getitem`s of `graph`:
+        (index -> item, whether the tuple is used as a whole too, its length
+        or -1). `uses`: each node's readers in `graph` and the graphs nested
+        in it (None: returned)."""
+        found = {}
+        for node in graph.nodes:
+            if id(node) not in live:
+                continue
+            arity = self.view.arity(node)
+            if not arity:
+                continue
+            items, whole = self._index_reads(node, arity, uses.get(id(node), []), live)
+            if items:
+                found[id(node)] = (items, whole, arity)
+        return found
+
+    def _index_reads(self, node: Apply, arity: int, users: list, live) -> tuple[dict, bool]:
+        items: dict[int, Apply] = {}
+        whole = False
+        for user in users:
+            if isinstance(user, Apply) and user.graph is node.graph and id(user) not in live:
+                continue  # not emitted
+            args = self.view.args(user) if isinstance(user, Apply) else []
+            index = args[1] if len(args) == 2 else None
+            ok = (
+                isinstance(user, Apply)
+                and user.graph is node.graph
+                and isinstance(user.fn, Constant)
+                and getattr(user.fn.value, "reads_item", False)
+                and args[0] is node
+                and isinstance(index, Constant)
+                and type(index.value) is int
+                and 0 <= index.value
+                and (arity < 0 or index.value < arity)
+                and index.value not in items
+            )
+            if ok:
+                items[index.value] = user
+            else:
+                whole = True
+        return items, whole
+
     # -- liveness ------------------------------------------------------------------------
     def live_nodes(self, graph: FuncGraph) -> set[int]:
         """Apply nodes of `graph` that the output or an effect needs."""
         live: set[int] = set()
-        todo: list[Node] = [graph.output, *self.effectful(graph)]
+        todo: list[Node] = [self.view.canon(graph.output), *self.effectful(graph)]
         while todo:
             node = todo.pop()
             if node is None or id(node) in live:
@@ -383,7 +561,7 @@ class ModuleEmitter:
             if node.graph is not graph or not isinstance(node, Apply):
                 continue
             live.add(id(node))
-            todo += node.inputs
+            todo += self.view.inputs(node)
         return live
 
     def free_variables(self, graph: FuncGraph) -> list[Node]:
@@ -394,8 +572,17 @@ class ModuleEmitter:
         return self._free[graph.uid]
 
     def _graph_reads(self, graph: FuncGraph) -> tuple[list, list]:
+        """`graph.reads_of()` as written (`view`): what its written nodes read."""
         if graph.uid not in self._reads:
-            self._reads[graph.uid] = graph.reads_of()
+            nodes: dict[int, Node] = {}
+            closures = []
+            written = [self.view.inputs(n) for n in graph.nodes if not self.view.is_alias(n)]
+            for node in [i for inputs in written for i in inputs] + [self.view.canon(graph.output)]:
+                if not isinstance(node, Constant):
+                    nodes.setdefault(id(node), node)
+                elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
+                    closures.append(node.value)
+            self._reads[graph.uid] = (list(nodes.values()), closures)
         return self._reads[graph.uid]
 
     def uses_in(self, graph: FuncGraph) -> dict[int, list]:
@@ -409,9 +596,12 @@ class ModuleEmitter:
                 continue
             self._uses_read.add(g.uid)
             for user in g.nodes:
-                for inp in user.inputs:
+                if self.view.is_alias(user):  # not written
+                    continue
+                for inp in self.view.inputs(user):
                     self._uses.setdefault(id(inp), []).append(user)
-            self._uses.setdefault(id(g.output), []).append(None)  # returned: not unpackable
+            returned = self.view.canon(g.output)
+            self._uses.setdefault(id(returned), []).append(None)  # returned: not unpackable
         return self._uses
 
     def has_effect(self, node: Apply) -> bool:
@@ -431,6 +621,41 @@ class ModuleEmitter:
             self._effects[graph.uid] = []  # recursion: assume none
             self._effects[graph.uid] = [n for n in graph.nodes if self.has_effect(n)]
         return self._effects[graph.uid]
+
+
+class _BodyPlan:
+    """How a graph's body is written: its `live` nodes; `statements`, in
+    order (unpacked items are written in their tuple's statement); `inline`:
+    those written inside the one expression reading them (a static `if`'s
+    condition, a tuple passed on); `unpacks` (see `_unpackings`); `out`, the
+    result, `only_returned` when nothing else reads it, and `returned`, a
+    node written in the `return` line itself (or, for a branch written
+    inline, the tuple it returns, bound to the target)."""
+
+    live: set[int]
+    statements: list[Apply]
+    inline: set[int]
+    unpacks: dict
+    out: Node
+    only_returned: bool
+    returned: Apply | None = None
+
+
+def _live_readers(node: Node, uses: dict, graph: FuncGraph, live: set[int]) -> list:
+    """The readers of `node` (None: a `return`) that are written: those of
+    `graph` that are live, and any of the graphs nested in it."""
+    return [
+        user
+        for user in uses.get(id(node), [])
+        if not (isinstance(user, Apply) and user.graph is graph and id(user) not in live)
+    ]
+
+
+def _unparenthesized(expr: str, node: Apply) -> str:
+    """`a, b` for the tuple `(a, b)` a `return` gives."""
+    if _prim_name(node) == "make_tuple" and len(node.args) > 1:
+        return expr[1:-1]
+    return expr
 
 
 def _made_by_transform(node: Node) -> bool:
@@ -466,22 +691,6 @@ class _Comments:
         return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
 
 
-def _unpackings(graph: FuncGraph, live: set[int], uses: dict) -> dict[int, tuple[dict, bool, int]]:
-    """Tuples of `graph` (nodes with a `tuple_arity`, `switch`es) read through
-    distinct constant indices by live `getitem`s of `graph`: (index -> item,
-    whether the tuple is used as a whole too, its length or -1). `uses`: each
-    node's readers in `graph` and the graphs nested in it (None: returned)."""
-    found = {}
-    for node in graph.nodes:
-        arity = node.tuple_arity or _result_arity(node)
-        if not arity or id(node) not in live:
-            continue
-        items, whole = _index_reads(node, arity, uses.get(id(node), []), live)
-        if items:
-            found[id(node)] = (items, whole, arity)
-    return found
-
-
 def _is_primary(expr: str) -> bool:
     """A name, attribute, call or subscript: safe to write inside another
     expression without parentheses."""
@@ -510,45 +719,12 @@ def _one_if(body: list[str], pad: str) -> bool:
     )
 
 
-def _returned_tuple(graph: FuncGraph, live: set[int], uses: dict) -> Apply | None:
+def _returned_tuple(graph: FuncGraph, out: Node, live: set[int], uses: dict) -> Apply | None:
     """The tuple `graph` builds only to return it (written as the result)."""
-    out = graph.output
     fn = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
     if not (isinstance(fn, Primitive) and fn.name == "make_tuple" and out.graph is graph):
         return None
-    return out if uses.get(id(out), []) == [None] and id(out) in live else None
-
-
-def _result_arity(node: Apply) -> int:
-    """How many results a primitive gives as a tuple (a `switch` of tuples), or 0."""
-    fn = node.fn.value if isinstance(node.fn, Constant) else None
-    return fn.result_arity(node.args) if isinstance(fn, Primitive) else 0
-
-
-def _index_reads(node: Apply, arity: int, users: list, live: set[int]) -> tuple[dict, bool]:
-    items: dict[int, Apply] = {}
-    whole = False
-    for user in users:
-        if isinstance(user, Apply) and user.graph is node.graph and id(user) not in live:
-            continue  # not emitted
-        index = user.args[1] if isinstance(user, Apply) and len(user.args) == 2 else None
-        ok = (
-            isinstance(user, Apply)
-            and user.graph is node.graph
-            and isinstance(user.fn, Constant)
-            and getattr(user.fn.value, "reads_item", False)
-            and user.args[0] is node
-            and isinstance(index, Constant)
-            and type(index.value) is int
-            and 0 <= index.value
-            and (arity < 0 or index.value < arity)
-            and index.value not in items
-        )
-        if ok:
-            items[index.value] = user
-        else:
-            whole = True
-    return items, whole
+    return out if _live_readers(out, uses, graph, live) == [None] and id(out) in live else None
 
 
 def _graph_inputs(node: Apply) -> list[FuncGraph]:
@@ -556,26 +732,6 @@ def _graph_inputs(node: Apply) -> list[FuncGraph]:
     return [
         a.value for a in node.inputs if isinstance(a, Constant) and isinstance(a.value, FuncGraph)
     ]
-
-
-def _local_graphs(graph: FuncGraph, nodes) -> list[FuncGraph]:
-    """Graphs nested in `graph` that `nodes` use, directly or via closures."""
-    found: dict[int, FuncGraph] = {}
-    seen: set[int] = set()
-    todo = [n.value for n in nodes if isinstance(n, Constant) and isinstance(n.value, FuncGraph)]
-    while todo:
-        g = todo.pop()
-        if g.uid in seen or g.parent is None:
-            continue
-        seen.add(g.uid)
-        if g.parent is graph:
-            found[g.uid] = g
-        elif not any(a is graph for a in g.ancestors()):
-            continue
-        for n in g.used_nodes():
-            if isinstance(n, Constant) and isinstance(n.value, FuncGraph):
-                todo.append(n.value)
-    return list(found.values())
 
 
 def _literal(value) -> str | None:

@@ -13,7 +13,8 @@ the K-value computed in `h_fprop`, read by closure. Its gradient leaves
 takes the entries of its own nodes out of the env it collected (env_get) and
 passes the rest upward. The gradient of a function value *is* its env.
 Keys are text derived from the owning graph and the node's place in it
-(`fv_key`: `'<graph>@<line>:<name>'`), a `kt.Parameter`'s key is
+(`fv_key`: `'<graph>@<file>:<line>:<name>'`, the file as `where=` shows it,
+relative to its `sys.path` entry), a `kt.Parameter`'s key is
 `param_key(<parameter>)`: generated source never depends on what was
 transformed before. An env that collects nothing is never built: the bprop
 returns the shared `EMPTY_ENV`, and adding to an empty env is the addend.
@@ -68,6 +69,7 @@ from k_transform.context import TRANSFORM
 from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive, Switch
+from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, DebugInfo, FuncGraph, Node
@@ -153,8 +155,8 @@ def fv_key(node: Node) -> str:
     """The env key of a node that is a free variable somewhere.
 
     Derived from the owning graph and the node's place in it, never from
-    what was transformed before: `<graph>@<line>:<name>`, with `#k` for the
-    k-th earlier node of that graph carrying the same name.
+    what was transformed before: `<graph>@<file>:<line>:<name>`, with `#k`
+    for the k-th earlier node of that graph carrying the same name.
     """
     keys = TRANSFORM.weak_keys("dfunctor.env_keys")  # node -> env key
     if node not in keys:
@@ -172,19 +174,23 @@ def _key_name(node: Node) -> str:
 
 
 def _graph_label(graph: FuncGraph) -> str:
-    """`<name>@<line>`, unique among the live graphs of its own file (a copy
-    adds `~k`). Graphs of other files are never consulted, so a label does
-    not depend on what was transformed before from another module, nor on
-    where the files are."""
+    """`<name>@<file>:<line>`, the file as `where=` shows it (relative to
+    its `sys.path` entry: never a machine's path), so that graphs of two
+    files never share a label; unique among the live graphs (a copy, or a
+    graph of another file shown alike, adds `~k`). A label does not depend on
+    what was transformed before from another file."""
     labels = TRANSFORM.weak_keys("dfunctor.labels")  # graph -> key prefix
-    owners = TRANSFORM.weak_values("dfunctor.label_owners")  # (file, prefix) -> graph
+    owners = TRANSFORM.weak_values("dfunctor.label_owners")  # prefix -> graph
     if graph not in labels:
         debug = graph.debug
-        base = label = f"{graph.name}@{debug.line}" if debug.line else graph.name
+        where = shown_where(f"{debug.file}:{debug.line}")
+        if not debug.line:
+            where = where.rpartition(":")[0] or debug.file
+        base = label = f"{graph.name}@{where}"
         copy = 1
-        while owners.get((debug.file, label)) is not None:
+        while owners.get(label) is not None:
             label, copy = f"{base}~{copy}", copy + 1
-        owners[(debug.file, label)] = graph
+        owners[label] = graph
         labels[graph] = label
     return labels[graph]
 
