@@ -539,3 +539,34 @@ def test_regression_underscore_variable_not_clobbered(fn):
         np.testing.assert_allclose(got, want, rtol=1e-9)
         np.testing.assert_allclose(kt.grad(fn)(x), jax.grad(fn)(x), rtol=1e-9)
     assert not re.search(r"^\s*_ = ", kt.get_source(fn), re.M)
+
+
+# -- common subexpressions (ir/cse.py, codegen/view.py) ----------------------------------
+
+
+def test_common_subexpressions_computed_once():
+    """`s = x * x`: each factor's gradient is `d_s * x`, written once."""
+    source = kt.get_source(kt.grad(second))
+    assert source.count("d_s * x") == 1, source
+    x = jnp.float32(0.8)
+    np.testing.assert_allclose(kt.grad(second)(x), jax.grad(second)(x), rtol=1e-6)
+
+
+def test_effects_and_parameter_reads_are_never_shared():
+    """Two prints of one value both print; `x * w` before and after an
+    Assign to `w` reads two values of `w` (one read would give 4.0, not 5.0)."""
+    w = kt.Parameter(jnp.float32(2.0), name="w")
+
+    def f(x):
+        a = x * w
+        kt.ops.Assign()(w, w + 1.0)
+        b = x * w
+        print(a)
+        print(a)
+        return a + b
+
+    g = kt.grad(f)
+    source = kt.get_source(g)
+    assert source.count("_rt.print_(a)") == 2 and source.count("_rt.read_param(w)") == 2
+    np.testing.assert_allclose(g(jnp.float32(0.5)), 5.0)  # w + (w + 1) at w = 2
+    np.testing.assert_allclose(w.data, 3.0)
