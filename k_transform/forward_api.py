@@ -17,7 +17,14 @@ import numpy as np
 from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
-from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_forward, without_aux
+from k_transform.compiled import (
+    CompiledGraph,
+    bind_keywords,
+    check_float_inputs,
+    compiled_forward,
+    takes_star_args,
+    without_aux,
+)
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.targets import target_of
@@ -30,17 +37,35 @@ def jvp(fn, inputs, v, has_aux=False):
     """`(out, J v)`, or `(out, J v, aux)` with `has_aux` (`fn` returns
     `(out, *aux)`; one aux value bare, several as a tuple): forward mode by
     double reverse. `inputs` and `v` are an array or a tuple of them
-    (MindSpore's convention)."""
+    (MindSpore's convention); `fn` may take `*args`."""
     single = not isinstance(inputs, (tuple, list))
     xs, vs = ((inputs,), (v,)) if single else (tuple(inputs), tuple(v))
     if len(xs) != len(vs):
         raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
     vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
     fn = target_of(fn, len(xs))
+    if takes_star_args(fn):
+        fn, xs, vs = _star_call(fn, xs, vs)
     if not has_aux:
         return jvp_unchecked(fn, xs, vs)
     out, jv = jvp_unchecked(without_aux(fn), xs, vs)
     return out, jv, rt.split_aux(compiled_forward(fn)(*xs))[1]
+
+
+def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
+    """For a function taking `*args`: its graph for this many arguments, and
+    the inputs and tangents as that graph's parameters (`bind_keywords`: the
+    `*args` values as one tuple; a parameter left to its default gets a zero
+    tangent)."""
+    flat_x, where = bind_keywords(fn, xs, {})
+    flat_v, _ = bind_keywords(fn, vs, {})
+    passed = {index for index, _ in where}
+    flat_v = tuple(
+        v if k in passed else jax.tree_util.tree_map(jnp.zeros_like, x)
+        for k, (x, v) in enumerate(zip(flat_x, flat_v, strict=True))
+    )
+    n_star = sum(1 for _, item in where if item is not None)
+    return graph_of(fn, star_arity=n_star), flat_x, flat_v
 
 
 def _integer_tangent(xs, k: int, t):

@@ -23,7 +23,7 @@ from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_for
 from k_transform.errors import KTransformError
 from k_transform.forward_api import jvp_unchecked
 from k_transform.frontend.targets import target_of
-from k_transform.reverse import GradFunction
+from k_transform.reverse import GradFunction, spread_args
 from k_transform.transforms import (
     GradSpec,
 )
@@ -64,7 +64,7 @@ class Jacobian:
                 raise KTransformError(
                     f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs"
                 )
-        fn = target_of(self.fn, len(args))
+        fn = spread_args(target_of(self.fn, len(args)), len(args))
         target = without_aux(fn) if self.has_aux else fn
         one = self._forward if self.forward else self._reverse
         parts = [one(target, k % len(args), args) for k in self.positions]

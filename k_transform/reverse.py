@@ -49,12 +49,19 @@ from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
-from k_transform.compiled import CompiledGraph, bind_keywords, check_float_inputs, parameters_of
+from k_transform.compiled import (
+    CompiledGraph,
+    bind_keywords,
+    check_float_inputs,
+    parameters_of,
+    takes_star_args,
+)
 from k_transform.context import TRANSFORM
+from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.errors import KTransformError
-from k_transform.frontend.guards import stale
+from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.targets import arity, is_library, target_of
-from k_transform.ir.nodes import FuncGraph
+from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.transforms import (
     GradSpec,
     as_weights,
@@ -198,18 +205,59 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
     `(out, vjp_fn)`, or `(out, vjp_fn, aux)` with `has_aux` (`fn` returns
     `(out, *aux)`; one aux value bare, several as a tuple). `vjp_fn(v)`
     returns a tuple of the inputs' gradients; with `weights`,
-    `(input gradients, weight gradients)` (a bare gradient for one Parameter)."""
-    primal = graph_of(target_of(fn, len(inputs)))
+    `(input gradients, weight gradients)` (a bare gradient for one Parameter).
+    For a tuple output, `vjp_fn(v0, v1)` (MindSpore's) is `vjp_fn((v0, v1))`.
+    `fn` may take `*args` (`spread_args`)."""
+    primal = graph_of(spread_args(target_of(fn, len(inputs)), len(inputs)))
     params, single = as_weights(weights)
     spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
     grad_fn = GradFunction(primal, spec)
     forward = CompiledGraph(primal)
     forward.bound_loops = True
     out = forward(*inputs)
+
+    def vjp_fn(*cotangents):
+        v = cotangents[0] if len(cotangents) == 1 else cotangents
+        grads = grad_fn(*inputs, v)
+        return grads[0] if has_aux else grads
+
     if not has_aux:
-        return out, lambda v: grad_fn(*inputs, v)
+        return out, vjp_fn
     out, aux = rt.split_aux(out)
-    return out, lambda v: grad_fn(*inputs, v)[0], aux
+    return out, vjp_fn, aux
+
+
+def spread_args(fn, n: int):
+    """`fn`, or for a function taking `*args` (a Cell whose `construct`
+    does), a graph of `n` parameters calling it with them, `fn(x0, ...,
+    x{n-1})`: what vjp, jvp and the Jacobians differentiate, one input per
+    parameter (the graph of a `*args` function takes the tuple)."""
+    if not takes_star_args(fn):
+        return fn
+    made = TRANSFORM.cache("grad.spread_args")
+    entry = made.get((id(fn), n))
+    if entry is None or entry[0] is not fn:
+        entry = (fn, _spread_graph(fn, n))
+        made[(id(fn), n)] = entry
+    return entry[1]
+
+
+def _spread_graph(fn, n: int) -> FuncGraph:
+    primal = graph_of(fn, star_arity=n)
+    graph, params = new_graph(f"{primal.name}_spread", primal, [f"x{k}" for k in range(n)])
+    b = Builder(graph)
+    flat, _ = bind_keywords(fn, tuple(params), {})
+    args = [
+        b.tuple(*item)
+        if isinstance(item, tuple)
+        else Constant(item, hint=repr(item))
+        if not isinstance(item, Node)
+        else item
+        for item in flat
+    ]
+    graph.output = b.call(Constant(primal, hint=primal.name), *args)
+    graph.guards = guards_of(primal)
+    return graph
 
 
 vjp.__kt_lower__ = lowering.lower_vjp
