@@ -77,9 +77,14 @@ def prim_name(node: Node) -> str:
     """The name of the k_transform primitive `node` applies ('' for other
     calls, and for users' primitives, whatever their names)."""
     value = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
-    if isinstance(value, Primitive) and type(value).__module__.startswith("k_transform."):
+    if isinstance(value, Primitive) and _OWN.setdefault(
+        type(value), type(value).__module__.startswith("k_transform.")
+    ):
         return value.name
     return ""
+
+
+_OWN: dict[type, bool] = {}  # primitive class -> whether k_transform defines it
 
 
 def constant_index(node: Node, n: int) -> int | None:
@@ -98,23 +103,32 @@ class CodeView:
     def __init__(self):
         self.same: dict[int, Node] = {}  # id(node) -> the node whose name it gets
         self.rewrites: dict[int, Apply] = {}  # id(node) -> the Apply written for it
-        self._read: set[int] = set()  # graphs whose nodes are read
+        self._read: set[int] = set()  # graphs whose nodes are read (or being read)
+        self._done: set[int] = set()  # graphs read
+        self._inputs: dict[int, list[Node]] = {}  # id(node) -> inputs(node), once read
         self._shapes: dict[int, Shape | None] = {}
         self._visiting: set[int] = set()
 
     # -- what codegen reads --------------------------------------------------------------
     def canon(self, node: Node) -> Node:
         if isinstance(node, Apply):
-            self._read_graph(node.graph)
+            if node.graph.uid not in self._read:
+                self._read_graph(node.graph)
             return self.same.get(id(node), node)
         return node
 
     def emitted(self, node: Apply) -> Apply:
-        self._read_graph(node.graph)
+        if node.graph.uid not in self._read:
+            self._read_graph(node.graph)
         return self.rewrites.get(id(node), node)
 
     def inputs(self, node: Apply) -> list[Node]:
-        return [self.canon(i) for i in self.emitted(node).inputs]
+        known = self._inputs.get(id(node))
+        if known is None:
+            known = [self.canon(i) for i in self.emitted(node).inputs]
+            if node.graph.uid in self._done:  # final: no alias is added later
+                self._inputs[id(node)] = known
+        return known
 
     def args(self, node: Apply) -> list[Node]:
         return self.inputs(node)[1:]
@@ -149,6 +163,7 @@ class CodeView:
             rewrite = self._tuple_grad(node)
             if rewrite is not None:
                 self.rewrites[id(node)] = rewrite
+        self._done.add(graph.uid)
 
     def _item_of_tuple(self, node: Apply) -> Node | None:
         """`a_k` for `(a_0, ..., a_n)[k]`."""
