@@ -193,3 +193,41 @@ def test_momentum_positional_order_is_mindspores():
     g = jnp.array([0.3, 0.4])
     opt((g,))
     close(w.data, jnp.array([1.0, -2.0]) - 0.1 * (g + 0.5 * jnp.array([1.0, -2.0])))
+
+
+def _adam_reference(w, grads, lr, nesterov, amsgrad, b1=0.9, b2=0.999, eps=1e-8):
+    """Adam in float64 numpy, MindSpore's formulas (see nn.Adam's docstring)."""
+    w, m, v, vhat = np.array(w, np.float64), 0.0, 0.0, 0.0
+    for t, g in enumerate(grads, start=1):
+        g = np.asarray(g, np.float64)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        vhat = np.maximum(vhat, v)
+        lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+        m_used = b1 * m + (1 - b1) * g if nesterov else m
+        w = w - lr_t * m_used / (np.sqrt(vhat if amsgrad else v) + eps)
+    return w
+
+
+@pytest.mark.parametrize(
+    "options, mindspore",
+    [
+        ({}, [0.9509489, -1.9677374, 0.3415050]),
+        ({"use_nesterov": True}, [0.9185754, -1.9403836, 0.2839285]),
+        ({"use_amsgrad": True}, [0.9509413, -1.9677374, 0.3415050]),
+    ],
+)
+def test_adam_nesterov_and_amsgrad(options, mindspore):
+    grads = ([0.3, -0.2, 0.1], [-0.5, 0.4, 0.05], [0.01, 0.02, -0.3])
+    w = kt.Parameter(np.array([1.0, -2.0, 0.5], np.float32), name="w")
+    opt = nn.Adam([w], learning_rate=0.1, **options)
+    for g in grads:
+        opt((jnp.array(g, jnp.float32),))
+    want = _adam_reference(
+        [1.0, -2.0, 0.5],
+        grads,
+        0.1,
+        options.get("use_nesterov", False),
+        options.get("use_amsgrad", False),
+    )
+    close(w.data, want)
+    close(w.data, mindspore)  # MindSpore 2.10's parameters after the same three steps

@@ -225,7 +225,9 @@ class Momentum(Optimizer):
 
 class Adam(Optimizer):
     """Adam as MindSpore computes it: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 -
-    b2) g^2`, `p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)`."""
+    b2) g^2`, `p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)`;
+    `use_nesterov`: `b1 m + (1 - b1) g` for `m` in the update; `use_amsgrad`:
+    the running maximum of `v` for `v` in the update."""
 
     def __init__(
         self,
@@ -238,11 +240,15 @@ class Adam(Optimizer):
         use_nesterov=False,
         weight_decay=0.0,
         loss_scale=1.0,
+        use_amsgrad=False,
     ):
         super().__init__(learning_rate, params, weight_decay, loss_scale)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
+        self.use_nesterov, self.use_amsgrad = use_nesterov, use_amsgrad
         object.__setattr__(self, "moment1", self._slots("moment1"))
         object.__setattr__(self, "moment2", self._slots("moment2"))
+        if use_amsgrad:
+            object.__setattr__(self, "vhat", self._slots("vhat"))
         self.beta1_power = Parameter(np.ones((), np.float32), "beta1_power", requires_grad=False)
         self.beta2_power = Parameter(np.ones((), np.float32), "beta2_power", requires_grad=False)
 
@@ -260,6 +266,11 @@ class Adam(Optimizer):
             v = self.moment2[k] * self.beta2 + g * g * (1.0 - self.beta2)
             ASSIGN(self.moment1[k], m)
             ASSIGN(self.moment2[k], v)
+            if self.use_amsgrad:
+                v = jnp.maximum(self.vhat[k], v)
+                ASSIGN(self.vhat[k], v)
+            if self.use_nesterov:
+                m = m * self.beta1 + g * (1.0 - self.beta1)
             ASSIGN(p, p - lr_t * m / (jnp.sqrt(v) + self.eps))
             k = k + 1
         return gradients
