@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from operator import getitem
 
 import jax
 
@@ -62,6 +63,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ops import python as prims
 from k_transform.transforms import (
     GradSpec,
     as_weights,
@@ -353,6 +355,32 @@ class GradFunction(CompiledGraph):
             return _with_ids(result, self.spec, n_inputs, static)
         return result
 
+    def __kt_lower__(self, builder, args: list, kwargs: dict, e):
+        """Called inside code being transformed: a call of its graph (as any
+        `__kt_graph__`); for MindSpore's `grad` a Python int constant at a
+        differentiated position is left out of the gradients, as `__call__`
+        leaves it out."""
+        graph = self.__kt_graph__
+        result = builder.call(Constant(graph, hint=graph.name), args, kwargs, e)
+        n = len(args) - self.spec.sens_param
+        static = ()
+        if self.api in MINDSPORE_APIS and not kwargs and not self._binds:
+            static = tuple(
+                k
+                for k in _positions(self.spec.inputs, n)
+                if 0 <= k < n and isinstance(args[k], Constant) and _python_int(args[k].value)
+            )
+        if not static:
+            return result
+
+        def item(node, k):
+            return builder.apply(prims.GetItem(), node, Constant(k), node=e)
+
+        def make(*nodes):
+            return builder.apply(prims.MakeTuple(), *nodes, node=e)
+
+        return _without_inputs(result, self.spec, n, static, item, make)
+
     def _keyword_call(self, args: tuple, kwargs: dict):
         """Keyword arguments are passed, not differentiated (MindSpore's and
         JAX's semantics): "all" means the positional inputs only. With
@@ -436,26 +464,33 @@ def _kept(items: tuple, left_out_items: tuple):
     return kept[0] if len(kept) == 1 else kept
 
 
-def _without_inputs(result, spec: GradSpec, n: int, left_out: tuple):
+def _tuple(*items):
+    return items
+
+
+def _without_inputs(result, spec: GradSpec, n: int, left_out: tuple, item=getitem, make=_tuple):
     """The gradients of MindSpore's `grad` without those of the inputs at
     positions `left_out` (Python ints): `()` when none is left, the bare
     gradient when one is (probed on MindSpore 2.10, both modes). The value,
-    aux values and weight gradients are kept."""
+    aux values and weight gradients are kept. `item` and `make` take tuples
+    apart and build them: Python's, or nodes of a graph (`__kt_lower__`)."""
     if spec.with_value:
         plain = dataclasses.replace(spec, with_value=False, has_aux=False)
-        return result[0], _without_inputs(result[1], plain, n, left_out)
+        grads = _without_inputs(item(result, 1), plain, n, left_out, item, make)
+        return make(item(result, 0), grads)
     if spec.has_aux:
         plain = dataclasses.replace(spec, has_aux=False)
-        return _without_inputs(result[0], plain, n, left_out), result[1]
+        return make(
+            _without_inputs(item(result, 0), plain, n, left_out, item, make), item(result, 1)
+        )
     if spec.inputs is None:
         return result
-    grads = result[0] if spec.weights is not None else result
+    grads = item(result, 0) if spec.weights is not None else result
+    bare = isinstance(spec.inputs, int) or spec.inputs == "first"
     positions = _positions(spec.inputs, n)
-    if isinstance(spec.inputs, int) or spec.inputs == "first":
-        grads = (grads,)
-    kept = [g for p, g in zip(positions, grads, strict=True) if p not in left_out]
-    kept = kept[0] if len(kept) == 1 else tuple(kept)
-    return (kept, result[1]) if spec.weights is not None else kept
+    kept = [grads if bare else item(grads, j) for j, p in enumerate(positions) if p not in left_out]
+    kept = kept[0] if len(kept) == 1 else make(*kept)
+    return make(kept, item(result, 1)) if spec.weights is not None else kept
 
 
 class _MutableTuple(tuple):

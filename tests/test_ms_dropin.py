@@ -136,3 +136,28 @@ def test_python_float_is_still_differentiated(mode):
 def test_jax_style_api_still_refuses_integers(api):
     with pytest.raises(TypeError, match="real- or complex-valued inputs"):
         api(sum_f)(N_INT, T)
+
+
+# -- inside code being transformed (kt.jit, a gradient of a gradient) ---------------------
+def jitted_grad(x):
+    return kt.grad(f3, grad_position=(0, 1))(x, 2, x)
+
+
+def jitted_value_and_grad(x):
+    return kt.value_and_grad(f3, grad_position=1)(x, 2, x)
+
+
+def grad_inside(x):
+    return jnp.sum(kt.grad(f3, grad_position=(0, 1, 2))(x, 3, x)[1])
+
+
+def test_python_int_left_out_inside_jit():
+    close(kt.jit(jitted_grad)(T), vector_grad(f3, 0, T, 2.0, T))
+    value, grads = kt.jit(jitted_value_and_grad)(T)
+    close(value, f3(T, 2, T))
+    assert grads == ()
+
+
+def test_python_int_left_out_inside_a_gradient():
+    # d/dx sum(d f3/dy at (x, 3, x)) = d/dx sum(3 x) = 3, closed form
+    close(kt.grad(grad_inside)(T), jnp.full(2, 3.0))
