@@ -25,6 +25,7 @@ from k_transform.context import clear_caches
 from k_transform.control.policy import set_unroll_budget
 from k_transform.errors import KTransformError
 from k_transform.forward_api import Jvp, jvp
+from k_transform.frontend.python_code import set_strict
 from k_transform.ir.primitive import Primitive
 from k_transform.jacobians import hessian, hvp, jacfwd, jacrev
 from k_transform.jit_api import jit
@@ -89,6 +90,7 @@ __all__ = [
     "set_for_checkpoints",
     "set_unroll_budget",
     "set_mode",
+    "set_strict",
     "stop_gradient",
     "value_and_grad",
     "vjp",

@@ -23,6 +23,7 @@ import sysconfig
 from k_transform import runtime as rt
 from k_transform.codegen.compile import compile_graph, emit_source
 from k_transform.errors import KTransformError
+from k_transform.frontend import python_code
 from k_transform.frontend.parser import parse
 from k_transform.frontend.targets import arity, target_of
 from k_transform.ir.dot import to_dot
@@ -48,7 +49,10 @@ def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
     if hasattr(type(fn), "__kt_lower__") and arity(fn) is not None:
         fn = target_of(fn, arity(fn))  # `kt.jacrev(f)`: a function calling it
     # a Cell: its `construct`, through its own `bprop` if it has one
-    graph = parse(fn, star_arity=star_arity)
+    try:
+        graph = parse(fn, star_arity=star_arity)
+    except KTransformError as exc:  # a plain function may run as Python (python_code)
+        graph = python_code.python_graph(fn, exc)
     verify(graph)
     return graph
 

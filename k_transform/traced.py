@@ -16,16 +16,22 @@ calls, and `lax_models.is_modelled` (functions read only where called).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import types
+
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
-from k_transform.dfunctor.dfunctor import LibraryK, k_graph
+from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, k_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend import lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
+from k_transform.frontend.source import is_library_value
 from k_transform.ir.nodes import NO_DEBUG, FuncGraph
 from k_transform.ops import python as prims
+from k_transform.runtime.state import no_parameter_reads
 
 
 class TracedCallK(LibraryK):
@@ -48,12 +54,12 @@ class TracedCallK(LibraryK):
 
     @property
     def effectful(self) -> bool:
-        """A host call: kept in program order like the call it differentiates."""
+        """Kept in program order like the call it differentiates."""
         return self.call.effectful
 
     @property
     def host(self) -> bool:
-        return self.call.effectful
+        return self.call.host
 
     def k(self) -> TracedCallK:
         return TracedCallK(self.call, self.order + 1, self.debug)
@@ -61,7 +67,7 @@ class TracedCallK(LibraryK):
     def __call__(self, *args):
         try:
             call = self.call
-            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.effectful)
+            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.host)
             fprop = _compiled_k(graph, self.order)
         except KTransformError as exc:
             if exc.debug is not None and exc.debug.line > 0:
@@ -82,6 +88,62 @@ class TracedCallK(LibraryK):
         return f"K{self.order}[{self.call!r}]"
 
 
+class DynamicCallK(DynamicK):
+    """K^order of calling a value known only when the program runs.
+
+    A K-function (an fprop the generated code made, or a `LibraryK`) is
+    called as it is. Any other callable (an instance of a user class,
+    `getattr(jnp, name)`, a function a host call returned) is a library call
+    (`TracedCallK`): JAX's tracer runs it on the arguments and its jaxpr is
+    differentiated by our rules. Unless it is library code (`jax`, `numpy`,
+    ...), it is host code: traced again at each call, so its Python runs as
+    often as Python runs it, and reading a Parameter there is refused (it
+    would get no gradient).
+    """
+
+    def __init__(self, order: int, debug=NO_DEBUG):
+        self.order = order
+        self.debug = debug  # the user's call site, for errors (not part of equality)
+        self.hint = "call_fprop" + (str(order) if order > 1 else "")
+
+    def k(self) -> DynamicCallK:
+        return DynamicCallK(self.order + 1, self.debug)
+
+    def __call__(self, fn, *args):
+        if _is_k_function(fn):
+            return fn(*args)
+        if not callable(fn):
+            raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
+        hint = getattr(fn, "__name__", None) or type(fn).__name__
+        user = not is_library_value(fn)
+        call = prims.LibraryCall(fn, hint, (), effectful=user)
+        with no_parameter_reads(hint) if user else contextlib.nullcontext():
+            return TracedCallK(call, self.order, self.debug)(*args)
+
+    def __eq__(self, other):
+        return isinstance(other, DynamicCallK) and self.order == other.order
+
+    def __hash__(self):
+        return hash(("dynamic", self.order))
+
+    def __repr__(self):
+        return f"K{self.order}[call]"
+
+
+def _is_k_function(fn) -> bool:
+    """Whether `fn` is a K-value of a function: generated code, a `LibraryK`,
+    or a function the run time made of them (`control.runtime._dispatch`)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, (LibraryK, DynamicK)):
+        return True
+    if not isinstance(fn, types.FunctionType):
+        return False
+    return fn.__code__.co_filename.startswith("<k_transform:") or (fn.__module__ or "").startswith(
+        "k_transform."
+    )
+
+
 def _compiled_k(graph: FuncGraph, order: int):
     """The generated function of K^order(graph) (cached with the graph)."""
     key = (graph.uid, order)
@@ -94,4 +156,9 @@ def _compiled_k(graph: FuncGraph, order: int):
     return compiled[key]
 
 
-dfunctor.install(parse=parse, library_k=TracedCallK, is_modelled=lax_models.is_modelled)
+dfunctor.install(
+    parse=parse,
+    library_k=TracedCallK,
+    dynamic_k=DynamicCallK,
+    is_modelled=lax_models.is_modelled,
+)

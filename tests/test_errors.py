@@ -93,8 +93,14 @@ def source_line(fn, start):
 
 
 def error_message(fn, *args):
-    with pytest.raises(kt.KTransformError) as info:
-        kt.compile(fn)(*args)
+    """The parser's error for `fn` (in strict mode: without it, a plain
+    function it cannot parse runs as Python, `tests/test_python_code.py`)."""
+    kt.set_strict(True)
+    try:
+        with pytest.raises(kt.KTransformError) as info:
+            kt.compile(fn)(*args)
+    finally:
+        kt.set_strict(False)
     return str(info.value)
 
 

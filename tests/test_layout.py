@@ -185,6 +185,10 @@ MODULE_STATE = {
     "k_transform.runtime.bounds.recompute_stats": "run-time report of checkpointed loops",
     "k_transform.runtime.state._param_scopes": "run-time stack of Parameter bindings",
     "k_transform.compiled._mode": "user setting: `kt.set_mode`",
+    "k_transform.frontend.python_code._strict": "user setting: `kt.set_strict`",
+    "k_transform.runtime.bounds._checks_traced": "trace-time count of loop-bound checks",
+    "k_transform.runtime.state._refusing_reads": "run-time stack: Python code being traced",
+    "k_transform.ops.python._method_caller": "a function per method name (lru_cache)",
 }
 CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
 CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}

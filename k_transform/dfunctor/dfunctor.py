@@ -95,6 +95,22 @@ class LibraryK:
         raise NotImplementedError
 
 
+class DynamicK:
+    """K^order of calling a value known only when the program runs (an
+    `Apply` whose function is a node): called with the callee's K-value and
+    the arguments' (`DynamicK(order)(callee, *args)`). A K-function (an
+    fprop the program made) is called as it is; another callable (a user
+    object, `getattr(jnp, "sin")`) is differentiated through its jaxpr
+    (`Services.dynamic_k`: `k_transform.traced.DynamicCallK`). Its bprop
+    returns `(env of the callee, *d_args)`, as the callee's own; K of it is
+    the same call one order higher, `k()`."""
+
+    order: int
+
+    def k(self) -> DynamicK:
+        raise NotImplementedError
+
+
 def _not_installed(*args, **kwargs):
     raise KTransformError(
         "internal: the DFunctor's services are not installed (import k_transform.traced)"
@@ -108,12 +124,14 @@ class Services:
     - `parse(fn)`: a gradient rule's Python function as a FuncGraph (the
       registry caches it: `bprop_getters.bprop_graph(prim, n, parse)`);
     - `library_k(call, order, debug)`: a `LibraryK` for a library call;
+    - `dynamic_k(order, debug)`: a `DynamicK` for a call of a run-time value;
     - `is_modelled(value)`: whether the parser reads calls of `value` as a
       Python model (`lax.cond`, `jax.vmap`), so it is no value K can map.
     """
 
     parse: Callable[..., FuncGraph] = _not_installed
     library_k: Callable[..., LibraryK] = _not_installed
+    dynamic_k: Callable[..., DynamicK] = _not_installed
     is_modelled: Callable[[object], bool] = _not_installed
 
 
@@ -123,10 +141,12 @@ SERVICES = Services()
 def install(
     parse: Callable[..., FuncGraph],
     library_k: Callable[..., LibraryK],
+    dynamic_k: Callable[..., DynamicK],
     is_modelled: Callable[[object], bool],
 ) -> None:
     """Give the DFunctor its services (once, by `k_transform.traced` at import)."""
     SERVICES.parse, SERVICES.library_k, SERVICES.is_modelled = parse, library_k, is_modelled
+    SERVICES.dynamic_k = dynamic_k
 
 
 def k_graph(graph: FuncGraph, wrt_inputs: bool = True) -> FuncGraph:
@@ -398,6 +418,16 @@ class DFunctor:
                 graphs = [args[k].value for k in fn.graph_slots]
                 loop_k = loops.k_of(fn, graphs, len(args), node.debug)
                 pair = self.fprop.apply(Constant(loop_k, node.debug), *args, debug=node.debug)
+        elif isinstance(fn, DynamicK) or not (
+            isinstance(node.fn, Constant) or getattr(node.fn, "k_function", False)
+        ):
+            # A call of a run-time value: its K decides when it runs (DynamicK);
+            # K of that call (a higher order) is the same, one order up. A bprop
+            # this DFunctor made (`k_function`) is called as it is.
+            callee, args = (args[0], args[1:]) if fn is not None else (self.kval(node.fn), args)
+            dyn = fn.k() if fn is not None else SERVICES.dynamic_k(1, node.debug)
+            dyn_node = Constant(dyn, node.debug, "call_fprop")
+            pair = self.fprop.apply(dyn_node, callee, *args, debug=node.debug)
         else:
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2
@@ -406,6 +436,7 @@ class DFunctor:
         if isinstance(fn, ControlPrimitive):  # the tuple of results of a branch or loop
             self.k[id(node)].tuple_arity = fn.result_arity(node.args) or -1
         self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
+        self.bp[id(node)].k_function = True  # generated code, at every order
 
     def _copy_hints(self, node: Apply) -> None:
         """Codegen hints of a primal node, carried to its K-value."""
@@ -513,12 +544,21 @@ class DFunctor:
         if id(node) in self.bp:
             result = self.bprop.apply(self.bp[id(node)], d, debug=node.debug.named(""))
             result.tuple_arity = len(fn.parameters) + 1 if isinstance(fn, FuncGraph) else -1
-            d_fn = self._item(self.bprop, result, 0, node.debug.named(_env_name(node.fn)))
+            # A run-time call at a higher order: the callee is its first input.
+            callee, args = (
+                (node.args[0], node.args[1:])
+                if isinstance(fn, DynamicK)
+                else (
+                    node.fn,
+                    node.args,
+                )
+            )
+            d_fn = self._item(self.bprop, result, 0, node.debug.named(_env_name(callee)))
             if isinstance(fn, (FuncGraph, ControlPrimitive)):
                 self.add_to_env(d_fn)
             else:
-                self.contribute(node.fn, d_fn)
-            for k, arg in enumerate(node.args):
+                self.contribute(callee, d_fn)
+            for k, arg in enumerate(args):
                 index = fn.grad_index(k) if isinstance(fn, ControlPrimitive) else k + 1
                 if index is not None:
                     item = self._item(self.bprop, result, index, node.debug.named(""))

@@ -32,7 +32,7 @@ import gast
 import jax
 
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables, lax_models, pytrees
+from k_transform.frontend import callables, lax_models, python_code, pytrees
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_user_function
@@ -205,7 +205,8 @@ class CallBuilder:
         ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
-        prim = prims.LibraryCall(value, hint, tuple(kwargs), host_call(value, constant))
+        host = host_call(value, constant) or python_code.reason(value) is not None
+        prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
         return self.apply(prim, *args, *kwargs.values(), node=e)
 
     def model_call(self, value, args, kwargs, e) -> Node:

@@ -49,6 +49,8 @@ buffers it carries and writes row by row (`setitem`).
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,10 +59,12 @@ from jax.extend import core as jex_core
 from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
+from k_transform.frontend import python_code
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
+from k_transform.runtime.state import no_parameter_reads
 
 # Call-like primitives inlined by the body they call; the value is the param
 # holding that body.
@@ -85,9 +89,13 @@ def numpy_twin(fn):
     return twin if callable(twin) else fn
 
 
-def _traced(leaf) -> bool:
+def _traced(leaf, python: bool = False) -> bool:
+    """Whether `leaf` is an input of the trace (else a static value).
+    `python`: user code run as Python sees a Python or NumPy scalar as it is."""
     if isinstance(leaf, bool):
         return False
+    if python:
+        return isinstance(leaf, (jax.Array, np.ndarray))
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex))
 
 
@@ -121,7 +129,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     leaves = [leaf for _, leaf in flat]
     if host and not any(isinstance(leaf, jax.Array) for leaf in leaves):
         return _host_graph(fn, hint, kwnames, len(args))
-    traced = [_traced(leaf) for leaf in leaves]
+    refused = python_code.reason(fn)  # a user function run as Python
+    traced = [_traced(leaf, refused is not None) for leaf in leaves]
     structs = [_struct(leaf) for leaf, t in zip(leaves, traced, strict=True) if t]
     key = (
         id(fn),
@@ -145,11 +154,22 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         full = [next(it) if t else leaf for leaf, t in zip(leaves, traced, strict=True)]
         values = jax.tree_util.tree_unflatten(treedef, full)
         pos, kw = prims.split_kwargs(values, kwnames)
-        return fn(*pos, **kw)
+        out = fn(*pos, **kw)
+        _check_unchanged(values, treedef, full, hint)
+        return out
 
     try:
-        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
+        with no_parameter_reads(hint) if refused is not None else contextlib.nullcontext():
+            closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
+    except KTransformError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
+        if refused is not None:
+            raise KTransformError(
+                f"{hint} runs as Python under JAX's tracer, since k_transform cannot parse it "
+                f"({refused.bare_message}{refused.debug.describe() if refused.debug else ''}"
+                f"), and JAX could not trace it ({type(exc).__name__}: {exc})"
+            ) from None
         raise KTransformError(
             f"cannot differentiate the call {hint}(...): it has no primitive with a gradient "
             f"rule and tracing it with jax.make_jaxpr failed ({type(exc).__name__}: {exc})"
@@ -159,6 +179,20 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if not host:
         _graphs[key] = (held, graph)
     return graph
+
+
+def _check_unchanged(values, treedef, leaves, hint: str) -> None:
+    """A traced call must leave its arguments as it got them: a list it
+    appends to (`list.append(rows, v)`), a dict it sets, is the caller's own
+    in Python, but here a copy made for the trace, so the caller would not
+    see the change (it saw none, silently, before this check)."""
+    after, tree = jax.tree_util.tree_flatten(list(values))
+    if tree != treedef or any(a is not b for a, b in zip(after, leaves, strict=True)):
+        raise KTransformError(
+            f"{hint} changes an argument it was given (a list, a dict, an object's "
+            "attribute): it runs as Python under JAX's tracer on a copy, so the caller "
+            "would not see the change; return the new value instead"
+        )
 
 
 def _host_graph(fn, hint: str, kwnames: tuple, n_args: int) -> FuncGraph:

@@ -56,7 +56,7 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables, guards, lax_models, pytrees
+from k_transform.frontend import callables, guards, lax_models, python_code, pytrees
 from k_transform.frontend.calls import CallBuilder
 from k_transform.frontend.cell_state import localize_self_attributes
 from k_transform.frontend.closures import (
@@ -199,7 +199,11 @@ class FunctionParser:
         return KTransformError(what, self.source.debug(node))
 
     def unsupported(self, construct: str, node) -> KTransformError:
-        return self.error(f"{construct} is not supported by k_transform", node)
+        """The error for a construct the parser has no model of: a plain
+        function using it runs as Python instead (`python_code`)."""
+        exc = self.error(f"{construct} is not supported by k_transform", node)
+        exc.construct = construct
+        return exc
 
     def build(self, graph: FuncGraph) -> None:
         tree = self.source.tree
@@ -231,8 +235,12 @@ class FunctionParser:
         model = lax_models.fixed_model(value)  # lax.scan, lax.while_loop, ...: Python
         if model is not None:
             return Constant(parse(model), self.source.debug(node), hint)
-        if is_user_function(value) and not api:
-            return Constant(parse(value), self.source.debug(node), hint)
+        if is_user_function(value) and not api and python_code.reason(value) is None:
+            try:
+                return Constant(parse(value), self.source.debug(node), hint)
+            except KTransformError as exc:  # run as Python, if it can be (python_code)
+                if not python_code.runs_as_python(value, exc):
+                    raise
         return Constant(value, self.source.debug(node), hint)
 
 

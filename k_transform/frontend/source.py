@@ -32,6 +32,16 @@ LIBRARY_MODULES = (
 )
 
 
+def is_library_value(value) -> bool:
+    """Whether a callable (a function, or an object with `__call__`) is
+    library code, by its module or its type's module."""
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        module = getattr(value, "__module__", None) or ""
+    else:
+        module = type(value).__module__ or ""
+    return any(module == m or module.startswith(m + ".") for m in LIBRARY_MODULES)
+
+
 def is_user_function(value) -> bool:
     """A Python function k_transform should parse rather than call opaquely."""
     if not isinstance(value, types.FunctionType):

@@ -12,6 +12,8 @@ effects `print` and `assert`. Library functions with a dedicated primitive
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -21,6 +23,7 @@ from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.base import RuntimeCall
+from k_transform.ops.host import is_pure
 from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
 
 
@@ -225,10 +228,22 @@ class ReplaceFields(RuntimeCall):
 
 
 class MethodCall(Primitive):
-    """`x.method(*args, **kwargs)`; the last `len(kwnames)` inputs are keywords."""
+    """`x.method(*args, **kwargs)`; the last `len(kwnames)` inputs are keywords.
+    It has no rule of its own: like a `LibraryCall` of `fn` (the method called
+    on its first input), it is differentiated through its jaxpr at trace time
+    (`imports_jaxpr`): `d.get("a", 0.0)` on a dict of arrays, a method of a
+    user object."""
 
     def __init__(self, method: str, kwnames: tuple[str, ...] = ()):
         super().__init__("method", method=method, kwnames=tuple(kwnames))
+
+    @property
+    def fn(self):
+        return _method_caller(self.method)
+
+    @property
+    def hint(self) -> str:
+        return f".{self.method}"
 
     def impl(self, x, *args):
         pos, kw = split_kwargs(args, self.kwnames)
@@ -239,6 +254,15 @@ class MethodCall(Primitive):
 
     def __repr__(self):
         return f"method.{self.method}" + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
+
+
+@functools.cache
+def _method_caller(method: str):
+    def call(x, *args, **kwargs):
+        return getattr(x, method)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = method
+    return call
 
 
 class Vmapped(Primitive):
@@ -258,23 +282,26 @@ class Vmapped(Primitive):
 class LibraryCall(Primitive):
     """A call to a library function with no dedicated primitive (`jax.nn.relu`).
 
-    `effectful`: a host call (`ops.host.host_call`: `rs.randn(3)`, `next(it)`,
-    `time.time()`), kept in program order and run once each time Python
-    would run it."""
+    `host` (the constructor's `effectful`): a host call (`ops.host.host_call`:
+    `rs.randn(3)`, `next(it)`, `time.time()`), run once each time Python would
+    run it. A call of a function not known to be pure (`ops.host.is_pure`) is
+    `effectful`: kept in program order and never dropped, its result used or
+    not (`list.append(rows, v)` was dropped as dead code)."""
 
     def __init__(self, fn, hint: str, kwnames: tuple[str, ...] = (), effectful: bool = False):
-        super().__init__(hint, fn=fn, kwnames=tuple(kwnames), effectful=effectful)
+        super().__init__(hint, fn=fn, kwnames=tuple(kwnames), host_call=effectful)
         self.hint = hint
+        self.effectful = effectful or not is_pure(fn)
 
     @property
     def host(self) -> bool:
         """A host call runs host code (see `Primitive.host`)."""
-        return self.effectful
+        return self.host_call
 
     @property
     def static_when(self) -> str:
         """Sizes and types are Python values under jit (codegen.static)."""
-        return "always" if not self.effectful and _is_static_call(self.fn) else ""
+        return "always" if not self.host_call and _is_static_call(self.fn) else ""
 
     def impl(self, *args):
         pos, kw = split_kwargs(args, self.kwnames)
@@ -597,6 +624,8 @@ def imports_jaxpr(prim) -> bool:
     """A library call the DFunctor differentiates through its jaxpr, imported at
     trace time (`k_transform.frontend.jaxpr`): anything but the calls above and
     k_transform's own run-time helpers."""
+    if isinstance(prim, MethodCall):
+        return True
     if not isinstance(prim, LibraryCall) or isinstance(prim, HostValue):
         return False
     if any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
@@ -620,14 +649,6 @@ def get_bprop_library_call(self):
 @bprop_getters.register(HostValue)
 def get_bprop_host_value(self):
     return no_gradient(lambda xs, out, dout: (None,) * len(xs))
-
-
-@bprop_getters.register(MethodCall)
-def get_bprop_method_call(self):
-    raise KTransformError(
-        f"cannot differentiate the method call `.{self.method}(...)`: it has no primitive "
-        "with a gradient rule (use the jnp function, or a kt.Primitive with a bprop)"
-    )
 
 
 @rule(GetItem)

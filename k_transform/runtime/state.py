@@ -42,10 +42,31 @@ class param_scope:
 
 
 def read_param(param):
+    if _refusing_reads:
+        raise KTransformError(
+            f"{_refusing_reads[-1]} runs as Python under JAX's tracer (k_transform cannot parse "
+            f"it) and reads the Parameter {param.name!r}, which would get no gradient there: "
+            "pass the Parameter in as an argument, or write it so that k_transform parses it"
+        )
     for scope in reversed(_param_scopes):
         if id(param) in scope.bindings:
             return scope.bindings[id(param)]
     return param.data
+
+
+_refusing_reads: list[str] = []
+
+
+@contextlib.contextmanager
+def no_parameter_reads(hint: str):
+    """Within it (the trace of a user function run as Python,
+    `frontend.python_code`), reading a Parameter raises: its value would be a
+    constant of the trace, with no gradient."""
+    _refusing_reads.append(hint)
+    try:
+        yield
+    finally:
+        _refusing_reads.pop()
 
 
 class AttrSlot:

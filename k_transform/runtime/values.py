@@ -17,6 +17,7 @@ subclasses `GradValue`; `add_grad`, `zeros_like_value` and `fit` defer to it.
 from __future__ import annotations
 
 import linecache
+import types
 
 import jax
 import jax.numpy as jnp
@@ -112,6 +113,10 @@ def replace_fields(x, values, names, grad: bool = False):
     if isinstance(x, tuple) and hasattr(x, "_replace"):
         return x._replace(**dict(zip(names, values, strict=True)))
     node = pytree_node(x)
+    if node is None and grad and not hasattr(x, "shape"):
+        # the zero gradient of an object that is no pytree (a host value, made
+        # by host code from constants: `Lin(3.0)`): its attributes take none
+        return x
     if node is None:
         raise KTransformError(f"`.{names[0]}` of a {type(x).__name__}: not a pytree with fields")
     children, treedef = node
@@ -290,6 +295,8 @@ def zeros_like_value(x):
     if isinstance(x, dict):
         return {k: zeros_like_value(v) for k, v in x.items()}
     if isinstance(x, bool) or x is None or isinstance(x, (str, slice, type(Ellipsis))):
+        return None
+    if isinstance(x, types.ModuleType):  # `jnp` has `shape` and `dtype` functions
         return None
     if isinstance(x, (int, float)):
         return type(x)(0)

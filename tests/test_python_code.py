@@ -1,0 +1,269 @@
+"""Python as Python (issue 28): what the parser has no model of runs as Python.
+
+A plain function the parser refuses for a construct it has no model of
+(`try`, `with`, `raise`, `del`, `global`, walrus, `for ... else`, a
+generator, `max(key=...)`, a set comprehension, `f(*seq)` of unknown length)
+runs as Python under JAX's tracer at each call, and its array operations
+are differentiated by our rules (`frontend/python_code.py`); a call of a
+value known only at run time (an instance of a user class, `getattr(jnp,
+name)`) and a method without a rule (`d.get(k)`) are differentiated the same
+way (`traced.DynamicCallK`, `ops.python.MethodCall`). Oracle: `jax.grad`,
+`jax.jvp` and JAX's Hessian-vector product of the same Python functions.
+"""
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform as kt
+from k_transform.frontend import python_code
+
+X = jnp.array([0.5, -1.0, 2.0])
+V = jnp.array([0.3, 0.2, -0.4])
+_STATE = {"calls": 0}
+
+
+def uses_try(x):
+    try:
+        y = jnp.sin(x) * 2.0
+    except ValueError:
+        y = x
+    finally:
+        z = 1.0
+    return jnp.sum(y * z)
+
+
+def uses_with(x):
+    with contextlib.nullcontext():
+        y = jnp.tanh(x) * x
+    return jnp.sum(y)
+
+
+def uses_raise(x):
+    if x.shape[0] != 3:
+        raise ValueError("three values expected")
+    return jnp.sum(jnp.exp(x))
+
+
+def uses_del(x):
+    y = x * x
+    z = jnp.cos(y)
+    del y
+    return jnp.sum(z)
+
+
+def uses_global(x):
+    global _SCALE
+    _SCALE = 2.0
+    return jnp.sum(x * _SCALE) ** 2
+
+
+def uses_walrus(x):
+    if (n := x.shape[0]) > 2:
+        return jnp.sum(jnp.sin(x)) * n
+    return jnp.sum(x)
+
+
+def uses_for_else(x):
+    for k in range(4):
+        if k == 2:
+            break
+        x = jnp.sin(x) * 1.5
+    else:
+        x = x * 100.0
+    return jnp.sum(x)
+
+
+def uses_generator(x):
+    def rows(v):
+        for k in range(3):
+            yield v * (k + 1.0)
+
+    return sum(jnp.sum(jnp.tanh(r)) for r in rows(x))
+
+
+def uses_max_key(x):
+    parts = [x * 1.0, x[:2] * 3.0]
+    return jnp.sum(max(parts, key=lambda v: v.shape[0]) ** 2)
+
+
+def uses_set_comprehension(x):
+    powers = {k % 2 + 1 for k in range(5)}
+    return sum(jnp.sum(x**p) for p in sorted(powers))
+
+
+def uses_star_call(x):
+    xs = tuple(x)
+    return jnp.maximum(*xs[:2]) * xs[2]
+
+
+class Affine:
+    """A user class: constructed, called and read by attribute in the program."""
+
+    def __init__(self, w, b):
+        self.w, self.b = w, b
+
+    def __call__(self, x):
+        return x * self.w + self.b
+
+    @property
+    def scale(self):
+        return self.w * 2.0
+
+
+def uses_a_user_class(x):
+    layer = Affine(3.0, 0.5)
+    return jnp.sum(jnp.sin(layer(x)) * layer.scale)
+
+
+def uses_getattr(x):
+    return jnp.sum(jnp.tanh(x) ** 2)
+
+
+def uses_dict_get(x):
+    d = {"a": x * 2.0}
+    return jnp.sum(d.get("a", 0.0) * d.get("b", 3.0))
+
+
+def helper_with_try(v):
+    try:
+        return jnp.sin(v) * v
+    except TypeError:
+        return v
+
+
+def calls_a_helper_with_try(x):
+    y = jnp.cos(x)
+    return jnp.sum(helper_with_try(y) + y)
+
+
+PROGRAMS = [
+    uses_try,
+    uses_with,
+    uses_raise,
+    uses_del,
+    uses_global,
+    uses_walrus,
+    uses_for_else,
+    uses_generator,
+    uses_max_key,
+    uses_set_comprehension,
+    uses_star_call,
+    uses_a_user_class,
+    uses_getattr,
+    uses_dict_get,
+    calls_a_helper_with_try,
+]
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_runs_as_python_like_jax(f):
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+    out, tangent = kt.jvp(f, X, V)
+    want_out, want_tangent = jax.jvp(f, (X,), (V,))
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tangent, want_tangent, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "f", [uses_try, uses_a_user_class, calls_a_helper_with_try], ids=lambda f: f.__name__
+)
+def test_second_order_of_python_code(f):
+    want = jax.jvp(jax.grad(f), (X,), (V,))[1]
+    np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_reason_is_kept_and_strict_mode_refuses():
+    kt.grad(uses_try)(X)
+    assert "try" in str(python_code.reason(uses_try))
+    kt.set_strict(True)
+    try:
+        with pytest.raises(kt.KTransformError, match=":=") as err:
+            kt.grad(uses_walrus)(X)
+        assert "if (n := x.shape[0]) > 2:" in str(err.value)
+    finally:
+        kt.set_strict(False)
+
+
+rs = np.random.RandomState(0)
+
+
+def draws_in_python_code(x):
+    try:
+        noise = rs.randn(3)
+    finally:
+        pass
+    return jnp.sum(jnp.sin(x) * noise)
+
+
+def test_python_code_runs_once_per_call():
+    """Its trace is never cached: each call runs its Python, as jax.grad does."""
+    global rs
+    rs = np.random.RandomState(0)
+    ours = [np.asarray(kt.grad(draws_in_python_code)(X)) for _ in range(3)]
+    after = rs.randn()
+    rs = np.random.RandomState(0)
+    theirs = [np.asarray(jax.grad(draws_in_python_code)(X)) for _ in range(3)]
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-6)
+    assert after == rs.randn()
+
+
+def python_if_on_a_traced_value(x):
+    try:
+        pass
+    finally:
+        pass
+    if jnp.sum(x) > 0:  # JAX's tracer cannot decide it: refused, as under jax.jit
+        return jnp.sum(x)
+    return -jnp.sum(x)
+
+
+def test_what_jax_cannot_trace_is_refused_with_the_reason():
+    with pytest.raises(kt.KTransformError) as err:
+        kt.grad(python_if_on_a_traced_value)(X)
+    message = str(err.value)
+    assert "runs as Python" in message and "try" in message
+    assert "Concretization" in message or "Tracer" in message
+
+
+def caller_reads_the_list_after(x):
+    rows = [x]
+    list.append(rows, jnp.sin(x))  # a call the parser does not see as a mutation
+    return jnp.sum(jnp.stack(rows))
+
+
+def test_a_change_to_an_argument_the_caller_would_not_see_is_refused():
+    """A traced call works on a copy of its arguments: a list it appends to
+    would not change the caller's (gradient [1, 1, 1] where JAX's is
+    1 + cos(x), silently, before the check)."""
+    with pytest.raises(kt.KTransformError, match="changes an argument"):
+        kt.grad(caller_reads_the_list_after)(X)
+
+
+class Scaled(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(jnp.array([1.0, 2.0, 3.0]), name="w")
+        self.apply = functools.partial(reads_a_parameter, self)
+
+    def construct(self, x):
+        return self.apply(x)
+
+
+def reads_a_parameter(cell, x):
+    try:
+        return jnp.sum(x * cell.w)
+    finally:
+        pass
+
+
+def test_a_parameter_read_in_python_code_is_refused():
+    """Its value would be a constant of the trace: no gradient, so refused."""
+    net = Scaled()
+    with pytest.raises(kt.KTransformError, match="Parameter 'w'"):
+        kt.GradOperation(get_by_list=True)(net, kt.ParameterTuple(net.trainable_params()))(X)
