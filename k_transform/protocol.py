@@ -23,7 +23,12 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         "graph being parsed by it (`builder` the parser's GraphBuilder, the "
         "arguments as nodes), which returns the result node (kt.vjp, kt.jvp, "
         "kt.hvp, a Jacobian of a closure; the builders are `lowering.py`)",
-        ("k_transform.reverse", "k_transform.forward_api", "k_transform.jacobians"),
+        (
+            "k_transform.reverse",
+            "k_transform.forward_api",
+            "k_transform.jacobians",
+            "k_transform.ops.functional",  # MindSpore's functional names (`ops.sin`)
+        ),
     ),
     "__kt_graph__": (
         "the FuncGraph it runs: a call of it is a call of that graph (a "

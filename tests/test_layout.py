@@ -188,7 +188,7 @@ MODULE_STATE = {
     "k_transform.frontend.python_code._strict": "user setting: `kt.set_strict`",
     "k_transform.runtime.bounds._checks_traced": "trace-time count of loop-bound checks",
     "k_transform.runtime.state._refusing_reads": "run-time stack: Python code being traced",
-    "k_transform.ops.python._method_caller": "a function per method name (lru_cache)",
+    "k_transform.ops.python._method_caller": "a function per method name (functools.cache)",
 }
 CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
 CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}

@@ -101,6 +101,15 @@ def uses_star_call(x):
     return jnp.maximum(*xs[:2]) * xs[2]
 
 
+def uses_sorted_map_filter_zip(x):
+    scales = sorted([3.0, 1.0, 2.0])
+    squares = list(map(lambda v: v * v, [x[0], x[1]]))
+    kept = list(filter(lambda v: v.ndim == 0, [x[2], x]))
+    pairs = [(x[0], x[1]), (x[2], x[0])]
+    firsts, seconds = zip(*pairs)
+    return sum(squares) * scales[0] + kept[0] + firsts[1] * seconds[0]
+
+
 class Affine:
     """A user class: constructed, called and read by attribute in the program."""
 
@@ -153,6 +162,7 @@ PROGRAMS = [
     uses_max_key,
     uses_set_comprehension,
     uses_star_call,
+    uses_sorted_map_filter_zip,
     uses_a_user_class,
     uses_getattr,
     uses_dict_get,

@@ -47,6 +47,11 @@ from k_transform.ops.mapping import Call, adapt_function, adapt_method
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 
 
+# Builtins that take functions or order values: no model of them on program
+# values (`sorted(xs)`, `map(f, xs)`); a plain function using them runs as Python.
+_PYTHON_ONLY_BUILTINS = (sorted, map, filter, zip)
+
+
 class CallBuilder:
     """The `GraphBuilder` methods for the calls in the module docstring."""
 
@@ -205,6 +210,10 @@ class CallBuilder:
         ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
+        if not constant and any(value is b for b in _PYTHON_ONLY_BUILTINS):
+            # JAX's tracer cannot run these on traced values it is given, but the
+            # function around them may run as Python (frontend/python_code.py)
+            raise self.fp.unsupported(f"`{hint}(...)` of values of the program", e)
         host = host_call(value, constant) or python_code.reason(value) is not None
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
         return self.apply(prim, *args, *kwargs.values(), node=e)
