@@ -106,7 +106,7 @@ def uses_sorted_map_filter_zip(x):
     squares = list(map(lambda v: v * v, [x[0], x[1]]))
     kept = list(filter(lambda v: v.ndim == 0, [x[2], x]))
     pairs = [(x[0], x[1]), (x[2], x[0])]
-    firsts, seconds = zip(*pairs)
+    firsts, seconds = zip(*pairs, strict=True)
     return sum(squares) * scales[0] + kept[0] + firsts[1] * seconds[0]
 
 
