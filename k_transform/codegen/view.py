@@ -28,28 +28,12 @@ from __future__ import annotations
 from k_transform.codegen.static import is_switch
 from k_transform.ir.cse import Subexpressions
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
-from k_transform.ir.primitive import Primitive
+from k_transform.ir.primitive import MakeTuple, Primitive
 
 MAX_DEPTH = 32  # calls followed to find a result's shape
 
 
-class TupleOf(Primitive):
-    """`(a, b, ...)`: the tuple codegen writes for a tuple's gradient (the
-    IR's `make_tuple` lives in `ops`, above codegen)."""
-
-    n_inputs = None
-
-    def __init__(self):
-        super().__init__("make_tuple")
-
-    def impl(self, *items):
-        return tuple(items)
-
-    def emit(self, e, args):
-        return f"({args[0]},)" if len(args) == 1 else f"({', '.join(args)})"
-
-
-_TUPLE = Constant(TupleOf(), hint="make_tuple")
+_TUPLE = Constant(MakeTuple(), hint="make_tuple")
 
 
 class Shape:
@@ -272,4 +256,4 @@ def _value_shape(value) -> Shape | None:
     return None
 
 
-__all__ = ["CodeView", "Shape", "TupleOf"]
+__all__ = ["CodeView", "Shape"]

@@ -419,7 +419,7 @@ class DFunctor:
                 loop_k = loops.k_of(fn, graphs, len(args), node.debug)
                 pair = self.fprop.apply(Constant(loop_k, node.debug), *args, debug=node.debug)
         elif isinstance(fn, DynamicK) or not (
-            isinstance(node.fn, Constant) or getattr(node.fn, "k_function", False)
+            isinstance(node.fn, Constant) or _is_bprop_node(node.fn)
         ):
             # A call of a run-time value: its K decides when it runs (DynamicK);
             # K of that call (a higher order) is the same, one order up. A bprop
@@ -614,6 +614,22 @@ class DFunctor:
     @staticmethod
     def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
+
+
+def _is_bprop_node(node: Node) -> bool:
+    """Whether `node` is a bprop a K-graph made: the second item of a call of
+    an fprop graph (generated code at every order, called as it is)."""
+    if getattr(node, "k_function", False):
+        return True
+    if not (isinstance(node, Apply) and isinstance(node.fn, Constant)):
+        return False
+    if not isinstance(node.fn.value, prims.GetItem) or len(node.args) != 2:
+        return False
+    pair, index = node.args
+    if not (isinstance(index, Constant) and index.value == 1 and isinstance(pair, Apply)):
+        return False
+    callee = pair.fn.value if isinstance(pair.fn, Constant) else None
+    return isinstance(callee, FuncGraph) and callee.kind == "fprop"
 
 
 def _env_name(fn: Node) -> str:

@@ -146,7 +146,20 @@ def _write_back(self_name: str, attrs: list[str], where) -> list:
     ]
 
 
-class _AssignParameters(gast.NodeTransformer):
+class _OwnBody(gast.NodeTransformer):
+    """Visits the method's own statements: not those of a nested def or lambda."""
+
+    def visit_FunctionDef(self, node):
+        if getattr(self, "_inside", False):
+            return node  # a nested def's statements are its own
+        self._inside = True
+        return self.generic_visit(node)
+
+    def visit_Lambda(self, node):
+        return node
+
+
+class _AssignParameters(_OwnBody):
     """`self.p = v` -> `self._kt_assign(self.p, v)`; `self.p op= v` ->
     `self._kt_assign(self.p, self.p op v)` (the method's own statements)."""
 
@@ -160,15 +173,6 @@ class _AssignParameters(gast.NodeTransformer):
         call = _stmt(f"{self.self_name}._kt_assign({self.self_name}.{target.attr}, None)", where)
         call.value.args[1] = value
         return call
-
-    def visit_FunctionDef(self, node):
-        if getattr(self, "_inside", False):
-            return node  # a nested def's statements are its own
-        self._inside = True
-        return self.generic_visit(node)
-
-    def visit_Lambda(self, node):
-        return node
 
     def visit_Assign(self, node):
         if len(node.targets) == 1 and self._param(node.targets[0]):
@@ -196,20 +200,11 @@ class _AssignParameters(gast.NodeTransformer):
         return self.generic_visit(node)
 
 
-class _WriteBack(gast.NodeTransformer):
+class _WriteBack(_OwnBody):
     """`return e` -> `_kt_ret = e`, the write-backs, `return _kt_ret` (not in nested defs)."""
 
     def __init__(self, self_name: str, attrs: list[str]):
         self.self_name, self.attrs = self_name, attrs
-
-    def visit_FunctionDef(self, node):
-        if getattr(self, "_inside", False):
-            return node  # a nested def's returns are its own
-        self._inside = True
-        return self.generic_visit(node)
-
-    def visit_Lambda(self, node):
-        return node
 
     def visit_Return(self, node):
         value = node.value or gast.Constant(value=None, kind=None)

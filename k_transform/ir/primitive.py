@@ -151,3 +151,21 @@ def _sets(cls: type, attr: str) -> bool:
         if attr in klass.__dict__:
             return attr not in klass.__dict__.get("_derived", ())
     return False
+
+
+class MakeTuple(Primitive):
+    """`(a, b, ...)`: the tuple every layer builds (the parser's tuple
+    literals, the DFunctor's `(result, bprop)` and gradients, codegen's
+    tuples of gradients)."""
+
+    n_inputs = None
+    static_when = "inputs"
+
+    def __init__(self):
+        super().__init__("make_tuple")
+
+    def impl(self, *items):
+        return tuple(items)
+
+    def emit(self, e, args):
+        return f"({args[0]},)" if len(args) == 1 else f"({', '.join(args)})"

@@ -21,7 +21,7 @@ from k_transform import runtime as rt
 from k_transform.bprop_registry.helpers import no_gradient, rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
-from k_transform.ir.primitive import Primitive
+from k_transform.ir.primitive import MakeTuple, Primitive
 from k_transform.ops.base import RuntimeCall
 from k_transform.ops.host import is_pure
 from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
@@ -61,19 +61,6 @@ class Contains(Primitive):
 
 
 # -- containers -------------------------------------------------------------
-class MakeTuple(Primitive):
-    static_when = "inputs"
-
-    def __init__(self):
-        super().__init__("make_tuple")
-
-    def impl(self, *items):
-        return tuple(items)
-
-    def emit(self, e, args):
-        return f"({args[0]},)" if len(args) == 1 else f"({', '.join(args)})"
-
-
 class MakeList(Primitive):
     def __init__(self):
         super().__init__("make_list")
