@@ -444,3 +444,102 @@ class Constructs:
             f"{indent}for {i} in range({self.integer(1, 3)}):",
             self.assign_result(inner, indent + "    ", f"{self.vec(inner)} * rng.randn(3)"),
         ]
+
+    # -- Python idioms the parser may not model (they then run as Python) -----------
+    def c_python_idioms(self, scope, depth, indent):
+        """Everyday Python: `try`/`except`/`finally`, `raise` in a branch not
+        taken, `:=`, `for ... else` with `break`, a user class with a method
+        and a property, `functools.partial`, `sorted`/`max(key=)` of Python
+        values, `slice(a, b)`, a star call, `dict.get`, `getattr(jnp, name)`."""
+        kind = self.integer(0, 10)
+        v, t = self.vec(scope), self.fresh("t")
+        if kind == 0:
+            return [
+                f"{indent}try:",
+                f"{indent}    {t} = {v}",
+                f"{indent}except ValueError:",
+                f"{indent}    {t} = {self.vec(scope)} * 0.0",
+                f"{indent}finally:",
+                f"{indent}    pass",
+                self.assign_result(scope, indent, f"{t} * {self.vec(scope)}"),
+            ]
+        if kind == 1:
+            return [
+                f"{indent}if x.shape[-1] != 3:",
+                f"{indent}    raise ValueError('three values expected')",
+                self.assign_result(scope, indent, v),
+            ]
+        if kind == 2:
+            return [
+                f"{indent}if ({t} := {v}).shape[0] > {self.integer(1, 4)}:",
+                self.assign_result(scope, indent + "    ", f"{t} * 0.5"),
+                f"{indent}else:",
+                self.assign_result(scope, indent + "    ", t),
+            ]
+        if kind == 3:
+            i = self.fresh("i")
+            inner = scope.child("range")
+            return [
+                f"{indent}for {i} in range({self.integer(1, 3)}):",
+                f"{indent}    if {i} == {self.integer(0, 3)}:",
+                f"{indent}        break",
+                self.assign_result(inner, indent + "    ", self.vec(inner)),
+                f"{indent}else:",
+                self.assign_result(scope, indent + "    ", f"{self.vec(scope)} * 0.5"),
+            ]
+        if kind == 4:
+            cls = self.fresh("Lin")
+            self.helpers.append(
+                [
+                    f"class {cls}:",
+                    "    def __init__(self, w):",
+                    "        self.w = w",
+                    "",
+                    "    def __call__(self, v):",
+                    "        return jnp.tanh(v * self.w)",
+                    "",
+                    "    @property",
+                    "    def double(self):",
+                    "        return self.w * 2.0",
+                ]
+            )
+            m = self.fresh("m")
+            return [
+                f"{indent}{m} = {cls}({self.choice((0.5, 1.5, -0.5))})",
+                self.assign_result(scope, indent, f"{m}({v}) * {m}.double"),
+            ]
+        if kind == 5:
+            g = self.fresh("scale")
+            self.helpers.append([f"def {g}(v, c):", "    return v * c + jnp.sin(v)"])
+            p = self.fresh("p")
+            return [
+                f"{indent}{p} = functools.partial({g}, c={self.choice((0.5, 2.0))})",
+                self.assign_result(scope, indent, f"{p}({v})"),
+            ]
+        if kind == 6:
+            a, b = self.choice((3.0, 0.5)), self.choice((2.0, -1.5))
+            return [
+                f"{indent}{t} = sorted([{a}, 1.0, {b}])",
+                self.assign_result(scope, indent, f"{v} * {t}[0] + {t}[2]"),
+            ]
+        if kind == 7:
+            return [
+                f"{indent}{t} = max([{v}, {self.vec(scope)}[:2]], key=lambda a: a.shape[0])",
+                self.assign_result(scope, indent, f"{t} * 0.5"),
+            ]
+        if kind == 8:
+            return [
+                f"{indent}{t} = {v}[slice({self.integer(0, 1)}, None)]",
+                self.assign_result(scope, indent, f"{self.vec(scope)} * jnp.sum({t})"),
+            ]
+        if kind == 9:
+            d = self.fresh("d")
+            return [
+                f"{indent}{d} = {{'a': {v}}}",
+                self.assign_result(scope, indent, f"{d}.get('a', 0.0) * {d}.get('b', 0.5)"),
+            ]
+        parts = self.fresh("parts")
+        return [
+            f"{indent}{parts} = ({v}, {self.vec(scope)})",
+            self.assign_result(scope, indent, f"getattr(jnp, 'maximum')(*{parts})"),
+        ]

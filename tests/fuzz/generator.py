@@ -64,6 +64,7 @@ CONSTRUCTS: dict[str, bool] = {
     "int_arg": True,  # `f(x, n)`, `n` a static Python int
     "shapes": True,  # (3,) and (2, 3): broadcasting, axis reductions, `@`
     "host_effects": True,  # random generators, counters, a rebound global, print
+    "python_idioms": True,  # try/raise, walrus, for-else, classes, partial, sorted, key=, ...
 }
 
 RTOL = 1e-6
@@ -366,7 +367,8 @@ def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
     if w.int_arg is not None:  # jvp and hvp differentiate `f1(x)`, n fixed
         entry += ["", "", "def f1(x):", f"    return f(x, {w.int_arg})"]
     host = w.construct == "host_effects"
-    parts = [HOST_HEADER if host else ["import jax.numpy as jnp"], *w.helpers, entry]
+    head = ["import functools", "", "import jax.numpy as jnp"]
+    parts = [HOST_HEADER if host else head, *w.helpers, entry]
     texts = ["\n\n\n".join(render(p, oracle) for p in parts) + "\n" for oracle in (False, True)]
     return Program(
         w.construct, texts[0], texts[1], w.int_arg, w.input_shape, tuple(w.refusal_names), host
