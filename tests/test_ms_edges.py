@@ -322,3 +322,20 @@ def test_dense_with_float32_weights_on_float64_input_gives_gradients_in_each_dty
             close((dx, dw, db), want, 1e-5)
     finally:
         kt.set_mode("graph")
+
+
+class _BpropReturnsANumber(kt.Cell):
+    def construct(self, x, y):
+        return x * y
+
+    def bprop(self, x, y, out, dout):
+        return 2 * dout, 2  # a number for an array input: MindSpore raises
+
+
+def test_a_custom_bprop_returning_a_number_for_an_array_is_refused():
+    """It gave the number as the input's gradient (a shape-() gradient for a
+    shape-(3,) input), silently; refused now, naming the bprop and its file."""
+    with pytest.raises(kt.KTransformError, match="returned the number 2") as err:
+        kt.GradOperation(get_all=True)(_BpropReturnsANumber())(jnp.ones(3), jnp.ones(3))
+    assert "_BpropReturnsANumber.bprop" in str(err.value)
+    assert "test_ms_edges.py" in str(err.value)

@@ -90,6 +90,11 @@ class BpropRegistry:
         # Rules shipped with k_transform are verified by the registry sweep;
         # users' rules get their gradients' shapes checked at trace time.
         graph.trusted = getattr(bprop, "__module__", "").startswith("k_transform.")
+        code = getattr(bprop, "__code__", None)
+        if not graph.trusted and code is not None:  # the user's own bprop: where it is
+            name = getattr(bprop, "__qualname__", getter.__qualname__)
+            where = f"{code.co_filename}:{code.co_firstlineno}"
+            graph.rule_name = f"bprop of {prim.name or type(prim).__name__} ({name}, {where})"
         self._graphs[key] = graph
         return graph
 

@@ -349,7 +349,15 @@ def env_del(env, key):
 
 
 def check_grad(grad, x, rule: str):
-    """`grad` if it fits the input `x`, else an error naming the rule."""
+    """`grad` if it fits the input `x`, else an error naming the rule. A
+    Python number for an array input of another shape is refused too (as
+    MindSpore refuses it): its meaning, a broadcast or a mistake, is a guess."""
+    number = isinstance(grad, (int, float)) and not isinstance(grad, bool)
+    if number and hasattr(x, "shape") and jnp.shape(x) != ():
+        raise KTransformError(
+            f"{rule} returned the number {grad!r} as the gradient of an input of shape "
+            f"{jnp.shape(x)}: return an array of that shape (jnp.full_like(x, {grad!r}))"
+        )
     if grad is None or not hasattr(grad, "shape") or not hasattr(x, "shape"):
         return grad
     if jnp.shape(grad) != jnp.shape(x):
