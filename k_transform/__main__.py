@@ -13,6 +13,9 @@ K-graph instead of the IR. Nothing is traced or run: no inputs are needed.
 
 A module that cannot be imported, a name it lacks, or a program k_transform
 cannot transform (`KTransformError`) prints one line and exits with status 2.
+It runs in strict mode (`kt.set_strict`): a function the parser cannot
+model has no graph to show (a call would run it as Python), so the parser's
+reason is the answer.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.of == "grad" and not (args.dot or args.picture):
         parser.error("--of grad goes with --dot or --picture (see --grad-ir, --grad-source)")
+    kt.set_strict(True)
     try:
         text = run(args)
     except CommandError as exc:

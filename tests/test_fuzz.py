@@ -140,11 +140,15 @@ def _program(kt_body: str, oracle_body: str, construct: str = "control") -> gene
 
 def test_check_classifies_outcomes(fuzz_dir):
     """A right program passes, a wrong one is a mismatch, an unsupported
-    one is a refusal; float64 stays scoped to the check."""
+    one is a refusal (a `try`: it runs as Python, whose traced `if` JAX's
+    tracer cannot decide); float64 stays scoped to the check."""
     x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
     right = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.sin(x))\n")
     wrong = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.cos(x))\n")
-    unsupported = "    try:\n        y = x\n    finally:\n        y = x\n    return jnp.sum(y)\n"
+    unsupported = (
+        "    try:\n        y = x\n    finally:\n        y = x\n"
+        "    if jnp.sum(y) > 0:\n        return jnp.sum(y)\n    return -jnp.sum(y)\n"
+    )
     refused = _program(unsupported, "    return jnp.sum(x)\n")
     plan = check.Plan(higher=True, jit=True)
     assert check.check(right, x, v, fuzz_dir, plan).kind == "ok"
