@@ -374,9 +374,9 @@ JAX_TWINS = {
     jacfwd_of_closure: lambda x, v: jax.jacfwd(lambda y: jnp.sin(y) * v, (0,))(x),
     jvp_of_closure: lambda x, v: jax.jvp(lambda y: jnp.sin(y) * v, (x,), (v,)),
     vjp_of_closure: lambda x, v: jax.vjp(lambda y: jnp.sin(y) * v, x)[1](v),
-    hvp_of_closure: lambda x, v: jax.jvp(
-        jax.grad(lambda y: jnp.sum(jnp.sin(y) * v)), (x,), (v,)
-    )[1],
+    hvp_of_closure: lambda x, v: jax.jvp(jax.grad(lambda y: jnp.sum(jnp.sin(y) * v)), (x,), (v,))[
+        1
+    ],
 }
 
 
