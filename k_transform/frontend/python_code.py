@@ -2,7 +2,7 @@
 
 A user function whose source k_transform refuses (a `try`, a class it
 constructs, a generator, `sorted` of Python numbers, ...) is not an error
-on that account: as under `jax.grad`, it runs as Python, at each call
+on that account: as under JAX's own gradient, it runs as Python, at each call
 (at trace under a jit), and the array operations it performs, recorded by
 `jax.make_jaxpr`, are differentiated by our rules like any library call
 (`frontend.jaxpr.imported_graph`, `traced.TracedCallK`). It is host code
