@@ -333,3 +333,52 @@ def test_a_second_derivative_of_a_loop_calling_host_code_is_refused():
         with pytest.raises(kt.KTransformError, match="differentiated only once") as err:
             second()
         assert "for " in str(err.value) and "test_host_python.py" in str(err.value)
+
+
+_SEEN: list = []
+
+
+def _record(v):
+    _SEEN.append(np.asarray(v))
+
+
+def debug_callback_in_a_loop(x):
+    y = jnp.sin(x)
+    for _ in range(2):
+        jax.debug.callback(_record, y)
+        y = y * 2.0
+    return jnp.sum(y)
+
+
+def debug_callback_in_python_code(x):
+    try:
+        y = jnp.cos(x)
+    finally:
+        pass
+    jax.debug.callback(_record, y)
+    return jnp.sum(y * x)
+
+
+@pytest.mark.parametrize(
+    "f", [debug_callback_in_a_loop, debug_callback_in_python_code], ids=lambda f: f.__name__
+)
+def test_a_debug_callback_runs_as_often_as_under_jax(f):
+    """`jax.debug.callback`/`print` is an effect with no result: it runs each
+    time JAX runs it (it was dropped as unused, parsed or run as Python), and
+    sees the same values."""
+    runs = {
+        "grad": (kt.grad(f), jax.grad(f)),
+        "jit": (kt.jit(kt.grad(f)), jax.jit(jax.grad(f))),
+        "jvp": (lambda x: kt.jvp(f, x, X), lambda x: jax.jvp(f, (x,), (X,))),
+    }
+    for ours, theirs in runs.values():
+        seen = []
+        for fn in (ours, theirs):
+            _SEEN.clear()
+            for _ in range(2):
+                jax.block_until_ready(fn(X))
+            jax.effects_barrier()
+            seen.append(list(_SEEN))
+        assert len(seen[0]) == len(seen[1]) > 0
+        for a, b in zip(*seen, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -228,14 +228,52 @@ def python_if_on_a_traced_value(x):
         pass
     finally:
         pass
-    if jnp.sum(x) > 0:  # JAX's tracer cannot decide it: refused, as under jax.jit
-        return jnp.sum(x)
-    return -jnp.sum(x)
+    if jnp.sum(x) > 0:  # decided on the values, as Python and jax.grad do
+        y = jnp.sin(x) * int(jnp.argmax(x))
+    else:
+        y = -jnp.cos(x)
+    while jnp.sum(y**2) < 20.0:  # a loop on a computed value
+        y = y * 1.5
+    return jnp.sum(y * x)
 
 
-def test_what_jax_cannot_trace_is_refused_with_the_reason():
+class Gate:
+    """A user class whose call takes a Python branch on its input's values."""
+
+    def __call__(self, v):
+        if jnp.max(v) > 1.0:
+            return jnp.tanh(v) * 2.0
+        return v**3
+
+
+def a_class_branching_on_values(x):
+    return jnp.sum(Gate()(x) * x)
+
+
+@pytest.mark.parametrize(
+    "f", [python_if_on_a_traced_value, a_class_branching_on_values], ids=lambda f: f.__name__
+)
+@pytest.mark.parametrize("x", [X, -X], ids=["positive", "negative"])
+def test_eager_python_code_sees_its_values_as_under_jax_grad(f, x):
+    """Without a jit the user's Python runs on the values (a Python `if`,
+    `int(...)`, a `while` on them), as under jax.grad: each call takes the
+    path Python takes (`frontend/concrete.py`)."""
+    np.testing.assert_allclose(kt.grad(f)(x), jax.grad(f)(x), rtol=1e-5, atol=1e-6)
+    out, tangent = kt.jvp(f, x, V)
+    want_out, want_tangent = jax.jvp(f, (x,), (V,))
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tangent, want_tangent, rtol=1e-5, atol=1e-6)
+    want = jax.jvp(jax.grad(f), (x,), (V,))[1]
+    np.testing.assert_allclose(kt.hvp(f, (x,), V), want, rtol=1e-4, atol=1e-5)
+
+
+def test_what_jax_jit_cannot_trace_is_refused_with_the_reason():
+    """Under a jit there are no values: a Python `if` on a traced value is
+    refused, as jax.jit refuses it, with the reason the code runs as Python."""
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        jax.jit(jax.grad(python_if_on_a_traced_value))(X)
     with pytest.raises(kt.KTransformError) as err:
-        kt.grad(python_if_on_a_traced_value)(X)
+        kt.jit(kt.grad(python_if_on_a_traced_value))(X)
     message = str(err.value)
     assert "runs as Python" in message and "try" in message
     assert "Concretization" in message or "Tracer" in message

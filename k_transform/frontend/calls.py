@@ -214,7 +214,12 @@ class CallBuilder:
             # JAX's tracer cannot run these on traced values it is given, but the
             # function around them may run as Python (frontend/python_code.py)
             raise self.fp.unsupported(f"`{hint}(...)` of values of the program", e)
+        refused = python_code.deferred(value)
+        if refused is not None:  # a user function the parser refused, now called
+            raise refused
+        given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
         host = host_call(value, constant) or python_code.reason(value) is not None
+        host = host or any(python_code.deferred(v) is not None for v in given)
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
         return self.apply(prim, *args, *kwargs.values(), node=e)
 

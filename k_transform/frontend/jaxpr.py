@@ -59,7 +59,7 @@ from jax.extend import core as jex_core
 from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.frontend import python_code
+from k_transform.frontend import concrete, python_code
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
@@ -160,7 +160,13 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
 
     try:
         with no_parameter_reads(hint) if refused is not None else contextlib.nullcontext():
-            closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
+            values = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
+            if host and concrete.available() and all(map(concrete.concrete, values)):
+                # Host code runs per call: its Python sees these values, as under
+                # JAX's eager gradient (a Python `if` on an array's value runs).
+                closed, out_shape = concrete.make_jaxpr_at(flat_fn, values, structs)
+            else:
+                closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
     except KTransformError:
         raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
@@ -286,7 +292,14 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
     float_from_bits = reads_bits and name == "bitcast_convert_type" and _inexact(eqn.outvars[0])
     out_avals = tuple(_aval(v) for v in eqn.outvars)
     outs = import_equation(
-        graph, eqn.primitive, dict(eqn.params), avals, out_avals, args, float_from_bits
+        graph,
+        eqn.primitive,
+        dict(eqn.params),
+        avals,
+        out_avals,
+        args,
+        float_from_bits,
+        effect=bool(eqn.effects),
     )
     _mark_bits(bits, eqn, outs, reads_bits or _reads_float_bits(eqn))
     return outs

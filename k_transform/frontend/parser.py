@@ -240,7 +240,7 @@ class FunctionParser:
                 return Constant(parse(value), self.source.debug(node), hint)
             except KTransformError as exc:  # run as Python, if it can be (python_code)
                 if not python_code.runs_as_python(value, exc):
-                    raise
+                    python_code.defer(value, exc)  # raised where it is called
         return Constant(value, self.source.debug(node), hint)
 
 

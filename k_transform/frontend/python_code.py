@@ -60,6 +60,23 @@ def runs_as_python(fn, exc: KTransformError) -> bool:
     return True
 
 
+def defer(fn, exc: KTransformError) -> None:
+    """Record that user function `fn`, named as a value, cannot be parsed
+    (`exc`). Naming a function runs none of it: the error is raised where
+    transformed code calls it (`raise_deferred`); given to a library (a host
+    callback for `jax.debug.callback`), it is the user's Python function."""
+    TRANSFORM.cache("python_code.deferred")[id(fn)] = (fn, exc)
+
+
+def deferred(fn) -> KTransformError | None:
+    """The parse error `defer` recorded for `fn`, if any."""
+    try:
+        entry = TRANSFORM.cache("python_code.deferred").get(id(fn))
+    except TypeError:
+        return None
+    return entry[1] if entry is not None and entry[0] is fn else None
+
+
 def python_graph(fn, exc: KTransformError) -> FuncGraph:
     """The graph of a top-level `fn` the parser refused with `exc`: one host
     call of `fn` on its parameters. Raises `exc` when `fn` cannot run so

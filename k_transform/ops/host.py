@@ -45,6 +45,7 @@ _PURE_MODULES = ("math", "cmath", "operator", "numpy", "jax", "jaxlib", "k_trans
 _IMPURE_MODULES = (
     "numpy.random",
     "jax.debug",
+    "jax._src.debugging",  # where jax.debug's functions live
     "random",
     "time",
     "datetime",

@@ -133,6 +133,14 @@ class IndexArithmetic(LaxPrimitive):
     """Any lax equation whose results are all integers or booleans: no gradient."""
 
 
+class EffectCall(IndexArithmetic):
+    """An equation with an effect and no float result (the callback of
+    `jax.debug.print`): no gradient, kept in program order, never pruned as
+    unused; it runs when the program runs (compiled, too)."""
+
+    effectful = True
+
+
 _CLASSES: dict[str, type] = {}
 
 

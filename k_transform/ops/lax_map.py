@@ -37,7 +37,7 @@ from k_transform.ops import math as m
 from k_transform.ops import python as prims
 from k_transform.ops import reduce as rd
 from k_transform.ops import shape as sh
-from k_transform.ops.lax import TWINNED, FloatFromBits, IndexArithmetic, lax_class
+from k_transform.ops.lax import TWINNED, EffectCall, FloatFromBits, IndexArithmetic, lax_class
 from k_transform.ops.linalg import Einsum
 
 
@@ -318,15 +318,25 @@ def _inexact(aval) -> bool:
 
 
 def import_equation(
-    graph: FuncGraph, prim, params: dict, in_avals, out_avals, args: list, from_bits: bool
+    graph: FuncGraph,
+    prim,
+    params: dict,
+    in_avals,
+    out_avals,
+    args: list,
+    from_bits: bool,
+    effect: bool = False,
 ) -> list[Node]:
     """The nodes of the results of equation `prim[params](*args)` (see the
     module for the primitive chosen); `from_bits`: a float rebuilt from a
-    float's bits."""
+    float's bits; `effect`: the equation has an effect (a debug callback)."""
     name = prim.name
     debug = DebugInfo(name=name.replace("-", "_"))
     node = None
-    if from_bits:
+    if effect and not any(_inexact(a) for a in out_avals):
+        call = EffectCall(prim, params, in_avals)
+        node = graph.apply(Constant(call, hint=name), *args, debug=debug)
+    elif from_bits:
         bits = FloatFromBits(prim, params, in_avals)
         node = graph.apply(Constant(bits, hint=name), *args, debug=debug)
     elif not any(_inexact(a) for a in out_avals):

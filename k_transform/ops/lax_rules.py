@@ -37,7 +37,14 @@ from k_transform.bprop_registry.helpers import no_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ops import lax_map  # noqa: F401 - the twins (`ops.lax.TWINNED`)
-from k_transform.ops.lax import FloatFromBits, IndexArithmetic, LaxPrimitive, lax_class, lax_op
+from k_transform.ops.lax import (
+    EffectCall,
+    FloatFromBits,
+    IndexArithmetic,
+    LaxPrimitive,
+    lax_class,
+    lax_op,
+)
 from k_transform.ops.structural import SumTo
 
 sum_to = SumTo()
@@ -95,6 +102,7 @@ def _no_gradient(p):
 # results are `IndexArithmetic`, whatever the primitive).
 lax_rule("round", "nextafter", "iota", "rng_uniform", "stop_gradient")(_no_gradient)
 bprop_getters.register(IndexArithmetic)(_no_gradient)
+bprop_getters.register(EffectCall)(_no_gradient)
 
 
 # Refused on purpose, each by its class (a lax primitive missing here and from
