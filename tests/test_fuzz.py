@@ -140,8 +140,10 @@ def _program(kt_body: str, oracle_body: str, construct: str = "control") -> gene
 
 def test_check_classifies_outcomes(fuzz_dir):
     """A right program passes, a wrong one is a mismatch, an unsupported
-    one is a refusal (a `try`: it runs as Python, whose traced `if` JAX's
-    tracer cannot decide); float64 stays scoped to the check."""
+    one is a refusal (a list appended through another name); one whose
+    refusal under a jit is JAX's too (a `try`: it runs as Python, whose `if`
+    on a traced value JAX's jit cannot decide) is "as_jax"; float64 stays
+    scoped to the check."""
     x, v = np.array([0.3, -0.2, 0.7]), np.array([1.0, 0.5, -1.0])
     right = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.sin(x))\n")
     wrong = _program("    return jnp.sum(jnp.sin(x))\n", "    return jnp.sum(jnp.cos(x))\n")
@@ -149,10 +151,13 @@ def test_check_classifies_outcomes(fuzz_dir):
         "    try:\n        y = x\n    finally:\n        y = x\n"
         "    if jnp.sum(y) > 0:\n        return jnp.sum(y)\n    return -jnp.sum(y)\n"
     )
-    refused = _program(unsupported, "    return jnp.sum(x)\n")
+    as_jax = _program(unsupported, unsupported)
+    aliased = "    a = [x]\n    b = a\n    b.append(x * 2.0)\n    return jnp.sum(jnp.stack(a))\n"
+    refused = _program(aliased, aliased)
     plan = check.Plan(higher=True, jit=True)
     assert check.check(right, x, v, fuzz_dir, plan).kind == "ok"
     assert check.check(wrong, x, v, fuzz_dir, plan).kind == "mismatch"
+    assert check.check(as_jax, x, v, fuzz_dir, plan).kind == "as_jax"
     assert check.check(refused, x, v, fuzz_dir, plan).kind == "refused"
     assert jnp.zeros(1).dtype == jnp.float32
 

@@ -12,6 +12,7 @@ way (`traced.DynamicCallK`, `ops.python.MethodCall`). Oracle: `jax.grad`,
 """
 
 import contextlib
+import dataclasses
 import functools
 
 import jax
@@ -315,3 +316,108 @@ def test_a_parameter_read_in_python_code_is_refused():
     net = Scaled()
     with pytest.raises(kt.KTransformError, match="Parameter 'w'"):
         kt.GradOperation(get_by_list=True)(net, kt.ParameterTuple(net.trainable_params()))(X)
+
+
+class Accumulator:
+    """A user class made from values by a classmethod, updated through a
+    method that assigns an attribute, with a staticmethod."""
+
+    def __init__(self, v):
+        self.v = v
+
+    @staticmethod
+    def twice(a):
+        return a * 2.0
+
+    @classmethod
+    def make(cls, v):
+        return cls(jnp.tanh(v))
+
+    def add(self, w):
+        self.v = self.v + w
+
+
+def uses_class_and_static_methods(x):
+    acc = Accumulator.make(x)
+    acc.add(Accumulator.twice(jnp.sin(x)))
+    return jnp.sum(acc.v * x)
+
+
+@dataclasses.dataclass
+class Carry:
+    """A dataclass JAX does not know as a pytree: an object to JAX, as to us."""
+
+    h: object
+    c: object
+
+
+def carries_a_plain_dataclass(x):
+    s = Carry(x, jnp.cos(x))
+    for _ in range(2):
+        s = Carry(jnp.tanh(s.h * s.c), s.c * 0.9)
+    if jnp.sum(x) > 0:
+        s = Carry(s.c, s.h)
+    return jnp.sum(s.h + s.c)
+
+
+def rows_of(v):
+    for k in range(3):
+        yield v * (k + 1.0)
+
+
+def sums_a_generator(x):
+    return jnp.sum(jnp.tanh(sum(rows_of(x))) * x)
+
+
+def noisy(rs, v):
+    return v * rs.randn(3)
+
+
+def gives_a_generator_to_a_helper(x):
+    rs = np.random.RandomState(3)
+    return jnp.sum(noisy(rs, jnp.sin(x)) * x)
+
+
+def names_an_undefined_name_in_a_dead_branch(x):
+    if x.shape[0] > 5:
+        return jnp.sum(not_defined_anywhere * x)  # noqa: F821 - never runs
+    return jnp.sum(jnp.sin(x) * x)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        uses_class_and_static_methods,
+        carries_a_plain_dataclass,
+        sums_a_generator,
+        gives_a_generator_to_a_helper,
+        names_an_undefined_name_in_a_dead_branch,
+    ],
+    ids=lambda f: f.__name__,
+)
+def test_everyday_python_runs_like_jax(f):
+    """Each was refused or failed with a bare error: an instance made from
+    traced values (a classmethod's `cls(...)`), a dataclass that is no pytree
+    (its field gradients were lost: a TypeError on None), a generator
+    function called from parsed code, a name undefined in a branch Python
+    never runs. The function now runs as Python where the parser has no
+    model of it."""
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+    want = jax.jvp(jax.grad(f), (X,), (V,))[1]
+    np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)
+    if f is not carries_a_plain_dataclass:  # its `if` on a value: jax.jit refuses it
+        np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+
+
+def test_an_undefined_name_that_runs_is_refused_with_its_line():
+    def reads_it(x):
+        return jnp.sum(not_defined_anywhere * x)  # noqa: F821
+
+    with pytest.raises(kt.KTransformError, match="not_defined_anywhere"):
+        kt.grad(reads_it)(X)
+    kt.set_strict(True)
+    try:
+        with pytest.raises(kt.KTransformError, match="name 'not_defined_anywhere' is not defined"):
+            kt.grad(names_an_undefined_name_in_a_dead_branch)(X)
+    finally:
+        kt.set_strict(False)

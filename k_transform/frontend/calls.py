@@ -26,6 +26,7 @@ sets to `k_transform.frontend.parser.parse`.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 
 import gast
@@ -35,7 +36,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models, python_code, pytrees
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
-from k_transform.frontend.source import is_user_function
+from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
@@ -200,6 +201,9 @@ class CallBuilder:
         folded = fold_call(value, args, kwargs)
         if folded is not None:
             return folded
+        constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
+        if not constant and _is_user_class(value):  # an instance holding traced values
+            raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of values", e)
         adapted = adapt_function(value, Call(args, kwargs))
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
@@ -209,7 +213,6 @@ class CallBuilder:
             isinstance(a, Constant) for a in [*args, *kwargs.values()]
         ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
-        constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
         if not constant and any(value is b for b in _PYTHON_ONLY_BUILTINS):
             # JAX's tracer cannot run these on traced values it is given, but the
             # function around them may run as Python (frontend/python_code.py)
@@ -217,6 +220,9 @@ class CallBuilder:
         refused = python_code.deferred(value)
         if refused is not None:  # a user function the parser refused, now called
             raise refused
+        if python_code.reason(value) is not None and inspect.isgeneratorfunction(value):
+            # its result is a generator, no array: the caller runs as Python too
+            raise self.fp.unsupported(f"a call of the generator function {hint}", e)
         given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
         host = host_call(value, constant) or python_code.reason(value) is not None
         host = host or any(python_code.deferred(v) is not None for v in given)
@@ -355,3 +361,9 @@ def _array_method_of_parameter(receiver: Constant, e) -> bool:
     at run time, differentiated), not of the Parameter object (`set_data`)."""
     value = receiver.value
     return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
+
+
+def _is_user_class(value) -> bool:
+    """A class of the user's (not a library's, not a builtin)."""
+    module = getattr(value, "__module__", "") if isinstance(value, type) else "builtins"
+    return module != "builtins" and not is_library_value(value)

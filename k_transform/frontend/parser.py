@@ -224,7 +224,11 @@ class FunctionParser:
             return self.value_node(self.globals[name], name, node)
         if hasattr(builtins, name):
             return self.value_node(getattr(builtins, name), name, node)
-        raise self.error(f"name {name!r} is not defined", node)
+        # Python fails only if this line runs (it may sit in a branch that never
+        # does): the function runs as Python (`python_code`), or is refused.
+        exc = self.error(f"name {name!r} is not defined", node)
+        exc.construct = f"the undefined name {name!r}"
+        raise exc
 
     def value_node(self, value, hint: str, node) -> Constant:
         """A Python value as a node: user functions become graphs (k_transform's

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
+
 from k_transform.errors import KTransformError
 from k_transform.ops import python as prims
 
@@ -25,9 +27,23 @@ def field_names(cls) -> tuple[str, ...] | None:
         return None
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         return tuple(cls._fields)
-    if dataclasses.is_dataclass(cls):
+    if dataclasses.is_dataclass(cls) and _registered(cls):
         return tuple(f.name for f in dataclasses.fields(cls) if f.init)
     return None
+
+
+def _registered(cls) -> bool:
+    """Whether dataclass `cls` is a pytree JAX knows (`register_dataclass`,
+    `register_pytree_node_class`, flax's `struct`). An instance of one that
+    is not is an opaque Python object to JAX, as to us: a user class (its
+    gradient is not field by field), so code making one from values runs as
+    Python (`frontend.python_code`)."""
+    probe = object.__new__(cls)  # no __init__: nothing of the user's runs
+    try:
+        structure = jax.tree_util.tree_structure(probe)
+    except Exception:  # noqa: BLE001 - its flatten read a field the probe lacks
+        return True
+    return not jax.tree_util.treedef_is_leaf(structure)
 
 
 def constructor(cls, args: list, kwargs: dict):

@@ -450,8 +450,14 @@ class Constructs:
         """Everyday Python: `try`/`except`/`finally`, `raise` in a branch not
         taken, `:=`, `for ... else` with `break`, a user class with a method
         and a property, `functools.partial`, `sorted`/`max(key=)` of Python
-        values, `slice(a, b)`, a star call, `dict.get`, `getattr(jnp, name)`."""
-        kind = self.integer(0, 10)
+        values, `slice(a, b)`, a star call, `dict.get`, `getattr(jnp, name)`;
+        a class with a `staticmethod`, a `classmethod` and attribute assignment,
+        NamedTuple and dataclass carries in `for`/`while`/`if`, a host random
+        generator given as an argument, `zip(*pairs)` and `isinstance`, a
+        Python `if` on an array's value inside `try` (JAX's jit refuses it:
+        "as_jax"), a generator function, `assert`, a name undefined in a
+        branch that never runs."""
+        kind = self.integer(0, 18)
         v, t = self.vec(scope), self.fresh("t")
         if kind == 0:
             return [
@@ -538,8 +544,124 @@ class Constructs:
                 f"{indent}{d} = {{'a': {v}}}",
                 self.assign_result(scope, indent, f"{d}.get('a', 0.0) * {d}.get('b', 0.5)"),
             ]
-        parts = self.fresh("parts")
+        if kind == 10:
+            parts = self.fresh("parts")
+            return [
+                f"{indent}{parts} = ({v}, {self.vec(scope)})",
+                self.assign_result(scope, indent, f"getattr(jnp, 'maximum')(*{parts})"),
+            ]
+        return getattr(self, f"idiom_{kind}")(scope, indent, v, t)
+
+    def idiom_11(self, scope, indent, v, t):
+        """A class with a staticmethod, a classmethod and `self.v = ...`."""
+        cls = self.fresh("Acc")
+        self.helpers.append(
+            [
+                f"class {cls}:",
+                "    def __init__(self, v):",
+                "        self.v = v",
+                "",
+                "    @staticmethod",
+                "    def twice(a):",
+                "        return a * 2.0",
+                "",
+                "    @classmethod",
+                "    def make(cls, v):",
+                "        return cls(jnp.tanh(v))",
+                "",
+                "    def add(self, w):",
+                "        self.v = self.v + w",
+            ]
+        )
         return [
-            f"{indent}{parts} = ({v}, {self.vec(scope)})",
-            self.assign_result(scope, indent, f"getattr(jnp, 'maximum')(*{parts})"),
+            f"{indent}{t} = {cls}.make({v})",
+            f"{indent}{t}.add({cls}.twice({self.vec(scope)}))",
+            self.assign_result(scope, indent, f"{t}.v"),
+        ]
+
+    def idiom_12(self, scope, indent, v, t):
+        """A NamedTuple or a dataclass carried through `for`, `while` and `if`."""
+        cls = self.fresh("State")
+        if self.chance(4):
+            self.helpers.append(
+                [f"class {cls}(typing.NamedTuple):", "    h: object", "    c: object"]
+            )
+            step = f"{t}._replace(h=jnp.tanh({t}.h + {t}.c))"
+        else:
+            self.helpers.append(
+                ["@dataclasses.dataclass", f"class {cls}:", "    h: object", "    c: object"]
+            )
+            step = f"{cls}(jnp.tanh({t}.h + {t}.c), {t}.c)"
+        k, i = self.fresh("k"), self.fresh("i")
+        return [
+            f"{indent}{t} = {cls}({v}, {self.vec(scope)})",
+            f"{indent}for {i} in range({self.integer(1, 3)}):",
+            f"{indent}    {t} = {cls}(jnp.tanh({t}.h * {t}.c), {t}.c * 0.9)",
+            f"{indent}{k} = 0",
+            f"{indent}while {k} < {self.integer(1, 3)}:",
+            f"{indent}    {t} = {step}",
+            f"{indent}    {k} = {k} + 1",
+            f"{indent}if {self.condition(scope)}:",
+            f"{indent}    {t} = {cls}({t}.c, {t}.h)",
+            self.assign_result(scope, indent, f"{t}.h * {t}.c"),
+        ]
+
+    def idiom_13(self, scope, indent, v, t):
+        """A random generator made in the program and given to a helper."""
+        g = self.fresh("noisy")
+        self.helpers.append([f"def {g}(rs, v):", "    return v * rs.randn(3)"])
+        return [
+            f"{indent}{t} = np.random.RandomState({self.integer(0, 9)})",
+            self.assign_result(scope, indent, f"{g}({t}, {v})"),
+        ]
+
+    def idiom_14(self, scope, indent, v, t):
+        """`zip(*pairs)` and `isinstance` of a Python number."""
+        a, c = self.fresh("vs"), self.fresh("cs")
+        return [
+            f"{indent}{a}, {c} = zip(*[({v}, 1.5), ({self.vec(scope)}, 0.5)])",
+            f"{indent}if isinstance({c}[0], (int, float)):",
+            self.assign_result(scope, indent + "    ", f"{a}[0] * {c}[0] + {a}[1] * {c}[1]"),
+        ]
+
+    def idiom_15(self, scope, indent, v, t):
+        """A Python `if` on an array's value inside `try` (it runs as Python)."""
+        return [
+            f"{indent}try:",
+            f"{indent}    if {self.condition(scope, False)}:",
+            f"{indent}        {t} = {v} * 2.0",
+            f"{indent}    else:",
+            f"{indent}        {t} = -{v}",
+            f"{indent}except ValueError:",
+            f"{indent}    {t} = {v}",
+            self.assign_result(scope, indent, f"jnp.tanh({t})"),
+        ]
+
+    def idiom_16(self, scope, indent, v, t):
+        """A generator function's rows, summed."""
+        g = self.fresh("rows")
+        self.helpers.append(
+            [
+                f"def {g}(v):",
+                f"    for k in range({self.integer(1, 3)}):",
+                "        yield v * (k + 1.0)",
+            ]
+        )
+        return [self.assign_result(scope, indent, f"jnp.tanh(sum({g}({v})))")]
+
+    def idiom_17(self, scope, indent, v, t):
+        """`assert` on values (runs on them without a jit, as under jax.grad)."""
+        return [
+            f"{indent}assert jnp.all(jnp.isfinite({v}))",
+            self.assign_result(scope, indent, f"{v} * 0.5"),
+        ]
+
+    def idiom_18(self, scope, indent, v, t):
+        """A name that is not defined, in a branch that never runs."""
+        return [
+            f"{indent}if x.shape[0] > 5:",
+            f"{indent}    {t} = not_defined_anywhere * {v}",
+            f"{indent}else:",
+            f"{indent}    {t} = {v} * 1.5",
+            self.assign_result(scope, indent, t),
         ]

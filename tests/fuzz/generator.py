@@ -367,7 +367,15 @@ def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
     if w.int_arg is not None:  # jvp and hvp differentiate `f1(x)`, n fixed
         entry += ["", "", "def f1(x):", f"    return f(x, {w.int_arg})"]
     host = w.construct == "host_effects"
-    head = ["import functools", "", "import jax.numpy as jnp"]
+    head = [
+        "import dataclasses",
+        "import functools",
+        "import typing",
+        "",
+        "import jax.numpy as jnp",
+    ]
+    if w.construct == "python_idioms":
+        head += ["import numpy as np"]
     parts = [HOST_HEADER if host else head, *w.helpers, entry]
     texts = ["\n\n\n".join(render(p, oracle) for p in parts) + "\n" for oracle in (False, True)]
     return Program(
