@@ -32,6 +32,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform.api import graph_of
+from k_transform.frontend.calls import closure_transform
 from k_transform.frontend.targets import is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
@@ -53,12 +54,7 @@ def _primal(builder, api: str, fn, e) -> FuncGraph:
     those variables are not (pass them as arguments instead)."""
     primal = graph_of(fn)
     if primal.parent is not None and primal.free_variables():
-        names = ", ".join(sorted({n.debug.name or "?" for n in primal.free_variables()}))
-        raise builder.fp.unsupported(
-            f"{api} of `{primal.name}`, a function that reads variables of the function "
-            f"calling it ({names}; pass them as arguments)",
-            e,
-        )
+        raise builder.fp.unsupported(closure_transform(api, primal), e)
     return primal
 
 

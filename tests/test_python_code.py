@@ -421,3 +421,31 @@ def test_an_undefined_name_that_runs_is_refused_with_its_line():
             kt.grad(names_an_undefined_name_in_a_dead_branch)(X)
     finally:
         kt.set_strict(False)
+
+
+def grad_of_a_closure_over_the_input(x):
+    return jnp.sum(kt.grad(lambda w: jnp.sum(jnp.sin(w) * x))(x) * x)
+
+
+def grad_inside_a_lambda(x):
+    d = lambda u: kt.grad(lambda w: jnp.sum(jnp.sin(w) * u))(u)  # noqa: E731
+    return jnp.sum(d(x) * x)
+
+
+def _jax_twin(x):  # both programs above, with JAX's gradient inside
+    return jnp.sum(jax.grad(lambda w: jnp.sum(jnp.sin(w) * x))(x) * x)
+
+
+@pytest.mark.parametrize(
+    "f", [grad_of_a_closure_over_the_input, grad_inside_a_lambda], ids=lambda f: f.__name__
+)
+def test_a_gradient_of_a_closure_inside_differentiated_code(f):
+    """`kt.grad` of a function reading the caller's variables, inside code
+    that is differentiated (an internal error before: the closure's graph was
+    transformed on its own). The caller runs as Python; the inner gradient is
+    ours, traced into the caller's jaxpr, and differentiated again by our
+    rules."""
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(_jax_twin)(X), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(_jax_twin)(X), rtol=1e-5, atol=1e-6)
+    want = jax.jvp(jax.grad(_jax_twin), (X,), (V,))[1]
+    np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)

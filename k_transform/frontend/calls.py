@@ -145,6 +145,9 @@ class CallBuilder:
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
+            closures = [a.value for a in args if _reads_the_caller(a)]
+            if closures:  # transformed on its own, it would not see the caller's values
+                raise self.fp.unsupported(closure_transform(callee.hint, closures[0]), e)
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
@@ -367,3 +370,22 @@ def _is_user_class(value) -> bool:
     """A class of the user's (not a library's, not a builtin)."""
     module = getattr(value, "__module__", "") if isinstance(value, type) else "builtins"
     return module != "builtins" and not is_library_value(value)
+
+
+def closure_transform(api: str, closure: FuncGraph) -> str:
+    """The construct a transform (`kt.grad`, `kt.vjp`, ...) of a closure over
+    the caller's variables is, in code being transformed: refused by the
+    parser, so the caller runs as Python (`python_code`)."""
+    names = ", ".join(sorted({n.debug.name or "?" for n in closure.free_variables()}))
+    return (
+        f"{api} of `{closure.name}`, a function that reads variables of the function "
+        f"calling it ({names}; pass them as arguments)"
+    )
+
+
+def _reads_the_caller(node) -> bool:
+    """Whether `node` is a closure graph reading variables of enclosing graphs."""
+    graph = node.value if isinstance(node, Constant) else None
+    return (
+        isinstance(graph, FuncGraph) and graph.parent is not None and bool(graph.free_variables())
+    )
