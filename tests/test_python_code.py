@@ -449,3 +449,14 @@ def test_a_gradient_of_a_closure_inside_differentiated_code(f):
     np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(_jax_twin)(X), rtol=1e-5, atol=1e-6)
     want = jax.jvp(jax.grad(_jax_twin), (X,), (V,))[1]
     np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)
+
+
+def test_generated_code_shows_the_lines_that_run_as_python():
+    """Where a function runs as Python, the generated code shows the user's
+    own lines (with their line numbers and why), not an opaque call."""
+    source = kt.get_source(kt.grad(calls_a_helper_with_try))
+    assert "helper_with_try runs as Python (`try/except`" in source
+    first = helper_with_try.__code__.co_firstlineno
+    assert f"#   {first + 1}:     try:" in source
+    assert f"#   {first + 2}:         return jnp.sin(v) * v" in source
+    assert source.count("runs as Python") == 1  # once, in the forward code

@@ -38,6 +38,7 @@ before. Statements are written as text (expressions are formatted as
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 
@@ -50,6 +51,7 @@ from k_transform.codegen.naming import Namer, sanitize
 from k_transform.codegen.static import StaticFacts
 from k_transform.codegen.view import CodeView
 from k_transform.codegen.view import prim_name as _prim_name
+from k_transform.frontend import python_code
 from k_transform.ir.cse import pure_primitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
@@ -674,6 +676,7 @@ class _Comments:
         self.file = file
         self.inline = inline
         self.last = None
+        self.shown: set[int] = set()  # functions run as Python, whose lines are shown
 
     def inside(self) -> _Comments:
         """The comments of a branch written inline in this function."""
@@ -683,12 +686,37 @@ class _Comments:
 
     def before(self, node: Apply) -> list[str]:
         debug = node.debug
-        if not self.enabled or not debug.line or debug.line == self.last:
+        if not self.enabled:
             return []
+        python = self.python_lines(node)
+        if not debug.line or debug.line == self.last:
+            return python
         if self.inline and debug.file != self.file:
             return []
         self.last = debug.line
-        return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip()]
+        return [f"# {self.prefix} {debug.line}: {debug.source_line.strip()}".rstrip(), *python]
+
+    def python_lines(self, node: Apply) -> list[str]:
+        """The user's own lines of a function the call runs as Python (the
+        parser has no model of it: `frontend.python_code`), once per function,
+        in the forward code: what runs there is those lines, not ours."""
+        value = node.fn.value if isinstance(node.fn, Constant) else None
+        fn = getattr(getattr(value, "call", value), "fn", None)
+        reason = python_code.reason(fn) if fn is not None else None
+        if reason is None or self.prefix != "line" or id(fn) in self.shown:
+            return []
+        self.shown.add(id(fn))
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError):
+            return []
+        where = f"{reason.debug.file}:{reason.debug.line}" if reason.debug else ""
+        head = f"# {fn.__name__} runs as Python ({reason.construct}, {where}), its lines:"
+        shown = [f"#   {first + k}: {line.rstrip()}".rstrip() for k, line in enumerate(lines)]
+        return [head, *shown[:_PYTHON_LINES]] + (["#   ..."] if len(shown) > _PYTHON_LINES else [])
+
+
+_PYTHON_LINES = 40  # lines of a function run as Python shown in generated code
 
 
 def _is_primary(expr: str) -> bool:
