@@ -93,6 +93,15 @@ def _is_static(x) -> bool:
     return x is None or x is Ellipsis or isinstance(x, (bool, int, str, slice))
 
 
+def _host_object(leaf) -> bool:
+    """An argument that is neither an array, a number nor a static value: a
+    Python object whose methods are host code (`rs.randn(3)` with `rs` a
+    `RandomState` argument), so the program runs per call, not compiled."""
+    if isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex)) or _is_static(leaf):
+        return False
+    return not hasattr(leaf, "__jax_array__") and not hasattr(leaf, "shape")
+
+
 def _hashable(x):
     """A hashable stand-in for a static argument (slices are unhashable)."""
     if isinstance(x, tuple):
@@ -161,6 +170,7 @@ class CompiledGraph:
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
         # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
         self.host = graph.calls_host() and not jit_host
+        self.jit_host = jit_host
 
     @functools.cached_property
     def run(self):
@@ -191,6 +201,15 @@ class CompiledGraph:
         self.refresh()
         values = tuple(p.data for p in self.params)
         use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
+        objects = [type(a).__name__ for a in jax.tree_util.tree_leaves(args) if _host_object(a)]
+        if use_jit and objects and (self.jit or self.jit_host):
+            raise KTransformError(
+                f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
+                f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "
+                "numbers and static values (read the object as a global, or call "
+                "without kt.jit: its methods then run per call)"
+            )
+        use_jit = use_jit and not objects  # a generator's methods are host code: per call
         if not use_jit:
             return self._eager(values, rt.as_jax_inputs(args))
         static = tuple(k for k, a in enumerate(args) if _is_static(a))

@@ -20,6 +20,9 @@ import contextlib
 import functools
 import types
 
+import jax
+import numpy as np
+
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
@@ -67,7 +70,8 @@ class TracedCallK(LibraryK):
     def __call__(self, *args):
         try:
             call = self.call
-            graph = imported_graph(call.fn, call.hint, call.kwnames, args, call.host)
+            host = call.host or _host_receiver(call, args)
+            graph = imported_graph(call.fn, call.hint, call.kwnames, args, host)
             fprop = _compiled_k(graph, self.order)
         except KTransformError as exc:
             if exc.debug is not None and exc.debug.line > 0:
@@ -128,6 +132,17 @@ class DynamicCallK(DynamicK):
 
     def __repr__(self):
         return f"K{self.order}[call]"
+
+
+def _host_receiver(call, args) -> bool:
+    """A method called on a Python object that is no array or container
+    (`rs.randn(3)` with `rs` a generator the function was given, a method of
+    the user's object): host code, run each time Python runs it, never a
+    trace cached by the object (its draw was frozen into every later call)."""
+    if not isinstance(call, prims.MethodCall) or not args:
+        return False
+    values = (jax.Array, np.ndarray, np.generic, dict, list, tuple, str, bytes, int, float, complex)
+    return not isinstance(args[0], values)
 
 
 def _is_k_function(fn) -> bool:

@@ -382,3 +382,28 @@ def test_a_debug_callback_runs_as_often_as_under_jax(f):
         assert len(seen[0]) == len(seen[1]) > 0
         for a, b in zip(*seen, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def draws_from_its_argument(x, gen):
+    return jnp.sum(jnp.sin(x) * gen.randn(3))
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_a_generator_given_as_an_argument_draws_per_call(mode):
+    """`rs.randn(3)` with `rs` an argument: its draw was traced once and
+    frozen into every later call (the second call returned the first draw),
+    or the compiled program refused the object with a bare TypeError."""
+    kt.set_mode(mode)
+    try:
+        g = kt.grad(draws_from_its_argument)
+        ours_rs, theirs_rs = np.random.RandomState(5), np.random.RandomState(5)
+        ours = [np.asarray(g(X, ours_rs)) for _ in range(3)]
+        theirs = [np.asarray(jax.grad(draws_from_its_argument)(X, theirs_rs)) for _ in range(3)]
+    finally:
+        kt.set_mode("graph")
+    np.testing.assert_allclose(np.array(ours), np.array(theirs), rtol=1e-6)
+    assert ours_rs.randn() == theirs_rs.randn()
+    with pytest.raises(TypeError):  # jax.jit refuses the object too
+        jax.jit(jax.grad(draws_from_its_argument))(X, np.random.RandomState(5))
+    with pytest.raises(kt.KTransformError, match="RandomState, which is not an array"):
+        kt.jit(kt.grad(draws_from_its_argument))(X, np.random.RandomState(5))
