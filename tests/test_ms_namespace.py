@@ -152,8 +152,10 @@ def test_momentum_train_steps_match_jax(wrapper):
     net = make_net()
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
-    step = nn.TrainOneStepCell(loss_net, optimizer) if wrapper != "hand-written" else None
-    step = step or TrainStep(loss_net, optimizer)
+    if wrapper == "TrainOneStepCell":
+        step = nn.TrainOneStepCell(loss_net, optimizer)
+    else:
+        step = TrainStep(loss_net, optimizer)
     step.set_train()
     x, y = data()
     start = values(net)

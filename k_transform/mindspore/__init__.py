@@ -19,5 +19,5 @@ from k_transform.mindspore.common import dtype
 from k_transform.mindspore.names import TOP
 
 globals().update(TOP)
-__all__ = sorted([*TOP, "common", "context", "dataset", "dtype", "nn", "ops", "train"])
+__all__ = ["common", "context", "dataset", "dtype", "nn", "ops", "train", *sorted(TOP)]
 __getattr__ = missing("mindspore")

@@ -84,17 +84,21 @@ OPERATIONS = pick(
 )
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
 
-_CONV = "takes (stride, padding, dilation, group), MindSpore's (out_channel, kernel_size, ...); use nn.Conv2d"
+_CONV = (
+    "it takes (stride, padding, dilation, group), "
+    "MindSpore's (out_channel, kernel_size, mode, pad_mode, ...); use nn.Conv2d"
+)
+_ARG = "it takes (axis=None, keep_dims) and flattens by default, MindSpore's (axis=-1, output_type)"
 _POOL = (
     "its strides default to the kernel size and its third argument is `padding`, "
     "MindSpore's default to 1 and the third is `pad_mode`; use nn.MaxPool2d / nn.AvgPool2d"
 )
 _DROPOUT = "it takes a PRNG key as an input; use nn.Dropout"
 OPS_DIFFERS = {
-    "Argmax": "it takes (axis=None, keep_dims) and flattens by default, MindSpore's (axis=-1, output_type)",
-    "Argmin": "it takes (axis=None, keep_dims) and flattens by default, MindSpore's (axis=-1, output_type)",
+    "Argmax": _ARG,
+    "Argmin": _ARG,
     "AvgPool": _POOL,
-    "BatchNorm": "it is (x, gamma, beta) -> (y, mean, var) with no running statistics; use nn.BatchNorm2d",
+    "BatchNorm": "it is (x, gamma, beta) -> (y, mean, var), no running stats; use nn.BatchNorm2d",
     "BroadcastTo": "it takes the shape as an input, BroadcastTo()(x, shape); use ops.broadcast_to",
     "Cholesky": "it has no `upper` attribute",
     "Conv2D": _CONV,

@@ -5,5 +5,5 @@ from k_transform.mindspore.common import dtype, initializer
 from k_transform.mindspore.names import COMMON
 
 globals().update(COMMON)
-__all__ = sorted([*COMMON, "dtype", "initializer"])
+__all__ = ["dtype", "initializer", *sorted(COMMON)]
 __getattr__ = missing("mindspore.common")

@@ -7,5 +7,5 @@ from k_transform.mindspore.names import OPS, OPS_DIFFERS
 from k_transform.mindspore.ops import composite, functional, operations
 
 globals().update(OPS)
-__all__ = sorted([*OPS, "composite", "functional", "operations"])
+__all__ = ["composite", "functional", "operations", *sorted(OPS)]
 __getattr__ = missing("mindspore.ops", OPS_DIFFERS)
