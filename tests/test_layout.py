@@ -48,7 +48,7 @@ LAYERS = [
     ["jacobians"],  # jacrev/jacfwd over reverse and forward; hessian, hvp
     ["nn"],
     ["train"],
-    ["__init__"],  # the public API, `import k_transform as kt`
+    ["__init__", "mindspore"],  # the public API, `import k_transform as kt`; MindSpore's names
     ["__main__"],  # programs written against the public API
     ["demo"],
 ]

@@ -51,7 +51,7 @@ from k_transform.codegen.naming import Namer, sanitize
 from k_transform.codegen.static import StaticFacts
 from k_transform.codegen.view import CodeView
 from k_transform.codegen.view import prim_name as _prim_name
-from k_transform.frontend import python_code
+from k_transform.context import TRANSFORM
 from k_transform.ir.cse import pure_primitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
@@ -702,7 +702,9 @@ class _Comments:
         in the forward code: what runs there is those lines, not ours."""
         value = node.fn.value if isinstance(node.fn, Constant) else None
         fn = getattr(getattr(value, "call", value), "fn", None)
-        reason = python_code.reason(fn) if fn is not None else None
+        # `frontend.python_code.reason(fn)`, read where it is kept (codegen is below frontend)
+        entry = TRANSFORM.cache("python_code.functions").get(id(fn)) if fn is not None else None
+        reason = entry[1] if entry is not None and entry[0] is fn else None
         if reason is None or self.prefix != "line" or id(fn) in self.shown:
             return []
         self.shown.add(id(fn))

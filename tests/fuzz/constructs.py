@@ -656,6 +656,14 @@ class Constructs:
             self.assign_result(scope, indent, f"{v} * 0.5"),
         ]
 
+    def idiom_19(self, scope, indent, v, t):
+        """A gradient of a closure over the program's values, in the program."""
+        inner = f"lambda w: jnp.sum(jnp.sin(w) * {v})"
+        return [
+            Alt(f"{indent}{t} = kt.grad({inner})({v})", f"{indent}{t} = jax.grad({inner})({v})"),
+            self.assign_result(scope, indent, f"jnp.tanh({t})"),
+        ]
+
     def idiom_18(self, scope, indent, v, t):
         """A name that is not defined, in a branch that never runs."""
         return [

@@ -375,7 +375,9 @@ def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
         "import jax.numpy as jnp",
     ]
     if w.construct == "python_idioms":
-        head += ["import numpy as np"]
+        head = ["import dataclasses", "import functools", "import typing", ""]
+        head += ["import jax", "import jax.numpy as jnp", "import numpy as np", ""]
+        head += ["import k_transform as kt"]
     parts = [HOST_HEADER if host else head, *w.helpers, entry]
     texts = ["\n\n\n".join(render(p, oracle) for p in parts) + "\n" for oracle in (False, True)]
     return Program(
