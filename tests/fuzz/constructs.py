@@ -456,8 +456,9 @@ class Constructs:
         generator given as an argument, `zip(*pairs)` and `isinstance`, a
         Python `if` on an array's value inside `try` (JAX's jit refuses it:
         "as_jax"), a generator function, `assert`, a name undefined in a
-        branch that never runs."""
-        kind = self.integer(0, 18)
+        branch that never runs, a gradient of a closure over the program's
+        values inside the program (`kt.grad` there, `jax.grad` in the oracle)."""
+        kind = self.integer(0, 19)
         v, t = self.vec(scope), self.fresh("t")
         if kind == 0:
             return [
