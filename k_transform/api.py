@@ -44,6 +44,9 @@ def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
     values in a `*args` parameter, to specialise the graph to (`parse`)."""
     if isinstance(fn, FuncGraph):
         return fn
+    graph_for = getattr(fn, "__kt_graph_for__", None)
+    if graph_for is not None and star_arity is not None:
+        return graph_for(star_arity)
     if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
     if hasattr(type(fn), "__kt_lower__") and arity(fn) is not None:

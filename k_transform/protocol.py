@@ -35,6 +35,11 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         "gradient function, a `kt.compile`d program)",
         ("k_transform.api", "k_transform.compiled", "k_transform.reverse", "k_transform.jit_api"),
     ),
+    "__kt_graph_for__": (
+        "`__kt_graph_for__(n)`: the FuncGraph it runs when given `n` values for "
+        "its `*args` (the gradient of a `*args` function, made per arity)",
+        ("k_transform.reverse",),
+    ),
     "__kt_source__": (
         "the generated Python it runs (`kt.get_source`)",
         ("k_transform.codegen.compile", "k_transform.compiled"),

@@ -305,7 +305,16 @@ class GradFunction(CompiledGraph):
             return
         remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
-        primal = graph_of(fn)
+        try:
+            primal = graph_of(fn)
+        except KTransformError:
+            if isinstance(fn, FuncGraph) or not takes_star_args(fn):
+                raise
+            # `def summed(*args): return jnp.sum(fun(*args))` (a user's `egrad`):
+            # what `fun(*args)` means is known once the number of arguments is.
+            self._star = (fn, spec, jit, api, bound)
+            self._arities: dict[int, GradFunction] = {}
+            return
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
         self._binds = not bound and primal.signature is not None
         # Parameters a call may leave to their defaults (bound like keywords).
@@ -326,7 +335,24 @@ class GradFunction(CompiledGraph):
         while len(made) > SHARED_PROGRAMS:  # each holds compiled XLA programs
             del made[next(iter(made))]
 
+    def __repr__(self) -> str:
+        if "_star" in self.__dict__:
+            return f"<k_transform gradient of {getattr(self._star[0], '__name__', '?')}(*args)>"
+        return super().__repr__()
+
+    def __kt_graph_for__(self, n: int) -> FuncGraph:
+        return self._for_arity(n).__kt_graph__ if "_star" in self.__dict__ else self.__kt_graph__
+
+    def _for_arity(self, n: int) -> GradFunction:
+        """A `*args` function's gradient for `n` arguments (its graph specialised)."""
+        if n not in self._arities:
+            fn, spec, jit, api, bound = self._star
+            self._arities[n] = GradFunction(spread_args(fn, n), spec, jit, api, bound)
+        return self._arities[n]
+
     def __call__(self, *args, **kwargs):
+        if "_star" in self.__dict__:
+            return self._for_arity(len(args) - self.spec.sens_param)(*args, **kwargs)
         if not self.constant_sequences:
             return self._call(args, kwargs)
         n = len(args) - self.spec.sens_param
@@ -360,6 +386,9 @@ class GradFunction(CompiledGraph):
         `__kt_graph__`); for MindSpore's `grad` a Python int constant at a
         differentiated position is left out of the gradients, as `__call__`
         leaves it out."""
+        if "_star" in self.__dict__:
+            n = len(args) - self.spec.sens_param
+            return self._for_arity(n).__kt_lower__(builder, args, kwargs, e)
         graph = self.__kt_graph__
         result = builder.call(Constant(graph, hint=graph.name), args, kwargs, e)
         n = len(args) - self.spec.sens_param

@@ -460,3 +460,32 @@ def test_generated_code_shows_the_lines_that_run_as_python():
     assert f"#   {first + 1}:     try:" in source
     assert f"#   {first + 2}:         return jnp.sin(v) * v" in source
     assert source.count("runs as Python") == 1  # once, in the forward code
+
+
+def egrad(fun):
+    """A user's elementwise gradient (autograd's `elementwise_grad`)."""
+
+    def summed(*args):
+        return jnp.sum(fun(*args))
+
+    return kt.grad(summed)
+
+
+def jax_egrad(fun):
+    def summed(*args):
+        return jnp.sum(fun(*args))
+
+    return jax.grad(summed)
+
+
+def test_a_users_gradient_wrapper_with_star_args_nests():
+    """`egrad(egrad(jnp.tanh))`: the gradient of a `*args` function is made
+    when the number of arguments is known (its `fun(*args)` was refused at
+    `kt.grad(summed)`, then a bare AssertionError); nested, the inner gradient
+    is lowered into the outer one's graph."""
+    np.testing.assert_allclose(egrad(jnp.tanh)(X), jax_egrad(jnp.tanh)(X), rtol=1e-6)
+    want = jax_egrad(jax_egrad(jnp.tanh))(X)
+    np.testing.assert_allclose(egrad(egrad(jnp.tanh))(X), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(egrad(egrad(jnp.tanh)))(X), want, rtol=1e-5, atol=1e-6)
+    third = jax_egrad(jax_egrad(jax_egrad(jnp.sin)))(X)
+    np.testing.assert_allclose(egrad(egrad(egrad(jnp.sin)))(X), third, rtol=1e-5, atol=1e-6)

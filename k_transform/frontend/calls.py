@@ -315,6 +315,8 @@ class CallBuilder:
             return value if isinstance(value, FuncGraph) else graph
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             return self.parse(value)
+        if hasattr(type(value), "__kt_lower__"):  # our API's object: lowered where called
+            return None
         method = callables.user_call_method(value)
         if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
             return self.parse(method, bound_self=value)
