@@ -489,3 +489,29 @@ def test_a_users_gradient_wrapper_with_star_args_nests():
     np.testing.assert_allclose(kt.jit(egrad(egrad(jnp.tanh)))(X), want, rtol=1e-5, atol=1e-6)
     third = jax_egrad(jax_egrad(jax_egrad(jnp.sin)))(X)
     np.testing.assert_allclose(egrad(egrad(egrad(jnp.sin)))(X), third, rtol=1e-5, atol=1e-6)
+
+
+def draws_with_a_jax_key(x):
+    try:
+        k1, k2 = jax.random.split(jax.random.PRNGKey(1))
+    finally:
+        pass
+    return jnp.sum(x * jax.random.normal(k1, (3,)) + jax.random.uniform(k2, (3,)) * x**2)
+
+
+def checkpointed_inside(x):
+    try:
+        y = jax.checkpoint(lambda u: jnp.sin(jnp.cos(u)))(x)
+    finally:
+        pass
+    return jnp.sum(y * x)
+
+
+@pytest.mark.parametrize("f", [draws_with_a_jax_key, checkpointed_inside], ids=lambda f: f.__name__)
+def test_jax_keys_and_checkpoint_in_python_code(f):
+    """A jaxpr holding PRNG keys (an extended dtype: a bare TypeError before)
+    and `jax.checkpoint` (`remat2` in JAX 0.10: no rule before) import."""
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
+    want = jax.jvp(jax.grad(f), (X,), (V,))[1]
+    np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)

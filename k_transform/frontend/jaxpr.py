@@ -74,6 +74,7 @@ INLINED = {
     "closed_call": "call_jaxpr",
     "core_call": "call_jaxpr",
     "remat": "jaxpr",
+    "remat2": "jaxpr",  # jax.checkpoint (JAX 0.4.36+ names it so)
     "checkpoint": "jaxpr",
     "custom_jvp_call": "call_jaxpr",
     "custom_vjp_call": "call_jaxpr",
@@ -306,7 +307,12 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
 
 
 def _aval(var) -> tuple:
-    return (tuple(var.aval.shape), np.dtype(var.aval.dtype))
+    dtype = var.aval.dtype
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:  # an extended dtype (a PRNG key): kept as JAX's
+        pass
+    return (tuple(var.aval.shape), dtype)
 
 
 # -- bit manipulation ---------------------------------------------------------------------

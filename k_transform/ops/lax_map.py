@@ -314,7 +314,10 @@ def _tile(b: Lowering) -> Node:
 
 # -- the importer's entry point ---------------------------------------------------------
 def _inexact(aval) -> bool:
-    return np.issubdtype(aval[1], np.inexact)
+    try:
+        return np.issubdtype(aval[1], np.inexact)
+    except TypeError:  # an extended dtype (a PRNG key): no gradient
+        return False
 
 
 def import_equation(
