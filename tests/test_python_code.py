@@ -515,3 +515,21 @@ def test_jax_keys_and_checkpoint_in_python_code(f):
     np.testing.assert_allclose(kt.jit(kt.grad(f))(X), jax.grad(f)(X), rtol=1e-5, atol=1e-6)
     want = jax.jvp(jax.grad(f), (X,), (V,))[1]
     np.testing.assert_allclose(kt.hvp(f, (X,), V), want, rtol=1e-4, atol=1e-5)
+
+
+def uses_egrad_inside(x):
+    return jnp.sum(egrad(jnp.tanh)(x) * x) + jnp.sum(egrad(egrad(jnp.sin))(x))
+
+
+def jax_uses_egrad_inside(x):
+    return jnp.sum(jax_egrad(jnp.tanh)(x) * x) + jnp.sum(jax_egrad(jax_egrad(jnp.sin))(x))
+
+
+def test_a_users_gradient_wrapper_inside_differentiated_code():
+    """`egrad(jnp.tanh)` called in code being differentiated: the wrapper runs
+    as Python and gets `jnp.tanh` itself (it got the fprop the DFunctor made
+    of it: a function returned where an array was expected)."""
+    want = jax.grad(jax_uses_egrad_inside)(X)
+    np.testing.assert_allclose(kt.grad(uses_egrad_inside)(X), want, rtol=1e-5, atol=1e-6)
+    got = kt.jit(kt.grad(uses_egrad_inside))(X)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -392,6 +392,10 @@ class DFunctor:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
         if prims.imports_jaxpr(fn):  # K deferred to trace time (LibraryK)
+            # A function given to the library (to call, or to keep) is the user's
+            # own, not its fprop: a constant takes no gradient, and the library's
+            # jaxpr, differentiated as a whole, holds what its calls compute.
+            args = [a if _function_constant(a) else k for a, k in zip(node.args, args, strict=True)]
             k1 = SERVICES.library_k(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
@@ -684,3 +688,11 @@ def _result_of(fprop: FuncGraph) -> FuncGraph:
         g.output = g.apply(_const(prims.GetItem()), pair, Constant(0), debug=fprop.debug)
         results[fprop.uid] = g
     return results[fprop.uid]
+
+
+def _function_constant(node: Node) -> bool:
+    """A constant function, graph or primitive (not a Parameter, not data)."""
+    if not isinstance(node, Constant):
+        return False
+    value = node.value
+    return callable(value) and not hasattr(value, "shape") and not isinstance(value, type)
