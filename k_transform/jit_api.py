@@ -55,7 +55,7 @@ class Jit:
 
     def __call__(self, *args, **kwargs):
         fn = self.__wrapped__
-        if not kwargs and getattr(fn, "__kt_graph_for__", None) and not hasattr(fn, "__kt_graph__"):
+        if not kwargs and getattr(fn, "__kt_graph_for__", None) is not None:
             return self.compiled(len(args))(*args)  # the gradient of a `*args` function
         if takes_star_args(self.__wrapped__):
             args, where = bind_keywords(self.__wrapped__, args, kwargs)

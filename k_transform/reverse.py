@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from operator import getitem
 
 import jax
@@ -305,16 +306,21 @@ class GradFunction(CompiledGraph):
             return
         remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
+        star = isinstance(fn, types.FunctionType) and takes_star_args(fn) and not bound
+        if star:
+            # `def summed(*args): return jnp.sum(fun(*args))` (a user's `egrad`):
+            # called with positional arguments, it is made per number of them,
+            # so `fun(*args)` is a call of known arity and, nested
+            # (`egrad(egrad(f))`), each level a function of those arguments.
+            self._star = (fn, spec, jit, api, bound)
+            self._arities: dict[int, GradFunction] = {}
+            self.__kt_graph_for__ = lambda n: self._for_arity(n).__kt_graph__
         try:
             primal = graph_of(fn)
         except KTransformError:
-            if isinstance(fn, FuncGraph) or not takes_star_args(fn):
+            if not star:
                 raise
-            # `def summed(*args): return jnp.sum(fun(*args))` (a user's `egrad`):
-            # what `fun(*args)` means is known once the number of arguments is.
-            self._star = (fn, spec, jit, api, bound)
-            self._arities: dict[int, GradFunction] = {}
-            return
+            return  # made per arity only (keywords then cannot be bound)
         # `bound`: called with the graph's own parameters (see `_keyword_call`).
         self._binds = not bound and primal.signature is not None
         # Parameters a call may leave to their defaults (bound like keywords).
@@ -340,9 +346,6 @@ class GradFunction(CompiledGraph):
             return f"<k_transform gradient of {getattr(self._star[0], '__name__', '?')}(*args)>"
         return super().__repr__()
 
-    def __kt_graph_for__(self, n: int) -> FuncGraph:
-        return self._for_arity(n).__kt_graph__ if "_star" in self.__dict__ else self.__kt_graph__
-
     def _for_arity(self, n: int) -> GradFunction:
         """A `*args` function's gradient for `n` arguments (its graph specialised)."""
         if n not in self._arities:
@@ -351,7 +354,7 @@ class GradFunction(CompiledGraph):
         return self._arities[n]
 
     def __call__(self, *args, **kwargs):
-        if "_star" in self.__dict__:
+        if "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__):
             return self._for_arity(len(args) - self.spec.sens_param)(*args, **kwargs)
         if not self.constant_sequences:
             return self._call(args, kwargs)
@@ -386,7 +389,7 @@ class GradFunction(CompiledGraph):
         `__kt_graph__`); for MindSpore's `grad` a Python int constant at a
         differentiated position is left out of the gradients, as `__call__`
         leaves it out."""
-        if "_star" in self.__dict__:
+        if "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__):
             n = len(args) - self.spec.sens_param
             return self._for_arity(n).__kt_lower__(builder, args, kwargs, e)
         graph = self.__kt_graph__

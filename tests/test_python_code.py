@@ -489,6 +489,14 @@ def test_a_users_gradient_wrapper_with_star_args_nests():
     np.testing.assert_allclose(kt.jit(egrad(egrad(jnp.tanh)))(X), want, rtol=1e-5, atol=1e-6)
     third = jax_egrad(jax_egrad(jax_egrad(jnp.sin)))(X)
     np.testing.assert_allclose(egrad(egrad(egrad(jnp.sin)))(X), third, rtol=1e-5, atol=1e-6)
+    # a user's function inside (autograd's tanh example): a bare AssertionError before
+    want = jax_egrad(jax_egrad(users_tanh))(X)
+    np.testing.assert_allclose(egrad(egrad(users_tanh))(X), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(egrad(egrad(users_tanh)))(X), want, rtol=1e-5, atol=1e-6)
+
+
+def users_tanh(x):
+    return (1.0 - jnp.exp(-2 * x)) / (1.0 + jnp.exp(-(2 * x)))
 
 
 def draws_with_a_jax_key(x):
