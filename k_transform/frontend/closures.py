@@ -256,19 +256,26 @@ class ClosureScope:
             if now != key:
                 if isinstance(site, OuterReads):
                     changed = sorted({name for name, _ in set(now) ^ set(key)})
-                    raise self.fp.error(
-                        f"the closure {site.name!r} returned by {site.factory}() reads "
-                        f"{', '.join(repr(n) for n in changed)} of this function, rebound "
-                        "since that call: Python would see the new value, k_transform cannot "
-                        "rebind it there (pass the value as an argument, or call "
-                        f"{site.factory}() again after the rebinding)",
-                        node,
+                    raise _runs_as_python(
+                        self.fp.error(
+                            f"the closure {site.name!r} returned by {site.factory}() reads "
+                            f"{', '.join(repr(n) for n in changed)} of this function, rebound "
+                            "since that call: Python would see the new value, k_transform "
+                            "cannot rebind it there (pass the value as an argument, or call "
+                            f"{site.factory}() again after the rebinding)",
+                            node,
+                        ),
+                        "a closure reading a variable rebound after its factory's call",
                     )
-                raise self.fp.error(
-                    f"the closure {site.name!r} is defined inside an `if` on a traced value "
-                    "and reads a variable rebound after that `if`; k_transform cannot rebind it "
-                    "there (define the closure after the `if`, or pass the value as an argument)",
-                    node,
+                raise _runs_as_python(
+                    self.fp.error(
+                        f"the closure {site.name!r} is defined inside an `if` on a traced value "
+                        "and reads a variable rebound after that `if`; k_transform cannot "
+                        "rebind it there (define the closure after the `if`, or pass the value "
+                        "as an argument)",
+                        node,
+                    ),
+                    "a closure leaving an `if` and reading a variable rebound after it",
                 )
 
     def note_returned_closures(self, graph: FuncGraph, result: Node, e) -> None:
@@ -316,12 +323,23 @@ class ClosureScope:
             if isinstance(value, ClosureSite):
                 sites.append(value)
             for site in filter(None, sites):
-                raise self.fp.error(
-                    f"the closure {site.name!r} is created in the body of a loop that is not "
-                    "unrolled and used after its iteration; k_transform cannot rebind its "
-                    "variables there (define it outside the loop, or use a static range)",
-                    s,
+                raise _runs_as_python(
+                    self.fp.error(
+                        f"the closure {site.name!r} is created in the body of a loop that is "
+                        "not unrolled and used after its iteration; k_transform cannot rebind "
+                        "its variables there (define it outside the loop, or use a static range)",
+                        s,
+                    ),
+                    "a closure carried out of a loop that is not unrolled",
                 )
+
+
+def _runs_as_python(exc, construct: str):
+    """`exc`, for a closure whose bindings the graph cannot keep as Python's:
+    a construct the parser has no model of, so a plain function holding it
+    runs as Python (`frontend.python_code`), where Python keeps them."""
+    exc.construct = construct
+    return exc
 
 
 class OuterReads:
