@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import types
 from operator import getitem
 
@@ -334,6 +335,9 @@ class GradFunction(CompiledGraph):
         # jit outputs); called inside transformed code, the graph holds them.
         graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))
         super().__init__(graph, fn, jit, primal=primal, remake=remake)
+        if isinstance(fn, types.FunctionType) and not spec.sens_param:
+            # called as `fn` is (`grad(grad(f))(a)` leaves f's defaults to it)
+            self.__signature__ = inspect.signature(fn)
         if spec.return_ids:
             self.__kt_graph__ = grad_graph(primal, spec)
         self.bound_loops = True

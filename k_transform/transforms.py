@@ -85,6 +85,8 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     """The gradient of `primal` as a graph (see the module docstring)."""
     names = [p.name for p in primal.parameters]
     graph, args = new_graph(f"{primal.name}_grad", primal, names + ["sens"] * spec.sens_param)
+    if not spec.sens_param:  # `grad(f)(a)` leaves `guess` to f's default: so may its gradient
+        graph.defaults = dict(primal.defaults or {})
     b = Builder(graph)
     inputs = args[: len(names)]
     pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)

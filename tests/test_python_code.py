@@ -541,3 +541,20 @@ def test_a_users_gradient_wrapper_inside_differentiated_code():
     np.testing.assert_allclose(kt.grad(uses_egrad_inside)(X), want, rtol=1e-5, atol=1e-6)
     got = kt.jit(kt.grad(uses_egrad_inside))(X)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def with_a_default(a, guess=10.0):
+    return jnp.sin(a) * guess + a**3
+
+
+def test_a_gradient_of_a_gradient_keeps_the_functions_defaults():
+    """`grad(grad(f))(a)` of `f(a, guess=10.0)` (autograd's fixed_points
+    example): the inner gradient takes f's parameters with f's defaults
+    (a bare TypeError 'missing guess' before)."""
+    want = jax.grad(jax.grad(with_a_default))(2.0)
+    np.testing.assert_allclose(kt.grad(kt.grad(with_a_default))(2.0), want, rtol=1e-5)
+    np.testing.assert_allclose(
+        kt.grad(kt.grad(with_a_default))(2.0, 3.0),
+        jax.grad(jax.grad(with_a_default))(2.0, 3.0),
+        rtol=1e-5,
+    )
