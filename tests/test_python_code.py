@@ -558,3 +558,33 @@ def test_a_gradient_of_a_gradient_keeps_the_functions_defaults():
         jax.grad(jax.grad(with_a_default))(2.0, 3.0),
         rtol=1e-5,
     )
+
+
+def _gd_step(a):
+    return lambda x: x - 0.05 * (x**2 - a)
+
+
+def _distance(x, y):
+    return jnp.abs(x - y)
+
+
+def _fixed_point(f, a, x0, distance, tol):
+    step = f(a)
+    x, x_prev = step(x0), x0
+    while distance(x, x_prev) > tol:
+        x, x_prev = step(x), x
+    return x
+
+
+def fixed_point_sqrt(a):
+    return _fixed_point(_gd_step, a, 10.0, _distance, 1e-4)
+
+
+def test_second_order_through_a_while_whose_test_calls_a_function_value():
+    """`while distance(x, x_prev) > tol` with `distance` passed in (autograd's
+    fixed_points example): at second order the test compared a (value,
+    bprop) pair with a float (a bare TypeError): a call of a function value
+    inside a graph K made is a call of a value at the next order too."""
+    want = jax.grad(jax.grad(fixed_point_sqrt))(2.0)
+    np.testing.assert_allclose(kt.grad(kt.grad(fixed_point_sqrt))(2.0), want, rtol=1e-4)
+    np.testing.assert_allclose(kt.hvp(fixed_point_sqrt, (2.0,), 1.0), want, rtol=1e-4)

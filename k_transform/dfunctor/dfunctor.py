@@ -669,9 +669,12 @@ def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
 
 def _calls_values(graph: FuncGraph) -> bool:
     """Whether `graph` (or a graph it reaches) calls a value, not a known graph
-    or primitive: a function it was passed, which K turns into its fprop."""
+    or primitive: a function it was passed, which K turns into its fprop (in
+    a graph K made, such a call is a `DynamicK`'s: at the next order the
+    value is an fprop of an fprop)."""
     return any(
-        isinstance(node, Apply) and not isinstance(node.fn, Constant)
+        isinstance(node, Apply)
+        and (not isinstance(node.fn, Constant) or isinstance(node.fn.value, DynamicK))
         for g in graph.reachable()
         for node in g.nodes
     )
