@@ -588,3 +588,38 @@ def test_second_order_through_a_while_whose_test_calls_a_function_value():
     want = jax.grad(jax.grad(fixed_point_sqrt))(2.0)
     np.testing.assert_allclose(kt.grad(kt.grad(fixed_point_sqrt))(2.0), want, rtol=1e-4)
     np.testing.assert_allclose(kt.hvp(fixed_point_sqrt, (2.0,), 1.0), want, rtol=1e-4)
+
+
+def _sin_times(v):
+    return jnp.sin(v) * v
+
+
+def maps_functions_over_a_tree(x):
+    t = jax.tree_util.tree_map(_sin_times, {"a": x, "b": x * 2.0})
+    u = jax.tree_util.tree_map(jnp.tanh, [x, t["a"]])
+    return jnp.sum(t["a"] + t["b"] + u[1])
+
+
+def egrad_of_functions_inside(x):
+    s = jnp.sum(x)
+    scaled = lambda v: jnp.tanh(v) * s  # noqa: E731 - reads this function's `s`
+    return jnp.sum(egrad(users_tanh)(x) * x + egrad(scaled)(x))
+
+
+def jax_egrad_of_functions_inside(x):
+    s = jnp.sum(x)
+    scaled = lambda v: jnp.tanh(v) * s  # noqa: E731
+    return jnp.sum(jax_egrad(users_tanh)(x) * x + jax_egrad(scaled)(x))
+
+
+def test_a_library_call_gets_the_users_functions():
+    """A function given to a library call (`tree_map(f, tree)`, a user's
+    `egrad(f)`) is the user's Python function, not the fprop the DFunctor
+    made of it (tree_map summed (value, bprop) pairs: refused before); one
+    reading the caller's variables makes the caller run as Python."""
+    want = jax.grad(maps_functions_over_a_tree)(X)
+    np.testing.assert_allclose(kt.grad(maps_functions_over_a_tree)(X), want, rtol=1e-5)
+    got = kt.jit(kt.grad(maps_functions_over_a_tree))(X)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    want = jax.grad(jax_egrad_of_functions_inside)(X)
+    np.testing.assert_allclose(kt.grad(egrad_of_functions_inside)(X), want, rtol=1e-5, atol=1e-6)

@@ -395,7 +395,7 @@ class DFunctor:
             # A function given to the library (to call, or to keep) is the user's
             # own, not its fprop: a constant takes no gradient, and the library's
             # jaxpr, differentiated as a whole, holds what its calls compute.
-            args = [a if _function_constant(a) else k for a, k in zip(node.args, args, strict=True)]
+            args = [_as_given(a) or k for a, k in zip(node.args, args, strict=True)]
             k1 = SERVICES.library_k(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
@@ -693,9 +693,18 @@ def _result_of(fprop: FuncGraph) -> FuncGraph:
     return results[fprop.uid]
 
 
-def _function_constant(node: Node) -> bool:
-    """A constant function, graph or primitive (not a Parameter, not data)."""
+def _as_given(node: Node) -> Node | None:
+    """What a library call gets for a constant function argument: the user's
+    own function (a primitive, a library function, the Python function a
+    graph was parsed from), not its fprop; None where K's value is needed
+    (data, a Parameter, a closure graph over the caller's values)."""
     if not isinstance(node, Constant):
-        return False
+        return None
     value = node.value
-    return callable(value) and not hasattr(value, "shape") and not isinstance(value, type)
+    if isinstance(value, FuncGraph):
+        if value.python_fn is None or value.free_variables():
+            return None
+        return Constant(value.python_fn, node.debug, node.hint)
+    if callable(value) and not hasattr(value, "shape") and not isinstance(value, type):
+        return node
+    return None

@@ -226,6 +226,13 @@ class CallBuilder:
         if python_code.reason(value) is not None and inspect.isgeneratorfunction(value):
             # its result is a generator, no array: the caller runs as Python too
             raise self.fp.unsupported(f"a call of the generator function {hint}", e)
+        closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
+        if closures:  # the library would call it apart from the values it reads
+            raise self.fp.unsupported(
+                f"`{hint}(...)` given `{closures[0].name}`, a function reading variables "
+                "of the function calling it,",
+                e,
+            )
         given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
         host = host_call(value, constant) or python_code.reason(value) is not None
         host = host or any(python_code.deferred(v) is not None for v in given)

@@ -139,6 +139,8 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
         del _cache[key]
         raise
     graph.guards = parser.guards.guards()
+    if bound_self is None and star_arity is None:
+        graph.python_fn = fn  # what a library call given this function gets (DFunctor)
     return graph
 
 

@@ -166,6 +166,7 @@ class FuncGraph:
         self.differentiated_as: FuncGraph | None = None
         # Makes the error raised when a transform would differentiate this graph.
         self.refusal = None
+        self.python_fn = None  # the user's Python function it was parsed from (top level)
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
         self.guards: tuple | None = None
