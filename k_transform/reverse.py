@@ -247,7 +247,9 @@ def spread_args(fn, n: int):
 
 
 def _spread_graph(fn, n: int) -> FuncGraph:
-    primal = graph_of(fn, star_arity=n)
+    # `*args` holds the arguments past the named positional parameters
+    star = sum(k is not None for _, k in bind_keywords(fn, tuple(range(n)), {})[1])
+    primal = graph_of(fn, star_arity=star)
     graph, params = new_graph(f"{primal.name}_spread", primal, [f"x{k}" for k in range(n)])
     b = Builder(graph)
     flat, _ = bind_keywords(fn, tuple(params), {})

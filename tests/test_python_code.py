@@ -623,3 +623,22 @@ def test_a_library_call_gets_the_users_functions():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     want = jax.grad(jax_egrad_of_functions_inside)(X)
     np.testing.assert_allclose(kt.grad(egrad_of_functions_inside)(X), want, rtol=1e-5, atol=1e-6)
+
+
+def _tanh_loss(w):
+    return jnp.sum(jnp.tanh(w) ** 2)
+
+
+_grad_of_loss = kt.grad(_tanh_loss)
+
+
+def directional(x, *rest):
+    """A `*args` function with a named parameter before `*args` (autograd's
+    check_grads): its gradient for one argument has an empty `rest`."""
+    return jnp.vdot(_grad_of_loss(x, *rest), V)
+
+
+def test_a_star_args_function_with_named_parameters_first():
+    want = jax.grad(lambda x: jnp.vdot(jax.grad(_tanh_loss)(x), V))(X)
+    np.testing.assert_allclose(kt.grad(directional)(X), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kt.jit(kt.grad(directional))(X), want, rtol=1e-5, atol=1e-6)
