@@ -201,8 +201,9 @@ class CompiledGraph:
         self.refresh()
         values = tuple(p.data for p in self.params)
         use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
-        objects = [type(a).__name__ for a in jax.tree_util.tree_leaves(args) if _host_object(a)]
-        if use_jit and objects and (self.jit or self.jit_host):
+        leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
+        objects = [type(a).__name__ for a in leaves if _host_object(a)]
+        if objects and (self.jit or self.jit_host):
             raise KTransformError(
                 f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
                 f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "

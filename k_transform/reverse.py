@@ -352,6 +352,11 @@ class GradFunction(CompiledGraph):
             return f"<k_transform gradient of {getattr(self._star[0], '__name__', '?')}(*args)>"
         return super().__repr__()
 
+    def _per_arity(self, kwargs: dict) -> bool:
+        """Whether this call goes to the per-arity gradient of a `*args`
+        function (keywords keep the generic graph, where there is one)."""
+        return "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__)
+
     def _for_arity(self, n: int) -> GradFunction:
         """A `*args` function's gradient for `n` arguments (its graph specialised)."""
         if n not in self._arities:
@@ -360,7 +365,7 @@ class GradFunction(CompiledGraph):
         return self._arities[n]
 
     def __call__(self, *args, **kwargs):
-        if "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__):
+        if self._per_arity(kwargs):
             return self._for_arity(len(args) - self.spec.sens_param)(*args, **kwargs)
         if not self.constant_sequences:
             return self._call(args, kwargs)
@@ -395,7 +400,7 @@ class GradFunction(CompiledGraph):
         `__kt_graph__`); for MindSpore's `grad` a Python int constant at a
         differentiated position is left out of the gradients, as `__call__`
         leaves it out."""
-        if "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__):
+        if self._per_arity(kwargs):
             n = len(args) - self.spec.sens_param
             return self._for_arity(n).__kt_lower__(builder, args, kwargs, e)
         graph = self.__kt_graph__
