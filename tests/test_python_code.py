@@ -16,6 +16,7 @@ import dataclasses
 import functools
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -642,3 +643,69 @@ def test_a_star_args_function_with_named_parameters_first():
     want = jax.grad(lambda x: jnp.vdot(jax.grad(_tanh_loss)(x), V))(X)
     np.testing.assert_allclose(kt.grad(directional)(X), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(kt.jit(kt.grad(directional))(X), want, rtol=1e-5, atol=1e-6)
+
+
+def users_grad(f, argnum=0):
+    """A user's JAX-style wrapper over our API (autograd's shim)."""
+    return kt.grad(f, grad_position=argnum)
+
+
+def _loglike(r, p):
+    return jnp.sum(jnp.sin(r) * p + p**2 * r)
+
+
+def thin_wrapper_inside(x):
+    """The wrapper called in differentiated code with a lambda and the
+    position (autograd's negative_binomial_maxlike: `grad(loglike)(r, p(r))`)."""
+    g = users_grad(lambda a, b: jnp.sum(jnp.sin(a) * b), 1)(x, x * 2.0)
+    return jnp.sum(g * x) + jnp.sum(users_grad(_loglike)(x, jnp.cos(x)))
+
+
+def jax_thin_wrapper_inside(x):
+    g = jax.grad(lambda a, b: jnp.sum(jnp.sin(a) * b), argnums=1)(x, x * 2.0)
+    return jnp.sum(g * x) + jnp.sum(jax.grad(_loglike)(x, jnp.cos(x)))
+
+
+def test_a_users_thin_wrapper_over_the_gradient_api():
+    """`kt.grad(f, grad_position=argnum)` given the wrapper's parameters: the
+    wrapper runs as Python (refused before: "no primitive with a gradient
+    rule"), and the lambda it gets is the user's Python function."""
+    want = jax.grad(jax_thin_wrapper_inside)(X)
+    np.testing.assert_allclose(kt.grad(thin_wrapper_inside)(X), want, rtol=1e-5, atol=1e-6)
+    got = kt.jit(kt.grad(thin_wrapper_inside))(X)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    want = jax.grad(lambda x: jax.grad(_loglike)(x, 0.5).sum())(X)
+    got = kt.grad(lambda x: users_grad(_loglike)(x, 0.5).sum())(X)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def ravels_its_parameters(params, x):
+    flat, unflatten = jax.flatten_util.ravel_pytree(params)
+    p = unflatten(flat * 2.0)
+    return jnp.sum(jnp.tanh(x @ p["w"]) + p["b"]) + jnp.sum(flat**2)
+
+
+def test_a_library_call_that_returns_a_function():
+    """`ravel_pytree` returns `unflatten`, a function of the argument's
+    structure: a value of the call's graph (refused before: "returned a
+    value of type HashablePartial"). One holding the call's traced values is
+    refused with the reason."""
+    params = {"w": jnp.ones((3, 2)) * 0.3, "b": jnp.array([0.1, -0.2])}
+    x = jnp.arange(6.0).reshape(2, 3) / 5
+    want = jax.grad(ravels_its_parameters)(params, x)
+    for got in (
+        kt.grad(ravels_its_parameters)(params, x),
+        kt.jit(kt.grad(ravels_its_parameters))(params, x),
+    ):
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(kt.KTransformError, match="returns a function .* holding the call's"):
+        kt.grad(lambda x: jnp.sum(_returns_a_closure(x)(2.0)))(X)
+
+
+def _returns_a_closure(x):
+    try:
+        s = x * 2.0
+    except ValueError:
+        s = x
+    return lambda y: s * y

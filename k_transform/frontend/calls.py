@@ -151,6 +151,7 @@ class CallBuilder:
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
+            raise self.fp.unsupported(f"{callee.hint}(...) given values known only at run time", e)
         lower = getattr(value, "__kt_lower__", None)
         if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
             return lower(self, args, kwargs, e)

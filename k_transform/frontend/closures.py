@@ -24,6 +24,7 @@ rebinds, so that branches and loops carry them.
 from __future__ import annotations
 
 import copy
+import types
 
 import gast
 
@@ -97,6 +98,8 @@ class ClosureScope:
         sub = type(self)(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
         sub.defaults_given = site.defaults
         sub.build_function(sub.fdef)
+        if not graph.free_variables() and not site.defaults and not fdef.decorator_list:
+            graph.python_fn = _python_function(self.fp.fn, graph.debug.line, name)
         return value
 
     def materialize(self, site: ClosureSite) -> Constant:
@@ -532,3 +535,23 @@ def _is_capture(builder, name: str, value) -> bool:
 def _walk_scope_body(stmts):
     """Nodes of `stmts`; nested functions are yielded, not entered."""
     return walk_scope(stmts, FUNCTION_SCOPES)
+
+
+def _python_function(fn, line: int, name: str):
+    """The Python function a nested def or lambda that reads no variable of
+    its enclosing functions is, made from its code object in `fn`'s code (as
+    its def statement would make it: no default, no decorator, no cell), for
+    a library call given it (`dfunctor._as_given`); None where that code is
+    not found once on `line`."""
+    found, stack = [], [getattr(fn, "__code__", None)]
+    while stack:
+        code = stack.pop()
+        for const in code.co_consts if code is not None else ():
+            if isinstance(const, types.CodeType):
+                stack.append(const)
+                named = const.co_name in (name, "<lambda>")
+                if named and const.co_firstlineno == line and not const.co_freevars:
+                    found.append(const)
+    if len(found) != 1:
+        return None
+    return types.FunctionType(found[0], fn.__globals__)

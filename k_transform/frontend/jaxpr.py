@@ -50,6 +50,8 @@ buffers it carries and writes row by row (`setitem`).
 from __future__ import annotations
 
 import contextlib
+import gc
+import types
 
 import jax
 import jax.numpy as jnp
@@ -150,6 +152,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if entry is not None and all(a is b for a, b in zip(entry[0], held, strict=True)):
         return entry[1]
 
+    returned = []  # the result's structure, with its functions (see _Static)
+
     def flat_fn(*xs):
         it = iter(xs)
         full = [next(it) if t else leaf for leaf, t in zip(leaves, traced, strict=True)]
@@ -157,7 +161,9 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         pos, kw = prims.split_kwargs(values, kwnames)
         out = fn(*pos, **kw)
         _check_unchanged(values, treedef, full, hint)
-        return out
+        out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+        returned[:] = [out_tree, [_Static.of(leaf, hint) for leaf in out_leaves]]
+        return [leaf for leaf, s in zip(out_leaves, returned[1], strict=True) if s is None]
 
     try:
         with no_parameter_reads(hint) if refused is not None else contextlib.nullcontext():
@@ -182,6 +188,9 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
             f"rule and tracing it with jax.make_jaxpr failed ({type(exc).__name__}: {exc})"
         ) from None
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
+    shapes = iter(out_shape)
+    out_tree, statics = returned
+    out_shape = out_tree.unflatten([next(shapes) if s is None else s for s in statics])
     graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
     if not host:
         _graphs[key] = (held, graph)
@@ -579,9 +588,52 @@ def _as_jax(node: Node) -> Node:
 CONTROL = {"while": _while, "cond": _cond, "scan": _scan}
 
 
+class _Static:
+    """A function a library call returns (`ravel_pytree`'s `unflatten`): a
+    value of the call's graph, the same at each call with these argument
+    shapes; a call of it in the program is a call of a library function. One
+    holding a traced array (a closure over the call's values) is refused: it
+    would carry a value of this trace out of it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    @staticmethod
+    def of(leaf, hint: str):
+        """`leaf` as a _Static if it is a function, else None (an array)."""
+        if not callable(leaf) or hasattr(leaf, "shape"):
+            return None
+        if _holds_a_tracer(leaf):
+            raise KTransformError(
+                f"cannot differentiate the call {hint}(...): it returns a function "
+                f"({type(leaf).__name__}) holding the call's traced values; return the "
+                "values, or call the function inside"
+            )
+        return _Static(leaf)
+
+
+def _holds_a_tracer(value, depth: int = 4) -> bool:
+    """Whether `value` refers to a JAX tracer within `depth` references
+    (a closure's cells, a partial's arguments, their tuples and dicts)."""
+    seen, level = set(), [value]
+    for _ in range(depth):
+        nxt = []
+        for obj in level:
+            if id(obj) in seen or isinstance(obj, (str, bytes, type, types.ModuleType)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, jax.core.Tracer):
+                return True
+            nxt += gc.get_referents(obj)
+        level = nxt
+    return any(isinstance(obj, jax.core.Tracer) for obj in level)
+
+
 def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:
     if isinstance(shape, jax.ShapeDtypeStruct):
         return next(outs)
+    if isinstance(shape, _Static):
+        return Constant(shape.value, hint=getattr(shape.value, "__name__", "fn"))
     if shape is None:
         return Constant(None)
     if isinstance(shape, (tuple, list)) and not hasattr(shape, "_fields"):
