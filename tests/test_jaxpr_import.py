@@ -475,3 +475,125 @@ def test_select_with_several_cases():
 
     f = unary_program(g)
     _close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+# -- linear algebra inside a jaxpr: cholesky and triangular_solve -------------------------
+# Imported as `Cholesky` and `TriangularSolve` (`k_transform/ops/lax_map.py`).
+A = np.array([[1.2, 0.3, -0.4], [0.2, 0.9, 0.1], [-0.3, 0.5, 1.1]])  # not symmetric
+MEAN = np.array([0.1, -0.2, 0.3])
+OBS = np.array([[0.5, -0.1, 0.2], [0.0, 0.4, -0.3]])  # two observations
+
+
+def gaussian_log_likelihood(a, mean):
+    """`multivariate_normal.logpdf` (lax `cholesky` of a symmetrized covariance,
+    then a right-side `triangular_solve`), the covariance built from `a`."""
+    cov = a @ a.T + jnp.eye(3)
+    return jnp.sum(jax.scipy.stats.multivariate_normal.logpdf(OBS, mean, cov))
+
+
+def test_multivariate_normal_logpdf():
+    assert primitive_for_value(jax.scipy.stats.multivariate_normal.logpdf) is None
+    want = jax.grad(gaussian_log_likelihood, (0, 1))(A, MEAN)
+    _close_tree(kt.grad(gaussian_log_likelihood, (0, 1))(A, MEAN), want)
+    _close_tree(kt.jit(kt.grad(gaussian_log_likelihood, (0, 1)))(A, MEAN), want)
+
+
+def test_multivariate_normal_logpdf_second_order():
+    def df_v(a, mean):
+        da, dmean = kt.grad(gaussian_log_likelihood, (0, 1))(a, mean)
+        return jnp.vdot(da, A.T) + jnp.vdot(dmean, MEAN[::-1])
+
+    def df_v_jax(a, mean):
+        da, dmean = jax.grad(gaussian_log_likelihood, (0, 1))(a, mean)
+        return jnp.vdot(da, A.T) + jnp.vdot(dmean, MEAN[::-1])
+
+    _close_tree(kt.grad(df_v, (0, 1))(A, MEAN), jax.grad(df_v_jax, (0, 1))(A, MEAN))
+    hvp = kt.hvp(gaussian_log_likelihood, (A, MEAN), A.T)
+    _close(hvp, jax.jvp(jax.grad(gaussian_log_likelihood), (A, MEAN), (A.T, 0 * MEAN))[1])
+
+
+CHOLESKY_INPUT = (
+    A @ A.T + np.eye(3) + np.array([[0.0, 0.3, -0.2], [0.1, 0.0, 0.4], [0.0, -0.1, 0.0]])
+)
+
+
+CHOLESKY_CASES = {
+    "lax": (jax.lax.linalg.cholesky, CHOLESKY_INPUT),
+    "jnp-jitted": (jax.jit(jnp.linalg.cholesky), CHOLESKY_INPUT),
+    "jnp-batch": (jax.jit(jnp.linalg.cholesky), np.stack([CHOLESKY_INPUT, CHOLESKY_INPUT.T])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHOLESKY_CASES))
+def test_cholesky_of_a_non_symmetric_matrix(name):
+    """lax's default symmetrizes its input: JAX's gradient is symmetric, and
+    the function reads both triangles."""
+    fn, x = CHOLESKY_CASES[name]
+    f = unary_program(fn)
+    v = np.broadcast_to(A, x.shape)
+    _close(kt.grad(f)(x), jax.grad(f)(x))
+    _close(kt.jvp(f, x, v)[1], jax.jvp(f, (x,), (v,))[1])
+
+    def df_v(m):
+        return jnp.vdot(kt.grad(f)(m), v)
+
+    _close(kt.grad(df_v)(x), jax.grad(lambda m: jnp.vdot(jax.grad(f)(m), v))(x))
+
+
+def test_unsymmetrized_cholesky_is_refused_when_differentiated():
+    """`jax.scipy.linalg.cholesky` reads one triangle and JAX's gradient is not
+    symmetric: no ops primitive means that, so the lax primitive stays (it runs)
+    and its gradient is refused, naming it."""
+    f = unary_program(lambda m: jax.scipy.linalg.cholesky(m, lower=True))
+    _close(kt.jit(f)(CHOLESKY_INPUT), f(CHOLESKY_INPUT))
+    with pytest.raises(KTransformError, match="the lax primitive `cholesky`"):
+        kt.grad(f)(CHOLESKY_INPUT)
+
+
+TRIANGULAR = A + np.diag([1.0, 1.5, 2.0])  # both triangles filled
+RHS = np.array([[0.3, -0.5], [0.8, 0.1], [-0.2, 0.6]])
+
+
+@pytest.mark.parametrize("left_side", [True, False], ids=["left", "right"])
+@pytest.mark.parametrize("lower", [True, False], ids=["lower", "upper"])
+@pytest.mark.parametrize("transpose_a", [False, True], ids=["n", "t"])
+def test_triangular_solve_parameters(left_side, lower, transpose_a):
+    unit = lower != transpose_a  # each of unit_diagonal's values, both sides
+    rhs = RHS if left_side else RHS.T
+
+    def solve(a, b):
+        return jax.lax.linalg.triangular_solve(
+            a,
+            b,
+            left_side=left_side,
+            lower=lower,
+            transpose_a=transpose_a,
+            conjugate_a=transpose_a,  # a no-op on real matrices
+            unit_diagonal=unit,
+        )
+
+    f = binary_program(solve)
+    got = kt.grad(f, grad_position=(0, 1))(TRIANGULAR, rhs)
+    _close_tree(got, jax.grad(f, argnums=(0, 1))(TRIANGULAR, rhs))
+    tangents = (A.T, np.cos(rhs))
+    _, tangent = kt.jvp(f, (TRIANGULAR, rhs), tangents)
+    _close(tangent, jax.jvp(f, (TRIANGULAR, rhs), tangents)[1])
+
+
+def test_batched_triangular_solve_second_order():
+    """`jax.scipy.linalg.solve_triangular` on a batch, both operands
+    differentiated twice."""
+    a = np.stack([TRIANGULAR, TRIANGULAR.T + 0.5 * np.eye(3)])
+    b = np.stack([RHS, RHS[::-1]])
+    solve = jax.jit(lambda a, b: jax.scipy.linalg.solve_triangular(a, b, trans=1, lower=False))
+    f = binary_program(solve)
+    va, vb = np.cos(a), np.sin(b)
+
+    def second(grad):
+        def g(a, b):
+            da, db = grad(f, (0, 1))(a, b)
+            return jnp.vdot(da, va) + jnp.vdot(db, vb)
+
+        return g
+
+    _close_tree(kt.grad(second(kt.grad), (0, 1))(a, b), jax.grad(second(jax.grad), (0, 1))(a, b))

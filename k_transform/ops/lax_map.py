@@ -21,8 +21,9 @@ numpy's promotion never applies, and numpy broadcasting covers lax's rank-0
 operands (twins' rules sum their gradients back with `sum_to`). A lax
 primitive that a twin matches only for some parameters is not twinned
 (integer `div` truncates, `rem` is C's fmod, `round` away from zero), with
-one exception listed in `PARTIAL` (the builder returns None and the
-equation gets the lax class). A parameter no twin expresses (`accuracy`,
+the exceptions listed in `PARTIAL` (the builder returns None and the
+equation gets the lax class, whose rule refuses, naming the primitive, if
+it is differentiated). A parameter no twin expresses (`accuracy`,
 `out_dtype`, a sharding) is refused, naming the primitive.
 """
 
@@ -31,14 +32,14 @@ from __future__ import annotations
 import numpy as np
 
 from k_transform.errors import KTransformError
-from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import arithmetic as ar
 from k_transform.ops import math as m
 from k_transform.ops import python as prims
 from k_transform.ops import reduce as rd
 from k_transform.ops import shape as sh
 from k_transform.ops.lax import TWINNED, EffectCall, FloatFromBits, IndexArithmetic, lax_class
-from k_transform.ops.linalg import Einsum
+from k_transform.ops.linalg import Cholesky, Einsum, TriangularSolve
 
 
 class Lowering:
@@ -66,7 +67,11 @@ class Lowering:
 
 TWINS: dict[str, object] = {}  # lax name -> builder(Lowering) -> Node (or None: PARTIAL)
 # lax names twinned only for some parameters: the others get the lax class
-PARTIAL = {"dot_general": "a precision other than the default"}
+PARTIAL = {
+    "dot_general": "a precision other than the default",
+    "cholesky": "an operand the jaxpr does not symmetrize first, or complex",
+    "triangular_solve": "complex matrices",
+}
 
 
 def twin(*names):
@@ -241,6 +246,69 @@ def _is_matmul(lhs: str, rhs: str, out: str) -> bool:
         and lhs[-1] == rhs[-2]
         and out == batch + lhs[-2] + rhs[-1]
     )
+
+
+# -- linear algebra (real matrices; leading axes batch) ------------------------------------
+def _applies(node: Node, cls) -> bool:
+    return isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), cls)
+
+
+def _swaps_last_two(a: Node, t: Node) -> bool:
+    """Whether node `t` is `a` with its last two axes swapped (lax's `_T`)."""
+    if not _applies(t, sh.Transpose) or t.args[0] is not a:
+        return False
+    perm = tuple(t.args[1].value)
+    n = len(perm)
+    return n >= 2 and perm == (*range(n - 2), n - 1, n - 2)
+
+
+def _symmetrized(x: Node) -> bool:
+    """Whether node `x` is lax's `symmetrize(a)`, `(a + a^T) / 2`, as imported."""
+    if not _applies(x, ar.Div) or not isinstance(x.args[1], Constant):
+        return False
+    two = x.args[1].value
+    if np.ndim(two) != 0 or two != 2 or not _applies(x.args[0], ar.Add):
+        return False
+    p, q = x.args[0].args
+    return _swaps_last_two(p, q) or _swaps_last_two(q, p)
+
+
+def _is_complex(aval) -> bool:
+    return np.issubdtype(aval[1], np.complexfloating)
+
+
+@twin("cholesky")
+def _cholesky(b: Lowering) -> Node | None:
+    """`Cholesky` (`jnp.linalg.cholesky`, the lower factor, zeros above) of an
+    operand symmetrized in the jaxpr (`lax.linalg.cholesky`'s default,
+    `jnp.linalg.cholesky`, `multivariate_normal`). `Cholesky` symmetrizes
+    its operand, and its gradient is symmetric; lax's `cholesky` reads the
+    lower triangle and its gradient is not symmetric, so on any other operand
+    (`jax.scipy.linalg.cholesky`, `symmetrize_input=False`) the two differ:
+    no twin (PARTIAL). On a symmetrized operand they agree: the symmetrize
+    before it turns lax's gradient into `Cholesky`'s."""
+    b.expect()
+    if _is_complex(b.in_avals[0]) or not _symmetrized(b.args[0]):
+        return None
+    return b(Cholesky(), b.args[0])
+
+
+@twin("triangular_solve")
+def _triangular_solve(b: Lowering) -> Node | None:
+    """`TriangularSolve(lower, transpose_a, unit_diagonal)(a, b)` (left side:
+    op(a) x = b); a right-side solve, x op(a) = b, as op(a)^T x^T = b^T.
+    `conjugate_a` changes nothing on real matrices; complex ones: no twin."""
+    b.expect("left_side", "lower", "transpose_a", "conjugate_a", "unit_diagonal")
+    if any(_is_complex(aval) for aval in b.in_avals):
+        return None
+    p = b.params
+    a, rhs = b.args
+    if p["left_side"]:
+        return b(TriangularSolve(p["lower"], int(p["transpose_a"]), p["unit_diagonal"]), a, rhs)
+    ndim = len(b.in_avals[1][0])
+    swap = Constant((*range(ndim - 2), ndim - 1, ndim - 2))
+    solve = TriangularSolve(p["lower"], 1 - int(p["transpose_a"]), p["unit_diagonal"])
+    return b(sh.Transpose(), b(solve, a, b(sh.Transpose(), rhs, swap)), swap)
 
 
 # -- shapes ---------------------------------------------------------------------------------
