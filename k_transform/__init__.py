@@ -4,7 +4,7 @@ The public API (see DESIGN.md). Reads a function's source, builds FuncGraph
 IR, transforms it with the DFunctor, and generates Python that JAX compiles.
 """
 
-from k_transform import common, dataset, nn, ops, train
+from k_transform import common, dataset, nn, ode, ops, train
 from k_transform.api import compile, draw, get_ir, get_source
 from k_transform.bprop_registry import bprop_getters
 from k_transform.cell import Cell, Parameter, ParameterTuple
@@ -85,6 +85,7 @@ __all__ = [
     "jvp",
     "mutable",
     "nn",
+    "ode",
     "ops",
     "set_loop_bound",
     "set_for_checkpoints",

@@ -42,6 +42,7 @@ def jvp(fn, inputs, v, has_aux=False):
     xs, vs = ((inputs,), (v,)) if single else (tuple(inputs), tuple(v))
     if len(xs) != len(vs):
         raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
+    check_tangents("kt.jvp", xs, vs)
     vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
     fn = target_of(fn, len(xs))
     if takes_star_args(fn):
@@ -66,6 +67,22 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
     )
     n_star = sum(1 for _, item in where if item is not None)
     return graph_of(fn, star_arity=n_star), flat_x, flat_v
+
+
+def check_tangents(api: str, xs: tuple, vs: tuple) -> None:
+    """JAX's rule: each tangent has its input's structure and shapes (a
+    tangent given as a tuple for one array broadcast silently, or failed
+    deep inside the program with a bare TypeError)."""
+    for k, (x, v) in enumerate(zip(xs, vs, strict=True)):
+        x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+        v_leaves, v_tree = jax.tree_util.tree_flatten(v)
+        shapes = [jnp.shape(a) for a in x_leaves], [jnp.shape(a) for a in v_leaves]
+        if x_tree != v_tree or shapes[0] != shapes[1]:
+            raise KTransformError(
+                f"{api}: the tangent for input {k} must have the input's structure and "
+                f"shapes: the input is {x_tree} of shapes {shapes[0]}, the tangent "
+                f"{v_tree} of shapes {shapes[1]}"
+            )
 
 
 def _integer_tangent(xs, k: int, t):

@@ -21,7 +21,7 @@ from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_forward, without_aux
 from k_transform.errors import KTransformError
-from k_transform.forward_api import jvp_unchecked
+from k_transform.forward_api import check_tangents, jvp_unchecked
 from k_transform.frontend.targets import target_of
 from k_transform.reverse import GradFunction, spread_args
 from k_transform.transforms import (
@@ -164,6 +164,7 @@ def hvp(fn, args, v, argnum: int = 0):
     """A Hessian-vector product by forward over reverse: jvp of the gradient."""
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     check_float_inputs("kt.hvp", args, (argnum,))
+    check_tangents("kt.hvp", (args[argnum],), (v,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
     zeros = jax.tree_util.tree_map
     tangents = tuple(v if k == argnum else zeros(jnp.zeros_like, a) for k, a in enumerate(args))

@@ -34,18 +34,29 @@ import jax.numpy as jnp
 from k_transform.api import graph_of
 from k_transform.frontend.calls import closure_transform
 from k_transform.frontend.targets import is_library, target_of
-from k_transform.ir.nodes import Constant, FuncGraph
+from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ops import python as prims
 from k_transform.ops import structural, trees
 from k_transform.transforms import GradSpec, as_weights, first_output_graph, grad_graph, jvp_graph
 
 
-def _static_fn(builder, api: str, args, e):
-    """The function argument of an API call in transformed code (a constant)."""
+def _static_fn(builder, api: str, args, e, n_inputs: int | None = None):
+    """The function argument of an API call in transformed code (a constant),
+    taking `n_inputs` arguments (default: the call's arguments after it)."""
     if not args or not isinstance(args[0], Constant):
         raise builder.fp.unsupported(f"{api} of a computed function", e)
     fn = args[0].value
-    return target_of(fn, len(args) - 1) if is_library(fn) else fn
+    n = len(args) - 1 if n_inputs is None else n_inputs
+    return target_of(fn, n) if is_library(fn) else fn
+
+
+def _n_inputs(args) -> int:
+    """How many inputs `kt.jvp(fn, inputs, v)` / `kt.hvp(fn, args, v)` give
+    `fn`: a tuple's length, else one."""
+    node = args[1] if len(args) > 1 else None
+    if isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), prims.MakeTuple):
+        return len(node.args)
+    return 1
 
 
 def _primal(builder, api: str, fn, e) -> FuncGraph:
@@ -121,7 +132,7 @@ def _split(builder, out, e):
 def lower_jvp(builder, args, kwargs, e):
     """`kt.jvp(fn, inputs, v, has_aux=False)`: `(out, J v)`, or `(out, J v,
     aux)` (only `out` is differentiated)."""
-    fn = _static_fn(builder, "kt.jvp", args, e)
+    fn = _static_fn(builder, "kt.jvp", args, e, _n_inputs(args))
     has_aux = bool(_options(builder, "kt.jvp", kwargs, {"has_aux": False}, e)["has_aux"])
     if len(args) != 3:
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
@@ -142,7 +153,7 @@ def lower_hvp(builder, args, kwargs, e):
     """`kt.hvp(fn, args, v)`: the jvp of fn's gradient (w.r.t. input 0)."""
     if kwargs:
         raise builder.fp.unsupported("kt.hvp with keyword arguments", e)
-    fn = _static_fn(builder, "kt.hvp", args, e)
+    fn = _static_fn(builder, "kt.hvp", args, e, _n_inputs(args))
     if len(args) != 3:
         raise builder.fp.error("kt.hvp takes (fn, args, v) inside transformed code", e)
     primal = _primal(builder, "kt.hvp", fn, e)

@@ -44,6 +44,11 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         "the generated Python it runs (`kt.get_source`)",
         ("k_transform.codegen.compile", "k_transform.compiled"),
     ),
+    "__kt_library__": (
+        "true: a function of k_transform's that a differentiated call of it reads "
+        "through its jaxpr, as library code (`ops.python.imports_jaxpr`)",
+        ("k_transform.ops.tensor_methods", "k_transform.ode"),
+    ),
     "__kt_parameter__": (
         "true: it is a `kt.Parameter` (or a slot written back like one), read "
         "through `read_param` and written by `ops.Assign`",

@@ -467,7 +467,6 @@ KNOWN_FAILING = {
     "jnp.polyfit": "the lax primitive `svd` has no gradient rule (linalg inside a jaxpr)",
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jnp.piecewise": _FN_ARG + " (tracing fails: 'tuple' object has no attribute 'astype')",
-    "jnp.vectorize": "a call returning a function, traced as a library call (must return arrays)",
     "jsp.betainc": "the lax primitive `regularized_incomplete_beta` has no gradient rule",
     "jsp.gammainc": "the lax primitive `igamma` has no gradient rule",
     "jsp.gammaincc": "the lax primitive `igammac` has no gradient rule",

@@ -283,3 +283,50 @@ def test_second_order_through_a_while_loop():
 
     close(kt.hessian(looped)(X), jax.hessian(looped)(X), 1e-3)
     close(kt.jvp(looped, X, VX), jax.jvp(looped, (X,), (VX,)))
+
+
+def test_a_tangent_unlike_its_input_is_refused():
+    """JAX's rule: a tangent has its input's structure and shapes. A tuple
+    given to kt.hvp for one array failed deep in the program with a bare
+    TypeError; a shorter tangent would broadcast."""
+    x, v = jnp.array([0.3, -0.7, 1.1]), jnp.array([1.0, 0.5, -0.2])
+
+    def f(a):
+        return jnp.sum(a[0] * jnp.sin(a))
+
+    with pytest.raises(kt.KTransformError, match="tangent for input 0 must have"):
+        kt.hvp(f, (x,), (v,))
+    with pytest.raises(kt.KTransformError, match="tangent for input 0 must have"):
+        kt.jvp(f, x, v[:2])
+    want = jax.grad(lambda a: jnp.vdot(jax.grad(f)(a), v))(x)
+    np.testing.assert_allclose(kt.hvp(f, (x,), v), want, rtol=1e-5)
+
+
+def _sin_times(a):
+    return jnp.sin(a) * a
+
+
+_batched = jax.vmap(_sin_times)
+
+
+def _jvp_of_batched(x, v):
+    return kt.jvp(_batched, x, v)[1] + kt.jvp(jnp.tanh, x, v)[1]
+
+
+def test_a_library_wrapper_as_the_target():
+    """`kt.jvp(jax.vmap(f), x, v)`: JAX's wrapper is called, not parsed (its
+    `try` was refused), also inside compiled code, where a library target
+    takes as many arguments as `inputs` holds (`kt.jvp(jnp.tanh, x, v)`
+    there called tanh with x and v)."""
+    x = jnp.array([[0.3, -0.7, 1.1], [0.5, 0.2, -1.0]])
+    v = x * 0.5 + 0.1
+    want = jax.jvp(_batched, (x,), (v,))[1]
+    np.testing.assert_allclose(kt.jvp(_batched, x, v)[1], want, rtol=1e-6)
+    want = jax.vjp(_batched, x)[1](v)[0]
+    np.testing.assert_allclose(kt.vjp(_batched, x)[1](v)[0], want, rtol=1e-6)
+    want = jax.jvp(_batched, (x,), (v,))[1]
+    both = want + jax.jvp(jnp.tanh, (x,), (v,))[1]
+    np.testing.assert_allclose(kt.jit(_jvp_of_batched)(x, v), both, rtol=1e-6)
+    pairs = jax.vmap(lambda a, b: jnp.sum(a * b), in_axes=(0, None))
+    got = kt.jvp(pairs, (x, x[0]), (v, v[0]))[1]
+    np.testing.assert_allclose(got, jax.jvp(pairs, (x, x[0]), (v, v[0]))[1], rtol=1e-6)

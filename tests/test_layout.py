@@ -45,7 +45,7 @@ LAYERS = [
     ["lowering"],
     ["compiled"],  # CompiledGraph: a transform graph compiled and run; set_mode
     ["reverse", "forward_api", "jit_api"],  # one module per public family
-    ["jacobians"],  # jacrev/jacfwd over reverse and forward; hessian, hvp
+    ["jacobians", "ode"],  # jacrev/jacfwd over reverse and forward; hessian, hvp; odeint
     ["nn"],
     ["train"],
     ["__init__", "mindspore"],  # the public API, `import k_transform as kt`; MindSpore's names

@@ -16,6 +16,7 @@ import dataclasses
 import functools
 
 import jax
+import jax.experimental.ode
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
@@ -542,6 +543,11 @@ def test_a_users_gradient_wrapper_inside_differentiated_code():
     np.testing.assert_allclose(kt.grad(uses_egrad_inside)(X), want, rtol=1e-5, atol=1e-6)
     got = kt.jit(kt.grad(uses_egrad_inside))(X)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # At the next order the wrapper's call (a library call K made) is given
+    # jnp.tanh again, not its fprop (a bare TypeError in the traced sum before).
+    want = jax.grad(lambda a: jnp.vdot(jax.grad(jax_uses_egrad_inside)(a), V))(X)
+    got = kt.hvp(uses_egrad_inside, (X,), V)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def with_a_default(a, guess=10.0):
@@ -709,3 +715,79 @@ def _returns_a_closure(x):
     except ValueError:
         s = x
     return lambda y: s * y
+
+
+def writes_through_a_reference(a):
+    r = jax.new_ref(jnp.zeros(3))
+    r[...] = a * 2.0
+    r[...] += jnp.sin(a)
+    r[1] = 5.0 * a[0]
+    r[0:2] = r[0:2] + a[1:]
+    for i in range(3):
+        r[i] = r[i] * (0.5 + i)
+    return jnp.sum(r[...] ** 2)
+
+
+def writes_functionally(a):
+    r = a * 2.0 + jnp.sin(a)
+    r = r.at[1].set(5.0 * a[0])
+    r = r.at[0:2].set(r[0:2] + a[1:])
+    for i in range(3):
+        r = r.at[i].set(r[i] * (0.5 + i))
+    return jnp.sum(r**2)
+
+
+def test_a_mutable_array_reference():
+    """`jax.new_ref` and writes through it (refused before: the library call
+    returned a reference): the function runs as Python and its reads and
+    writes become values, in order (JAX's state discharge). Oracle: the
+    same program written with `.at[...]` (JAX's own gradient of the
+    reference program fails in this JAX)."""
+    want = jax.grad(writes_functionally)(X)
+    np.testing.assert_allclose(kt.grad(writes_through_a_reference)(X), want, rtol=1e-5)
+    got = kt.jit(kt.grad(writes_through_a_reference))(X)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    want = jax.jvp(writes_functionally, (X,), (V,))[1]
+    np.testing.assert_allclose(kt.jvp(writes_through_a_reference, X, V)[1], want, rtol=1e-5)
+    want = jax.grad(lambda a: jnp.vdot(jax.grad(writes_functionally)(a), V))(X)
+    got = kt.hvp(writes_through_a_reference, (X,), V)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _layers(y, t, params):
+    for w, b in params:
+        y = jnp.tanh(jnp.dot(y, w) + b)
+    return y
+
+
+def _fit_trajectory(params, y0):
+    ys = jax.experimental.ode.odeint(_layers, y0, jnp.linspace(0.0, 1.0, 5), params, rtol=0.01)
+    return jnp.mean(jnp.abs(ys - 0.3))
+
+
+def _fit_in_python(params, y0):
+    try:
+        scale = 1.0
+    except ValueError:
+        scale = 0.0
+    return scale * _fit_trajectory(params, y0)
+
+
+def test_odeint_gradient_is_the_adjoint():
+    """`odeint`'s gradient is JAX's, the adjoint method (with `kt.vjp` of the
+    dynamics): differentiating its solver steps gave NaN (autograd's
+    ode_net). Where the adjoint cannot be applied (odeint called in code run
+    as Python, a second derivative) it is refused, naming odeint."""
+    rs = np.random.RandomState(0)
+    params = [(rs.randn(2, 4) * 0.3, rs.randn(4) * 0.1), (rs.randn(4, 2) * 0.3, rs.randn(2) * 0.1)]
+    y0 = jnp.array([1.0, 0.0])
+    want = jax.grad(_fit_trajectory, argnums=(0, 1))(params, y0)
+    for grad in (kt.grad, lambda f, **kw: kt.jit(kt.grad(f, **kw))):
+        got = grad(_fit_trajectory, grad_position=(0, 1))(params, y0)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            assert np.all(np.isfinite(a))
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    with pytest.raises(kt.KTransformError, match="cannot differentiate jax.experimental.ode"):
+        kt.grad(_fit_in_python)(params, y0)
+    with pytest.raises(kt.KTransformError, match="nor a second derivative"):
+        kt.grad(lambda y: jnp.sum(kt.grad(_fit_trajectory, grad_position=1)(params, y)))(y0)

@@ -433,6 +433,8 @@ class DFunctor:
             dyn_node = Constant(dyn, node.debug, "call_fprop")
             pair = self.fprop.apply(dyn_node, callee, *args, debug=node.debug)
         else:
+            if isinstance(fn, LibraryK):  # a library call K made: given the same functions
+                args = [_as_given(a) or k for a, k in zip(node.args, args, strict=True)]
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)

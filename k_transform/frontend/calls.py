@@ -51,6 +51,9 @@ MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 # Builtins that take functions or order values: no model of them on program
 # values (`sorted(xs)`, `map(f, xs)`); a plain function using them runs as Python.
 _PYTHON_ONLY_BUILTINS = (sorted, map, filter, zip)
+# Mutable array references: a function making one runs as Python, and its
+# jaxpr's reference operations become values (`jaxpr.discharged`).
+_REFERENCE_MAKERS = tuple(getattr(jax, n) for n in ("new_ref", "empty_ref") if hasattr(jax, n))
 
 
 class CallBuilder:
@@ -217,6 +220,8 @@ class CallBuilder:
             isinstance(a, Constant) for a in [*args, *kwargs.values()]
         ):
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
+        if any(value is r for r in _REFERENCE_MAKERS):
+            raise self.fp.unsupported(f"a mutable array reference (`{hint}(...)`)", e)
         if not constant and any(value is b for b in _PYTHON_ONLY_BUILTINS):
             # JAX's tracer cannot run these on traced values it is given, but the
             # function around them may run as Python (frontend/python_code.py)

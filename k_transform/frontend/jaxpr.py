@@ -187,6 +187,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
             f"cannot differentiate the call {hint}(...): it has no primitive with a gradient "
             f"rule and tracing it with jax.make_jaxpr failed ({type(exc).__name__}: {exc})"
         ) from None
+    closed = discharged(closed, hint)
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
     shapes = iter(out_shape)
     out_tree, statics = returned
@@ -195,6 +196,24 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if not host:
         _graphs[key] = (held, graph)
     return graph
+
+
+_REFERENCE_OPS = frozenset({"new_ref", "empty_ref", "get", "swap", "addupdate", "free_ref"})
+
+
+def discharged(closed, hint: str):
+    """`closed` with its mutable array references (`jax.new_ref`, `r[...] =
+    v`) made values, by JAX's state discharge: a read is the value's slice,
+    a write a new value (`dynamic_update_slice`), in program order."""
+    if not any(e.primitive.name in _REFERENCE_OPS for e in closed.jaxpr.eqns):
+        return closed
+    try:
+        from jax._src.state.discharge import discharge_state
+    except ImportError:  # pragma: no cover - a JAX without it
+        raise KTransformError(
+            f"{hint} uses mutable array references, which this JAX cannot discharge"
+        ) from None
+    return discharge_state(closed)
 
 
 def _check_unchanged(values, treedef, leaves, hint: str) -> None:
@@ -288,6 +307,7 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
         _mark_bits(bits, eqn, outs, seeded)
         return outs
     if name in INLINED:
+        _refuse_an_adjoint_only_rule(eqn)
         body = eqn.params[INLINED[name]]
         if name == "custom_jvp_call" and _custom_jvp_of(body) in ARITHMETIC_PRIMALS:
             ours = ARITHMETIC_PRIMALS[_custom_jvp_of(body)](eqn)
@@ -313,6 +333,27 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
     )
     _mark_bits(bits, eqn, outs, reads_bits or _reads_float_bits(eqn))
     return outs
+
+
+# Library functions whose gradient JAX defines by a rule of their own that
+# differs from differentiating their steps, where the steps' gradient is NaN
+# (the bwd function of their custom_vjp: (module, name)). Called in parsed
+# code they have a primitive of ours (`k_transform.ode`); read through a
+# jaxpr (code run as Python) they are refused.
+ADJOINT_ONLY = {("jax.experimental.ode", "_odeint_rev"): "jax.experimental.ode.odeint"}
+
+
+def _refuse_an_adjoint_only_rule(eqn) -> None:
+    bwd = getattr(eqn.params.get("bwd"), "f", None)
+    key = (getattr(bwd, "__module__", None), getattr(bwd, "__name__", None))
+    if key in ADJOINT_ONLY:
+        raise KTransformError(
+            f"cannot differentiate {ADJOINT_ONLY[key]} here: its gradient is the adjoint "
+            "method (differentiating the solver's steps gives NaN), which k_transform gives "
+            "once, where the call is in code it parses and `func` reads no variable of the "
+            "caller (pass those as arguments); not in code that runs as Python, nor a "
+            "second derivative"
+        )
 
 
 def _aval(var) -> tuple:

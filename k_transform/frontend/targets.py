@@ -21,6 +21,7 @@ import numpy as np
 from k_transform.cell import Cell
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
+from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import FuncGraph
 
 LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "scipy", "optax")  # array libraries
@@ -39,6 +40,8 @@ def is_library(fn) -> bool:
         return True
     if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
         return False
+    if isinstance(fn, types.FunctionType) and not is_user_function(fn):
+        return True  # a library's wrapper of a user function (`jax.vmap(f)`): not parsed
     return (getattr(fn, "__module__", None) or "").split(".")[0] in LIBRARY_ROOTS
 
 

@@ -18,8 +18,9 @@ Lax binary operations broadcast rank-0 operands (weak-typed literals), hence
 
 A lax class with no rule of its own gets `LaxPrimitive`'s, which refuses,
 naming the lax primitive (or gives no gradient when no input is a float):
-linear algebra primitives (`cholesky`, `triangular_solve`, `lu`, `eigh`,
-`qr`, `svd`: jnp.linalg's mapped functions have rules), windowed reductions
+linear algebra primitives (`lu`, `eigh`, `qr`, `svd`: jnp.linalg's mapped
+functions have rules; `cholesky` of an input not symmetrized first and a
+complex `triangular_solve`: the others are `ops.linalg` twins, `lax_map`), windowed reductions
 (`reduce_window*`, `select_and_*`), `cummax`/`cummin`, scatters that multiply
 or take a min or max, the incomplete gamma and beta functions, `zeta`,
 complex numbers, FFTs. `sort` with several keys refuses in its rule.

@@ -457,8 +457,11 @@ class Constructs:
         Python `if` on an array's value inside `try` (JAX's jit refuses it:
         "as_jax"), a generator function, `assert`, a name undefined in a
         branch that never runs, a gradient of a closure over the program's
-        values inside the program (`kt.grad` there, `jax.grad` in the oracle)."""
-        kind = self.integer(0, 19)
+        values inside the program (`kt.grad` there, `jax.grad` in the oracle),
+        a user's gradient wrapper over `*args` nested (`egrad(egrad(f))`), a
+        user's thin wrapper given the position, a user class's instance
+        carried through `for`, `while` and `if`."""
+        kind = self.integer(0, 22)
         v, t = self.vec(scope), self.fresh("t")
         if kind == 0:
             return [
@@ -673,4 +676,71 @@ class Constructs:
             f"{indent}else:",
             f"{indent}    {t} = {v} * 1.5",
             self.assign_result(scope, indent, t),
+        ]
+
+    def idiom_20(self, scope, indent, v, t):
+        """A user's elementwise-gradient wrapper over `*args`, nested."""
+        egrad, act = self.fresh("egrad"), self.fresh("act")
+        self.helpers.append(
+            [
+                f"def {egrad}(fun):",
+                "    def summed(*args):",
+                "        return jnp.sum(fun(*args))",
+                "",
+                Alt("    return kt.grad(summed)", "    return jax.grad(summed)"),
+            ]
+        )
+        self.helpers.append([f"def {act}(v):", "    return jnp.sin(v) * 0.5 + v"])
+        inner = self.choice((f"{egrad}({act})", f"{egrad}({egrad}({act}))", f"{egrad}(jnp.tanh)"))
+        return [
+            f"{indent}{t} = {inner}({v})",
+            self.assign_result(scope, indent, f"jnp.tanh({t}) * {self.vec(scope)}"),
+        ]
+
+    def idiom_21(self, scope, indent, v, t):
+        """A user's thin wrapper over the gradient API, given the position and
+        a lambda (reading the program's values, or not)."""
+        grad = self.fresh("grad")
+        self.helpers.append(
+            [
+                f"def {grad}(f, argnum=0):",
+                Alt(
+                    "    return kt.grad(f, grad_position=argnum)",
+                    "    return jax.grad(f, argnums=argnum)",
+                ),
+            ]
+        )
+        w = self.vec(scope)
+        if self.chance(2):
+            call = f"{grad}(lambda a, b: jnp.sum(jnp.sin(a) * b), 1)({v}, {w})"
+        else:
+            call = f"{grad}(lambda a: jnp.sum(jnp.sin(a) * {w}))({v})"
+        return [f"{indent}{t} = {call}", self.assign_result(scope, indent, f"jnp.tanh({t})")]
+
+    def idiom_22(self, scope, indent, v, t):
+        """A user class's instance carried through `for`, `while` and `if`."""
+        cls = self.fresh("Carry")
+        self.helpers.append(
+            [
+                f"class {cls}:",
+                "    def __init__(self, h, c):",
+                "        self.h = h",
+                "        self.c = c",
+                "",
+                "    def step(self):",
+                f"        return {cls}(jnp.tanh(self.h * self.c), self.c * 0.9)",
+            ]
+        )
+        k, i = self.fresh("k"), self.fresh("i")
+        return [
+            f"{indent}{t} = {cls}({v}, {self.vec(scope)})",
+            f"{indent}for {i} in range({self.integer(1, 3)}):",
+            f"{indent}    {t} = {t}.step()",
+            f"{indent}{k} = 0",
+            f"{indent}while {k} < {self.integer(1, 3)}:",
+            f"{indent}    {t}.h = jnp.tanh({t}.h + {t}.c)",
+            f"{indent}    {k} = {k} + 1",
+            f"{indent}if {self.condition(scope)}:",
+            f"{indent}    {t} = {cls}({t}.c, {t}.h)",
+            self.assign_result(scope, indent, f"{t}.h * {t}.c"),
         ]
