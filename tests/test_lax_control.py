@@ -235,19 +235,33 @@ def test_global_vmap_and_grad_are_not_read_as_f(mode):
     close(kt.grad(f)(X), jax.grad(f)(X))
 
 
-# -- refused with the user's line ---------------------------------------------------------
+# -- batched: any axes; refused with the user's line where it cannot be -------------------
 def vmap_out_axes(x):
-    return jnp.sum(jax.vmap(jnp.sin, out_axes=1)(x))
+    w = jnp.sum(x[0])
+    return jnp.sum(jax.vmap(lambda r: jnp.sin(r) * w, out_axes=1)(x) ** 2)
 
 
 def vmap_axis_1(x):
-    return jnp.sum(jax.vmap(jnp.sin, in_axes=1)(x))
+    return jnp.sum(jax.vmap(jnp.sin, in_axes=1)(x) * x.T)
 
 
 @pytest.mark.parametrize("f", [vmap_out_axes, vmap_axis_1], ids=lambda f: f.__name__)
-def test_unsupported_vmap_options_name_the_line(f):
+def test_vmap_axes_run_batched(f):
+    """`jax.vmap` of a closure or a library function is one batched call
+    (`frontend.batching`): other axes than 0 are JAX's (refused before, when
+    it was a loop), to second order."""
+    close(kt.grad(f)(X), jax.grad(f)(X))
+    v = X * 0.3 - 0.1
+    close(kt.hvp(f, (X,), v), jax.grad(lambda a: jnp.vdot(jax.grad(f)(a), v))(X))
+
+
+def vmap_named_axis(x):
+    return jnp.sum(jax.vmap(jnp.sin, axis_name="rows")(x))
+
+
+def test_unsupported_vmap_options_name_the_line():
     with pytest.raises(kt.KTransformError) as info:
-        kt.grad(f)(X)
+        kt.grad(vmap_named_axis)(X)
     message = str(info.value)
     assert "jax.vmap" in message and "test_lax_control.py" in message
     assert "return jnp.sum(jax.vmap(" in message

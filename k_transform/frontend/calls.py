@@ -33,7 +33,7 @@ import gast
 import jax
 
 from k_transform.errors import KTransformError
-from k_transform.frontend import callables, lax_models, python_code, pytrees
+from k_transform.frontend import batching, callables, lax_models, python_code, pytrees
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_library_value, is_user_function
@@ -284,19 +284,27 @@ class CallBuilder:
         return self.call(graph, args, kwargs, e)
 
     def vmapped_call(self, callee: Apply, args, kwargs, e) -> Node:
-        """`jax.vmap(fun, in_axes)(*args)`: the loop its model writes."""
-        vm = callee.fn.value
+        """`jax.vmap(fun, in_axes, out_axes)(*args)`: one batched library call
+        (`frontend.batching`), or the loop its model writes."""
+        vm, fun = callee.fn.value, callee.args[0]
+        if kwargs:
+            raise self.fp.error("keyword arguments to a jax.vmap function are not supported", e)
+        made = None
+        if not vm.options:
+            made = batching.batched(self, fun, vm.in_axes, vm.out_axes, len(args))
+        if made is not None:
+            mapped, read = made
+            hint = f"jax.vmap({getattr(fun, 'hint', '') or 'fun'})"
+            return self.apply(prims.LibraryCall(mapped, hint), *read, *args, node=e)
         try:
             axes = lax_models.vmap_axes(
                 vm.in_axes, vm.out_axes, len(args), dict.fromkeys(vm.options)
             )
-            if kwargs:
-                raise KTransformError("keyword arguments to a jax.vmap function are not supported")
         except KTransformError as exc:
             raise self.fp.error(exc.bare_message, e) from None
         model = lax_models.vmap_model(axes)
         graph = Constant(self.parse(model), self.debug(e), model.__name__)
-        return self.call(graph, [callee.args[0], *args], {}, e)
+        return self.call(graph, [fun, *args], {}, e)
 
     def items_of(self, node: Node, what: str, e) -> list[Node]:
         """The items of a tuple or list known while parsing."""

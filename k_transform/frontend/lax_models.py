@@ -24,9 +24,10 @@ reverse-mode gradient (JAX refuses one).
 - `jnp.apply_along_axis(func1d, axis, arr)`: a loop over the 1-d slices,
   results stacked as JAX places them; `jnp.apply_over_axes(func, a, axes)`:
   the loop over `axes` (a result that lost the axis gets it back).
-- `jax.vmap(fun, in_axes, out_axes)(*args)`: a loop over the mapped axis
-  (`in_axes` 0 or None per argument, `out_axes` 0), the same values as the
-  batched call; under jit it runs as a `lax.scan`, not as a batched kernel.
+- `jax.vmap(fun, in_axes, out_axes)(*args)`: batched where it can be
+  (`frontend.batching`); else (a `fun` reading a Parameter, running host
+  code, or known only at run time) a loop over the mapped axis (`in_axes` 0
+  or None per argument, `out_axes` 0), the same values as the batched call.
 
 Not read here (a KTransformError names the option): `scan(unroll=...)` and
 `_split_transpose` are accepted and ignored (they change speed, not values);

@@ -1,0 +1,78 @@
+"""`jax.vmap(fun, in_axes, out_axes)(*args)` in differentiated code, batched.
+
+The call becomes one library call of `jax.vmap` applied to the Python code
+generated from `fun`'s graph, closure-converted (`ir.lift`): the values the
+closure reads from its enclosing function are passed as extra arguments,
+mapped over no axis (`in_axes` None). At trace time the call is imported
+from its jaxpr like any library call (`frontend.jaxpr`), so the forward
+pass and every order of derivative run as XLA's batched operations, and
+the gradients of the values it read are summed over the batch as they are
+in JAX. `jax.vmap` is JAX's batching, not its differentiation.
+
+`fun` runs as k_transform parsed it (its generated code), so its Python
+runs once per trace, as under `jax.vmap`. A function that reads or writes
+a Parameter, runs host code or has effects (it would run once, its reads
+folded into the trace) stays the sequential model of
+`frontend.lax_models.vmap_model`; so does a function value known only when
+the program runs.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from k_transform.codegen.compile import compile_graph
+from k_transform.context import TRANSFORM
+from k_transform.frontend.source import is_user_function
+from k_transform.ir.lift import lifted
+from k_transform.ir.nodes import Constant, FuncGraph, Node
+
+
+def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
+    """`(batched function, the values it reads)` for `jax.vmap(fun, ...)`
+    called with `n_args` arguments: called as `batched(*read, *args)`; None
+    where the call stays the model."""
+    if not isinstance(fun, Constant):
+        return None
+    value = fun.value
+    if isinstance(value, FuncGraph) or is_user_function(value):
+        graph = value if isinstance(value, FuncGraph) else builder.parse(value)
+        free = graph.free_variables()
+        top = lifted(graph) if free else graph
+        if top is None or not _pure(top):
+            return None
+        fn = _compiled(top)
+    elif callable(value) and not isinstance(value, type):
+        fn, free = value, []  # a library function (`jnp.sin`)
+    else:
+        return None
+    axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n_args
+    if len(axes) != n_args:
+        return None  # JAX's own error, from the model
+    mapped = jax.vmap(fn, in_axes=(*[None] * len(free), *axes), out_axes=out_axes)
+    return mapped, list(free)
+
+
+def _compiled(graph: FuncGraph):
+    """The Python code generated from `graph` (cached per graph)."""
+    compiled = TRANSFORM.cache("batching.compiled")
+    entry = compiled.get(graph.uid)
+    if entry is None:
+        entry = compiled[graph.uid] = (graph, compile_graph(graph))
+    return entry[1]
+
+
+def _pure(graph: FuncGraph) -> bool:
+    """No Parameter read or written, no host code, no effect, in `graph` or
+    a graph it reaches."""
+    for g in graph.reachable():
+        for node in g.nodes:
+            prim = getattr(node.fn, "value", None)
+            if prim is None:
+                continue
+            if getattr(prim, "host", False) or getattr(prim, "effectful", False):
+                return False
+            params = getattr(prim, "parameters", None)
+            if callable(params) and params():
+                return False
+    return True
