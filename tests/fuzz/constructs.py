@@ -445,6 +445,33 @@ class Constructs:
             self.assign_result(inner, indent + "    ", f"{self.vec(inner)} * rng.randn(3)"),
         ]
 
+    # -- jax.vmap of closures (batched: frontend/batching.py) ------------------------
+    def c_vmap(self, scope, depth, indent):
+        """`jax.vmap` of a closure over the scope's values (closure-converted
+        and batched), of a module-level helper or of `jnp.sin`, over axis 0
+        or 1 (`out_axes=1`), with an argument mapped over no axis."""
+        lane, m, t = self.fresh("lane"), self.fresh("m"), self.fresh("t")
+        body = self.inner_scope(scope, ["r", "s"])
+        lines = [f"{indent}{m} = jnp.stack([{self.vec(scope)}, {self.vec(scope)}])"]
+        kind = self.integer(0, 2)
+        if kind == 0:
+            lines += [
+                f"{indent}def {lane}(r, s):",
+                f"{indent}    return {self.vec(body)} * s + r",
+            ]
+        elif kind == 1:
+            self.helpers.append([f"def {lane}(r, s):", "    return jnp.sin(r) * s + jnp.tanh(r)"])
+        else:
+            lines.append(f"{indent}{lane} = lambda r, s: jnp.sin(r) * s")
+        s_arg = self.vec(scope)
+        if self.chance(4):
+            call = f"jax.vmap({lane}, in_axes=(0, None))({m}, {s_arg})"
+            total = f"jnp.sum({t}, axis=0)"
+        else:
+            call = f"jax.vmap({lane}, in_axes=(1, None), out_axes=1)({m}.T, {s_arg})"
+            total = f"jnp.sum({t}, axis=1)"
+        return [*lines, f"{indent}{t} = {call}", self.assign_result(scope, indent, total)]
+
     # -- Python idioms the parser may not model (they then run as Python) -----------
     def c_python_idioms(self, scope, depth, indent):
         """Everyday Python: `try`/`except`/`finally`, `raise` in a branch not

@@ -65,6 +65,7 @@ CONSTRUCTS: dict[str, bool] = {
     "shapes": True,  # (3,) and (2, 3): broadcasting, axis reductions, `@`
     "host_effects": True,  # random generators, counters, a rebound global, print
     "python_idioms": True,  # try/raise, walrus, for-else, classes, partial, sorted, key=, ...
+    "vmap": True,  # `jax.vmap` of closures, helpers, lambdas over axis 0 or 1 (batched)
 }
 
 RTOL = 1e-6
@@ -372,6 +373,7 @@ def programs(draw, constructs: tuple[str, ...] | None = None) -> Program:
         "import functools",
         "import typing",
         "",
+        "import jax",
         "import jax.numpy as jnp",
     ]
     if w.construct == "python_idioms":
