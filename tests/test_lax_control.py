@@ -335,3 +335,74 @@ def test_checkpoint_and_named_call_closures_are_read_as_f(mode):
         return jnp.sum(named(layer(layer(x[1])))) + jnp.sum(checkpointed_energy(x[2]))
 
     close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+# -- jax.vmap batched (frontend/batching.py), or the loop where it cannot be --------------
+def vmap_sibling_closure(x):
+    c = x[1]
+
+    def scale(v):  # a closure the mapped function calls: it stays the loop model
+        return v * c
+
+    return jnp.sum(jax.vmap(lambda r: scale(r) + jnp.sin(r))(x) ** 2)
+
+
+def vmap_pytrees(x):
+    def lane(d, t):
+        return {"a": d["p"] * t[0], "b": jnp.sin(d["q"]) + t[1]}
+
+    out = jax.vmap(lane, in_axes=(0, (None, 0)))({"p": x, "q": x * 2}, (x[0], x))
+    return jnp.sum(out["a"] * out["b"])
+
+
+def vmap_nested_closures(x):
+    s = jnp.sum(x)
+
+    def outer(r):
+        m = jnp.max(r)
+        return jax.vmap(lambda q: q * m * s)(r)
+
+    a, b = jax.vmap(lambda r: (jnp.sin(r), jnp.sum(r)))(x)
+    return jnp.sum(jax.vmap(outer)(x) ** 2) + jnp.sum(a) * jnp.sum(b)
+
+
+def vmap_updates_and_lists(x):
+    def lane(r):
+        out = jnp.zeros(3).at[1].set(r[0] * r[2])
+        rows = []
+        for v in r:
+            rows.append(v * 2.0)
+        return out + jnp.stack(rows)
+
+    return jnp.sum(jax.vmap(lane)(x) ** 2)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [vmap_sibling_closure, vmap_pytrees, vmap_nested_closures, vmap_updates_and_lists],
+    ids=lambda f: f.__name__,
+)
+def test_vmap_batched_or_as_a_loop(f):
+    close(kt.grad(f)(X), jax.grad(f)(X))
+    close(kt.jit(kt.grad(f))(X), jax.grad(f)(X))
+    v = X * 0.3 - 0.1
+    close(kt.hvp(f, (X,), v), jax.grad(lambda a: jnp.vdot(jax.grad(f)(a), v))(X))
+
+
+def _signed_rows(r):
+    if jnp.sum(r) > 0:
+        return r * 2.0
+    return -r
+
+
+def vmap_of_a_branch(x):
+    return jnp.sum(jax.vmap(_signed_rows)(x) ** 2)
+
+
+def test_vmap_of_a_python_branch_takes_each_rows_path():
+    """A Python `if` on a row's values inside the mapped function (JAX's vmap
+    refuses it): batched, each row takes its own branch. Oracle: the rows
+    one by one under jax.grad."""
+    rows = lambda x: jnp.sum(jnp.stack([_signed_rows(r) for r in x]) ** 2)  # noqa: E731
+    close(kt.grad(vmap_of_a_branch)(X), jax.grad(rows)(X))
+    close(kt.jit(kt.grad(vmap_of_a_branch))(X), jax.grad(rows)(X))

@@ -17,12 +17,16 @@ from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 
 def lifted(graph: FuncGraph) -> FuncGraph | None:
     """The top-level copy of `graph` taking its free variables first; None
-    when its signature is not positional or a graph nested in it is held by
-    a primitive (not copied here)."""
+    when its signature is not positional, or it calls a closure defined
+    outside it, or a graph nested in it is held by a primitive (these are
+    not copied here)."""
     if graph.signature is not None:  # `*args`, keyword-only: parameters not in order
         return None
     free = graph.free_variables()
-    inner = [g for g in graph.reachable() if g is graph or graph.is_ancestor_of(g)]
+    reached = list(graph.reachable())
+    inner = [g for g in reached if g is graph or graph.is_ancestor_of(g)]
+    if any(g.parent is not None and g not in inner for g in reached):
+        return None  # a closure of an enclosing function (a sibling): not copied here
     held = {
         id(sub)
         for g in inner
