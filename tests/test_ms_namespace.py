@@ -225,7 +225,7 @@ def test_submodule_imports_and_primitives_in_a_cell_match_jax():
 @pytest.mark.parametrize(
     "module, name, says",
     [
-        (ms, "vmap", "k_transform has no such name yet"),
+        (ms, "set_device", "k_transform has no such name yet"),
         (nn, "LSTM", "k_transform has no such name yet"),
         (ops, "HyperMap", "k_transform has no such name yet"),
         (ops, "Argmax", "k_transform has a different `Argmax`"),
@@ -250,3 +250,19 @@ def test_set_context_refuses_what_it_cannot_do():
         ms.set_context(enable_auto_mixed_precision=True)
     with pytest.raises(ValueError, match="'variable_memory_max_size'"):
         ms.get_context("variable_memory_max_size")
+
+
+class RowScale(nn.Cell):
+    def construct(self, x, w):
+        return ops.reduce_sum(ops.vmap(lambda r, v: ops.tanh(r * v), in_axes=(0, None))(x, w))
+
+
+def test_vmap_is_mindspores_and_batched():
+    """`ms.vmap` / `ops.vmap(fn, in_axes, out_axes)` (absent before): in a
+    parsed construct it runs batched (`frontend/batching.py`)."""
+    x, w = jnp.arange(6.0).reshape(2, 3) / 5, jnp.array([0.5, -1.0, 2.0])
+    want = jax.grad(lambda a, b: jnp.sum(jnp.tanh(a * b)), argnums=(0, 1))(x, w)
+    got = ms.ops.GradOperation(get_all=True)(RowScale())(x, w)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert ms.vmap is ops.vmap

@@ -14,6 +14,7 @@ for them).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from k_transform import common, dataset, nn, ops, train
@@ -131,6 +132,7 @@ TRANSFORMS = {
     "jvp": jvp,
     "jacrev": jacrev,
     "jacfwd": jacfwd,
+    "vmap": jax.vmap,  # MindSpore's `vmap(fn, in_axes=0, out_axes=0)`: batched in parsed code
 }
 FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS}
 
