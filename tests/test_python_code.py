@@ -133,7 +133,7 @@ def uses_a_user_class(x):
 
 
 def uses_getattr(x):
-    return jnp.sum(jnp.tanh(x) ** 2)
+    return jnp.sum(getattr(jnp, "tanh")(x) ** 2)
 
 
 def uses_dict_get(x):
@@ -791,3 +791,18 @@ def test_odeint_gradient_is_the_adjoint():
         kt.grad(_fit_in_python)(params, y0)
     with pytest.raises(kt.KTransformError, match="nor a second derivative"):
         kt.grad(lambda y: jnp.sum(kt.grad(_fit_trajectory, grad_position=1)(params, y)))(y0)
+
+
+def getattr_in_a_loop(x):
+    z = x
+    for r in jnp.stack((jnp.tanh(x), x)):
+        z = jnp.tanh(getattr(jnp, "maximum")(x * 0.5, z * r))
+    return jnp.sum(z**2)
+
+
+def test_getattr_of_known_values_is_an_attribute_read():
+    """`getattr(jnp, "maximum")` is `jnp.maximum`, read while parsing: a loop
+    calling it is no host code (its second derivative was refused: the
+    fuzzer's python_idioms, 1 of 264)."""
+    want = jax.grad(lambda a: jnp.vdot(jax.grad(getattr_in_a_loop)(a), V))(X)
+    np.testing.assert_allclose(kt.hvp(getattr_in_a_loop, (X,), V), want, rtol=1e-4, atol=1e-5)

@@ -145,6 +145,8 @@ class CallBuilder:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
             return self.apply(callee, *args, node=e)
         value = callee.value
+        if value is getattr and _constant_attribute(args, kwargs):  # getattr(jnp, "tanh")
+            return self.attribute_of(args[0], args[1].value, e)  # is `jnp.tanh`
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
@@ -403,6 +405,18 @@ def closure_transform(api: str, closure: FuncGraph) -> str:
     return (
         f"{api} of `{closure.name}`, a function that reads variables of the function "
         f"calling it ({names}; pass them as arguments)"
+    )
+
+
+def _constant_attribute(args, kwargs) -> bool:
+    """`getattr(obj, "name")` with both known while parsing (a module, an
+    object the program holds): the attribute read `obj.name`."""
+    return (
+        not kwargs
+        and len(args) == 2
+        and all(isinstance(a, Constant) for a in args)
+        and isinstance(args[1].value, str)
+        and not isinstance(args[0].value, FuncGraph)
     )
 
 
