@@ -406,3 +406,22 @@ def test_vmap_of_a_python_branch_takes_each_rows_path():
     rows = lambda x: jnp.sum(jnp.stack([_signed_rows(r) for r in x]) ** 2)  # noqa: E731
     close(kt.grad(vmap_of_a_branch)(X), jax.grad(rows)(X))
     close(kt.jit(kt.grad(vmap_of_a_branch))(X), jax.grad(rows)(X))
+
+
+def _example_loss(w, x):
+    return jnp.sum(jnp.tanh(x * w) ** 2)
+
+
+def per_example_gradients(w):
+    g = jax.vmap(kt.grad(_example_loss), in_axes=[None, 0])(w, X)
+    return jnp.sum(g**2)
+
+
+def test_vmap_of_a_gradient_function_is_per_example_gradients():
+    """`jax.vmap(kt.grad(loss), in_axes=[None, 0])`: the gradient's graph,
+    batched (a library call of it had no rule: caught on the way), with
+    `in_axes` a list literal (refused before: 'constant axes expected')."""
+    jax_version = lambda w: jnp.sum(jax.vmap(jax.grad(_example_loss), (None, 0))(w, X) ** 2)  # noqa: E731
+    w = jnp.array([0.5, -0.3, 1.2])
+    close(kt.grad(per_example_gradients)(w), jax.grad(jax_version)(w))
+    close(kt.jit(kt.grad(per_example_gradients))(w), jax.grad(jax_version)(w))

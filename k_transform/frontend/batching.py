@@ -23,7 +23,7 @@ import jax
 
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
-from k_transform.frontend.source import is_user_function
+from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.lift import lifted
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 
@@ -35,6 +35,9 @@ def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
     if not isinstance(fun, Constant):
         return None
     value = fun.value
+    graph = getattr(value, "__kt_graph__", None)  # a gradient function, a compiled program
+    if isinstance(graph, FuncGraph):
+        value = graph
     if isinstance(value, FuncGraph) or is_user_function(value):
         graph = value if isinstance(value, FuncGraph) else builder.parse(value)
         free = graph.free_variables()
@@ -42,7 +45,7 @@ def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
         if top is None or not _pure(top):
             return None
         fn = _compiled(top)
-    elif callable(value) and not isinstance(value, type):
+    elif is_library_value(value) and callable(value) and not isinstance(value, type):
         fn, free = value, []  # a library function (`jnp.sin`)
     else:
         return None

@@ -269,15 +269,15 @@ class CallBuilder:
             args = [args[0], *branches, *args[2:]]
         else:  # jax.vmap(fun, in_axes=0, out_axes=0, ...): a value called later
             options = {k: v for k, v in kwargs.items() if k not in ("in_axes", "out_axes")}
-            static = [*args[1:], *kwargs.values()]
-            if not args or not all(isinstance(a, Constant) for a in static):
+            static = [_known(a) for a in [*args[1:], *kwargs.values()]]
+            if not args or any(v is _UNKNOWN for v in static):
                 raise self.fp.error(
                     "jax.vmap(fun, in_axes, out_axes) with constant axes expected", e
                 )
-            in_axes = kwargs["in_axes"].value if "in_axes" in kwargs else 0
-            in_axes = args[1].value if len(args) > 1 else in_axes
-            out_axes = kwargs["out_axes"].value if "out_axes" in kwargs else 0
-            out_axes = args[2].value if len(args) > 2 else out_axes
+            in_axes = _known(kwargs["in_axes"]) if "in_axes" in kwargs else 0
+            in_axes = _known(args[1]) if len(args) > 1 else in_axes
+            out_axes = _known(kwargs["out_axes"]) if "out_axes" in kwargs else 0
+            out_axes = _known(args[2]) if len(args) > 2 else out_axes
             if isinstance(in_axes, list):
                 in_axes = tuple(in_axes)
             prim = prims.Vmapped(in_axes, out_axes, tuple(sorted(options)))
@@ -406,6 +406,22 @@ def closure_transform(api: str, closure: FuncGraph) -> str:
         f"{api} of `{closure.name}`, a function that reads variables of the function "
         f"calling it ({names}; pass them as arguments)"
     )
+
+
+_UNKNOWN = object()
+
+
+def _known(node):
+    """The value of a constant, or of a tuple or list literal of them
+    (`in_axes=[0, None]`); `_UNKNOWN` otherwise."""
+    if isinstance(node, Constant):
+        return node.value
+    prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
+    if isinstance(prim, (prims.MakeTuple, prims.MakeList)):
+        items = [_known(a) for a in node.args]
+        if all(v is not _UNKNOWN for v in items):
+            return tuple(items) if isinstance(prim, prims.MakeTuple) else items
+    return _UNKNOWN
 
 
 def _constant_attribute(args, kwargs) -> bool:
