@@ -10,11 +10,14 @@ the gradients of the values it read are summed over the batch as they are
 in JAX. `jax.vmap` is JAX's batching, not its differentiation.
 
 `fun` runs as k_transform parsed it (its generated code), so its Python
-runs once per trace, as under `jax.vmap`. A function that reads or writes
-a Parameter, runs host code or has effects (it would run once, its reads
-folded into the trace) stays the sequential model of
-`frontend.lax_models.vmap_model`; so does a function value known only when
-the program runs.
+runs once per trace, as under `jax.vmap`; a gradient function or compiled
+program (`kt.grad(loss)`: per-example gradients) is batched through its
+graph, a library's function (`jnp.sin`) as it is. A function that reads or
+writes a Parameter, runs host code or has effects (it would run once, its
+reads folded into the trace), or calls a closure of its enclosing function
+(`ir.lift` does not copy it), stays the sequential model of
+`frontend.lax_models.vmap_model`; so do a function value known only when
+the program runs and a user's callable object.
 """
 
 from __future__ import annotations
