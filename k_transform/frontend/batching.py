@@ -1,4 +1,4 @@
-"""`jax.vmap(fun, in_axes, out_axes)(*args)` in differentiated code, batched.
+"""`jax.vmap(fun, ...)(*args)` and `jnp.apply_along_axis` in differentiated code, batched.
 
 The call becomes one library call of `jax.vmap` applied to the Python code
 generated from `fun`'s graph, closure-converted (`ir.lift`): the values the
@@ -23,6 +23,7 @@ the program runs and a user's callable object.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
@@ -35,6 +36,39 @@ def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
     """`(batched function, the values it reads)` for `jax.vmap(fun, ...)`
     called with `n_args` arguments: called as `batched(*read, *args)`; None
     where the call stays the model."""
+    made = converted(builder, fun)
+    if made is None:
+        return None
+    fn, free = made
+    axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n_args
+    if len(axes) != n_args:
+        return None  # JAX's own error, from the model
+    mapped = jax.vmap(fn, in_axes=(*[None] * len(free), *axes), out_axes=out_axes)
+    return mapped, free
+
+
+def along_axis(builder, fun: Node, axis: Node):
+    """`(function, the values it reads)` for `jnp.apply_along_axis(fun, axis,
+    arr)`, called as `function(*read, arr)` (JAX maps it with `vmap`); None
+    where the call stays the model."""
+    made = converted(builder, fun)
+    if made is None or not isinstance(axis, Constant) or not isinstance(axis.value, int):
+        return None
+    fn, free = made
+    n, k = len(free), axis.value
+
+    def apply_along_axis(*values):
+        read, arr = values[:n], values[n]
+        return jnp.apply_along_axis(lambda row: fn(*read, row), k, arr)
+
+    apply_along_axis.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
+    return apply_along_axis, free
+
+
+def converted(builder, fun: Node):
+    """`(fn, free)`: a Python function computing `fun` that takes the values
+    `fun` reads from its enclosing function (the nodes `free`) first; None
+    where `fun` cannot run apart from the program (see the module)."""
     if not isinstance(fun, Constant):
         return None
     value = fun.value
@@ -47,16 +81,10 @@ def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
         top = lifted(graph) if free else graph
         if top is None or not _pure(top):
             return None
-        fn = _compiled(top)
-    elif is_library_value(value) and callable(value) and not isinstance(value, type):
-        fn, free = value, []  # a library function (`jnp.sin`)
-    else:
-        return None
-    axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n_args
-    if len(axes) != n_args:
-        return None  # JAX's own error, from the model
-    mapped = jax.vmap(fn, in_axes=(*[None] * len(free), *axes), out_axes=out_axes)
-    return mapped, list(free)
+        return _compiled(top), list(free)
+    if is_library_value(value) and callable(value) and not isinstance(value, type):
+        return value, []  # a library function (`jnp.sin`)
+    return None
 
 
 def _compiled(graph: FuncGraph):

@@ -31,6 +31,7 @@ import types
 
 import gast
 import jax
+import jax.numpy as jnp
 
 from k_transform.errors import KTransformError
 from k_transform.frontend import batching, callables, lax_models, python_code, pytrees
@@ -254,6 +255,16 @@ class CallBuilder:
             if not args:
                 raise self.fp.error(f"{value.__name__}(f) expected", e)
             return args[0]
+        if value is jnp.apply_along_axis:
+            if len(args) != 3 or kwargs:
+                raise self.fp.error("jnp.apply_along_axis(func1d, axis, arr) expected", e)
+            made = batching.along_axis(self, args[0], args[1])
+            if made is not None:  # batched (`frontend.batching`)
+                fn, read = made
+                hint = f"jnp.apply_along_axis({getattr(args[0], 'hint', '') or 'func1d'})"
+                return self.apply(prims.LibraryCall(fn, hint), *read, args[2], node=e)
+            model = Constant(self.parse(lax_models.apply_along_axis), self.debug(e), "model")
+            return self.call(model, args, {}, e)
         if value is jax.lax.cond:
             if "operand" in kwargs:  # the old `cond(pred, t, f, operand=x)` form
                 kwargs = dict(kwargs)

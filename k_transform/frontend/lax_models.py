@@ -21,7 +21,8 @@ reverse-mode gradient (JAX refuses one).
   written per number of operands (and branches) at the call (`model`); the
   index of `switch` is clamped into range, as JAX does.
 - `jax.checkpoint(f)`, `jax.remat(f)`, `jax.named_call(f)`: `f` itself (same values).
-- `jnp.apply_along_axis(func1d, axis, arr)`: a loop over the 1-d slices,
+- `jnp.apply_along_axis(func1d, axis, arr)`: batched where it can be
+  (`frontend.batching`, as `jax.vmap`); else a loop over the 1-d slices,
   results stacked as JAX places them; `jnp.apply_over_axes(func, a, axes)`:
   the loop over `axes` (a result that lost the axis gets it back).
 - `jax.vmap(fun, in_axes, out_axes)(*args)`: batched where it can be
@@ -109,7 +110,6 @@ FIXED = {
     lax.map: lax_map,
     lax.while_loop: while_loop,
     lax.fori_loop: fori_loop,
-    jnp.apply_along_axis: apply_along_axis,
     jnp.apply_over_axes: apply_over_axes,
 }
 
@@ -199,7 +199,7 @@ def fixed_model(value):
         return None
 
 
-PER_CALL = (lax.cond, lax.switch, jax.vmap)
+PER_CALL = (lax.cond, lax.switch, jax.vmap, jnp.apply_along_axis)
 # `jax.checkpoint(f)` and `jax.named_call(f)` compute what `f` computes (they
 # change memory use or names): the call is `f` itself.
 SAME_VALUES = (jax.checkpoint, jax.remat, jax.named_call)
