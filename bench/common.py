@@ -32,6 +32,17 @@ def compare(contenders: dict, repeats: int) -> dict:
     return results
 
 
+def round_ratios(times: dict, ours: str, peer: str) -> tuple[float, list[float]]:
+    """The median of the per-round ratios `ours` / `peer` (contenders timed
+    alternately, one entry per round) and their spread [min, max]."""
+    ratios = [a / b for a, b in zip(times[ours], times[peer], strict=True)]
+    return statistics.median(ratios), [min(ratios), max(ratios)]
+
+
+def medians_ms(times: dict) -> dict:
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def memory(jitted, args) -> dict:
     """XLA's compile-time memory estimate of `jitted` on `args` (bytes)."""
     stats = jitted.lower(*args).compile().memory_analysis()

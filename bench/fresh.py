@@ -19,14 +19,13 @@ spread (min, max). Goal: about what `jax.grad(f)(x)` costs (<= 1.1).
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import jax
 import jax.numpy as jnp
 
 import k_transform as kt
-from bench.common import machine
+from bench.common import machine, medians_ms, round_ratios
 
 ROUNDS = 15
 CALLS = 20  # fresh gradient objects per round
@@ -68,11 +67,11 @@ def run() -> dict:
         for _ in range(ROUNDS):
             for name, make in makers.items():
                 times[name].append(_per_call(make, fn, args))
-        ratios = [k / j for k, j in zip(times["kt.grad"], times["jax.grad"], strict=True)]
+        ratio, spread = round_ratios(times, "kt.grad", "jax.grad")
         results["cases"][case] = {
-            "median_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
-            "ratio_kt_over_jax_grad": statistics.median(ratios),
-            "ratio_spread": [min(ratios), max(ratios)],
+            "median_ms": medians_ms(times),
+            "ratio_kt_over_jax_grad": ratio,
+            "ratio_spread": spread,
         }
     return results
 

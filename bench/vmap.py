@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 
 import k_transform as kt
-from bench.common import machine, timed
+from bench.common import machine, medians_ms, round_ratios, timed
 
 ROUNDS = 15
 CALLS = 5  # calls per round and contender
@@ -86,14 +86,12 @@ def run() -> dict:
         for _ in range(ROUNDS):
             for name, fn in contenders.items():
                 times[name].append(_per_call(fn, args))
-        ratios = [
-            k / j for k, j in zip(times["kt.jit(kt.grad)"], times["jax.jit(jax.grad)"], strict=True)
-        ]
+        ratio, spread = round_ratios(times, "kt.jit(kt.grad)", "jax.jit(jax.grad)")
         results["cases"][case] = {
             "first_call_s": first,
-            "median_ms": {n: statistics.median(t) * 1e3 for n, t in times.items()},
-            "ratio_kt_over_jax": statistics.median(ratios),
-            "ratio_spread": [min(ratios), max(ratios)],
+            "median_ms": medians_ms(times),
+            "ratio_kt_over_jax": ratio,
+            "ratio_spread": spread,
         }
     return results
 

@@ -395,7 +395,7 @@ class DFunctor:
             # A function given to the library (to call, or to keep) is the user's
             # own, not its fprop: a constant takes no gradient, and the library's
             # jaxpr, differentiated as a whole, holds what its calls compute.
-            args = [_as_given(a) or k for a, k in zip(node.args, args, strict=True)]
+            args = _given(node.args, args)
             k1 = SERVICES.library_k(fn, 1, node.debug)
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
@@ -434,7 +434,7 @@ class DFunctor:
             pair = self.fprop.apply(dyn_node, callee, *args, debug=node.debug)
         else:
             if isinstance(fn, LibraryK):  # a library call K made: given the same functions
-                args = [_as_given(a) or k for a, k in zip(node.args, args, strict=True)]
+                args = _given(node.args, args)
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
@@ -693,6 +693,12 @@ def _result_of(fprop: FuncGraph) -> FuncGraph:
         g.output = g.apply(_const(prims.GetItem()), pair, Constant(0), debug=fprop.debug)
         results[fprop.uid] = g
     return results[fprop.uid]
+
+
+def _given(primal_args: list[Node], k_args: list[Node]) -> list[Node]:
+    """A library call's arguments at K: its functions as given (`_as_given`),
+    the rest K-values."""
+    return [_as_given(a) or k for a, k in zip(primal_args, k_args, strict=True)]
 
 
 def _as_given(node: Node) -> Node | None:

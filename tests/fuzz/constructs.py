@@ -623,14 +623,20 @@ class Constructs:
                 ["@dataclasses.dataclass", f"class {cls}:", "    h: object", "    c: object"]
             )
             step = f"{cls}(jnp.tanh({t}.h + {t}.c), {t}.c)"
+        renew = f"{t} = {cls}(jnp.tanh({t}.h * {t}.c), {t}.c * 0.9)"
+        return self.carried(scope, indent, v, t, cls, renew, f"{t} = {step}")
+
+    def carried(self, scope, indent, v, t, cls, for_step, while_step):
+        """`t = cls(v, ...)` (fields h, c) carried through a `for` running
+        `for_step`, a `while` running `while_step` and a traced `if`."""
         k, i = self.fresh("k"), self.fresh("i")
         return [
             f"{indent}{t} = {cls}({v}, {self.vec(scope)})",
             f"{indent}for {i} in range({self.integer(1, 3)}):",
-            f"{indent}    {t} = {cls}(jnp.tanh({t}.h * {t}.c), {t}.c * 0.9)",
+            f"{indent}    {for_step}",
             f"{indent}{k} = 0",
             f"{indent}while {k} < {self.integer(1, 3)}:",
-            f"{indent}    {t} = {step}",
+            f"{indent}    {while_step}",
             f"{indent}    {k} = {k} + 1",
             f"{indent}if {self.condition(scope)}:",
             f"{indent}    {t} = {cls}({t}.c, {t}.h)",
@@ -758,16 +764,6 @@ class Constructs:
                 f"        return {cls}(jnp.tanh(self.h * self.c), self.c * 0.9)",
             ]
         )
-        k, i = self.fresh("k"), self.fresh("i")
-        return [
-            f"{indent}{t} = {cls}({v}, {self.vec(scope)})",
-            f"{indent}for {i} in range({self.integer(1, 3)}):",
-            f"{indent}    {t} = {t}.step()",
-            f"{indent}{k} = 0",
-            f"{indent}while {k} < {self.integer(1, 3)}:",
-            f"{indent}    {t}.h = jnp.tanh({t}.h + {t}.c)",
-            f"{indent}    {k} = {k} + 1",
-            f"{indent}if {self.condition(scope)}:",
-            f"{indent}    {t} = {cls}({t}.c, {t}.h)",
-            self.assign_result(scope, indent, f"{t}.h * {t}.c"),
-        ]
+        return self.carried(
+            scope, indent, v, t, cls, f"{t} = {t}.step()", f"{t}.h = jnp.tanh({t}.h + {t}.c)"
+        )
