@@ -21,9 +21,7 @@ from k_transform.compiled import (
     CompiledGraph,
     bind_keywords,
     check_float_inputs,
-    compiled_forward,
     takes_star_args,
-    without_aux,
 )
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
@@ -49,8 +47,10 @@ def jvp(fn, inputs, v, has_aux=False):
         fn, xs, vs = _star_call(fn, xs, vs)
     if not has_aux:
         return jvp_unchecked(fn, xs, vs)
-    out, jv = jvp_unchecked(without_aux(fn), xs, vs)
-    return out, jv, rt.split_aux(compiled_forward(fn)(*xs))[1]
+    # one run (the user's host code runs once): the aux values' tangents are dropped
+    out, jv = jvp_unchecked(fn, xs, vs)
+    (out, aux), jv = rt.split_aux(out), rt.split_aux(jv)[0]
+    return out, jv, aux
 
 
 def _star_call(fn, xs: tuple, vs: tuple) -> tuple:

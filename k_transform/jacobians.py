@@ -19,11 +19,12 @@ import numpy as np
 from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
-from k_transform.compiled import CompiledGraph, check_float_inputs, compiled_forward, without_aux
+from k_transform.compiled import check_float_inputs, compiled_forward, without_aux
 from k_transform.errors import KTransformError
 from k_transform.forward_api import check_tangents, jvp_unchecked
 from k_transform.frontend.targets import target_of
 from k_transform.reverse import GradFunction, spread_args
+from k_transform.runtime import host_log
 from k_transform.transforms import (
     GradSpec,
 )
@@ -65,23 +66,42 @@ class Jacobian:
                     f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs"
                 )
         fn = spread_args(target_of(self.fn, len(args)), len(args))
-        target = without_aux(fn) if self.has_aux else fn
+        # jvps of `fn` itself (its aux values' tangents dropped): one program. Where
+        # it may run host code, that runs once, as in JAX: the first run (its value)
+        # records it and the others replay it (`OneRun`)
+        target = without_aux(fn) if self.has_aux and not self.forward else fn
+        run, out = host_log.call, None
+        if graph_of(fn).may_call_host():
+            run = host_log.OneRun()
+            out = run(self._value_forward if self.forward else self._value_reverse, fn, args)
+        elif self.has_aux or not self.forward:
+            out = compiled_forward(fn)(*args)
         one = self._forward if self.forward else self._reverse
-        parts = [one(target, k % len(args), args) for k in self.positions]
+        parts = [one(target, k % len(args), args, run, out) for k in self.positions]
         tree = parts[0][0]
         if isinstance(self.argnum, tuple):  # each output leaf: a tuple over the positions
             blocks = [tuple(p[1][i] for p in parts) for i in range(tree.num_leaves)]
         else:
             blocks = parts[0][1]
         jac = jax.tree_util.tree_unflatten(tree, blocks)
-        return (jac, rt.split_aux(compiled_forward(fn)(*args))[1]) if self.has_aux else jac
+        return (jac, rt.split_aux(out)[1]) if self.has_aux else jac
 
-    def _reverse(self, fn, argnum: int, args):
+    def _value_reverse(self, fn, args):
+        """The value of `fn` as the vjps compute it (K of `fn`, its first order)."""
+        spec = GradSpec(inputs=self.positions[0], with_value=True, has_aux=self.has_aux)
+        return GradFunction(fn, spec)(*args)[0]
+
+    def _value_forward(self, fn, args):
+        """The value of `fn` as the jvps compute it (zero tangents)."""
+        zeros = tuple(jax.tree_util.tree_map(jnp.zeros_like, a) for a in args)
+        return jvp_unchecked(fn, tuple(args), zeros)[0]
+
+    def _reverse(self, fn, argnum: int, args, run, value):
         """One vmapped vjp per output leaf: `(the output's treedef, a block
         per output leaf)`, each block shaped as input `argnum` (JAX's nesting:
         the output's structure of the input's structure)."""
         grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
-        out = CompiledGraph(graph_of(fn))(*args)
+        out = rt.split_aux(value)[0] if self.has_aux else value
         leaves, tree = jax.tree_util.tree_flatten(out)
         blocks = []
         for k, leaf in enumerate(leaves):
@@ -91,7 +111,7 @@ class Jacobian:
                 sens = [u if j == k else jnp.zeros_like(other) for j, other in enumerate(leaves)]
                 return grad_fn(*args, jax.tree_util.tree_unflatten(tree, sens))
 
-            rows = jax.vmap(row)(basis)
+            rows = run(jax.vmap(row), basis)
             blocks.append(
                 jax.tree_util.tree_map(
                     lambda r, x, leaf=leaf: r.reshape(*jnp.shape(leaf), *jnp.shape(x)),
@@ -101,7 +121,7 @@ class Jacobian:
             )
         return tree, blocks
 
-    def _forward(self, fn, argnum: int, args):
+    def _forward(self, fn, argnum: int, args, run, value):
         """One vmapped jvp per input leaf, regrouped as `_reverse` gives them."""
         x_leaves, x_tree = jax.tree_util.tree_flatten(args[argnum])
         per_input = []
@@ -116,9 +136,10 @@ class Jacobian:
                     else jax.tree_util.tree_map(jnp.zeros_like, a)
                     for i, a in enumerate(args)
                 )
-                return jvp_unchecked(fn, tuple(args), tangents)[1]
+                tangent = jvp_unchecked(fn, tuple(args), tangents)[1]
+                return rt.split_aux(tangent)[0] if self.has_aux else tangent
 
-            cols = jax.vmap(column)(_basis(leaf))
+            cols = run(jax.vmap(column), _basis(leaf))
             out_leaves, out_tree = jax.tree_util.tree_flatten(cols)
             per_input.append([_columns_last(c, leaf) for c in out_leaves])
         blocks = [

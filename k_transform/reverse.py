@@ -66,6 +66,7 @@ from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
+from k_transform.runtime import host_log
 from k_transform.transforms import (
     GradSpec,
     as_weights,
@@ -216,13 +217,21 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
     params, single = as_weights(weights)
     spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
     grad_fn = GradFunction(primal, spec)
-    forward = CompiledGraph(primal)
-    forward.bound_loops = True
-    out = forward(*inputs)
+    if primal.may_call_host():
+        # the value as the pullback computes it (K of `fn`): host code runs once,
+        # there, and each call of the pullback replays it (as JAX's would)
+        run = host_log.OneRun()
+        value_spec = dataclasses.replace(spec, sens_param=False, with_value=True)
+        out = run(GradFunction(primal, value_spec), *inputs)[0]
+    else:
+        run = host_log.call
+        forward = CompiledGraph(primal)
+        forward.bound_loops = True
+        out = forward(*inputs)
 
     def vjp_fn(*cotangents):
         v = cotangents[0] if len(cotangents) == 1 else cotangents
-        grads = grad_fn(*inputs, v)
+        grads = run(grad_fn, *inputs, v)
         return grads[0] if has_aux else grads
 
     if not has_aux:

@@ -34,6 +34,7 @@ from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value
 from k_transform.ir.nodes import NO_DEBUG, FuncGraph
 from k_transform.ops import python as prims
+from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
 
 
@@ -68,9 +69,15 @@ class TracedCallK(LibraryK):
         return TracedCallK(self.call, self.order + 1, self.debug)
 
     def __call__(self, *args):
+        host = self.call.host or _host_receiver(self.call, args)
+        # host code: run once where a derivative runs its loop iteration again
+        if not host:
+            return self._run(host, *args)
+        return host_log.host(self._run, kind=self.order)(host, *args)
+
+    def _run(self, host: bool, *args):
         try:
             call = self.call
-            host = call.host or _host_receiver(call, args)
             graph = imported_graph(call.fn, call.hint, call.kwnames, args, host)
             fprop = _compiled_k(graph, self.order)
         except KTransformError as exc:

@@ -189,6 +189,7 @@ MODULE_STATE = {
     "k_transform.runtime.bounds._checks_traced": "trace-time count of loop-bound checks",
     "k_transform.runtime.state._refusing_reads": "run-time stack: Python code being traced",
     "k_transform.ops.python._method_caller": "a function per method name (functools.cache)",
+    "k_transform.runtime.host_log._frames": "run-time stack of host-call logs recorded or replayed",
 }
 CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
 CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}

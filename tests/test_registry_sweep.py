@@ -64,6 +64,7 @@ INTERNAL = (
     control.StackPush,
     control.StackPop,
     control.StackNonEmpty,
+    control.StackLog,  # a loop iteration's host calls: tests/test_host_python.py
     control.StackPushGrad,  # their rules against JAX: tests/test_higher_order_control.py
     control.StackPopGrad,
     control.StackLight,

@@ -9,9 +9,9 @@ the carries are stored is the run time's choice (`control.runtime`):
   keep each iteration's bprop beside its carry (a memo): the reverse loop
   applies it, so the body is not run again (and an effect in it, an
   `ops.Assign`, happens once). `k_of` returns this graph; transforms
-  differentiate its twin `differentiated_as`, which recomputes instead; a
-  loop marked `host` (its body runs host code, so its iterations are always
-  Python's) has no twin: a second derivative of it is refused.
+  differentiate its twin `differentiated_as`, which recomputes instead,
+  its host calls (a random draw, `print`) replaying the results they gave
+  in the forward loop (`runtime.host_log`), so they run once.
 - Under `lax` the stack is a buffer, one slot per iteration; the reverse
   loop recomputes the iteration's K-body from its carry (so nested loops
   store only their own carries). A traced `while` gets a buffer of its
@@ -56,18 +56,10 @@ from __future__ import annotations
 
 from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
-from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
-
-_TWICE = (
-    "a loop whose body calls host code (print, a random generator, next(...)) is "
-    "differentiated only once: a second derivative recomputes each iteration in its reverse "
-    "loop, which would run the host code again (a random draw would differ from the one the "
-    "first derivative used); draw before the loop and pass the values in"
-)
 
 
 def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
@@ -77,10 +69,7 @@ def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
     cache = TRANSFORM.cache("k_loops.k_of")
     if key not in cache:
         kept = _LoopK(ctl, graphs, n_args, debug, memo=True).graph
-        if ctl.host:  # its twin would run the body again in the reverse loop
-            kept.refusal = lambda: KTransformError(_TWICE, debug)
-        else:
-            kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
+        kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
         cache[key] = kept
     return cache[key]
 
@@ -231,18 +220,23 @@ class _LoopK:
 
     def recall(self, body: FuncGraph, args: list[Node], stack: Node) -> Node:
         """The bprop of the iteration on top of `stack`: K(body) run again on
-        its carry `args`, or (`memo`) the one a Python iteration kept, when
-        it did (no recomputation, and an effect in the body is not repeated)."""
+        its carry `args`, its host calls replaying what they gave when it ran
+        (`HostReplay`), or (`memo`) the one a Python iteration kept, when it
+        did (no recomputation, and an effect in the body is not repeated)."""
         if not self.memo:
-            pair = body.apply(Constant(self.body_k), *args, debug=self.debug)
-            pair.tuple_arity = 2
-            return self.item(body, pair, 1)
+            return self.item(body, self.again(body, args, stack), 1)
         names = [p.name for p in self.body_k.parameters] + ["stack"]
         again, ps = self.sub("recompute", "branch", names)
-        pair = again.apply(Constant(self.body_k), *ps[:-1], debug=self.debug)
-        again.output = self.item(again, pair, 1)
+        again.output = self.item(again, self.again(again, ps[:-1], ps[-1]), 1)
         kept, ps = self.sub("recall", "branch", names)
         kept.output = self.prim(kept, control.StackMemo(), ps[-1])
         has = self.prim(body, control.StackHasMemo(), stack)
         fixed = [Constant(kept, hint=kept.name), Constant(again, hint=again.name)]
         return self.prim(body, control.Switch(self.ctl.where), has, *fixed, *args, stack)
+
+    def again(self, g: FuncGraph, args: list[Node], stack: Node) -> Node:
+        """K(body)(*args) run again for the iteration on top of `stack`."""
+        log = self.prim(g, control.StackLog(), stack)
+        pair = self.prim(g, control.HostReplay(self.ctl.where), log, Constant(self.body_k), *args)
+        pair.tuple_arity = 2
+        return pair

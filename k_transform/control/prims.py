@@ -28,6 +28,7 @@ from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops.base import RuntimeCall
 from k_transform.ops.python import MakeTuple
+from k_transform.runtime import host_log
 from k_transform.runtime import stack as rs
 
 
@@ -42,6 +43,7 @@ class ControlPrimitive(Primitive):
     k_slots: tuple[int, ...] = ()
     nondiff_slots: tuple[int, ...] = ()
     host = False  # its graphs run host code: Python control flow (`with_host`)
+    k_of_graphs = False  # K of it is itself, applied to K-graphs (`switch`)
 
     def with_host(self, graphs) -> ControlPrimitive:
         """This primitive, marked `host` if one of its `graphs` runs host code
@@ -111,6 +113,7 @@ class Switch(ControlPrimitive):
     graph_slots = (1, 2)
     k_slots = (1, 2)
     nondiff_slots = (0, 1, 2)
+    k_of_graphs = True
 
     def grad_index(self, k):
         # K(switch) is a switch of K-graphs: its bprop is the taken branch's,
@@ -122,16 +125,51 @@ class Switch(ControlPrimitive):
 
     def result_arity(self, args) -> int:
         """Branches that return a tuple literal: its length."""
-        graph = args[1].value if isinstance(args[1], Constant) else None
-        out = graph.output if isinstance(graph, FuncGraph) else None
-        maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
-        return len(out.args) if isinstance(maker, MakeTuple) else 0
+        return _tuple_arity(args[1])
 
     def graph_arity(self, slot, n_args):
         return n_args - 3
 
     def impl(self, cond, true_fn, false_fn, *args):
         return ctl.switch(cond, true_fn, false_fn, *args, **self.options())
+
+
+class HostReplay(ControlPrimitive):
+    """`host_replay(log, graph, *args)`: `graph(*args)` with each host call in
+    it taking its result from `log` instead of running (`runtime.host_log`):
+    how K of a loop runs an iteration again. Like a switch, K of it is the
+    same primitive of the K-graph, whose bprop gives `(env, d_args...)`."""
+
+    graph_slots = (1,)
+    k_slots = (1,)
+    nondiff_slots = (0, 1)
+    k_of_graphs = True
+
+    def __init__(self, where: str = ""):
+        super().__init__("host_replay", where=where)
+
+    def grad_index(self, k):
+        return None if k < 2 else k - 1
+
+    def result_arity(self, args) -> int:
+        return _tuple_arity(args[1])
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 2
+
+    def impl(self, log, fn, *args):
+        return host_log.replay(log, fn, *args, **self.options())
+
+    def emit(self, e, args):
+        return self._emit_call(e, "replay", args, host_log, "_hl")
+
+
+def _tuple_arity(graph_node) -> int:
+    """The length of the tuple literal the graph constant `graph_node` returns (0: none)."""
+    graph = graph_node.value if isinstance(graph_node, Constant) else None
+    out = graph.output if isinstance(graph, FuncGraph) else None
+    maker = out.fn.value if isinstance(out, Apply) and isinstance(out.fn, Constant) else None
+    return len(out.args) if isinstance(maker, MakeTuple) else 0
 
 
 class WhileLoop(LoopPrimitive):
@@ -271,6 +309,13 @@ class StackMemo(_StackCall):
     rt_name = "stack_memo"
 
 
+class StackLog(_StackCall):
+    """The host calls of the iteration that pushed the top of a stack (`stack_log`)."""
+
+    n_inputs = 1
+    rt_name = "stack_log"
+
+
 class StackPushGrad(_StackCall):
     """Pop's gradient: `d_rest` with `d_item` added at its top (`stack_push_grad`)."""
 
@@ -371,6 +416,7 @@ def get_bprop_stack_new(self):
 
 
 zero_gradient(StackNonEmpty)
+zero_gradient(StackLog)
 
 # -- light/heavy (stacks in a loop's carry stored as counts): each gradient is linear
 # in `dout` and its own transpose, so these four rules close under differentiation.

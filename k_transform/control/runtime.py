@@ -18,7 +18,7 @@ from jax import lax
 
 from k_transform.control import checkpoint, policy
 from k_transform.errors import KTransformError
-from k_transform.runtime import bounds
+from k_transform.runtime import bounds, host_log
 from k_transform.runtime import stack as rs
 from k_transform.runtime.rules import getitem_grad
 from k_transform.runtime.state import assigned_in, stateful_branch, write_back
@@ -68,11 +68,12 @@ def switch(cond, true_fn, false_fn, *args, where: str = "", host: bool = False):
     traced (`host`: a branch runs host code, which needs a concrete test)."""
     if not is_tracer(cond):
         return true_fn(*args) if cond else false_fn(*args)
+    refusal = _traced_host("an `if` whose branches", "test", where)
     if host:
-        raise _traced_host("an `if` whose branches", "test", where)
+        raise refusal
     cond = condition(cond, "if", where)
     try:
-        return _traced_switch(cond, true_fn, false_fn, args, where)
+        return _try_lax(lambda: _traced_switch(cond, true_fn, false_fn, args, where), refusal)
     except RecursionError:
         raise KTransformError(
             f"recursion in {_enclosing_def(where)!r} does not end under jax.jit: both branches "
@@ -90,6 +91,23 @@ def _traced_host(construct: str, what: str, where: str) -> KTransformError:
         "known only when the value is; make it concrete (a Python number, a static "
         f"argument), move the host call out, or call without a jit{describe(where)}"
     )
+
+
+def _try_lax(attempt, refusal=None):
+    """`attempt()`: a loop or branch under `lax` (a loop's None: it unrolls).
+    A body reaching host code known only at run time (a method of the user's
+    object: `host_log.HostInTrace`, raised before it runs) gives None, for
+    Python's iterations, or with a traced test raises `refusal` (inside a
+    body being traced itself, the enclosing loop decides)."""
+    try:
+        with host_log.traced_body():
+            return attempt()
+    except host_log.HostInTrace:
+        if host_log.tracing():
+            raise
+        if refusal is not None:
+            raise refusal from None
+        return None
 
 
 def _enclosing_def(where: str) -> str:
@@ -332,7 +350,14 @@ def while_loop(
             return carry
         n += 1
         bounds.count_iteration(n, where)
-        carry = tuple(body_fn(*carry, *inv))
+        carry = _iteration(body_fn, (*carry, *inv), records)
+    refusal = _traced_host("a `while` whose body and condition", "condition", where)
+    return _try_lax(
+        lambda: _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records), refusal
+    )
+
+
+def _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records):
     step = lambda cr: tuple(body_fn(*cr, *inv))  # noqa: E731
     if records is not None and not bounds.can_retrace():
         plain = _Recording(lambda i, cr: step(cr), carry, records)
@@ -373,26 +398,38 @@ def for_range(
         indices = range(int(start), int(stop), int(step))
         run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
         plain = _Recording(run, carry, records)
-        if (
-            host
-            or not any_traced((carry, inv))
-            or _walks_pystack(grads, carry)
-            or policy.unrolls(plain.step, indices, plain.carry)
-        ):
-            for i in indices:
-                carry = tuple(body_fn(i, *carry, *inv))
-            return carry
-        xs = jnp.asarray(indices)
-        slots = bounds.for_checkpoints()
-        if plain.checkpoints() and slots is not None and len(indices) > slots:
-            running = lambda i, cr: i < len(indices)  # noqa: E731
-            return plain.run(running, carry, where, grads, lambda i: xs[i], slots)
-        if plain.emits():
-            return plain.scan(xs, where, grads)
-        run = lambda i, cr: body_fn(i, *cr, *inv)  # noqa: E731
-        return _scan(run, xs, carry, where, grads)
+        out = None if host else _try_lax(lambda: _lax_for(plain, indices, carry, inv, where, grads))
+        if out is not None:
+            return out
+        for i in indices:
+            carry = _iteration(body_fn, (i, *carry, *inv), records)
+        return carry
+    refusal = _traced_host("a `for` whose body", "range", where)
     if host:
-        raise _traced_host("a `for` whose body", "range", where)
+        raise refusal
+    args = (start, stop, step, body_fn, carry, inv, where, grads, records)
+    return _try_lax(lambda: _for_traced_range(*args), refusal)
+
+
+def _lax_for(plain, indices, carry, inv, where, grads):
+    """A `for` over static `indices` under `lax`, or None where it unrolls."""
+    if (
+        not any_traced((carry, inv))
+        or _walks_pystack(grads, carry)
+        or policy.unrolls(plain.step, indices, plain.carry)
+    ):
+        return None
+    xs = jnp.asarray(indices)
+    slots = bounds.for_checkpoints()
+    if plain.checkpoints() and slots is not None and len(indices) > slots:
+        running = lambda i, cr: i < len(indices)  # noqa: E731
+        return plain.run(running, carry, where, grads, lambda i: xs[i], slots)
+    if plain.emits():
+        return plain.scan(xs, where, grads)
+    return _scan(lambda i, cr: plain.run_full(i, cr), xs, carry, where, grads)
+
+
+def _for_traced_range(start, stop, step, body_fn, carry, inv, where, grads, records):
     step_ = jnp.asarray(step)
     at = lambda k: start + k * step_  # noqa: E731 - the loop variable of iteration k
     plain = _Recording(lambda i, cr: tuple(body_fn(i, *cr, *inv)), carry, records)
@@ -413,6 +450,15 @@ def for_range(
     out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
     rs.check_stacks(out[1:], where)
     return out[1:]
+
+
+def _iteration(body_fn, args, records) -> tuple:
+    """One Python iteration; one of a recording loop records its host calls
+    (`runtime.host_log`: a derivative that runs it again replays them)."""
+    if records is None:
+        return tuple(body_fn(*args))
+    with host_log.recording():
+        return tuple(body_fn(*args))
 
 
 class _Recording:
@@ -514,19 +560,26 @@ def for_each(
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
         for item in seq:
-            carry = tuple(body_fn(item, *carry, *inv))
+            carry = _iteration(body_fn, (item, *carry, *inv), records)
         return carry
     if jnp.ndim(seq) == 0:
         raise KTransformError(f"cannot iterate over a 0-d array{describe(where)}")
     run = lambda item, cr: tuple(body_fn(item, *cr, *inv))  # noqa: E731
     plain = _Recording(run, carry, records)
-    if host or not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
-        for k in range(seq.shape[0]):
-            carry = tuple(body_fn(seq[k], *carry, *inv))
-        return carry
-    if plain.emits():
-        return plain.scan(seq, where, grads)
-    return _scan(lambda item, cr: body_fn(item, *cr, *inv), seq, carry, where, grads)
+
+    def under_lax():
+        if not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
+            return None
+        if plain.emits():
+            return plain.scan(seq, where, grads)
+        return _scan(run, seq, carry, where, grads)
+
+    out = None if host else _try_lax(under_lax)
+    if out is not None:
+        return out
+    for k in range(seq.shape[0]):
+        carry = _iteration(body_fn, (seq[k], *carry, *inv), records)
+    return carry
 
 
 def each_item(x, seq, k):

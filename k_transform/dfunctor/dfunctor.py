@@ -68,7 +68,7 @@ from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.context import TRANSFORM
 from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
-from k_transform.control.prims import ControlPrimitive, Switch
+from k_transform.control.prims import ControlPrimitive
 from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
@@ -416,7 +416,7 @@ class DFunctor:
                 args[0] = Constant(_result_of(self.kval(node.args[0]).value), node.debug)
             # K of a switch is a switch of K-graphs; K of a loop, a graph of loops
             # (`control.k_loops`: a forward loop recording carries, a reverse one).
-            if isinstance(fn, Switch):
+            if fn.k_of_graphs:
                 pair = self.fprop.apply(node.fn, *args, debug=node.debug)
             else:
                 graphs = [args[k].value for k in fn.graph_slots]

@@ -243,7 +243,9 @@ class CallBuilder:
                 e,
             )
         given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
-        host = host_call(value, constant) or python_code.reason(value) is not None
+        # code run as Python is host code, unless it is library code of ours (`ode.adjoint`)
+        ours = getattr(value, "__kt_library__", False)
+        host = host_call(value, constant) or (python_code.reason(value) is not None and not ours)
         host = host or any(python_code.deferred(v) is not None for v in given)
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
         return self.apply(prim, *args, *kwargs.values(), node=e)

@@ -275,6 +275,22 @@ class FuncGraph:
             for node in graph.nodes
         )
 
+    def may_call_host(self) -> bool:
+        """`calls_host`, or a call whose host code shows only when it runs: of
+        a value known at run time (a function or object it is given), or a
+        primitive marked `host_at_run_time` (a method of an object it is
+        given, such as `rs.randn(3)` on a generator argument)."""
+        return any(
+            isinstance(node, Apply)
+            and (
+                not isinstance(node.fn, Constant)
+                or getattr(node.fn.value, "host", False)
+                or getattr(node.fn.value, "host_at_run_time", False)
+            )
+            for graph in self.reachable()
+            for node in graph.nodes
+        )
+
     def differentiable(self) -> FuncGraph:
         """The graph transforms differentiate in this one's place (its
         `differentiated_as` twin, if any); raises its `refusal` if set."""

@@ -25,6 +25,7 @@ from k_transform.ir.primitive import MakeTuple, Primitive
 from k_transform.ops.base import RuntimeCall
 from k_transform.ops.host import is_pure
 from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
+from k_transform.runtime import host_log
 
 
 # -- operators ------------------------------------------------------------
@@ -219,7 +220,9 @@ class MethodCall(Primitive):
     It has no rule of its own: like a `LibraryCall` of `fn` (the method called
     on its first input), it is differentiated through its jaxpr at trace time
     (`imports_jaxpr`): `d.get("a", 0.0)` on a dict of arrays, a method of a
-    user object."""
+    user object (host code: `traced._host_receiver`, known when it runs)."""
+
+    host_at_run_time = True
 
     def __init__(self, method: str, kwnames: tuple[str, ...] = ()):
         super().__init__("method", method=method, kwnames=tuple(kwnames))
@@ -292,10 +295,13 @@ class LibraryCall(Primitive):
 
     def impl(self, *args):
         pos, kw = split_kwargs(args, self.kwnames)
-        return self.fn(*pos, **kw)
+        return (host_log.host(self.fn) if self.host_call else self.fn)(*pos, **kw)
 
     def emit(self, e, args):
-        return f"{e.ref(self.fn, self.hint)}({call_args(args, self.kwnames)})"
+        fn = e.ref(self.fn, self.hint)
+        if self.host_call:  # run once where a derivative runs its loop iteration again
+            fn = f"{e.ref(host_log.host, '_host')}({fn})"
+        return f"{fn}({call_args(args, self.kwnames)})"
 
     def __repr__(self):
         return self.hint + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from k_transform.errors import KTransformError
+from k_transform.runtime import host_log
 from k_transform.runtime.values import any_traced, describe, is_tracer
 
 
@@ -132,7 +133,12 @@ def to_tuple(x):
 
 def print_(*args, sep=" ", **kwargs):
     """`print(...)`: Python's print of concrete values; of traced ones, a
-    debug callback that prints the values at run time, to the same `file`."""
+    debug callback that prints the values at run time, to the same `file`;
+    once where a derivative runs the code again (`host_log`)."""
+    return host_log.host(_print)(*args, sep=sep, **kwargs)
+
+
+def _print(*args, sep=" ", **kwargs):
     if not any_traced(args) and not any(isinstance(a, Formatted) for a in args):
         builtins.print(*args, sep=sep, **kwargs)
         return None

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.errors import KTransformError
+from k_transform.runtime import host_log
 from k_transform.runtime.bounds import report_overflow
 from k_transform.runtime.values import (
     UNDEFINED,
@@ -51,12 +52,13 @@ from k_transform.runtime.values import (
 class PyStack(GradValue):
     """A cons cell: `top` on `rest` (a PyStack, or None: zeros below).
     `memo`: what the loop that pushed `top` keeps beside it (the iteration's
-    bprop, `control.k_loops`); not part of the value (pytrees drop it)."""
+    bprop, `control.k_loops`); `log`: the host calls of that iteration
+    (`runtime.host_log`); neither is part of the value (pytrees drop them)."""
 
-    __slots__ = ("top", "rest", "size", "memo")
+    __slots__ = ("top", "rest", "size", "memo", "log")
 
-    def __init__(self, top=None, rest=None, size: int = 0, memo=None):
-        self.top, self.rest, self.size, self.memo = top, rest, size, memo
+    def __init__(self, top=None, rest=None, size: int = 0, memo=None, log=None):
+        self.top, self.rest, self.size, self.memo, self.log = top, rest, size, memo, log
 
     def items(self) -> list:
         """The items, bottom first."""
@@ -140,8 +142,9 @@ def stack_nonempty(s):
 
 
 def stack_push(s, item, memo=None):
-    """`s` with `item` on top; a PyStack keeps `memo` beside it, a BufStack
-    (a loop under lax) cannot hold a Python function and drops it."""
+    """`s` with `item` on top; a PyStack keeps `memo` beside it, and the host
+    calls of the iteration pushing it (`host_log.current`), a BufStack (a
+    loop under lax) cannot hold a Python function and drops it."""
     if isinstance(s, BufStack):
         item = fit(item, jax.tree_util.tree_map(_slot_shape, s.buf))
         buf = jax.tree_util.tree_map(
@@ -150,7 +153,7 @@ def stack_push(s, item, memo=None):
         return BufStack(buf, s.n + 1)
     if s is None:  # a zero gradient stack
         return PyStack(item, None, 1)
-    return PyStack(item, s, s.size + 1, memo)
+    return PyStack(item, s, s.size + 1, memo, host_log.current())
 
 
 def stack_has_memo(s) -> bool:
@@ -160,6 +163,11 @@ def stack_has_memo(s) -> bool:
 
 def stack_memo(s):
     return s.memo
+
+
+def stack_log(s):
+    """The host calls of the iteration that pushed the top of `s` (`host_log`)."""
+    return s.log if isinstance(s, PyStack) else None
 
 
 def stack_pop(s, like=None):

@@ -412,8 +412,11 @@ class Constructs:
     def c_host_effects(self, scope, depth, indent):
         """Host Python the program must run once per call, in order: draws of
         a numpy and a stdlib generator (one dropped), a counter, a global the
-        harness rebinds between calls, `print` to a sink, in a loop too."""
-        kind = self.integer(0, 5)
+        harness rebinds between calls, `print` to a sink, in a loop too (one
+        past the parser's unrolling: its K is a loop, whose reverse at second
+        order recomputes iterations and replays their draws), and a method of
+        the user's object that draws, called in such a loop."""
+        kind = self.integer(0, 6)
         if kind == 0:
             d = self.fresh("d")
             return [
@@ -440,9 +443,11 @@ class Constructs:
             ]
         i = self.fresh("i")
         inner = scope.child("range")
+        trips = self.integer(1, 3) if self.chance(4) else self.integer(9, 12)
+        draw = "rng.randn(3)" if kind == 4 else "drawer.draw(3)"
         return [
-            f"{indent}for {i} in range({self.integer(1, 3)}):",
-            self.assign_result(inner, indent + "    ", f"{self.vec(inner)} * rng.randn(3)"),
+            f"{indent}for {i} in range({trips}):",
+            self.assign_result(inner, indent + "    ", f"{self.vec(inner)} * {draw}"),
         ]
 
     # -- jax.vmap of closures (batched: frontend/batching.py) ------------------------

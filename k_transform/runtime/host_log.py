@@ -1,0 +1,241 @@
+"""Host calls run once: recorded when code first runs, replayed when a derivative runs it again.
+
+K of a loop (`control.k_loops`) runs an iteration's K-body in its forward
+loop, and a derivative of it (a Hessian-vector product, jvp of a gradient)
+runs that K-body again in the reverse loop, recomputed from the iteration's
+carry. APIs run the user's function more than once too (a Jacobian's rows,
+a vjp and its pullback). A host call there (`rs.randn(3)`, `next(it)`,
+`print`, a method of the user's object run as Python) must run once, as
+Python (and JAX) runs it: a second draw would be another function. So:
+
+- each Python iteration of a recording loop (`records=`, the forward loops
+  of `k_loops`) opens a `HostLog` (`recording`), and every host call made in
+  it appends its result: the value, or for a call differentiated by tracing
+  (`traced.TracedCallK`) its `(result, bprop)`, tagged with its kind;
+- the stack the iteration pushes its carry on keeps that log beside the
+  item (`runtime.stack.stack_push`, read back by `stack_log`);
+- the recomputation runs under it (`replay`, the `HostReplay` primitive):
+  each host call takes the next recorded result and runs nothing;
+- `OneRun` does the same for the runs of one API call.
+
+Host calls are emitted as `_host(fn)(...)`, which is `fn` itself when no log
+is open. A call reached during replays takes its value from the innermost
+replay and is appended to every log opened after that replay (so a loop
+nested in a recomputed body records what it replays); with no replay open
+it runs and is appended to every open log; the host calls a host call makes
+are part of it. A log that is missing (a stack rebuilt without it) or used
+up, a result of another kind, or one holding tracers of a trace that has
+ended raise a KTransformError: nothing is silently run a second time.
+
+A host call reached while a loop body or branch is traced for `lax`
+(`traced_body`) raises `HostInTrace` before it runs: host code known only
+at run time (a method of the user's object) would run once for all
+iterations; the loop keeps Python's iterations instead (`control.runtime`).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from k_transform.errors import KTransformError
+from k_transform.runtime.values import describe
+
+
+def _refused(what: str, where: str) -> KTransformError:
+    """A host call a replay cannot give: it is not run a second time."""
+    return KTransformError(
+        "internal: code run again (to differentiate it once more, or for another row of a "
+        f"Jacobian) reached a host call (print, a random generator, next(...), a method of "
+        f"your object) {what}; it is not run a second time{describe(where)}"
+    )
+
+
+class HostLog(list):
+    """The results of the host calls of one iteration, in order (no pytree: a
+    host value, carried beside a stack's item)."""
+
+    __slots__ = ()
+
+
+class _Frame:
+    """An open log: recorded into, or replayed (`exact`: code run again on
+    the same inputs, a loop's iteration; else the runs of one API call,
+    whose backward parts differ: a call given other arguments runs)."""
+
+    __slots__ = ("log", "replaying", "at", "where", "exact")
+
+    def __init__(self, log, replaying: bool, where: str = "", exact: bool = True):
+        self.log, self.replaying, self.at, self.where = log, replaying, 0, where
+        self.exact = exact
+
+
+_frames: list[_Frame] = []
+
+
+_tracing = 0  # loop bodies or branches being traced for `lax` (`traced_body`)
+
+
+class HostInTrace(Exception):
+    """Raised, before it runs, by a host call reached while a loop body or a
+    branch is traced for `lax` (`traced_body`): host code known only at run
+    time (a method of the user's object, a generator given as an argument).
+    Traced once, it would run once for every iteration (and again in the
+    reverse loop); the run time keeps Python's iterations instead, or
+    refuses a traced test."""
+
+
+class traced_body:
+    """`with traced_body():` a loop body or branches traced for `lax` (see `HostInTrace`)."""
+
+    def __enter__(self):
+        global _tracing
+        _tracing += 1
+
+    def __exit__(self, *exc):
+        global _tracing
+        _tracing -= 1
+
+
+def tracing() -> bool:
+    """Whether a loop body or branch is being traced for `lax` (`traced_body`)."""
+    return _tracing > 0
+
+
+def host(fn, kind="value"):
+    """`fn`, or while a log is open a function that records or replays its
+    calls. `kind`: what its result is (a value; `TracedCallK` gives its order
+    of K), checked on replay, so a result is never taken for another kind."""
+    if _tracing:
+        raise HostInTrace(fn)
+    if not _frames:
+        return fn
+    return lambda *args, **kwargs: _call(fn, kind, args, kwargs)
+
+
+def _call(fn, kind, args, kwargs):
+    """`fn(*args, **kwargs)`, run once: recorded in the open logs, or replayed."""
+    source = next((k for k in range(len(_frames) - 1, -1, -1) if _frames[k].replaying), None)
+    if source is None:
+        value = _run(fn, args, kwargs)
+    else:
+        value = _next(_frames[source], fn, kind, args, kwargs)
+    for frame in _frames[(source or -1) + 1 :]:
+        if not frame.replaying:
+            frame.log.append((kind, value, (args, kwargs)))
+    return value
+
+
+def _next(frame: _Frame, fn, kind, args, kwargs):
+    if frame.log is None or frame.at >= len(frame.log):
+        raise _refused("whose result was not recorded when the code first ran", frame.where)
+    recorded, value, given = frame.log[frame.at]
+    frame.at += 1
+    if not frame.exact and not _same(given, (args, kwargs)):
+        # another run's backward part (a pullback given another cotangent): it runs
+        return _run(fn, args, kwargs)
+    if recorded != kind:
+        raise _refused(f"whose recorded result is of another kind ({recorded!r})", frame.where)
+    if _holds_ended_trace(value):
+        raise _refused("whose recorded result was made under a trace that has ended", frame.where)
+    return value
+
+
+def _run(fn, args, kwargs):
+    """Run a host call: the host calls it makes are part of it (its result
+    is what is recorded), so it runs with no log open."""
+    global _frames
+    saved, _frames = _frames, []
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _frames = saved
+
+
+def _same(a, b) -> bool:
+    """Whether two calls' arguments are the same: objects identical, concrete
+    arrays and numbers equal (a tracer only to itself)."""
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    if tree_a != tree_b:
+        return False
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        if x is y:
+            continue
+        if isinstance(x, jax.core.Tracer) or isinstance(y, jax.core.Tracer):
+            return False
+        if not isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+            return False
+        if np.shape(x) != np.shape(y) or _dtype(x) != _dtype(y):
+            return False
+        if not np.array_equal(x, y, equal_nan=True):
+            return False
+    return True
+
+
+def _dtype(x):
+    return x.dtype if hasattr(x, "dtype") else type(x)
+
+
+def _holds_ended_trace(value) -> bool:
+    leaves = jax.tree_util.tree_leaves(value)
+    return any(isinstance(x, jax.core.Tracer) and not x._trace.is_valid() for x in leaves)
+
+
+class recording:
+    """`with recording():` one iteration of a recording loop; `current()` is its log."""
+
+    def __enter__(self) -> HostLog:
+        frame = _Frame(HostLog(), replaying=False)
+        _frames.append(frame)
+        return frame.log
+
+    def __exit__(self, *exc):
+        _frames.pop()
+
+
+def current() -> HostLog | None:
+    """The log of the innermost iteration being recorded (None: none is)."""
+    for frame in reversed(_frames):
+        if not frame.replaying:
+            return frame.log
+    return None
+
+
+def replay(log, fn, *args, where: str = "", exact: bool = True):
+    """`fn(*args)` with its host calls taking the results recorded in `log`
+    (`where`: the loop, named in errors; `exact`: it must make all of them)."""
+    frame = _Frame(log, replaying=True, where=where, exact=exact)
+    _frames.append(frame)
+    try:
+        out = fn(*args)
+    finally:
+        _frames.pop()
+    if exact and log is not None and frame.at != len(log):
+        raise _refused("fewer times than when it first ran", where)
+    return out
+
+
+def call(fn, *args):
+    """`fn(*args)`: the runs of an API call that runs no host code (no `OneRun`)."""
+    return fn(*args)
+
+
+class OneRun:
+    """The runs of one call of an API that runs the user's function more
+    than once (a Jacobian's rows, a vjp and its pullback, the aux values of a
+    jvp) as one run of its host code, as in JAX: the first run records its
+    host calls, the others replay them. All run the same order of K (the
+    recorded result of a call differentiated by tracing is its fprop's);
+    a later run may make fewer calls (a jitted program cached by the first)."""
+
+    def __init__(self):
+        self.log = None
+
+    def __call__(self, fn, *args):
+        if self.log is None:
+            with recording() as log:
+                out = fn(*args)
+            self.log = log
+            return out
+        return replay(self.log, fn, *args, exact=False)
