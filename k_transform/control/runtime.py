@@ -68,9 +68,9 @@ def switch(cond, true_fn, false_fn, *args, where: str = "", host: bool = False):
     traced (`host`: a branch runs host code, which needs a concrete test)."""
     if not is_tracer(cond):
         return true_fn(*args) if cond else false_fn(*args)
-    refusal = _traced_host("an `if` whose branches", "test", where)
+    refusal = ("an `if` whose branches", "test", where)
     if host:
-        raise refusal
+        raise _traced_host(*refusal)
     cond = condition(cond, "if", where)
     try:
         return _try_lax(lambda: _traced_switch(cond, true_fn, false_fn, args, where), refusal)
@@ -97,8 +97,8 @@ def _try_lax(attempt, refusal=None):
     """`attempt()`: a loop or branch under `lax` (a loop's None: it unrolls).
     A body reaching host code known only at run time (a method of the user's
     object: `host_log.HostInTrace`, raised before it runs) gives None, for
-    Python's iterations, or with a traced test raises `refusal` (inside a
-    body being traced itself, the enclosing loop decides)."""
+    Python's iterations, or with a traced test raises `_traced_host(*refusal)`
+    (inside a body being traced itself, the enclosing loop decides)."""
     try:
         with host_log.traced_body():
             return attempt()
@@ -106,7 +106,7 @@ def _try_lax(attempt, refusal=None):
         if host_log.tracing():
             raise
         if refusal is not None:
-            raise refusal from None
+            raise _traced_host(*refusal) from None
         return None
 
 
@@ -339,19 +339,19 @@ def while_loop(
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if popping is not None and isinstance(carry[popping], rs.Checkpoints):
         carry = _reverse_checkpoints(body_fn, carry, inv, popping, where, grads)
+    refusal = ("a `while` whose body and condition", "condition", where)
     n = 0
     while True:
         c = cond_fn(*carry, *inv)
         if is_tracer(c):
             if host:
-                raise _traced_host("a `while` whose body and condition", "condition", where)
+                raise _traced_host(*refusal)
             break
         if not c:
             return carry
         n += 1
         bounds.count_iteration(n, where)
         carry = _iteration(body_fn, (*carry, *inv), records)
-    refusal = _traced_host("a `while` whose body and condition", "condition", where)
     return _try_lax(
         lambda: _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records), refusal
     )
@@ -404,9 +404,9 @@ def for_range(
         for i in indices:
             carry = _iteration(body_fn, (i, *carry, *inv), records)
         return carry
-    refusal = _traced_host("a `for` whose body", "range", where)
+    refusal = ("a `for` whose body", "range", where)
     if host:
-        raise refusal
+        raise _traced_host(*refusal)
     args = (start, stop, step, body_fn, carry, inv, where, grads, records)
     return _try_lax(lambda: _for_traced_range(*args), refusal)
 
