@@ -178,8 +178,13 @@ def _dtype(x):
 
 
 def _holds_ended_trace(value) -> bool:
-    leaves = jax.tree_util.tree_leaves(value)
-    return any(isinstance(x, jax.core.Tracer) and not x._trace.is_valid() for x in leaves)
+    """Whether `value` holds a tracer of a trace that has ended (JAX's
+    `Trace.is_valid`, where this JAX has it)."""
+    for x in jax.tree_util.tree_leaves(value):
+        valid = getattr(getattr(x, "_trace", None), "is_valid", None)
+        if isinstance(x, jax.core.Tracer) and valid is not None and not valid():
+            return True
+    return False
 
 
 class recording:
