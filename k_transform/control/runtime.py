@@ -18,7 +18,7 @@ from jax import lax
 
 from k_transform.control import checkpoint, policy
 from k_transform.errors import KTransformError
-from k_transform.runtime import bounds, host_log
+from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import stack as rs
 from k_transform.runtime.rules import getitem_grad
 from k_transform.runtime.state import assigned_in, stateful_branch, write_back
@@ -129,44 +129,94 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
         out, values = switch(cond, t, f, *args, where=where)
         write_back(ids, values)
         return out
-    if _has_functions(lambda: true_fn(*args)):  # K of an `if`: (out, bprop)
-        return cond_unified(cond, lambda: true_fn(*args), lambda: false_fn(*args), where)
-    t_out = jax.eval_shape(lambda: true_fn(*args))
-    f_out = jax.eval_shape(lambda: false_fn(*args))
+    t, f = _Branch(lambda: true_fn(*args)), _Branch(lambda: false_fn(*args))
+    if t.paths or f.paths:  # K of an `if`: (out, bprop)
+        return _cond_of_functions(cond, t, f, where)
+    t_out, f_out = t.shape, f.shape
     single = not isinstance(t_out, tuple)
     if single:
         t_out, f_out = (t_out,), (f_out,)
     joined = _joined_branches(t_out, f_out, where)
 
-    def branch(fn, other):
+    def branch(b, other):
         def run():
-            value = fn(*args)
+            value = b.run()[0]
             value = fill_undefined((value,) if single else tuple(value), other)
             return _cast_to(value, joined)
 
         return run
 
-    out = lax.cond(jnp.asarray(cond, bool), branch(true_fn, f_out), branch(false_fn, t_out))
+    out = lax.cond(jnp.asarray(cond, bool), branch(t, f_out), branch(f, t_out))
     return out[0] if single else out
 
 
-def _has_functions(thunk) -> bool:
-    found = []
-    jax.eval_shape(lambda: _strip(thunk(), found))
-    return bool(found)
+class _Branch:
+    """A branch of a traced `if`, traced once (`jax.make_jaxpr`; a nested
+    `if` in it is traced once too, not once per probe of the enclosing one):
+    the shape of its value, and the functions in its value (the bprop of K
+    of an `if`) split into the arrays they hold (`runtime.residuals`;
+    skeleton None where they hold what it cannot see into). Of those arrays
+    the ones the branch computes (`made`) leave the `lax.cond` as outputs;
+    the ones it reads from outside are taken as they are."""
+
+    def __init__(self, thunk):
+        self.thunk = thunk
+        found = {}
+
+        def traced():
+            value = thunk()
+            found["paths"] = paths = []
+            stripped = _strip(value, paths, undefined=UNDEFINED)
+            try:
+                arrays, found["skeleton"] = residuals.split([_get(value, p) for p in paths])
+            except residuals.Opaque:
+                arrays, found["skeleton"] = [], None
+            return stripped, arrays
+
+        closed, (self.shape, arrays) = jax.make_jaxpr(traced, return_shape=True)()
+        self.jaxpr, self.paths, self.skeleton = closed, found["paths"], found["skeleton"]
+        n_value = len(jax.tree_util.tree_leaves(self.shape))
+        self.value_tree = jax.tree_util.tree_structure(self.shape)
+        consts = dict(zip(closed.jaxpr.constvars, closed.consts, strict=True))
+        self.read, self.made = [], []  # per array: the outside value, or None (made)
+        for k, var in enumerate(closed.jaxpr.outvars[n_value:]):
+            outside = var.val if hasattr(var, "val") else consts.get(var)  # a Literal, or a Var
+            self.read.append(outside)
+            if outside is None:
+                self.made.append((k, arrays[k]))
+
+    def run(self):
+        """`(value without its functions, the arrays it makes for them)`, in
+        the trace this is called in."""
+        flat = jax.core.eval_jaxpr(self.jaxpr.jaxpr, self.jaxpr.consts)
+        n_value = self.value_tree.num_leaves
+        value = jax.tree_util.tree_unflatten(self.value_tree, flat[:n_value])
+        return value, [flat[n_value + k] for k, _ in self.made]
+
+    def zeros(self) -> list:
+        """Zeros in place of the arrays `run` makes (the branch not taken)."""
+        return [lax.full(a.shape, 0, a.dtype) for _, a in self.made]
+
+    def functions(self, made) -> list:
+        arrays = list(self.read)
+        for (k, _), a in zip(self.made, made, strict=True):
+            arrays[k] = a
+        return residuals.join(self.skeleton, arrays)
 
 
-def _strip(value, found: list, path=()):
-    """`value` with functions replaced by None; their paths appended to `found`."""
+def _strip(value, found: list, path=(), undefined=None):
+    """`value` with functions replaced by None (their paths appended to
+    `found`) and UNDEFINED by `undefined`."""
     if value is UNDEFINED:
-        return None
+        return undefined
     if callable(value) and not hasattr(value, "shape"):
         found.append(path)
         return None
     if isinstance(value, (tuple, list)):
-        return rebuild(value, [_strip(v, found, (*path, k)) for k, v in enumerate(value)])
+        items = [_strip(v, found, (*path, k), undefined) for k, v in enumerate(value)]
+        return rebuild(value, items)
     if isinstance(value, dict):
-        return {k: _strip(v, found, (*path, k)) for k, v in value.items()}
+        return {k: _strip(v, found, (*path, k), undefined) for k, v in value.items()}
     return value
 
 
@@ -187,22 +237,56 @@ def _set(value, path, item):
     return rebuild(value, items)
 
 
-def cond_unified(cond, true_fn, false_fn, where: str = ""):
-    """`lax.cond` of two thunks, for the K of an `if` under trace.
+def _cond_of_functions(cond, t: _Branch, f: _Branch, where: str):
+    """`lax.cond` of two branches whose values hold functions (K of an `if`
+    under trace: `(out, bprop)`), or gradients (a bprop's). Structures are unified (None, UNDEFINED
+    and missing dict entries become zeros); each function comes back as
+    `switch(cond, the true branch's, the false branch's)`, made again from
+    the arrays it held (outputs of the cond: the other branch gives zeros
+    for them, as JAX's own partial evaluation of `cond` does)."""
+    if t.paths != f.paths:
+        raise _functions_apart(where)
+    if t.skeleton is None or f.skeleton is None:
+        return cond_recomputing(cond, t.thunk, f.thunk, where)
+    shape = _unify(_strip(t.shape, []), _strip(f.shape, []), where)
 
-    Structures are unified (None, UNDEFINED and missing dict entries become
-    zeros), and functions in the results (the bprop of `(out, bprop)`) come
-    back as closures that, when called, run `cond_unified` again over the
-    same function of both branches: the taken branch is recomputed, then its
-    bprop applied. Probing uses `jax.eval_shape`, so it runs no effect.
-    """
+    def run(b: _Branch, first: bool):
+        def taken():
+            value, made = b.run()
+            zeros = (f if first else t).zeros()
+            return fit(_strip(value, []), shape), *((made, zeros) if first else (zeros, made))
+
+        return taken
+
+    result, t_arrays, f_arrays = lax.cond(jnp.asarray(cond, bool), run(t, True), run(f, False))
+    pairs = zip(t.paths, t.functions(t_arrays), f.functions(f_arrays), strict=True)
+    for path, a, b in pairs:
+        result = _set(result, path, _selected(cond, a, b, where))
+    return result
+
+
+def _selected(cond, a, b, where: str):
+    """`a` or `b` by the traced `cond`, as a function (of gradients: their
+    structures are unified, as the branches' values are)."""
+
+    def selected(*call_args):
+        t, f = _Branch(lambda: a(*call_args)), _Branch(lambda: b(*call_args))
+        return _cond_of_functions(cond, t, f, where)
+
+    return selected
+
+
+def cond_recomputing(cond, true_fn, false_fn, where: str = ""):
+    """`lax.cond` of two thunks whose values hold functions that `residuals`
+    cannot take apart: each function comes back as a closure that, when
+    called, runs `cond_recomputing` again over the same function of both
+    branches: the taken branch is recomputed, then its function applied.
+    Probing uses `jax.eval_shape`, so it runs no effect."""
     t_paths, f_paths = [], []
     t_shape = jax.eval_shape(lambda: _strip(true_fn(), t_paths))
     f_shape = jax.eval_shape(lambda: _strip(false_fn(), f_paths))
     if t_paths != f_paths:
-        raise KTransformError(
-            f"the branches of a traced `if` return functions in different places{describe(where)}"
-        )
+        raise _functions_apart(where)
     shape = _unify(t_shape, f_shape, where)
     result = lax.cond(
         jnp.asarray(cond, bool),
@@ -214,9 +298,15 @@ def cond_unified(cond, true_fn, false_fn, where: str = ""):
     return result
 
 
+def _functions_apart(where: str) -> KTransformError:
+    return KTransformError(
+        f"the branches of a traced `if` return functions in different places{describe(where)}"
+    )
+
+
 def _dispatch(cond, true_fn, false_fn, path, where):
     def closure(*call_args):
-        return cond_unified(
+        return cond_recomputing(
             cond,
             lambda: _get(true_fn(), path)(*call_args),
             lambda: _get(false_fn(), path)(*call_args),
@@ -239,7 +329,8 @@ def _unify(a, b, where: str = ""):
             return a
         return rs.PyStack(_unify(a.top, b.top, where), _unify(a.rest, b.rest, where), a.size)
     if isinstance(a, rs.BufStack) and isinstance(b, rs.BufStack):
-        return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where))
+        memo = a.memo if a.memo is not None else b.memo  # (the stack a reverse loop pops)
+        return rs.BufStack(_unify(a.buf, b.buf, where), _unify(a.n, b.n, where), memo)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
         return rebuild(a, [_unify(x, y, where) for x, y in zip(a, b, strict=True)])
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
@@ -497,19 +588,26 @@ class _Recording:
     def scan(self, xs, where, grads):
         """The loop as a `lax.scan` whose outputs are the items it pushes (XLA
         writes them in place; carried, the buffer ran the RNN of
-        bench/static_loops 1.9x slower), made a stack after it."""
+        bench/static_loops 1.9x slower), made a stack after it; and, where
+        an iteration pushes its bprop beside its item (K of a loop at first
+        order), the arrays that bprop holds (`stack.Memos`), so the reverse
+        loop applies it rather than running the body again."""
         first = jax.tree_util.tree_map(lambda x: x[0], xs)
         n = jax.tree_util.tree_leaves(xs)[0].shape[0]
         base = settle_carry(lambda cr: self.step(first, cr), self.carry, where, n, grads)
 
+        forms = []
+
         def body(cr, x):
             out = self.run_full(x, self.full(cr, rs.PyStack()))
             new = (*out[: self.k], *out[self.k + 1 :])
-            return like_carry(new, cr, grads), out[self.k].top
+            pushed = out[self.k]
+            return like_carry(new, cr, grads), (pushed.top, rs.memo_arrays(pushed.memo, x, forms))
 
-        final, items = lax.scan(body, base, xs)
+        final, (items, made) = lax.scan(body, base, xs)
         rs.check_stacks(final, where)
-        return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32)))
+        memo = rs.Memos(made, forms[0]) if forms else None
+        return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32), memo))
 
     def run(self, running, carry, where, grads, head=lambda i: None, slots=None):
         base = settle_carry(lambda cr: self.step(head(0), cr), self.carry, where, None, grads)
@@ -623,10 +721,11 @@ def settle_carry(body, carry, where, trips=None, grads=False):
             f"carried by the loop); assign after the loop{describe(where)}"
         )
     carry = tuple(jnp.asarray(c) if isinstance(c, (int, float, bool)) else c for c in carry)
+    body_shape = _shape_probe(body)
     if any(c is UNDEFINED for c in carry):
-        carry = fill_undefined(carry, jax.eval_shape(body, shape_of(carry)))
+        carry = fill_undefined(carry, body_shape(shape_of(carry)))
     if any(c is None for c in carry):  # a zero tangent or gradient of a stack: an empty one
-        out = jax.eval_shape(body, carry)
+        out = body_shape(carry)
         carry = tuple(
             rs.PyStack() if c is None and rs.is_stack(o) else c
             for c, o in zip(carry, out, strict=True)
@@ -635,7 +734,7 @@ def settle_carry(body, carry, where, trips=None, grads=False):
     while any(isinstance(c, rs.PyStack) for c in carry):
         # A stack whose items hold stacks (a loop of a loop's derivative) waits
         # until those are buffers: its buffer's layout depends on theirs.
-        out = jax.eval_shape(body, carry)
+        out = body_shape(carry)
         ready = [
             isinstance(c, rs.PyStack) and not _holds_pystack(o.top)
             for c, o in zip(carry, out, strict=True)
@@ -647,11 +746,11 @@ def settle_carry(body, carry, where, trips=None, grads=False):
             for c, o, r in zip(carry, out, ready, strict=True)
         )
     for _ in range(4 if grads else 0):  # entries appear as gradients reach them
-        shape = _unify(shape_of(carry), jax.eval_shape(body, carry), where)
+        shape = _unify(shape_of(carry), body_shape(carry), where)
         if jax.tree_util.tree_structure(shape) == jax.tree_util.tree_structure(carry):
             break
         carry = fit(carry, shape)
-    out = jax.eval_shape(body, carry)
+    out = body_shape(carry)
     for k, (a, b) in enumerate(zip(shape_of(carry), out, strict=True)):
         a_leaves = jax.tree_util.tree_leaves(a)
         b_leaves = jax.tree_util.tree_leaves(b)
@@ -671,6 +770,21 @@ def settle_carry(body, carry, where, trips=None, grads=False):
                 f"{describe(where)}"
             )
     return carry
+
+
+def _shape_probe(body):
+    """`jax.eval_shape(body, carry)`, traced again only for a carry of
+    another structure or shape than the last one's (a body is traced once
+    for all its probes where the carry settles at once)."""
+    last = []
+
+    def probe(carry):
+        key = jax.tree_util.tree_flatten(shape_of(carry))
+        if not last or last[0] != key:
+            last[:] = [key, jax.eval_shape(body, carry)]
+        return last[1]
+
+    return probe
 
 
 def _walks_pystack(grads: bool, carry) -> bool:

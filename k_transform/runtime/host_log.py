@@ -56,6 +56,7 @@ class HostLog(list):
     host value, carried beside a stack's item)."""
 
     __slots__ = ()
+    __kt_constant__ = True  # `runtime.residuals` keeps it as it is
 
 
 class _Frame:

@@ -36,13 +36,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.errors import KTransformError
-from k_transform.runtime import host_log
+from k_transform.runtime import host_log, residuals
 from k_transform.runtime.bounds import report_overflow
 from k_transform.runtime.values import (
     UNDEFINED,
     GradValue,
     add_grad,
     fit,
+    is_tracer,
     rebuild,
     zeros_like_value,
 )
@@ -82,12 +83,14 @@ class PyStack(GradValue):
 
 
 class BufStack(GradValue):
-    """`n` items in `buf`, a tree of arrays with a leading axis of `cap` slots."""
+    """`n` items in `buf`, a tree of arrays with a leading axis of `cap` slots;
+    `memo`: the bprops of the iterations that pushed them (`Memos`: a
+    `lax.scan` keeps them at first order), or None. A gradient has none."""
 
-    __slots__ = ("buf", "n")
+    __slots__ = ("buf", "n", "memo")
 
-    def __init__(self, buf, n):
-        self.buf, self.n = buf, n
+    def __init__(self, buf, n, memo=None):
+        self.buf, self.n, self.memo = buf, n, memo
 
     def add_grad(self, other):
         return add_stacks(self, other, add_grad)
@@ -98,7 +101,40 @@ class BufStack(GradValue):
     def fit_value(self, value):
         if not isinstance(value, BufStack):
             value = BufStack(None, None)
-        return BufStack(fit(value.buf, self.buf), fit(value.n, self.n))
+        memo = None if self.memo is None else fit(value.memo, self.memo)
+        return BufStack(fit(value.buf, self.buf), fit(value.n, self.n), memo)
+
+
+class Memos:
+    """The bprops of a `lax.scan`'s iterations (K of a loop at first order),
+    as `runtime.residuals` takes them apart: per array an iteration's bprop
+    makes, a buffer with one slot per iteration (`made`); the rest is
+    `form`, the same for every iteration (the skeleton, and the arrays the
+    bprops read from outside the loop). Its reverse loop makes the bprop of
+    iteration k again from slot k instead of running the body again: what
+    JAX's partial evaluation of a scan stores."""
+
+    __slots__ = ("made", "form")
+
+    def __init__(self, made, form):
+        self.made, self.form = list(made), form
+
+
+class MemoForm:
+    """What the bprops of a scan's iterations share (compared by identity: it
+    is a pytree's static part). `read[k]`: array k of the skeleton when read
+    from outside the loop, None when each iteration makes it."""
+
+    def __init__(self, skeleton, read):
+        self.skeleton, self.read = skeleton, read
+
+    def bprop(self, made):
+        arrays = list(self.read)
+        fill = iter(made)
+        for k, outside in enumerate(self.read):
+            if outside is None:
+                arrays[k] = next(fill)
+        return residuals.join(self.skeleton, arrays)
 
 
 jax.tree_util.register_pytree_node(
@@ -107,8 +143,32 @@ jax.tree_util.register_pytree_node(
     lambda size, kids: PyStack(*kids, size) if size else PyStack(),
 )
 jax.tree_util.register_pytree_node(
-    BufStack, lambda s: ((s.buf, s.n), None), lambda _, kids: BufStack(*kids)
+    BufStack, lambda s: ((s.buf, s.n, s.memo), None), lambda _, kids: BufStack(*kids)
 )
+jax.tree_util.register_pytree_node(
+    Memos, lambda m: (tuple(m.made), m.form), lambda form, made: Memos(made, form)
+)
+
+
+def memo_arrays(memo, ref, forms: list) -> list:
+    """The arrays of `memo` (the bprop an iteration of a `lax.scan` pushed)
+    that the iteration makes, to leave the scan as its outputs; their form
+    is appended to `forms` (the scan traces its body once). `ref` is a value
+    of the body's trace (the iteration's item): an array of another trace is
+    read from outside. No memo, or one `residuals` cannot take apart: []."""
+    if memo is None:
+        return []
+    try:
+        arrays, skeleton = residuals.split(memo)
+    except residuals.Opaque:
+        return []
+    trace = getattr(ref, "_trace", None)
+    inside = [trace is not None and getattr(a, "_trace", None) is trace for a in arrays]
+    if trace is None:  # (a JAX whose tracers do not say their trace: keep every tracer)
+        inside = [is_tracer(a) for a in arrays]
+    pairs = list(zip(arrays, inside, strict=True))
+    forms.append(MemoForm(skeleton, [None if i else a for a, i in pairs]))
+    return [a for a, i in pairs if i]
 
 
 class Checkpoints:
@@ -120,6 +180,7 @@ class Checkpoints:
     pushed, and `step(i, carry)` to recompute carries between checkpoints."""
 
     __slots__ = ("saved", "n", "step", "item", "final", "below")
+    __kt_parts__ = True  # `runtime.residuals` takes it apart by its `__slots__`
 
     def __init__(self, saved, n, step, item, final, below):
         self.saved, self.n, self.step, self.item = saved, n, step, item
@@ -157,11 +218,16 @@ def stack_push(s, item, memo=None):
 
 
 def stack_has_memo(s) -> bool:
-    """Whether the top of `s` has a memo (a Python bool: a Python loop pushed it)."""
-    return isinstance(s, PyStack) and s.memo is not None
+    """Whether the top of `s` has a memo (a Python bool: a Python loop, or a
+    scan at first order, pushed it)."""
+    return isinstance(s, (PyStack, BufStack)) and s.memo is not None
 
 
 def stack_memo(s):
+    if isinstance(s, BufStack):
+        at = jnp.maximum(s.n - 1, 0)
+        made = [lax.dynamic_index_in_dim(b, at, 0, False) for b in s.memo.made]
+        return s.memo.form.bprop(made)
     return s.memo
 
 
@@ -176,7 +242,7 @@ def stack_pop(s, like=None):
         k = s.n - 1
         at = jnp.maximum(k, 0)
         item = jax.tree_util.tree_map(lambda b: lax.dynamic_index_in_dim(b, at, 0, False), s.buf)
-        return item, BufStack(s.buf, k)
+        return item, BufStack(s.buf, k, s.memo)
     if s is None:
         return zeros_like_value(like), None
     if s.size == 0:
@@ -317,7 +383,7 @@ def heavy(stored, like):
     if not has_stacks(like):  # (a list the loop grows is longer in `like`)
         return stored
     if isinstance(like, BufStack):
-        return BufStack(like.buf, stored)
+        return BufStack(like.buf, stored, like.memo)
     if isinstance(like, (tuple, list)):
         return rebuild(like, [heavy(s, x) for s, x in zip(stored, like, strict=True)])
     if isinstance(like, dict):

@@ -52,6 +52,8 @@ jax.tree_util.register_pytree_node(_Undefined, lambda u: ((), None), lambda aux,
 class GradValue:
     """A run-time value with gradient arithmetic of its own."""
 
+    __kt_parts__ = True  # `runtime.residuals` takes it apart by its `__slots__`
+
     def add_grad(self, other):
         """`self + other` as gradients (`other` is not None)."""
         raise NotImplementedError

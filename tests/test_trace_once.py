@@ -1,0 +1,181 @@
+"""Work done once at trace time (issue 29): a traced `if` traces each branch
+once, not once per probe of the `if` around it (`control/runtime._Branch`);
+its bprop is made from the arrays the branch kept, not by running the branch
+again; and a `lax.scan`'s reverse loop applies the bprops its iterations
+kept (`runtime/residuals`, `runtime/stack.Memos`) rather than running the
+body again. Oracles: JAX on the same programs with `lax.cond`, and JAX's own
+count of branch traces."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import k_transform as kt
+from k_transform.control import runtime as ctl_runtime
+
+
+def h3(x, y):
+    if jnp.mean(y) > 0.1:
+        return x * 0.5 + jnp.tanh(y)
+    return x - 0.1 * y
+
+
+def h2(x, y):
+    if jnp.sum(x * y) > 0.0:
+        z = h3(jnp.sin(x), y) * y
+    else:
+        z = h3(jnp.cos(x), x) + y
+    return z
+
+
+def h1(x, y):
+    if jnp.sum(x) > 0.0:
+        z = h2(jnp.sin(x), y) * y
+    else:
+        z = h2(jnp.cos(x), x) + y
+    return z
+
+
+def f(x, y):
+    x = h1(x, y)
+    y = h3(y, x)
+    return jnp.sum(x * y)
+
+
+TRACES = {"jax": 0}
+
+
+def j3(x, y):
+    def yes():
+        TRACES["jax"] += 1
+        return x * 0.5 + jnp.tanh(y)
+
+    def no():
+        TRACES["jax"] += 1
+        return x - 0.1 * y
+
+    return lax.cond(jnp.mean(y) > 0.1, yes, no)
+
+
+def j2(x, y):
+    def yes():
+        TRACES["jax"] += 1
+        return j3(jnp.sin(x), y) * y
+
+    def no():
+        TRACES["jax"] += 1
+        return j3(jnp.cos(x), x) + y
+
+    return lax.cond(jnp.sum(x * y) > 0.0, yes, no)
+
+
+def j1(x, y):
+    def yes():
+        TRACES["jax"] += 1
+        return j2(jnp.sin(x), y) * y
+
+    def no():
+        TRACES["jax"] += 1
+        return j2(jnp.cos(x), x) + y
+
+    return lax.cond(jnp.sum(x) > 0.0, yes, no)
+
+
+def g(x, y):
+    x = j1(x, y)
+    y = j3(y, x)
+    return jnp.sum(x * y)
+
+
+POINTS = {
+    "first": (np.linspace(-1.0, 1.0, 6), np.linspace(0.5, -0.3, 6)),
+    "other": (np.linspace(0.3, 1.2, 6), np.linspace(-0.4, 0.2, 6)),
+}
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_nested_traced_ifs_match_jax_at_first_and_second_order(point):
+    x, y = (jnp.asarray(a, jnp.float32) for a in POINTS[point])
+    v = jnp.linspace(1.0, -0.5, 6)
+    np.testing.assert_allclose(jax.jit(kt.grad(f))(x, y), jax.grad(g)(x, y), rtol=2e-5, atol=1e-6)
+    ours = jax.jit(lambda a: kt.jvp(lambda b: kt.grad(f)(b, y), a, v)[1])(x)
+    theirs = jax.jvp(lambda b: jax.grad(g)(b, y), (x,), (v,))[1]
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=1e-5)
+
+
+def one_call(x, y):
+    return jnp.sum(h1(x, y))
+
+
+def one_call_jax(x, y):
+    return jnp.sum(j1(x, y))
+
+
+def test_a_nested_traced_if_traces_each_branch_as_often_as_jax(monkeypatch):
+    """Three `if`s nested (each branch of h1 calls h2, each of h2 calls h3):
+    14 branch functions. JAX traces each once for the value and once more
+    for its gradient; k_transform traced each branch four times per trace
+    of the `if` around it (twice to probe shapes, twice in `lax.cond`) and
+    ran it again in its bprop: hundreds of traces for these 14."""
+    built = []
+    original = ctl_runtime._Branch.__init__
+
+    def counting(self, thunk):
+        built.append(thunk)
+        original(self, thunk)
+
+    monkeypatch.setattr(ctl_runtime._Branch, "__init__", counting)
+    x, y = jnp.linspace(-1.0, 1.0, 6), jnp.linspace(0.5, -0.3, 6)
+    TRACES["jax"] = 0
+    expected = jax.jit(jax.grad(one_call_jax))(x, y)
+    jax_traces = TRACES["jax"]
+    np.testing.assert_allclose(jax.jit(kt.grad(one_call))(x, y), expected, rtol=2e-5, atol=1e-6)
+    assert jax_traces == 14
+    # each branch once for the value, and each bprop's branch once: as JAX
+    assert len(built) <= 2 * jax_traces
+
+
+def _count(jaxpr, name: str) -> int:
+    """Equations of primitive `name` in `jaxpr` and every jaxpr inside it."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += eqn.primitive.name == name
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    total += _count(inner, name)
+    return total
+
+
+def rnn(w, xs):
+    h = jnp.zeros(w.shape[0])
+    for x in xs:
+        h = jnp.sin(h @ w + x)
+    return jnp.sum(h)
+
+
+def test_a_scans_reverse_loop_applies_the_bprops_its_iterations_kept():
+    """At first order the reverse loop of a loop run as `lax.scan` makes each
+    iteration's bprop from the arrays the scan stored (no `sin` in it: the
+    body is not run again; its derivative `cos` is); the gradient is JAX's."""
+    rng = np.random.RandomState(0)
+    w = jnp.asarray(rng.randn(8, 8) * 0.3, jnp.float32)
+    xs = jnp.asarray(rng.randn(40, 8), jnp.float32)
+    grad = kt.grad(rnn, grad_position=(0, 1))
+    jaxpr = jax.make_jaxpr(grad)(w, xs).jaxpr
+    assert _count(jaxpr, "scan") == 1
+    assert _count(jaxpr, "sin") == 1  # the forward scan's
+    assert _count(jaxpr, "cos") == 1  # the reverse loop's
+    ours = jax.jit(grad)(w, xs)
+    theirs = jax.grad(rnn, argnums=(0, 1))(w, xs)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+    # the second order differentiates the loop that recomputes (the kept
+    # bprops are not differentiated): still JAX's numbers
+    v = jnp.ones_like(w)
+    hvp = jax.jit(lambda a: kt.jvp(lambda b: kt.grad(rnn)(b, xs), a, v)[1])(w)
+    expected = jax.jvp(lambda b: jax.grad(rnn)(b, xs), (w,), (v,))[1]
+    np.testing.assert_allclose(hvp, expected, rtol=2e-4, atol=1e-5)
