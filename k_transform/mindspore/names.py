@@ -148,8 +148,10 @@ NN = pick(
     "Accuracy Adam AvgPool2d BatchNorm2d Cell CellList Conv2d CosineDecayLR CrossEntropyLoss "
     "Dense Dropout Embedding ExponentialDecayLR Flatten GELU Jvp L1Loss LayerNorm LogSoftmax "
     "MSELoss MaxPool2d Metric Momentum Optimizer PolynomialDecayLR ReLU SGD SequentialCell "
-    "Sigmoid Softmax SoftmaxCrossEntropyWithLogits Tanh TrainOneStepCell Vjp WithLossCell",
-)
+    "Sigmoid Softmax SoftmaxCrossEntropyWithLogits Tanh TrainOneStepCell Vjp WithLossCell "
+    "LeakyReLU ELU SiLU PReLU BCELoss BCEWithLogitsLoss NLLLoss SmoothL1Loss KLDivLoss "
+    "AdamWeightDecay RMSProp Adagrad Conv1d BatchNorm1d AdaptiveAvgPool2d",
+)  # not Softplus: MindSpore 2.10 has ops.softplus but no nn.Softplus
 
 # -- mindspore.common.initializer
 INITIALIZER = pick(

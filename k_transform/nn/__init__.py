@@ -6,6 +6,7 @@ gradient comes from the registry rules of the primitives it calls.
 
 from k_transform.cell import Cell
 from k_transform.nn.layers import (
+    ELU,
     GELU,
     AvgPool2d,
     BatchNorm2d,
@@ -16,30 +17,43 @@ from k_transform.nn.layers import (
     Embedding,
     Flatten,
     LayerNorm,
+    LeakyReLU,
     LogSoftmax,
     MaxPool2d,
+    PReLU,
     ReLU,
     SequentialCell,
     Sigmoid,
+    SiLU,
     Softmax,
+    Softplus,
     Tanh,
 )
+from k_transform.nn.layers_extra import AdaptiveAvgPool2d, BatchNorm1d, Conv1d
 from k_transform.nn.loss import (
+    BCELoss,
+    BCEWithLogitsLoss,
     CrossEntropyLoss,
+    KLDivLoss,
     L1Loss,
     MSELoss,
+    NLLLoss,
+    SmoothL1Loss,
     SoftmaxCrossEntropyWithLogits,
 )
 from k_transform.nn.metrics import Accuracy, Metric
 from k_transform.nn.optim import (
     SGD,
+    Adagrad,
     Adam,
+    AdamWeightDecay,
     CosineDecayLR,
     ExponentialDecayLR,
     LearningRateSchedule,
     Momentum,
     Optimizer,
     PolynomialDecayLR,
+    RMSProp,
 )
 from k_transform.nn.wrap import Jvp, TrainOneStepCell, Vjp, WithLossCell
 
@@ -80,4 +94,21 @@ __all__ = [
     "TrainOneStepCell",
     "Vjp",
     "WithLossCell",
+    # issue 30: more of MindSpore 2.10's nn
+    "AdaptiveAvgPool2d",
+    "Adagrad",
+    "AdamWeightDecay",
+    "BCELoss",
+    "BCEWithLogitsLoss",
+    "BatchNorm1d",
+    "Conv1d",
+    "ELU",
+    "KLDivLoss",
+    "LeakyReLU",
+    "NLLLoss",
+    "PReLU",
+    "RMSProp",
+    "SiLU",
+    "SmoothL1Loss",
+    "Softplus",
 ]

@@ -1,5 +1,6 @@
 """Layers: Dense, Conv2d, pooling, BatchNorm2d, Embedding, activations,
-Flatten, Dropout, LayerNorm, containers. Images are NCHW, as in MindSpore.
+Flatten, Dropout, LayerNorm, containers (Conv1d, BatchNorm1d and
+AdaptiveAvgPool2d are in `layers_extra`). Images are NCHW, as in MindSpore.
 
 `self.training` (set by `cell.set_train(True/False)`) is a static flag: the
 parser folds `if self.training:` when it builds a gradient function, so a
@@ -330,6 +331,74 @@ class LogSoftmax(Cell):
         return jax.nn.log_softmax(x, axis=self.axis)
 
 
+class LeakyReLU(Cell):
+    """`x` where x > 0, else `alpha * x` (MindSpore's: so alpha > 1 scales the
+    negatives, not a max)."""
+
+    def __init__(self, alpha=0.2):
+        super().__init__()
+        self.alpha = alpha
+
+    def construct(self, x):
+        return jnp.where(x > 0, x, x * self.alpha)
+
+
+class ELU(Cell):
+    """`x` where x > 0, else `alpha * (exp(x) - 1)`. (MindSpore 2.10's Elu
+    kernel refuses an alpha other than 1.0; this takes any.)"""
+
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def construct(self, x):
+        negative = jnp.expm1(jnp.minimum(x, 0.0)) * self.alpha  # no exp of large x
+        return jnp.where(x > 0, x, negative)
+
+
+class SiLU(Cell):
+    """`x * sigmoid(x)`."""
+
+    def __init__(self):
+        super().__init__()
+
+    def construct(self, x):
+        return x * jax.nn.sigmoid(x)
+
+
+class Softplus(Cell):
+    """`log(1 + exp(beta * x)) / beta`, and `x` where `beta * x > threshold`:
+    `mindspore.ops.softplus(x, beta=1, threshold=20)` as a Cell (MindSpore 2.10
+    has no `nn.Softplus`)."""
+
+    def __init__(self, beta=1, threshold=20):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def construct(self, x):
+        scaled = x * self.beta
+        smooth = jnp.log1p(jnp.exp(jnp.minimum(scaled, self.threshold))) / self.beta
+        return jnp.where(scaled > self.threshold, x, smooth)
+
+
+class PReLU(Cell):
+    """`x` where x > 0, else `w * x`, with a trainable slope per channel (axis
+    1 of x; `channel=1`: one slope for all). `w`: a float, a list of
+    `channel` floats or an array. As MindSpore, the Parameter is the
+    attribute `w` named "a"."""
+
+    def __init__(self, channel=1, w=0.25):
+        super().__init__()
+        slopes = np.broadcast_to(np.asarray(w, np.float32), (channel,))
+        self.w = Parameter(np.array(slopes), "a")
+
+    def construct(self, x):
+        w = self.w
+        if jnp.ndim(x) >= 2:
+            w = jnp.reshape(w, (-1,) + (1,) * (jnp.ndim(x) - 2))  # along axis 1
+        return jnp.where(x > 0, x, x * w)
+
+
 class Flatten(Cell):
     """The axes from `start_dim` to `end_dim` flattened into one (MindSpore's
     defaults: (N, ...) -> (N, prod(...)))."""
@@ -484,4 +553,8 @@ ACTIVATIONS = {
     "sigmoid": Sigmoid,
     "softmax": Softmax,
     "logsoftmax": LogSoftmax,
+    "leakyrelu": LeakyReLU,
+    "elu": ELU,
+    "silu": SiLU,
+    "prelu": PReLU,
 }

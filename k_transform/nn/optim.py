@@ -21,6 +21,11 @@ Schedules (`construct(global_step) -> rate`, MindSpore's formulas):
 if `is_stair`); `CosineDecayLR`: min_lr + (max_lr - min_lr) * (1 + cos(pi *
 min(step, decay_steps) / decay_steps)) / 2; `PolynomialDecayLR`: (lr - end) *
 (1 - min(step, decay_steps) / decay_steps) ** power + end.
+
+Optimizers: `SGD`, `Momentum`, `Adam`, `AdamWeightDecay` (decoupled decay, no
+bias correction), `RMSProp` (optionally centered), `Adagrad`; each docstring
+gives its update, transcribed from MindSpore 2.10's kernels and checked
+against its parameter values after a few steps.
 """
 
 from __future__ import annotations
@@ -146,10 +151,13 @@ class Optimizer(Cell):
         """`g / loss_scale + weight_decay * p` for the k-th Parameter."""
         return g * self.reciprocal_scale + p * self.decay_coefficients[k]
 
-    def _slots(self, name):
-        """One zero-initialised state Parameter per trained Parameter."""
+    def _slots(self, name, fill=0.0):
+        """One state Parameter per trained Parameter, `fill` everywhere,
+        named as MindSpore's `clone(prefix=name)`: "<name>.<parameter>"."""
         return tuple(
-            Parameter(np.zeros(p.data.shape, np.float32), f"{name}.{p.name}", requires_grad=False)
+            Parameter(
+                np.full(p.data.shape, fill, np.float32), f"{name}.{p.name}", requires_grad=False
+            )
             for p in self.parameters
         )
 
@@ -272,5 +280,116 @@ class Adam(Optimizer):
             if self.use_nesterov:
                 m = m * self.beta1 + g * (1.0 - self.beta1)
             ASSIGN(p, p - lr_t * m / (jnp.sqrt(v) + self.eps))
+            k = k + 1
+        return gradients
+
+
+class AdamWeightDecay(Optimizer):
+    """MindSpore's AdamWeightDecay: `m = b1 m + (1 - b1) g`, `v = b2 v + (1 -
+    b2) g^2`, `p -= lr * (m / (sqrt(v) + eps) + weight_decay * p)`, with no
+    bias correction; the decay is decoupled (not added to g) and skips the
+    Parameters the default filter skips ("beta", "gamma"). No `loss_scale`,
+    as MindSpore's. Slots "adam_m.<name>" and "adam_v.<name>"."""
+
+    def __init__(
+        self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0
+    ):
+        super().__init__(learning_rate, params, weight_decay)
+        # MindSpore holds the betas as float32 tensors and forms 1 - beta in
+        # float32 (1 - 0.999 is 0.0010000467): the same rounding here
+        b1, b2 = np.float32(beta1), np.float32(beta2)
+        self.beta1, self.beta2, self.eps = float(b1), float(b2), float(np.float32(eps))
+        self.one_minus_beta1, self.one_minus_beta2 = float(1 - b1), float(1 - b2)
+        object.__setattr__(self, "moments1", self._slots("adam_m"))
+        object.__setattr__(self, "moments2", self._slots("adam_v"))
+
+    def construct(self, gradients):
+        lr = self.get_lr()
+        k = 0
+        for p in self.parameters:
+            g = gradients[k]
+            m = self.moments1[k] * self.beta1 + g * self.one_minus_beta1
+            v = self.moments2[k] * self.beta2 + g * g * self.one_minus_beta2
+            ASSIGN(self.moments1[k], m)
+            ASSIGN(self.moments2[k], v)
+            update = m / (jnp.sqrt(v) + self.eps) + p * self.decay_coefficients[k]
+            ASSIGN(p, p - lr * update)
+            k = k + 1
+        return gradients
+
+
+class RMSProp(Optimizer):
+    """MindSpore's RMSProp: `s = decay s + (1 - decay) g^2`, `mom = momentum
+    mom + lr g / sqrt(s + epsilon)`, `p -= mom`; `centered`: also `mg = decay
+    mg + (1 - decay) g` and `sqrt(s - mg^2 + epsilon)`. The mean square `s`
+    starts at ones (MindSpore's "mean_square" slots), `mom` and `mg` at zeros
+    ("moment", "mean_grad"). `use_locking` is accepted."""
+
+    def __init__(
+        self,
+        params,
+        learning_rate=0.1,
+        decay=0.9,
+        momentum=0.0,
+        epsilon=1e-10,
+        use_locking=False,
+        centered=False,
+        loss_scale=1.0,
+        weight_decay=0.0,
+    ):
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
+        self.decay, self.momentum, self.epsilon = decay, momentum, epsilon
+        self.centered = centered
+        if centered:
+            object.__setattr__(self, "mg", self._slots("mean_grad"))
+        object.__setattr__(self, "ms", self._slots("mean_square", 1.0))
+        object.__setattr__(self, "moment", self._slots("moment"))
+
+    def construct(self, gradients):
+        lr = self.get_lr()
+        k = 0
+        for p in self.parameters:
+            g = self.preprocess(p, gradients[k], k)
+            s = self.ms[k] * self.decay + g * g * (1.0 - self.decay)
+            ASSIGN(self.ms[k], s)
+            if self.centered:
+                mg = self.mg[k] * self.decay + g * (1.0 - self.decay)
+                ASSIGN(self.mg[k], mg)
+                s = s - mg * mg
+            mom = self.moment[k] * self.momentum + lr * g / jnp.sqrt(s + self.epsilon)
+            ASSIGN(self.moment[k], mom)
+            ASSIGN(p, p - mom)
+            k = k + 1
+        return gradients
+
+
+class Adagrad(Optimizer):
+    """MindSpore's Adagrad (its ApplyAdagrad kernel): `accum += g^2` (only
+    with `update_slots`), `p -= lr g / sqrt(accum)`, no epsilon; `accum`
+    starts at the value `accum` (0.1), in slots "accum.<name>"."""
+
+    def __init__(
+        self,
+        params,
+        accum=0.1,
+        learning_rate=0.001,
+        update_slots=True,
+        loss_scale=1.0,
+        weight_decay=0.0,
+    ):
+        super().__init__(learning_rate, params, weight_decay, loss_scale)
+        self.update_slots = update_slots
+        object.__setattr__(self, "accum", self._slots("accum", accum))
+
+    def construct(self, gradients):
+        lr = self.get_lr()
+        k = 0
+        for p in self.parameters:
+            g = self.preprocess(p, gradients[k], k)
+            accum = self.accum[k]
+            if self.update_slots:
+                accum = accum + g * g
+                ASSIGN(self.accum[k], accum)
+            ASSIGN(p, p - lr * g / jnp.sqrt(accum))
             k = k + 1
         return gradients
