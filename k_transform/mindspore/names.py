@@ -150,7 +150,8 @@ NN = pick(
     "MSELoss MaxPool2d Metric Momentum Optimizer PolynomialDecayLR ReLU SGD SequentialCell "
     "Sigmoid Softmax SoftmaxCrossEntropyWithLogits Tanh TrainOneStepCell Vjp WithLossCell "
     "LeakyReLU ELU SiLU PReLU BCELoss BCEWithLogitsLoss NLLLoss SmoothL1Loss KLDivLoss "
-    "AdamWeightDecay RMSProp Adagrad Conv1d BatchNorm1d AdaptiveAvgPool2d",
+    "AdamWeightDecay RMSProp Adagrad Conv1d BatchNorm1d AdaptiveAvgPool2d "
+    "RNN GRU LSTM Conv2dTranspose MultiheadAttention TransformerEncoderLayer",
 )  # not Softplus: MindSpore 2.10 has ops.softplus but no nn.Softplus
 
 # -- mindspore.common.initializer

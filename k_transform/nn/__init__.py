@@ -5,6 +5,7 @@ gradient comes from the registry rules of the primitives it calls.
 """
 
 from k_transform.cell import Cell
+from k_transform.nn.attention import MultiheadAttention, TransformerEncoderLayer
 from k_transform.nn.layers import (
     ELU,
     GELU,
@@ -29,7 +30,7 @@ from k_transform.nn.layers import (
     Softplus,
     Tanh,
 )
-from k_transform.nn.layers_extra import AdaptiveAvgPool2d, BatchNorm1d, Conv1d
+from k_transform.nn.layers_extra import AdaptiveAvgPool2d, BatchNorm1d, Conv1d, Conv2dTranspose
 from k_transform.nn.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -55,6 +56,7 @@ from k_transform.nn.optim import (
     PolynomialDecayLR,
     RMSProp,
 )
+from k_transform.nn.recurrent import GRU, LSTM, RNN
 from k_transform.nn.wrap import Jvp, TrainOneStepCell, Vjp, WithLossCell
 
 __all__ = [
@@ -111,4 +113,11 @@ __all__ = [
     "SiLU",
     "SmoothL1Loss",
     "Softplus",
+    # issue 30: recurrent, transposed convolution and attention layers
+    "Conv2dTranspose",
+    "GRU",
+    "LSTM",
+    "MultiheadAttention",
+    "RNN",
+    "TransformerEncoderLayer",
 ]

@@ -1,7 +1,9 @@
-"""More of MindSpore's layers: Conv1d, BatchNorm1d, AdaptiveAvgPool2d.
+"""More of MindSpore's layers: Conv1d, Conv2dTranspose, BatchNorm1d,
+AdaptiveAvgPool2d.
 
 Each is written over the 2-D layer or primitive it extends (MindSpore builds
-`Conv1d` on `Conv2D` the same way), so its gradient is theirs.
+`Conv1d` on `Conv2D` and `Conv2dTranspose` on Conv2D's input gradient the same
+way), so its gradient is theirs.
 """
 
 from __future__ import annotations
@@ -72,6 +74,95 @@ class Conv1d(Cell):
         if self.has_bias:
             y = y + jnp.reshape(self.bias, (1, -1, 1, 1))
         return jnp.squeeze(y, 2)
+
+
+def _transposed_length(pad_mode, size, kernel, stride, dilation, padding) -> int:
+    """MindSpore's output length of a transposed convolution along one axis."""
+    kernel = kernel + (kernel - 1) * (dilation - 1)
+    if pad_mode == "valid":
+        return size * stride + max(kernel - stride, 0)
+    if pad_mode == "same":
+        return size * stride
+    return size * stride - padding + kernel - stride
+
+
+class Conv2dTranspose(Cell):
+    """The transposed 2-D convolution of NCHW images: the gradient of a
+    `Conv2d(out_channels, in_channels, ...)` with respect to its input, as
+    MindSpore computes it. The weight has MindSpore's shape (in, out / group,
+    kh, kw); the output is (N, out, H', W') with MindSpore's sizes: H' = H *
+    stride ("same"), H * stride + max(k' - stride, 0) ("valid"), H * stride -
+    padding + k' - stride ("pad"; k' the dilated kernel), then
+    `output_padding` (an int or (bottom, right); "pad" only) zero rows and
+    columns added at the bottom and right. Other arguments as `Conv2d`.
+    """
+
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        pad_mode="same",
+        padding=0,
+        output_padding=0,
+        dilation=1,
+        group=1,
+        has_bias=False,
+        weight_init=None,
+        bias_init=None,
+        dtype=np.float32,
+        seed=None,
+    ):
+        super().__init__()
+        kernel, strides = ops.conv.pair(kernel_size), ops.conv.pair(stride)
+        dilations, extra = ops.conv.pair(dilation), ops.conv.pair(output_padding)
+        for e, s, d in zip(extra, strides, dilations, strict=True):
+            if not 0 <= e < max(s, d):
+                raise ValueError(
+                    f"output_padding must be in [0, max(stride, dilation)), got {output_padding}"
+                )
+        if pad_mode != "pad" and any(extra):
+            raise ValueError("output_padding must be 0 unless pad_mode is 'pad'")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel
+        self.pad_mode, self.padding, self.output_padding = pad_mode, padding, output_padding
+        self.stride, self.dilation, self.extra = strides, dilations, extra
+        pads = padding if isinstance(padding, (tuple, list)) else (padding,) * 4
+        self.pad_sums = (pads[0] + pads[1], pads[2] + pads[3])
+        shape = (in_channels, out_channels // group, *kernel)
+        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
+        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
+        self.has_bias = has_bias
+        if has_bias:
+            fan_in = out_channels // group * kernel[0] * kernel[1]  # MindSpore's, of this shape
+            bias_init = _default_bias(fan_in) if bias_init is None else bias_init
+            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        self.conv_input_grad = ops.Conv2DTranspose(
+            strides, _conv_padding(pad_mode, padding), dilations, group
+        )
+
+    def output_shape(self, x_shape) -> tuple:
+        n, _, height, width = x_shape
+        sizes = [
+            _transposed_length(self.pad_mode, size, k, s, d, p)
+            for size, k, s, d, p in zip(
+                (height, width),
+                self.kernel_size,
+                self.stride,
+                self.dilation,
+                self.pad_sums,
+                strict=True,
+            )
+        ]
+        return (n, self.out_channels, *sizes)
+
+    def construct(self, x):
+        y = self.conv_input_grad(x, self.weight, self.output_shape(jnp.shape(x)))
+        if self.has_bias:
+            y = y + jnp.reshape(self.bias, (1, -1, 1, 1))
+        if self.extra != (0, 0):
+            y = jnp.pad(y, ((0, 0), (0, 0), (0, self.extra[0]), (0, self.extra[1])))
+        return y
 
 
 class BatchNorm1d(BatchNorm2d):
