@@ -54,6 +54,8 @@ import types
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.cell import Parameter as CellParameter
+from k_transform.cell import ParameterTuple
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, guards, lax_models, python_code, pytrees
@@ -87,6 +89,15 @@ _SPECIALS = {
 }
 
 UNDEFINED = Constant(rt.UNDEFINED, hint="UNDEFINED")
+
+
+def _holds_parameter(value, depth: int = 0) -> bool:
+    """Whether `value` is a tuple, list, dict or ParameterTuple with a
+    Parameter among its items (nested ones too)."""
+    if depth > 8 or type(value) not in (tuple, list, dict, ParameterTuple):
+        return False
+    items = value.values() if isinstance(value, dict) else value
+    return any(isinstance(v, CellParameter) or _holds_parameter(v, depth + 1) for v in items)
 
 
 class _Unbound(Exception):
@@ -346,7 +357,29 @@ class GraphBuilder(
                 return self.apply(*joined)
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
         debug = self.debug(node) if node is not None else NO_DEBUG
+        args = tuple(self.parameters_read(a, debug) for a in args)
         return self.graph.apply(fn, *args, debug=debug)
+
+    def parameters_read(self, arg: Node, debug) -> Node:
+        """`arg`, or where it is a constant tuple, list or dict holding
+        Parameters (`self.ws = (self.a, self.b)`), the node building it from
+        its items, each read as a Parameter. As one constant it reached run
+        time as the Parameter objects: `self.ws[k]` with `k` known only then
+        read the value it had when compiled, and its gradient was silently
+        zero. (Indexing by a constant folds to the Parameter before this.)"""
+        if not (isinstance(arg, Constant) and _holds_parameter(arg.value)):
+            return arg
+        value, hint = arg.value, arg.hint
+
+        def item(v, at) -> Node:
+            return self.parameters_read(Constant(v, debug, f"{hint}[{at!r}]"), debug)
+
+        if isinstance(value, dict):
+            kv = [n for k, v in value.items() for n in (Constant(k), item(v, k))]
+            return self.graph.apply(Constant(prims.MakeDict(), hint="make_dict"), *kv, debug=debug)
+        prim = prims.MakeList() if isinstance(value, list) else prims.MakeTuple()
+        items = [item(v, k) for k, v in enumerate(value)]
+        return self.graph.apply(Constant(prim, hint=prim.name), *items, debug=debug)
 
     def const(self, value, node) -> Constant:
         return Constant(value, self.debug(node))

@@ -33,24 +33,28 @@ def gather_grad(params, indices, dout, axis: int = 0):
     return jnp.zeros_like(params, dtype=jnp.result_type(dout)).at[index].add(dout)
 
 
-def _along_axis_index(x, indices, axis: int) -> tuple:
-    """The full index of `take_along_axis(x, indices, axis)`: an open grid
-    over the other axes and `indices` on `axis`."""
+def _along_axis_index(x, indices, axis: int, out_shape) -> tuple:
+    """The full index into `x` of each element of `take_along_axis(x,
+    indices, axis)` (of shape `out_shape`: `x` and `indices` broadcast
+    against each other off `axis`): `indices` on `axis`, elsewhere an open
+    grid, or 0 where `x` has one element along that axis (broadcast)."""
     axis = axis % jnp.ndim(x)
+    indices = jnp.broadcast_to(indices, out_shape)
     index = []
-    for k, n in enumerate(jnp.shape(indices)):
+    for k, n in enumerate(out_shape):
         if k == axis:
             index.append(indices)
         else:
-            shape = [1] * jnp.ndim(indices)
+            shape = [1] * len(out_shape)
             shape[k] = n
-            index.append(jnp.reshape(jnp.arange(n), shape))
+            grid = jnp.arange(n) if jnp.shape(x)[k] == n else jnp.zeros(n, jnp.int32)
+            index.append(jnp.reshape(grid, shape))
     return tuple(index)
 
 
 def take_along_axis_grad(x, indices, dout, axis: int):
     zeros = jnp.zeros_like(x, dtype=jnp.result_type(dout))
-    return zeros.at[_along_axis_index(x, indices, axis)].add(dout)
+    return zeros.at[_along_axis_index(x, indices, axis, jnp.shape(dout))].add(dout)
 
 
 def scatter_add(x, indices, updates):
