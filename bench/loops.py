@@ -1,7 +1,7 @@
 """Gradient time and memory of loops: k_transform vs `jax.grad` of `lax.scan`.
 
 Two programs, each iterating `y <- y + 0.01 * sin(y) * x` n times on a
-float32 vector of SIZE entries, for n in 10, 100, 1,000 and 10,000:
+float32 vector of SIZE entries, for n in 10, 100, 1,000, 10,000 and 100,000:
 
 - `while_program(x, stop)`: a `while` whose condition is traced (`t < stop`,
   stop a traced float), so k_transform stores each iteration's carry in a
@@ -18,8 +18,12 @@ CKPT_SIZE entries: time, XLA's memory estimate, and the recompute factor
 per iteration in a store-everything scan, i.e. 2.0), against the scan storing
 every carry (at 1,000,000 only compiled for its memory estimate, not run).
 
-The baseline is `jax.jit(jax.grad(scan_program))`, the same iteration written
-with `lax.scan`. Times are medians over REPEATS calls, alternating between
+The baselines are `jax.jit(jax.grad(scan_program))` and
+`jax.jit(jax.grad(fori_program))`, the same iteration written with
+`lax.scan` and with `lax.fori_loop` (static bounds: JAX reverse-differentiates
+no other); against the latter each k_transform contender reports the median
+of per-round ratios and their spread (`round_ratio_vs_fori`, goal 1.1) and
+its first call's ratio (goal 1.5). Times are medians over REPEATS calls, alternating between
 the contenders so drift hits all of them alike; `first_call_s` includes
 tracing and compiling (and, for the while loop, the retraces while its bound
 grows). Memory is XLA's compiled-memory estimate (`memory_analysis()` of the
@@ -42,10 +46,10 @@ import numpy as np
 from jax import lax
 
 import k_transform as kt
-from bench.common import memory
+from bench.common import memory, round_ratios
 
 SIZE = 1024
-TRIP_COUNTS = (10, 100, 1_000, 10_000)
+TRIP_COUNTS = (10, 100, 1_000, 10_000, 100_000)
 CKPT_SIZE = 64
 CKPT_TRIP_COUNTS = (10, 5_000, 100_000, 1_000_000)
 REPEATS = 7
@@ -86,6 +90,11 @@ def scan_program(x, n):
     return jnp.sum(y * y)
 
 
+def fori_program(x, n):
+    y = lax.fori_loop(0, n, lambda i, y: y + 0.01 * jnp.sin(y) * x, x)
+    return jnp.sum(y * y)
+
+
 def _timed(fn, args) -> float:
     start = time.perf_counter()
     jax.block_until_ready(fn(*args))
@@ -102,11 +111,13 @@ def _contenders(n: int, x):
     kt_while = kt.GradOperation()(while_program)
     kt_for = kt.GradOperation()(for_program)
     scan_grad = jax.jit(jax.grad(scan_program), static_argnums=1)
+    fori_grad = jax.jit(jax.grad(fori_program), static_argnums=1)
     stop = jnp.float32(n)
     return {
         "kt_while": (kt_while, (x, stop), jax.jit(kt_while)),
         "kt_for_range": (kt_for, (x, n), jax.jit(kt_for, static_argnums=1)),
         "jax_scan": (scan_grad, (x, n), scan_grad),
+        "jax_fori_loop": (fori_grad, (x, n), fori_grad),
     }
 
 
@@ -128,9 +139,14 @@ def bench_trip_count(n: int, x) -> dict:
         r["memory"] = memory(jitted, args)
         r["device_peak_bytes"] = _device_peak()
     base = results["jax_scan"]
+    times = {name: r["times_s"] for name, r in results.items()}
     for name in ("kt_while", "kt_for_range"):
         r = results[name]
         r["time_ratio_vs_scan"] = r["median_s"] / base["median_s"]
+        r["round_ratio_vs_fori"], r["round_ratio_spread"] = round_ratios(
+            times, name, "jax_fori_loop"
+        )
+        r["first_call_ratio_vs_fori"] = r["first_call_s"] / results["jax_fori_loop"]["first_call_s"]
         if r["memory"] and base["memory"]:
             r["memory_ratio_vs_scan"] = r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
     return results
@@ -202,9 +218,16 @@ def summary(results: dict) -> str:
     for n, by_name in results["trip_counts"].items():
         for name, r in by_name.items():
             mem = r["memory"].get("total_bytes", float("nan")) / 2**20
+            ratio = ""
+            if "round_ratio_vs_fori" in r:
+                lo, hi = r["round_ratio_spread"]
+                ratio = (
+                    f"  vs fori_loop {r['round_ratio_vs_fori']:.2f} [{lo:.2f}, {hi:.2f}], "
+                    f"first call {r['first_call_ratio_vs_fori']:.2f}"
+                )
             lines.append(
                 f"{n:>6} {name:<13} {r['median_s'] * 1e3:>10.3f} "
-                f"{r['first_call_s']:>8.2f} {mem:>11.2f}"
+                f"{r['first_call_s']:>8.2f} {mem:>11.2f}{ratio}"
             )
     lines.append(
         f"{'n':>8} checkpointed  {'kt ms':>9} {'scan ms':>9} {'kt MiB':>8} "
