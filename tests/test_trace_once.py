@@ -160,10 +160,12 @@ def rnn(w, xs):
 def test_a_scans_reverse_loop_applies_the_bprops_its_iterations_kept():
     """At first order the reverse loop of a loop run as `lax.scan` makes each
     iteration's bprop from the arrays the scan stored (no `sin` in it: the
-    body is not run again; its derivative `cos` is); the gradient is JAX's."""
+    body is not run again; its derivative `cos` is); the gradient is JAX's.
+    (Second order differentiates the twin that recomputes: the loop tests of
+    tests/test_higher_order_control.py.)"""
     rng = np.random.RandomState(0)
     w = jnp.asarray(rng.randn(8, 8) * 0.3, jnp.float32)
-    xs = jnp.asarray(rng.randn(40, 8), jnp.float32)
+    xs = jnp.asarray(rng.randn(16, 8), jnp.float32)
     grad = kt.grad(rnn, grad_position=(0, 1))
     jaxpr = jax.make_jaxpr(grad)(w, xs).jaxpr
     assert _count(jaxpr, "scan") == 1
@@ -173,9 +175,3 @@ def test_a_scans_reverse_loop_applies_the_bprops_its_iterations_kept():
     theirs = jax.grad(rnn, argnums=(0, 1))(w, xs)
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
-    # the second order differentiates the loop that recomputes (the kept
-    # bprops are not differentiated): still JAX's numbers
-    v = jnp.ones_like(w)
-    hvp = jax.jit(lambda a: kt.jvp(lambda b: kt.grad(rnn)(b, xs), a, v)[1])(w)
-    expected = jax.jvp(lambda b: jax.grad(rnn)(b, xs), (w,), (v,))[1]
-    np.testing.assert_allclose(hvp, expected, rtol=2e-4, atol=1e-5)
