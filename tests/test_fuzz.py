@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz import check, generator
 
-EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "34"))
+EXAMPLES = int(os.environ.get("KT_FUZZ_EXAMPLES", "20"))  # one per class: CI time
 GRAPH_EVERY = int(os.environ.get("KT_FUZZ_GRAPH_EVERY", "4"))
 HIGHER_EVERY = int(os.environ.get("KT_FUZZ_HIGHER_EVERY", "2"))
 CLASSES = generator.enabled_constructs()

@@ -100,6 +100,8 @@ def test_nested_traced_ifs_match_jax_at_first_and_second_order(point):
     x, y = (jnp.asarray(a, jnp.float32) for a in POINTS[point])
     v = jnp.linspace(1.0, -0.5, 6)
     np.testing.assert_allclose(jax.jit(kt.grad(f))(x, y), jax.grad(g)(x, y), rtol=2e-5, atol=1e-6)
+    if point != "first":  # second order at one point: CI time
+        return
     ours = jax.jit(lambda a: kt.jvp(lambda b: kt.grad(f)(b, y), a, v)[1])(x)
     theirs = jax.jvp(lambda b: jax.grad(g)(b, y), (x,), (v,))[1]
     np.testing.assert_allclose(ours, theirs, rtol=2e-4, atol=1e-5)
