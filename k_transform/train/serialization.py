@@ -1,18 +1,31 @@
-"""Checkpoints, with MindSpore's functions and names, stored as safetensors.
+"""Checkpoints, with MindSpore's functions, names and file formats.
 
-- `save_checkpoint(save_obj, ckpt_file_name)`: `save_obj` is a Cell (every
-  Parameter, trainable or not, under its MindSpore name: `fc1.weight`,
+- `save_checkpoint(save_obj, ckpt_file_name, integrated_save=True,
+  async_save=False, append_dict=None, enc_key=None, enc_mode="AES-GCM",
+  choice_func=None, crc_check=False, format="ckpt")`: `save_obj` is a Cell
+  (every Parameter, trainable or not, under its MindSpore name: `fc1.weight`,
   `bn1.moving_mean`), a list of Parameters, a list of
   `{"name": ..., "data": ...}` dicts (MindSpore's list form) or a dict
-  name -> array. `append_dict` adds entries. The file is a safetensors file
-  whatever its suffix (MindSpore's own `.ckpt` protobuf is not written).
-  MindSpore 2.10 reads it with `load_checkpoint(path, format="safetensors")`,
-  and its `save_checkpoint(net, path, format="safetensors")` files load here
-  (both ways tried, same names and values); `format` and MindSpore's other
-  options (encryption, async saving) are accepted and ignored.
+  name -> array. `append_dict` adds entries (a Python int is saved as int64,
+  a float as float32, a str as MindSpore's "str" entry); `choice_func(name)`
+  keeps the Parameters it is true for. `format="ckpt"` (the default) writes
+  MindSpore's protobuf `.ckpt` (`ckpt_format`: the same bytes MindSpore 2.10
+  writes for the same entries), `format="safetensors"` a safetensors file. As
+  in MindSpore, a name that does not end with the format gets `.ckpt` or
+  `.safetensors` appended; `crc_check` adds MindSpore's CRC-32. The file is
+  written whole before `save_checkpoint` returns (`async_save` is accepted);
+  encryption (`enc_key`) is not supported and raises.
 - `load_checkpoint(ckpt_file_name, net=None, strict_load=False,
-  filter_prefix=None, specify_prefix=None, choice_func=None)` -> dict
-  name -> Parameter (named `name`); with `net`, also loads it into `net`.
+  filter_prefix=None, dec_key=None, dec_mode="AES-GCM", specify_prefix=None,
+  choice_func=None, crc_check=False, remove_redundancy=False, format="ckpt")`
+  -> dict name -> Parameter (named `name`; a "str" entry is a `str`); with
+  `net`, also loads it into `net`. The file's content decides how it is read
+  (a safetensors header, else MindSpore's protobuf), whatever its suffix or
+  `format`. An int64 or float64 value that JAX (without `jax_enable_x64`)
+  would hold as int32 or float32 must fit: a value that would wrap or
+  overflow raises KTransformError naming it. As in MindSpore, a file that
+  does not parse, a failed CRC check, a missing file, or nothing left after
+  the filters is a ValueError naming the file.
 - `load_param_into_net(net, parameter_dict, strict_load=False)` sets each of
   the net's Parameters found by name, and returns MindSpore's pair
   `(param_not_load, ckpt_not_load)`: the net's Parameter names missing from
@@ -28,14 +41,36 @@
 
 from __future__ import annotations
 
+import binascii
+import json
+import os
+import warnings
+
+import jax
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load as load_safetensors
+from safetensors.numpy import save as save_safetensors
 
 from k_transform.cell import Cell, Parameter
+from k_transform.errors import KTransformError
+from k_transform.train import ckpt_format
+
+FORMATS = ("ckpt", "safetensors")
 
 
-def _entries(save_obj) -> dict[str, np.ndarray]:
-    """name -> host array for each thing `save_checkpoint` accepts."""
+# -- saving -----------------------------------------------------------------------------------
+def _host(value):
+    """A value to save as a host array (a str stays a str)."""
+    if isinstance(value, str):
+        return value
+    data = value.data if isinstance(value, Parameter) else value
+    if isinstance(data, float):
+        return np.asarray(data, np.float32)  # MindSpore's Tensor(0.5) is float32
+    return np.asarray(data, order="C")  # (np.ascontiguousarray makes a scalar 1-D)
+
+
+def _pairs(save_obj, choice_func) -> list:
+    """(name, value) for each thing `save_checkpoint` accepts."""
     if isinstance(save_obj, Cell):
         pairs = [(p.name, p.data) for _, p in save_obj.parameters_and_names()]
     elif isinstance(save_obj, dict):
@@ -50,21 +85,136 @@ def _entries(save_obj) -> dict[str, np.ndarray]:
             "save_checkpoint saves a Cell, a list of Parameters or of {'name', 'data'} "
             f"dicts, or a dict; got {type(save_obj).__name__}"
         )
-    entries: dict[str, np.ndarray] = {}
-    for name, value in pairs:
+    return [(n, v) for n, v in pairs if choice_func is None or choice_func(n)]
+
+
+def _entries(save_obj, append_dict, choice_func) -> dict:
+    """name -> host array (or str), in the order saved."""
+    entries: dict = {}
+    for name, value in _pairs(save_obj, choice_func):
         if name in entries:
             raise ValueError(f"two Parameters are named {name!r}: a checkpoint needs unique names")
-        data = value.data if isinstance(value, Parameter) else value
-        entries[name] = np.ascontiguousarray(np.asarray(data))
+        entries[name] = _host(value)
+    for name, value in (append_dict or {}).items():
+        entries[name] = _host(value)
     return entries
 
 
-def save_checkpoint(save_obj, ckpt_file_name: str, append_dict: dict | None = None, **kwargs):
-    """Write `save_obj`'s Parameters to `ckpt_file_name` (safetensors)."""
-    entries = _entries(save_obj)
-    for name, value in (append_dict or {}).items():
-        entries[name] = np.ascontiguousarray(np.asarray(value))
-    save_file(entries, str(ckpt_file_name), metadata={"writer": "k_transform"})
+def _file_name(ckpt_file_name, format: str) -> str:
+    """MindSpore's checks of the name, and its suffix rule."""
+    if format not in FORMATS:
+        raise ValueError(
+            f"For 'save_checkpoint', the format must be 'safetensors' or 'ckpt', but got {format}."
+        )
+    if not isinstance(ckpt_file_name, (str, os.PathLike)):
+        raise TypeError(
+            "For 'save_checkpoint', 'ckpt_file_name' must be a string, but got "
+            f"{type(ckpt_file_name).__name__}"
+        )
+    name = os.path.realpath(os.fspath(ckpt_file_name))
+    if os.path.isdir(name):
+        raise IsADirectoryError(
+            f"For 'save_checkpoint', the parameter `ckpt_file_name`: {name} is a directory, "
+            "it must be a file name."
+        )
+    return name if name.endswith(format) else f"{name}.{format}"
+
+
+def _safetensors_bytes(entries: dict, name: str, crc_check: bool) -> bytes:
+    metadata = {"format": "ms", "writer": "k_transform"}
+    crc = 0
+    for key in sorted(entries):
+        if isinstance(entries[key], str):
+            raise KTransformError(
+                f"save_checkpoint: {key!r} is a str, which a safetensors file cannot hold "
+                f"({name}); save with format='ckpt'"
+            )
+        crc = binascii.crc32(entries[key].tobytes(), binascii.crc32(key.encode(), crc))
+    if crc_check:
+        metadata["crc_num"] = str(crc)
+    return save_safetensors(entries, metadata=metadata)
+
+
+def save_checkpoint(
+    save_obj,
+    ckpt_file_name: str,
+    integrated_save: bool = True,
+    async_save=False,
+    append_dict: dict | None = None,
+    enc_key: bytes | None = None,
+    enc_mode: str = "AES-GCM",
+    choice_func=None,
+    crc_check: bool = False,
+    format: str = "ckpt",
+    **kwargs,
+) -> None:
+    """Write `save_obj`'s Parameters to `ckpt_file_name` (MindSpore's .ckpt, or safetensors)."""
+    name = _file_name(ckpt_file_name, format)
+    if enc_key is not None:
+        raise KTransformError(
+            f"save_checkpoint: encryption (enc_key) is not supported by k_transform ({name})"
+        )
+    entries = _entries(save_obj, append_dict, choice_func)
+    temporary = name + ".tmp"
+    with open(temporary, "wb") as file:
+        if format == "safetensors":
+            file.write(_safetensors_bytes(entries, name, crc_check))
+        else:
+            ckpt_format.write(file, entries, crc_check)
+    os.replace(temporary, name)
+
+
+# -- loading ----------------------------------------------------------------------------------
+def _is_safetensors(content: bytes) -> bool:
+    """A safetensors file: an 8-byte little-endian length, then that much JSON."""
+    size = int.from_bytes(content[:8], "little") if len(content) >= 8 else 0
+    return 2 <= size <= len(content) - 8 and content[8:9] == b"{"
+
+
+def _read_safetensors(content: bytes, source: str, crc_check: bool) -> dict:
+    try:
+        arrays = load_safetensors(content)
+        header = json.loads(content[8 : 8 + int.from_bytes(content[:8], "little")])
+    except Exception as error:  # safetensors raises its own SafetensorError
+        raise ValueError(
+            f"Failed to read the safetensors checkpoint file {source}: {error}"
+        ) from error
+    stored = (header.get("__metadata__") or {}).get("crc_num")
+    if crc_check and stored is None:
+        warnings.warn(f"load_checkpoint: {source} has no crc code to check", stacklevel=3)
+    elif crc_check:
+        crc = 0
+        for key in sorted(arrays):
+            crc = binascii.crc32(arrays[key].tobytes(), binascii.crc32(key.encode(), crc))
+        if crc != int(stored):
+            raise ValueError(
+                "For 'load_checkpoint', the crc check has failed. Please check whether the "
+                f"ckpt file is damaged: {source}"
+            )
+    return dict(sorted(arrays.items()))
+
+
+def _parameter(name: str, value, source: str):
+    """A Parameter of `value` as JAX holds it (a str stays a str); a 64-bit value
+    that would not survive JAX's 32-bit default raises."""
+    if isinstance(value, str):
+        return value
+    held = jax.dtypes.canonicalize_dtype(value.dtype)
+    if held != value.dtype:
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = value.astype(held)
+        if np.issubdtype(value.dtype, np.integer):
+            lost = cast.astype(value.dtype) != value
+        else:
+            lost = np.isfinite(value) & ~np.isfinite(cast)
+        if np.any(lost):
+            raise KTransformError(
+                f"load_checkpoint: {name!r} in {source} is {value.dtype} with values that "
+                f"{held} cannot hold, and JAX holds it as {held} while jax_enable_x64 is off; "
+                "turn it on (jax.config.update('jax_enable_x64', True)) to load it"
+            )
+        value = cast
+    return Parameter(value, name)
 
 
 def _selected(name: str, filter_prefix, specify_prefix, choice_func) -> bool:
@@ -78,22 +228,56 @@ def _selected(name: str, filter_prefix, specify_prefix, choice_func) -> bool:
     return choice_func is None or bool(choice_func(name))
 
 
+def _read(ckpt_file_name, format: str, crc_check: bool) -> tuple[str, dict]:
+    """(file name, name -> array or str) of a checkpoint file, by its content."""
+    if format not in FORMATS:
+        raise ValueError(
+            "For 'load_checkpoint', the checkpoint file should end with '.ckpt' or "
+            f"'.safetensors', please input the correct 'format' (got {format!r})."
+        )
+    source = os.path.realpath(os.fspath(ckpt_file_name))
+    if not os.path.isfile(source):
+        raise ValueError(
+            f"For 'load_checkpoint', the checkpoint file: {source} does not exist, please "
+            "check whether the 'ckpt_file_name' is correct."
+        )
+    with open(source, "rb") as file:
+        content = file.read()
+    if _is_safetensors(content):
+        return source, _read_safetensors(content, source, crc_check)
+    return source, ckpt_format.read(content, source, crc_check)
+
+
 def load_checkpoint(
     ckpt_file_name: str,
     net: Cell | None = None,
     strict_load: bool = False,
     filter_prefix=None,
+    dec_key: bytes | None = None,
+    dec_mode: str = "AES-GCM",
     specify_prefix=None,
     choice_func=None,
-    **kwargs,
-) -> dict[str, Parameter]:
-    """name -> Parameter for each entry of the file that the filters keep."""
-    arrays = load_file(str(ckpt_file_name))
+    crc_check: bool = False,
+    remove_redundancy: bool = False,
+    format: str = "ckpt",
+) -> dict:
+    """name -> Parameter (or str) for each entry of the file that the filters keep."""
+    if dec_key is not None:
+        raise KTransformError(
+            "load_checkpoint: decryption (dec_key) is not supported by k_transform "
+            f"({ckpt_file_name})"
+        )
+    source, entries = _read(ckpt_file_name, format, crc_check)
     params = {
-        name: Parameter(value, name)
-        for name, value in arrays.items()
+        name: _parameter(name, value, source)
+        for name, value in entries.items()
         if _selected(name, filter_prefix, specify_prefix, choice_func)
     }
+    if not params:
+        raise ValueError(
+            "The loaded parameter dict is empty after filter or specify, please check whether "
+            f"'filter_prefix' or 'specify_prefix' are set correctly ({source})."
+        )
     if net is not None:
         load_param_into_net(net, params, strict_load)
     return params
