@@ -201,6 +201,12 @@ def test_safetensors_is_still_written_and_read(tmp_path):
         fresh = Net()
         kt.load_checkpoint(str(tmp_path / "net.safetensors"), fresh, crc_check=True, format=format)
         np.testing.assert_array_equal(logits(fresh), logits(net))
+    mixed = {"b": jnp.array([1.5, -3.0], jnp.bfloat16), "i": np.arange(3, dtype=np.int8)}
+    kt.save_checkpoint(mixed, str(tmp_path / "mixed.safetensors"), format="safetensors")
+    loaded = kt.load_checkpoint(str(tmp_path / "mixed.safetensors"))
+    for name, value in mixed.items():
+        assert loaded[name].data.dtype == value.dtype
+        np.testing.assert_array_equal(np.asarray(loaded[name].data), np.asarray(value))
     with pytest.raises(KTransformError, match="'note' is a str"):
         kt.save_checkpoint(
             net, str(tmp_path / "n"), append_dict={"note": "x"}, format="safetensors"
@@ -251,7 +257,8 @@ def test_entries_that_do_not_fit_raise(tmp_path):
     with pytest.raises(ValueError, match="empty after filter"):
         kt.load_checkpoint(str(tmp_path / "w.ckpt"), specify_prefix="fc.")
     with pytest.raises(KTransformError, match="'z' has dtype complex64"):
-        kt.save_checkpoint({"z": np.zeros(2, np.complex64)}, str(tmp_path / "z.ckpt"))
+        kt.save_checkpoint({"w": np.ones(2), "z": np.zeros(2, np.complex64)}, str(tmp_path / "z"))
+    assert not list(tmp_path.glob("z*"))  # no file left half written
     with pytest.raises(KTransformError, match="enc_key"):
         kt.save_checkpoint({"w": np.zeros(2)}, str(tmp_path / "k.ckpt"), enc_key=b"0" * 16)
     with pytest.raises(ValueError, match="format must be 'safetensors' or 'ckpt'"):

@@ -21,11 +21,12 @@
   -> dict name -> Parameter (named `name`; a "str" entry is a `str`); with
   `net`, also loads it into `net`. The file's content decides how it is read
   (a safetensors header, else MindSpore's protobuf), whatever its suffix or
-  `format`. An int64 or float64 value that JAX (without `jax_enable_x64`)
-  would hold as int32 or float32 must fit: a value that would wrap or
-  overflow raises KTransformError naming it. As in MindSpore, a file that
-  does not parse, a failed CRC check, a missing file, or nothing left after
-  the filters is a ValueError naming the file.
+  `format`; safetensors files are parsed here, bfloat16 included. An int64 or
+  float64 value that JAX (without `jax_enable_x64`) would hold as int32 or
+  float32 must fit: a value that would wrap or overflow raises KTransformError
+  naming it. As in MindSpore, a file that does not parse, a failed CRC check,
+  a missing file, or nothing left after the filters is a ValueError naming
+  the file.
 - `load_param_into_net(net, parameter_dict, strict_load=False)` sets each of
   the net's Parameters found by name, and returns MindSpore's pair
   `(param_not_load, ckpt_not_load)`: the net's Parameter names missing from
@@ -43,12 +44,13 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 import os
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-from safetensors.numpy import load as load_safetensors
 from safetensors.numpy import save as save_safetensors
 
 from k_transform.cell import Cell, Parameter
@@ -56,6 +58,21 @@ from k_transform.errors import KTransformError
 from k_transform.train import ckpt_format
 
 FORMATS = ("ckpt", "safetensors")
+SAFETENSORS_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "U16": "uint16",
+    "I16": "int16",
+    "U32": "uint32",
+    "I32": "int32",
+    "U64": "uint64",
+    "I64": "int64",
+    "F16": "float16",
+    "BF16": jnp.bfloat16,
+    "F32": "float32",
+    "F64": "float64",
+}
 
 
 # -- saving -----------------------------------------------------------------------------------
@@ -64,7 +81,7 @@ def _host(value):
     if isinstance(value, str):
         return value
     data = value.data if isinstance(value, Parameter) else value
-    if isinstance(data, float):
+    if type(data) is float:  # a Python float (not np.float64)
         return np.asarray(data, np.float32)  # MindSpore's Tensor(0.5) is float32
     return np.asarray(data, order="C")  # (np.ascontiguousarray makes a scalar 1-D)
 
@@ -155,12 +172,16 @@ def save_checkpoint(
             f"save_checkpoint: encryption (enc_key) is not supported by k_transform ({name})"
         )
     entries = _entries(save_obj, append_dict, choice_func)
-    temporary = name + ".tmp"
-    with open(temporary, "wb") as file:
-        if format == "safetensors":
-            file.write(_safetensors_bytes(entries, name, crc_check))
-        else:
-            ckpt_format.write(file, entries, crc_check)
+    temporary = name + ".tmp"  # the file appears whole or not at all
+    try:
+        with open(temporary, "wb") as file:
+            if format == "safetensors":
+                file.write(_safetensors_bytes(entries, name, crc_check))
+            else:
+                ckpt_format.write(file, entries, crc_check)
+    except BaseException:
+        os.remove(temporary)
+        raise
     os.replace(temporary, name)
 
 
@@ -171,17 +192,34 @@ def _is_safetensors(content: bytes) -> bool:
     return 2 <= size <= len(content) - 8 and content[8:9] == b"{"
 
 
-def _read_safetensors(content: bytes, source: str, crc_check: bool) -> dict:
+def _safetensors_arrays(content: bytes, source: str) -> tuple[dict, dict]:
+    """(metadata, name -> array) of a safetensors file's bytes. (safetensors.numpy
+    writes bfloat16 but does not read it back.)"""
     try:
-        arrays = load_safetensors(content)
-        header = json.loads(content[8 : 8 + int.from_bytes(content[:8], "little")])
-    except Exception as error:  # safetensors raises its own SafetensorError
+        size = int.from_bytes(content[:8], "little")
+        header = json.loads(content[8 : 8 + size])
+        data = memoryview(content)[8 + size :]
+        arrays = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = np.dtype(SAFETENSORS_DTYPES[info["dtype"]]).newbyteorder("<")
+            start, end = info["data_offsets"]
+            if end - start != math.prod(info["shape"]) * dtype.itemsize or end > len(data):
+                raise ValueError(f"{name!r}: its bytes do not fit its shape or the file")
+            arrays[name] = np.frombuffer(data[start:end], dtype).reshape(info["shape"]).copy()
+    except (ValueError, KeyError, TypeError) as error:
         raise ValueError(
-            f"Failed to read the safetensors checkpoint file {source}: {error}"
+            f"Failed to read the safetensors checkpoint file {source}: {error!r}"
         ) from error
-    stored = (header.get("__metadata__") or {}).get("crc_num")
+    return header.get("__metadata__") or {}, dict(sorted(arrays.items()))
+
+
+def _read_safetensors(content: bytes, source: str, crc_check: bool) -> dict:
+    metadata, arrays = _safetensors_arrays(content, source)
+    stored = metadata.get("crc_num")
     if crc_check and stored is None:
-        warnings.warn(f"load_checkpoint: {source} has no crc code to check", stacklevel=3)
+        warnings.warn(f"load_checkpoint: {source} has no crc code to check", stacklevel=4)
     elif crc_check:
         crc = 0
         for key in sorted(arrays):
@@ -191,7 +229,7 @@ def _read_safetensors(content: bytes, source: str, crc_check: bool) -> dict:
                 "For 'load_checkpoint', the crc check has failed. Please check whether the "
                 f"ckpt file is damaged: {source}"
             )
-    return dict(sorted(arrays.items()))
+    return arrays
 
 
 def _parameter(name: str, value, source: str):
