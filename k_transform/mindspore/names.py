@@ -23,7 +23,8 @@ from k_transform.common import initializer
 from k_transform.forward_api import jvp
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
-from k_transform.mindspore import context
+from k_transform.mindspore import communication, context
+from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
 from k_transform.reverse import GradOperation, grad, mutable, value_and_grad, vjp
 
@@ -153,6 +154,7 @@ NN = pick(
     "AdamWeightDecay RMSProp Adagrad Conv1d BatchNorm1d AdaptiveAvgPool2d "
     "RNN GRU LSTM Conv2dTranspose MultiheadAttention TransformerEncoderLayer",
 )  # not Softplus: MindSpore 2.10 has ops.softplus but no nn.Softplus
+NN["DistributedGradReducer"] = wrap.DistributedGradReducer  # DATA_PARALLEL's all-reduce
 
 # -- mindspore.common.initializer
 INITIALIZER = pick(
@@ -171,6 +173,13 @@ TRAIN = {
     **pick(nn, "Accuracy Metric"),
 }
 
+# -- mindspore.communication (and .management): the processes of a job, jax.distributed's
+COMMUNICATION = pick(
+    communication,
+    "init release get_rank get_group_size GlobalComm "
+    "HCCL_WORLD_COMM_GROUP NCCL_WORLD_COMM_GROUP MCCL_WORLD_COMM_GROUP",
+)
+
 # -- mindspore.common
 COMMON = {
     **pick(common, "Tensor set_seed"),
@@ -183,6 +192,11 @@ COMMON = {
 TOP = {
     **COMMON,
     **pick(context, "set_context get_context GRAPH_MODE PYNATIVE_MODE"),
+    **pick(
+        context,
+        "set_auto_parallel_context get_auto_parallel_context reset_auto_parallel_context "
+        "ParallelMode",
+    ),
     **TRANSFORMS,
     "jit": jit,
     "mutable": mutable,
