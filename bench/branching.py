@@ -1,9 +1,10 @@
 """A static loop over helpers with traced branches: first call, first and second order.
 
-The program (SOURCE): `for i in range(n)` (a Python int, static) calling
-helpers nested three deep (h1 calls h2 in both branches, h2 calls h3), each
-an `if` on a traced value; its JAX twin is the same code with `lax.cond`
-(JAX cannot trace a Python `if` on a traced value). Timed: the first call
+The program: `for i in range(n)` (a Python int, static) calling helpers
+nested three deep (h1 calls h2 in both branches, h2 calls h3), each an `if`
+on a traced value; its JAX twin is the same code with `lax.cond` (JAX cannot
+trace a Python `if` on a traced value). The helpers are tests/nested_ifs.py's,
+which tests/test_trace_once.py checks against JAX. Timed: the first call
 (transform, trace, compile) of `jit(kt.grad(f))` against `jit(jax.grad(g))`
 and of a Hessian-vector product, `jit(kt.jvp(kt.grad))` against
 `jit(jax.jvp(jax.grad))`, each round from a freshly imported module (no
@@ -24,6 +25,7 @@ trip count.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import statistics
 import sys
 import tempfile
@@ -36,39 +38,17 @@ import numpy as np
 
 import k_transform as kt
 from bench.common import machine, round_ratios
+from tests import nested_ifs
 
 ROUNDS = 3
 TRIPS = 10
 TRANSFORM_TRIPS = (10, 100, 1_000)
 
-SOURCE = """
-import jax
-import jax.numpy as jnp
-from jax import lax
+# the helpers and their JAX twins (tests/nested_ifs.py, which the tests use
+# too), then the loops over them with N trips
+LOOPS = """
 
 N = {n}
-
-
-def h3(x, y):
-    if jnp.mean(y) > 0.1:
-        return x * 0.5 + jnp.tanh(y)
-    return x - 0.1 * y
-
-
-def h2(x, y):
-    if jnp.sum(x * y) > 0.0:
-        z = h3(jnp.sin(x), y) * y
-    else:
-        z = h3(jnp.cos(x), x) + y
-    return z
-
-
-def h1(x, y):
-    if jnp.sum(x) > 0.0:
-        z = h2(jnp.sin(x), y) * y
-    else:
-        z = h2(jnp.cos(x), x) + y
-    return z
 
 
 def f(x, y):
@@ -76,22 +56,6 @@ def f(x, y):
         x = h1(x, y)
         y = h3(y, x)
     return jnp.sum(x * y)
-
-
-def j3(x, y):
-    return lax.cond(jnp.mean(y) > 0.1, lambda: x * 0.5 + jnp.tanh(y), lambda: x - 0.1 * y)
-
-
-def j2(x, y):
-    return lax.cond(
-        jnp.sum(x * y) > 0.0, lambda: j3(jnp.sin(x), y) * y, lambda: j3(jnp.cos(x), x) + y
-    )
-
-
-def j1(x, y):
-    return lax.cond(
-        jnp.sum(x) > 0.0, lambda: j2(jnp.sin(x), y) * y, lambda: j2(jnp.cos(x), x) + y
-    )
 
 
 def g(x, y):
@@ -105,11 +69,11 @@ _counter = [0]
 
 
 def fresh(directory: Path, n: int):
-    """A freshly imported module of SOURCE at `n` trips."""
+    """A freshly imported module of the program at `n` trips."""
     _counter[0] += 1
     name = f"_kt_bench_branching_{_counter[0]}"
     path = directory / f"{name}.py"
-    path.write_text(SOURCE.format(n=n))
+    path.write_text(inspect.getsource(nested_ifs) + LOOPS.format(n=n))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

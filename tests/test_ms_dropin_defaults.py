@@ -7,8 +7,6 @@ forms in JAX, and the few numbers quoted from a MindSpore 2.10 probe say so.
 
 from __future__ import annotations
 
-import inspect
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,16 +14,9 @@ import pytest
 
 import k_transform as kt
 from k_transform import nn
+from tests.ms_helpers import GRADS, START, close, layer_norm, listed, three_steps
 
 X = jnp.asarray(np.arange(24, dtype=np.float32).reshape(2, 3, 4) ** 1.5 / 10)
-
-
-def close(got, want, tol=1e-5):
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=tol, atol=tol)
-
-
-def params_of(sig) -> list[tuple[str, object]]:
-    return [(p.name, p.default) for p in sig.parameters.values() if p.name != "self"]
 
 
 # name: MindSpore 2.10's parameters in order, with defaults ("-": none)
@@ -83,31 +74,17 @@ MINDSPORE = {
 }
 
 
-def _plain(default):
-    if default is inspect.Parameter.empty:
-        return "-"
-    if default is np.float32:
-        return "float32"
-    return default
-
-
 @pytest.mark.parametrize("name", sorted(MINDSPORE))
 def test_constructor_leads_with_mindspores_parameters(name):
-    ours = [(n, _plain(d)) for n, d in params_of(inspect.signature(getattr(nn, name).__init__))]
+    ours = listed(getattr(nn, name).__init__)
     want = MINDSPORE[name]
     assert ours[: len(want)] == want  # ours may add keywords after (seed=, use_locking=)
-
-
-def _layer_norm(x, axes, gamma, beta, eps):
-    mean = jnp.mean(x, axes, keepdims=True)
-    var = jnp.mean((x - mean) ** 2, axes, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + eps) * gamma + beta
 
 
 def test_layer_norm_default_epsilon_is_mindspores():
     assert nn.LayerNorm(4).epsilon == 1e-7
     x = jnp.array([[1.0, 1.0 + 1e-3, 1.0 - 1e-3, 1.0]])  # small variance: epsilon shows
-    close(nn.LayerNorm(4)(x), _layer_norm(x, (-1,), 1.0, 0.0, 1e-7), tol=1e-4)
+    close(nn.LayerNorm(4)(x), layer_norm(x, (-1,), 1.0, 0.0, 1e-7), tol=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -122,12 +99,12 @@ def test_layer_norm_begin_axes(shape, norm_axis, params_axis):
     axes = tuple(range(norm_axis % 3, 3))
 
     def want(x):
-        return jnp.sum(jnp.sin(_layer_norm(x, axes, gamma, gamma * 0.1, 1e-7)))
+        return jnp.sum(jnp.sin(layer_norm(x, axes, gamma, gamma * 0.1, 1e-7)))
 
     def ours(x):
         return jnp.sum(jnp.sin(layer(x)))
 
-    close(layer(X), _layer_norm(X, axes, gamma, gamma * 0.1, 1e-7))
+    close(layer(X), layer_norm(X, axes, gamma, gamma * 0.1, 1e-7))
     close(kt.grad(ours)(X), jax.grad(want)(X), tol=1e-4)
 
 
@@ -217,17 +194,13 @@ def _adam_reference(w, grads, lr, nesterov, amsgrad, b1=0.9, b2=0.999, eps=1e-8)
     ],
 )
 def test_adam_nesterov_and_amsgrad(options, mindspore):
-    grads = ([0.3, -0.2, 0.1], [-0.5, 0.4, 0.05], [0.01, 0.02, -0.3])
-    w = kt.Parameter(np.array([1.0, -2.0, 0.5], np.float32), name="w")
-    opt = nn.Adam([w], learning_rate=0.1, **options)
-    for g in grads:
-        opt((jnp.array(g, jnp.float32),))
+    w, _ = three_steps(lambda p: nn.Adam(p, learning_rate=0.1, **options))
     want = _adam_reference(
-        [1.0, -2.0, 0.5],
-        grads,
+        START,
+        GRADS,
         0.1,
         options.get("use_nesterov", False),
         options.get("use_amsgrad", False),
     )
-    close(w.data, want)
-    close(w.data, mindspore)  # MindSpore 2.10's parameters after the same three steps
+    close(w, want)
+    close(w, mindspore)  # MindSpore 2.10's parameters after the same three steps

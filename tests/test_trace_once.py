@@ -10,77 +10,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
 
 import k_transform as kt
 from k_transform.control import runtime as ctl_runtime
-
-
-def h3(x, y):
-    if jnp.mean(y) > 0.1:
-        return x * 0.5 + jnp.tanh(y)
-    return x - 0.1 * y
-
-
-def h2(x, y):
-    if jnp.sum(x * y) > 0.0:
-        z = h3(jnp.sin(x), y) * y
-    else:
-        z = h3(jnp.cos(x), x) + y
-    return z
-
-
-def h1(x, y):
-    if jnp.sum(x) > 0.0:
-        z = h2(jnp.sin(x), y) * y
-    else:
-        z = h2(jnp.cos(x), x) + y
-    return z
+from tests.nested_ifs import TRACES, h1, h3, j1, j3
 
 
 def f(x, y):
     x = h1(x, y)
     y = h3(y, x)
     return jnp.sum(x * y)
-
-
-TRACES = {"jax": 0}
-
-
-def j3(x, y):
-    def yes():
-        TRACES["jax"] += 1
-        return x * 0.5 + jnp.tanh(y)
-
-    def no():
-        TRACES["jax"] += 1
-        return x - 0.1 * y
-
-    return lax.cond(jnp.mean(y) > 0.1, yes, no)
-
-
-def j2(x, y):
-    def yes():
-        TRACES["jax"] += 1
-        return j3(jnp.sin(x), y) * y
-
-    def no():
-        TRACES["jax"] += 1
-        return j3(jnp.cos(x), x) + y
-
-    return lax.cond(jnp.sum(x * y) > 0.0, yes, no)
-
-
-def j1(x, y):
-    def yes():
-        TRACES["jax"] += 1
-        return j2(jnp.sin(x), y) * y
-
-    def no():
-        TRACES["jax"] += 1
-        return j2(jnp.cos(x), x) + y
-
-    return lax.cond(jnp.sum(x) > 0.0, yes, no)
 
 
 def g(x, y):

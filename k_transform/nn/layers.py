@@ -44,6 +44,18 @@ def _plus(seed, k):
     return None if seed is None else seed + k
 
 
+def _weight_and_bias(cell, shape, fan_in, has_bias, weight_init, bias_init, seed, dtype):
+    """`cell.weight` of `shape` and, with `has_bias`, `cell.bias` of shape
+    (cell.out_channels,); MindSpore's defaults: both uniform on
+    +-1/sqrt(fan_in). The bias is drawn from `seed + 1`."""
+    weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
+    cell.weight = Parameter(_values(weight_init, shape, seed, dtype))
+    cell.has_bias = has_bias
+    if has_bias:
+        bias_init = _default_bias(fan_in) if bias_init is None else bias_init
+        cell.bias = Parameter(_values(bias_init, (cell.out_channels,), _plus(seed, 1), dtype))
+
+
 def get_activation(activation):
     """A Cell for `activation`: None, a Cell, or one of MindSpore's names."""
     if activation is None or isinstance(activation, Cell):
@@ -77,13 +89,8 @@ class Dense(Cell):
     ):
         super().__init__()
         self.in_channels, self.out_channels = in_channels, out_channels
-        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
         shape = (out_channels, in_channels)
-        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
-        self.has_bias = has_bias
-        if has_bias:
-            bias_init = _default_bias(in_channels) if bias_init is None else bias_init
-            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        _weight_and_bias(self, shape, in_channels, has_bias, weight_init, bias_init, seed, dtype)
         self.activation = get_activation(activation)
         self.activation_flag = self.activation is not None
 
@@ -145,13 +152,8 @@ class Conv2d(Cell):
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (kh, kw)
         self.pad_mode, self.padding = pad_mode, padding
         shape = (out_channels, in_channels // group, kh, kw)
-        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
-        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
-        self.has_bias = has_bias
-        if has_bias:
-            fan_in = in_channels // group * kh * kw
-            bias_init = _default_bias(fan_in) if bias_init is None else bias_init
-            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        fan_in = in_channels // group * kh * kw
+        _weight_and_bias(self, shape, fan_in, has_bias, weight_init, bias_init, seed, dtype)
         self.conv = ops.Conv2D(stride, _conv_padding(pad_mode, padding), dilation, group)
 
     def construct(self, x):

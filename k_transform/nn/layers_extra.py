@@ -13,14 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from k_transform import ops
-from k_transform.cell import Cell, Parameter
+from k_transform.cell import Cell
 from k_transform.nn.layers import (
-    DEFAULT_WEIGHT,
     BatchNorm2d,
     _conv_padding,
-    _default_bias,
-    _plus,
-    _values,
+    _weight_and_bias,
 )
 
 
@@ -57,15 +54,10 @@ class Conv1d(Cell):
         )
         self.pad_mode, self.padding = pad_mode, padding
         shape = (out_channels, in_channels // group, 1, kernel_size)
-        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
         if not isinstance(weight_init, (str, int, float)) and np.ndim(weight_init) == 3:
             weight_init = np.expand_dims(np.asarray(weight_init), 2)
-        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
-        self.has_bias = has_bias
-        if has_bias:
-            fan_in = in_channels // group * kernel_size
-            bias_init = _default_bias(fan_in) if bias_init is None else bias_init
-            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        fan_in = in_channels // group * kernel_size
+        _weight_and_bias(self, shape, fan_in, has_bias, weight_init, bias_init, seed, dtype)
         pads = _conv_padding(pad_mode, (0, 0, padding, padding) if pad_mode == "pad" else padding)
         self.conv = ops.Conv2D((1, stride), pads, (1, dilation), group)
 
@@ -130,13 +122,8 @@ class Conv2dTranspose(Cell):
         pads = padding if isinstance(padding, (tuple, list)) else (padding,) * 4
         self.pad_sums = (pads[0] + pads[1], pads[2] + pads[3])
         shape = (in_channels, out_channels // group, *kernel)
-        weight_init = DEFAULT_WEIGHT if weight_init is None else weight_init
-        self.weight = Parameter(_values(weight_init, shape, seed, dtype))
-        self.has_bias = has_bias
-        if has_bias:
-            fan_in = out_channels // group * kernel[0] * kernel[1]  # MindSpore's, of this shape
-            bias_init = _default_bias(fan_in) if bias_init is None else bias_init
-            self.bias = Parameter(_values(bias_init, (out_channels,), _plus(seed, 1), dtype))
+        fan_in = out_channels // group * kernel[0] * kernel[1]  # MindSpore's, of this shape
+        _weight_and_bias(self, shape, fan_in, has_bias, weight_init, bias_init, seed, dtype)
         self.conv_input_grad = ops.Conv2DTranspose(
             strides, _conv_padding(pad_mode, padding), dilations, group
         )
