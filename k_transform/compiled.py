@@ -231,6 +231,9 @@ class CompiledGraph:
                     return self._write_back(self._run_jitted(key, values, traced))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
+                    raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
+                    if raised is not None:
+                        raise raised from None
                     raise
                 self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
                 self._checked.pop(key, None)

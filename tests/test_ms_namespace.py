@@ -229,7 +229,7 @@ def test_submodule_imports_and_primitives_in_a_cell_match_jax():
         (nn, "LSTMCell", "k_transform has no such name yet"),
         (ops, "HyperMap", "k_transform has no such name yet"),
         (ops, "Argmax", "k_transform has a different `Argmax`"),
-        (context, "set_auto_parallel_context", "k_transform has no such name yet"),
+        (context, "set_ps_context", "k_transform has no such name yet"),
     ],
 )
 def test_a_missing_name_raises_naming_it(module, name, says):

@@ -294,6 +294,24 @@ def test_train_one_step_cell_sens_scales_the_gradients(jitted):
     assert [p.name for p in dense.get_parameters()] == ["weight", "bias"]  # no prefixes added
 
 
+@JIT
+def test_train_one_step_cell_returns_the_gradients_by_name(jitted):
+    """`return_grad=True`: `(loss, {Parameter name: gradient})`, as MindSpore 2.10's."""
+    dense = nn.Dense(4, 2, seed=3)
+    w, b = dense.weight.data, dense.bias.data
+    target = jnp.ones((3, 2))
+    step = nn.TrainOneStepCell(
+        nn.WithLossCell(dense, nn.MSELoss()),
+        nn.SGD([dense.weight, dense.bias], 0.1),
+        return_grad=True,
+    )
+    out, grads = maybe_jit(step, jitted)(X, target)
+    gw, gb = jax.grad(lambda w, b: jnp.mean((X @ w.T + b - target) ** 2), argnums=(0, 1))(w, b)
+    assert sorted(grads) == ["bias", "weight"]
+    close(grads["weight"], gw, 1e-5)
+    close(grads["bias"], gb, 1e-5)
+
+
 # -- checkpoints -----------------------------------------------------------------------------
 class Small(kt.Cell):
     def __init__(self, seed):

@@ -19,6 +19,7 @@ from jax import lax
 from k_transform.control import checkpoint, policy
 from k_transform.errors import KTransformError
 from k_transform.runtime import bounds, host_log, residuals
+from k_transform.runtime import python as rt_python
 from k_transform.runtime import stack as rs
 from k_transform.runtime.rules import getitem_grad
 from k_transform.runtime.state import assigned_in, stateful_branch, write_back
@@ -129,7 +130,8 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
         out, values = switch(cond, t, f, *args, where=where)
         write_back(ids, values)
         return out
-    t, f = _Branch(lambda: true_fn(*args)), _Branch(lambda: false_fn(*args))
+    t = _Branch(lambda: _taken_when(cond, true_fn, args))
+    f = _Branch(lambda: _taken_when(jnp.logical_not(cond), false_fn, args))
     if t.paths or f.paths:  # K of an `if`: (out, bprop)
         return _cond_of_functions(cond, t, f, where)
     t_out, f_out = t.shape, f.shape
@@ -148,6 +150,12 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
 
     out = lax.cond(jnp.asarray(cond, bool), branch(t, f_out), branch(f, t_out))
     return out[0] if single else out
+
+
+def _taken_when(cond, fn, args):
+    """`fn(*args)`, a branch taken where `cond` holds (a `raise` in it raises only there)."""
+    with rt_python.taken_when(cond):
+        return fn(*args)
 
 
 class _Branch:

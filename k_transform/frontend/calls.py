@@ -43,7 +43,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import tensor_methods
 from k_transform.ops.fold import fold_call
-from k_transform.ops.host import host_call
+from k_transform.ops.host import host_call, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
@@ -212,6 +212,10 @@ class CallBuilder:
         if folded is not None:
             return folded
         constant = all(isinstance(a, Constant) for a in [*args, *kwargs.values()])
+        exception = isinstance(value, type) and issubclass(value, BaseException)
+        if exception and plain_exception(value):  # `raise MyError(f"... {x}")`
+            call = prims.LibraryCall(value, callee.hint or value.__name__, tuple(kwargs))
+            return self.apply(call, *args, *kwargs.values(), node=e)
         if not constant and _is_user_class(value):  # an instance holding traced values
             raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of values", e)
         adapted = adapt_function(value, Call(args, kwargs))

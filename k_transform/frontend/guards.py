@@ -6,7 +6,8 @@ runs, so a graph is only right while every name it read still holds the
 value it read (`x * scale` after `scale = 3.0` at module level). Each parsed
 graph records its reads as guards (`FuncGraph.guards`): `(namespace, name,
 value)` for a global or an attribute of a user module or plain object
-(`cfg.scale`: its `__dict__` is the namespace), `(cell, None, value)` for a
+(`cfg.scale`: its `__dict__` is the namespace; a Cell's attributes alike:
+`self.training`), `(cell, None, value)` for a
 closure cell. A graph is
 stale when a guard of it, or of any graph it reaches (the helpers it calls),
 fails; the parse cache then parses the function again, and a gradient or
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import types
 
-from k_transform.cell import Cell
 from k_transform.ir.nodes import FuncGraph
 from k_transform.ir.primitive import Primitive
 
@@ -48,10 +48,11 @@ _LIBRARIES = ("jax", "jaxlib", "numpy", "math", "k_transform", "builtins", "func
 
 def attribute_namespace(owner) -> dict | None:
     """Where `owner.name` lives when a rebinding of it must be seen: the
-    `__dict__` of a user module or of a plain object (a config object, a
-    namespace). Not a library module, and not a Cell, whose attributes the
-    run time writes back after each call (they are read as Parameters)."""
-    if isinstance(owner, (Cell, Primitive, FuncGraph, type)):
+    `__dict__` of a user module, of a plain object (a config object, a
+    namespace) or of a Cell (`self.training`, which `set_train` rebinds; a
+    sub-Cell or Parameter replaced; its Parameters' values change in place,
+    read when the program runs). Not a library module."""
+    if isinstance(owner, (Primitive, FuncGraph, type)):
         return None
     if isinstance(owner, types.ModuleType):
         name = owner.__name__

@@ -286,6 +286,7 @@ class GraphBuilder(
         self.locals = parent.locals if closed else set()
         self.load_counts = parent.load_counts if closed else None
         self.returned = False
+        self.raised = False  # a `raise` ended this block
         self.loop_live: set[str] = set(parent.loop_live) if closed else set()
         self.nonlocals: tuple[str, ...] = parent.nonlocals if closed else ()
         self.defaults_given: dict[str, Node] | None = None  # a nested def's, from its site

@@ -19,8 +19,9 @@ import copy
 import gast
 
 from k_transform import ops
+from k_transform import runtime as rt
 from k_transform.frontend.expressions import BINOPS, lambda_def
-from k_transform.ir.nodes import Node
+from k_transform.ir.nodes import Constant, Node
 from k_transform.ops import python as prims
 
 UNSUPPORTED_STATEMENTS = {
@@ -34,7 +35,6 @@ UNSUPPORTED_STATEMENTS = {
     gast.ClassDef: "class definition",
     gast.Import: "import",
     gast.ImportFrom: "import",
-    gast.Raise: "raise",
 }
 
 
@@ -44,7 +44,7 @@ class StatementBuilder:
     # -- statements --------------------------------------------------------------------
     def block(self, stmts) -> None:
         for s in stmts:
-            if self.returned:
+            if self.returned or self.raised:
                 return
             self.statement(s)
 
@@ -96,6 +96,15 @@ class StatementBuilder:
 
     def stmt_Pass(self, s) -> None:
         return None
+
+    def stmt_Raise(self, s) -> None:
+        if s.exc is None:
+            raise self.fp.unsupported("a bare `raise` (re-raising outside `except`)", s)
+        cause = self.expr(s.cause) if s.cause is not None else self.const(None, s)
+        self.apply(prims.Raise(s.cause is not None), self.expr(s.exc), cause, node=s)
+        self.raised = True  # what follows in this block is never run
+        if self.graph.output is None:  # the function's tail: it returns nothing here
+            self.graph.output = Constant(rt.UNDEFINED, hint="UNDEFINED")
 
     def stmt_Assert(self, s) -> None:
         msg = self.expr(s.msg) if s.msg is not None else self.const(None, s)

@@ -139,7 +139,7 @@ class TrainOneStepCell(Cell):
     `sens` (MindSpore's): the sensitivity the backward pass starts from, so
     the gradients are `sens` times the loss's (a loss scale; pair it with the
     optimizer's `loss_scale`); None means 1. `return_grad=True` returns
-    `(loss, gradients)`.
+    `(loss, {Parameter name: gradient})`, as MindSpore does.
     """
 
     def __init__(self, network, optimizer, sens=None, return_grad=False):
@@ -151,6 +151,7 @@ class TrainOneStepCell(Cell):
         self.return_grad = return_grad
         object.__setattr__(self, "weights", ParameterTuple(optimizer.parameters))
         object.__setattr__(self, "grad_fn", value_and_grad(network, None, self.weights))
+        self.weights_name = tuple(p.name for p in optimizer.parameters)
         self.reducer_flag = data_parallel.on
         if self.reducer_flag and data_parallel.degree not in (None, jax.process_count()):
             raise ValueError(
@@ -170,8 +171,11 @@ class TrainOneStepCell(Cell):
         if self.reducer_flag:
             grads = self.grad_reducer(grads)
         self.optimizer(grads)
-        if self.return_grad:
-            return loss, grads
+        if self.return_grad:  # MindSpore's: the gradients by their Parameters' names
+            by_name = {}
+            for k in range(len(grads)):
+                by_name[self.weights_name[k]] = grads[k]
+            return loss, by_name
         return loss
 
 

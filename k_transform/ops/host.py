@@ -96,6 +96,8 @@ def is_pure(fn) -> bool:
         return True
     if isinstance(fn, type) and issubclass(fn, np.generic):
         return True  # np.float32(0.5): a numpy scalar constant
+    if isinstance(fn, type) and issubclass(fn, BaseException):
+        return plain_exception(fn)  # ValueError("..."): the exception a `raise` raises
     if getattr(math, getattr(fn, "__name__", "") or "", None) is fn:
         return True
     if getattr(operator, getattr(fn, "__name__", "") or "", None) is fn:
@@ -107,6 +109,15 @@ def is_pure(fn) -> bool:
         return isinstance(owner, _VALUE_TYPES) or _within(_module(type(owner)), ("jax", "jaxlib"))
     module = _module(fn)
     return _within(module, _PURE_MODULES) and not _within(module, _IMPURE_MODULES)
+
+
+def plain_exception(cls) -> bool:
+    """An exception class whose construction only stores its arguments: a
+    builtin one, or a subclass defining no `__init__` or `__new__` of its own."""
+    return all(
+        c.__module__ == "builtins" or not ({"__init__", "__new__"} & set(vars(c)))
+        for c in cls.__mro__
+    )
 
 
 def has_host_effect(fn) -> bool:

@@ -350,7 +350,8 @@ class Print(Primitive):
 
 
 class Assert(Primitive):
-    """`assert cond, msg`: checked when concrete, skipped when traced."""
+    """`assert cond, msg`: checked when concrete; when traced, checked at run
+    time (`runtime.python.assert_`)."""
 
     effectful = True
     n_inputs = 2
@@ -363,6 +364,25 @@ class Assert(Primitive):
 
     def emit(self, e, args):
         return f"{e.ref(rt, '_rt')}.assert_({', '.join(args)})"
+
+
+class Raise(Primitive):
+    """`raise exc` / `raise exc from cause` (`cause`: whether `from` is given;
+    its input is None otherwise): raised where it is reached when concrete;
+    inside a branch or loop body traced for `lax`, raised at run time when
+    the program reaches it (`runtime.python.raise_`)."""
+
+    effectful = True
+
+    def __init__(self, cause: bool = False):
+        super().__init__("raise", cause=cause)
+
+    def impl(self, exc, cause):
+        return rt.raise_(exc, cause if self.cause else rt.NO_CAUSE)
+
+    def emit(self, e, args):
+        args = args if self.cause else args[:1]
+        return f"{e.ref(rt, '_rt')}.raise_({', '.join(args)})"
 
 
 class CustomBpropCall(Primitive):
@@ -621,16 +641,24 @@ def imports_jaxpr(prim) -> bool:
         return True
     if not isinstance(prim, LibraryCall) or isinstance(prim, HostValue):
         return False
-    if any(prim.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+    if _no_gradient_call(prim.fn):
         return False
     if getattr(prim.fn, "__kt_library__", False):  # `ops.tensor_methods`: jnp code of ours
         return True
     return not (getattr(prim.fn, "__module__", None) or "").startswith("k_transform.")
 
 
+def _no_gradient_call(fn) -> bool:
+    """A call whose result has no gradient: the run-time helpers above, and
+    exception classes (`raise ValueError(...)`)."""
+    if isinstance(fn, type) and issubclass(fn, BaseException):
+        return True
+    return any(fn is f for f in NON_DIFFERENTIABLE_CALLS)
+
+
 @bprop_getters.register(LibraryCall)
 def get_bprop_library_call(self):
-    if not any(self.fn is fn for fn in NON_DIFFERENTIABLE_CALLS):
+    if not _no_gradient_call(self.fn):
         raise KTransformError(
             f"cannot differentiate the call {self.hint}(...): it has no primitive with a "
             "gradient rule (write it with differentiable operations, or make it a "

@@ -26,6 +26,7 @@ from k_transform.runtime.bounds import (  # noqa: F401
     set_loop_bound,
 )
 from k_transform.runtime.python import (  # noqa: F401
+    NO_CAUSE,
     Formatted,
     as_sequence,
     assert_,
@@ -43,6 +44,8 @@ from k_transform.runtime.python import (  # noqa: F401
     not_,
     pop_position,
     print_,
+    raise_,
+    raised_at_run_time,
     range_cond,
     seq_len,
     setitem,

@@ -221,11 +221,16 @@ def checks_traced() -> int:
     return _checks_traced["n"]
 
 
+def count_check() -> None:
+    """Note a run-time check just traced (its program's result is waited for)."""
+    _checks_traced["n"] += 1
+
+
 def report_overflow(n, bound, where: str) -> None:
     """Trace time: raise LoopBoundExceeded when the loop at `where` ran
     `n` > `bound` times. The host callback sits in a branch taken only then
     (an unconditional one costs about 0.1 ms on every call)."""
-    _checks_traced["n"] += 1
+    count_check()
     lax.cond(n > bound, lambda: jax.debug.callback(check_bound, n, bound, where), lambda: None)
 
 

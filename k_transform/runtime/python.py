@@ -6,13 +6,15 @@ comprehensions, `zip`/`enumerate`/`reversed` and `for` over `.items()`.
 from __future__ import annotations
 
 import builtins
+import copy
+import logging
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from k_transform.errors import KTransformError
-from k_transform.runtime import host_log
+from k_transform.runtime import bounds, host_log
 from k_transform.runtime.values import any_traced, describe, is_tracer
 
 
@@ -161,12 +163,133 @@ def _print(*args, sep=" ", **kwargs):
     return None
 
 
+# -- raise and assert ----------------------------------------------------------
+# A `raise` reached while a branch or loop body is traced for `lax` (or an
+# `assert` of a traced condition) is raised when the program reaches it at run
+# time: a host callback in the branch taken raises `RaisedAtRunTime`, whose
+# message carries the user's exception, and `compiled.CompiledGraph` raises
+# the user's exception in its place (under the user's own `jax.jit`, JAX's
+# runtime error shows the message). Elsewhere Python raises it where it is.
+NO_CAUSE = object()  # `raise exc` without `from`
+
+
+class RaisedAtRunTime(Exception):
+    """The error a jitted program's host callback raises for a `raise` it reached."""
+
+    MARK = "k_transform raised at run time #"
+
+
+_RAISED: dict[int, BaseException] = {}  # key -> the exception, as raised last
+# The traced conditions of the `if` branches being traced, innermost last: a
+# `raise` in a branch raises only where they hold, for under `jax.vmap` a
+# `lax.cond` runs both branches (a `select`) and its callbacks with them.
+_TAKEN: list = []
+
+
+class taken_when:
+    """`with taken_when(cond):` the branch traced inside is taken where `cond` holds."""
+
+    def __init__(self, cond):
+        self.cond = cond
+
+    def __enter__(self):
+        _TAKEN.append(self.cond)
+
+    def __exit__(self, *exc):
+        _TAKEN.pop()
+        return False
+
+
 def assert_(cond, msg):
     if is_tracer(cond):
-        return None  # not checkable while tracing; harmless under jax.jit
+        failed = jnp.logical_not(jnp.all(cond))
+        error = AssertionError(msg) if msg is not None else AssertionError()
+        jax.lax.cond(failed, lambda: _raise_at_run_time(error, failed), lambda: None)
+        return None
     if not bool(np.all(cond)):
         raise AssertionError(msg) if msg is not None else AssertionError()
     return None
+
+
+def raise_(exc, cause=NO_CAUSE):
+    """Python's `raise exc [from cause]`; see above for where it is reached
+    inside a traced branch or loop body, or with traced values in its message."""
+    exc = _exception(exc)
+    if cause is not NO_CAUSE:
+        exc.__cause__ = None if cause is None else _exception(cause)
+        exc.__suppress_context__ = True
+    if not host_log.tracing() and not any_traced(_formatted_values(exc)):
+        raise _with_message(exc, ())
+    _raise_at_run_time(exc)
+    return None
+
+
+def _exception(exc) -> BaseException:
+    if isinstance(exc, type) and issubclass(exc, BaseException):
+        return exc()
+    if isinstance(exc, BaseException):
+        return exc
+    raise TypeError("exceptions must derive from BaseException")
+
+
+def _formatted_values(exc) -> list:
+    return [v for a in exc.args if isinstance(a, Formatted) for v in a.values]
+
+
+def _with_message(exc, values) -> BaseException:
+    """`exc` with its f-string arguments (`Formatted`) written with `values`."""
+    if not any(isinstance(a, Formatted) for a in exc.args):
+        return exc
+    it, args = iter(values), []
+    for a in exc.args:
+        if isinstance(a, Formatted):
+            concrete = [next(it) for _ in a.values] if values else a.values
+            a = a.template.format(*concrete)
+        args.append(a)
+    exc.args = tuple(args)
+    return exc
+
+
+def _raise_at_run_time(exc, failed=True) -> None:
+    """Raise `exc` when the program reaches this point with `failed` and the
+    conditions of the branches around it holding."""
+    key = len(_RAISED)
+    _RAISED[key] = exc
+    bounds.count_check()
+    for cond in _TAKEN:
+        failed = jnp.logical_and(failed, cond)
+
+    def raise_now(failed, *values):
+        if not bool(np.all(failed)):
+            return
+        error = _with_message(copy.copy(exc), values)
+        _RAISED[key] = error
+        raise RaisedAtRunTime(f"{RaisedAtRunTime.MARK}{key}#: {type(error).__name__}: {error}")
+
+    jax.debug.callback(raise_now, failed, *_formatted_values(exc))
+
+
+class _QuietRaise(logging.Filter):
+    """JAX logs a traceback when a debug callback raises; the user's exception
+    is raised to them (`compiled`), so drop the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return RaisedAtRunTime.MARK not in record.getMessage() and not (
+            record.exc_info and RaisedAtRunTime.MARK in str(record.exc_info[1])
+        )
+
+
+logging.getLogger("jax._src.debugging").addFilter(_QuietRaise())
+
+
+def raised_at_run_time(error: BaseException) -> BaseException | None:
+    """The user's exception that `error` (from running a jitted program) stands for."""
+    text = str(error)
+    at = text.find(RaisedAtRunTime.MARK)
+    if at < 0:
+        return None
+    key = text[at + len(RaisedAtRunTime.MARK) :].split("#", 1)[0]
+    return _RAISED.get(int(key)) if key.isdigit() else None
 
 
 # -- iteration helpers (comprehensions, zip/enumerate/reversed, `for` over `.items()`) --
