@@ -1,8 +1,9 @@
 """MindSpore-style `Cell`, `Parameter` and `ParameterTuple`.
 
 A `Cell` holds Parameters and sub-Cells as attributes and computes in
-`construct`; `net(x)` runs `construct` as plain Python. Gradient functions
-parse `construct` with `self` fixed (attributes are resolved at transform
+`construct`; `net(x)` runs `construct` as Python, per call, with MindSpore's
+Tensor methods on arrays (`x.abs()`, `x.mean(0, True)`: `k_transform.eager`).
+Gradient functions parse `construct` with `self` fixed (attributes are resolved at transform
 time), and read each Parameter's value when they are called, never baking it
 into compiled code. A Cell may define `bprop(self, *inputs, out, dout)` to
 override the gradient of its `construct` (also when the Cell itself is the
@@ -19,6 +20,7 @@ import operator
 import jax
 import jax.numpy as jnp
 
+from k_transform import eager
 from k_transform import runtime as rt
 
 _uids = itertools.count()
@@ -158,7 +160,9 @@ class Cell:
         raise NotImplementedError(f"{type(self).__name__} must define construct")
 
     def __call__(self, *args, **kwargs):
-        return self.construct(*args, **kwargs)
+        """`construct` run as Python (PyNative), its method calls on arrays
+        those of a MindSpore Tensor (`eager`)."""
+        return eager.call_method(self, "construct", args, kwargs)
 
     def parameters_and_names(self, prefix: str = ""):
         seen: set[int] = set()

@@ -35,9 +35,10 @@ LAYERS = [
     ["errors", "context", "protocol"],
     ["runtime"],
     ["ir"],
-    ["bprop_registry", "codegen", "cell", "common"],
+    ["bprop_registry", "codegen", "common"],
     ["ops", "dataset"],
-    ["control"],
+    ["control", "eager"],  # eager: a Cell's construct run as Python with the Tensor methods
+    ["cell"],  # Cell, Parameter: `net(x)` runs construct through `eager`
     ["frontend", "dfunctor"],  # the parser and the DFunctor do not know each other
     ["traced"],  # K at trace time: joins them (and codegen), installs the DFunctor's services
     ["transforms"],

@@ -17,10 +17,17 @@ Those functions are library code to the DFunctor (`__kt_library__`): it
 differentiates them through their jaxpr at trace time, like `jax.nn.elu`,
 so each has a gradient (and higher orders) with no rule written here.
 `x.dim()`, `x.ndimension()`, `x.numel()` and `x.nelement()` are `x.ndim`
-and `x.size`: static facts of the array, no gradient.
+and `x.size` (`ATTRIBUTE_METHODS`): static facts of the array, no gradient.
+`x.asnumpy()` is a NumPy copy (run time only: it has no traced value).
+
+A Cell called as Python (`net(x)`, `k_transform.eager`) reads the same
+table: there a method of `METHODS` called on a JAX array is the table's
+function.
 """
 
 from __future__ import annotations
+
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +56,30 @@ def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return jnp.reshape(value, (1,) * x.ndim) if keepdim else value
     ord_ = None if p == "fro" and isinstance(dim, int) else p
     return jnp.linalg.norm(x, ord=ord_, axis=dim, keepdims=keepdim)
+
+
+def _view(x, *shape):
+    """`x.view(3, 1)`, `x.view((3, 1))`: a reshape; `x.view(ms.int32)`: the
+    same bits read as another dtype of the same size (MindSpore and JAX)."""
+    if len(shape) == 1 and isinstance(shape[0], (type, np.dtype, str)):
+        return x.view(shape[0])
+    return jnp.reshape(x, _shape_args(shape))
+
+
+def _reduction(reduce):
+    """MindSpore's `x.mean(axis=None, keep_dims=False)` (also `dim=`,
+    `keepdim=`, numpy's `keepdims=`): the second argument keeps the reduced
+    axes, where numpy's is a dtype; `()` reduces every axis. `dtype` casts
+    the input first; numpy's other keywords (`where=`) pass through."""
+
+    def method(x, axis=None, keep_dims=False, dtype=None, *, dim=None, keepdim=False, **kw):
+        axis = dim if axis is None else axis
+        if isinstance(axis, (tuple, list)) and not axis:
+            axis = None
+        keep = bool(keep_dims or keepdim or kw.pop("keepdims", False))
+        return reduce(x if dtype is None else x.astype(dtype), axis=axis, keepdims=keep, **kw)
+
+    return method
 
 
 def _clamp(x, min=None, max=None):  # noqa: A002 - MindSpore's keyword names
@@ -104,7 +135,7 @@ METHODS = {
     "minimum": jnp.minimum,
     "atan2": jnp.arctan2,
     "clamp": _clamp,
-    "view": lambda x, *shape: jnp.reshape(x, _shape_args(shape)),
+    "view": _view,
     "permute": lambda x, *dims: jnp.transpose(x, _shape_args(dims)),
     "expand_dims": jnp.expand_dims,
     "unsqueeze": jnp.expand_dims,
@@ -114,7 +145,15 @@ METHODS = {
     "float": lambda x: jnp.asarray(x, jnp.float32),
     "softmax": jax.nn.softmax,
     "logsumexp": jax.scipy.special.logsumexp,
+    "mean": _reduction(jnp.mean),
+    "prod": _reduction(jnp.prod),
+    "all": _reduction(jnp.all),
+    "any": _reduction(jnp.any),
+    "asnumpy": np.array,
 }
+# name -> the attribute it reads: a static fact of the array (`x.dim()` is `x.ndim`)
+ATTRIBUTE_METHODS = {"dim": "ndim", "ndimension": "ndim", "numel": "size", "nelement": "size"}
+METHODS.update({name: operator.attrgetter(attr) for name, attr in ATTRIBUTE_METHODS.items()})
 
 
 def _method(name: str, meaning):
@@ -143,5 +182,5 @@ def _static_attribute(attr: str):
     return adapter
 
 
-register_method("dim", "ndimension")(_static_attribute("ndim"))
-register_method("numel", "nelement")(_static_attribute("size"))
+for _name, _attr in ATTRIBUTE_METHODS.items():
+    register_method(_name)(_static_attribute(_attr))
