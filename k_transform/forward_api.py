@@ -147,3 +147,76 @@ class Jvp:
 
     def __call__(self, inputs, v):
         return jvp(self.fn, inputs, v)
+
+
+# -- MindSpore's Taylor-mode and linearization functions over `jvp` -----------------
+def linearize(fn, inputs):
+    """MindSpore's `linearize(fn, inputs) -> (fn(*inputs), jvp_fn)`: `jvp_fn(v)`
+    is `J v` at `inputs`, for `v` a tangent or a tuple of tangents, one per input."""
+    xs = _as_inputs(inputs)
+    out = fn(*xs)
+
+    def jvp_fn(v):
+        vs = (v,) if not isinstance(v, (tuple, list)) else tuple(v)
+        return jvp(fn, xs, vs)[1]
+
+    return out, jvp_fn
+
+
+def jet(fn, primals, series):
+    """MindSpore's `jet(fn, primals, series) -> (out, out_series)`: along the
+    path `x(t)` whose k-th derivative at 0 is `series[k-1]` (one stack of
+    derivatives per input, `x(0)` the primal), `out_series[k-1]` is the k-th
+    derivative of `fn(x(t))` at 0: nested `jvp`s in `t`."""
+    xs = _as_inputs(primals)
+    ss = tuple(jnp.asarray(s, x.dtype) for s, x in zip(_as_inputs(series), xs, strict=True))
+    order = jnp.shape(ss[0])[0]
+    return fn(*xs), _stack_outputs(_path_derivatives(fn, xs, ss, order))
+
+
+def derivative(fn, primals, order):
+    """MindSpore's `derivative(fn, primals, order) -> (out, d^order out)`:
+    `jet` with each input's first derivative one and the higher ones zero."""
+    xs = _as_inputs(primals)
+    ss = tuple(jnp.zeros((order, *jnp.shape(x)), x.dtype).at[0].set(1.0) for x in xs)
+    return fn(*xs), _path_derivatives(fn, xs, ss, order)[-1]
+
+
+def _as_inputs(values) -> tuple:
+    """One array or a tuple or list of them; integer arrays made float32 (MindSpore's note)."""
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    return tuple(
+        jnp.asarray(v, jnp.float32) if not jnp.issubdtype(jnp.result_type(v), jnp.inexact) else v
+        for v in values
+    )
+
+
+def _path_derivatives(fn, xs: tuple, ss: tuple, order: int) -> list:
+    """The derivatives 1..order at t = 0 of `fn(x(t))`, `x(t) = x + sum_k s[k-1] t^k / k!`."""
+
+    def along(t):
+        moved = []
+        for x, s in zip(xs, ss, strict=True):
+            y, term = x, 1.0
+            for k in range(order):
+                term = term * t / (k + 1)
+                y = y + s[k] * term
+            moved.append(y)
+        return fn(*moved)
+
+    def d_dt(h):
+        return lambda t: jvp(h, (t,), (jnp.ones_like(t),))[1]
+
+    t0 = jnp.zeros((), jnp.result_type(xs[0]))
+    found, h = [], along
+    for _ in range(order):
+        h = d_dt(h)
+        found.append(h(t0))
+    return found
+
+
+def _stack_outputs(derivatives: list):
+    """Per output (an array, or each of a tuple's), its derivatives stacked on a new first axis."""
+    if isinstance(derivatives[0], (tuple, list)):
+        return type(derivatives[0])(jnp.stack(parts) for parts in zip(*derivatives, strict=True))
+    return jnp.stack(derivatives)

@@ -157,6 +157,30 @@ def grad(
     )
 
 
+def get_grad(gradients, identifier):
+    """MindSpore's `get_grad`: from the gradients of `grad(..., return_ids=True)`
+    (pairs `(position, gradient)` and `(Parameter name, gradient)`, in
+    tuples), the gradient of input `identifier` (an int) or of the Parameter
+    `identifier`; a RuntimeError when there is none."""
+    key = identifier if isinstance(identifier, int) else getattr(identifier, "name", None)
+    if key is None or isinstance(identifier, bool):
+        raise TypeError(
+            f"get_grad: the identifier must be an int or a Parameter, not "
+            f"{type(identifier).__name__}"
+        )
+    todo = [gradients]
+    while todo:
+        item = todo.pop(0)
+        if not isinstance(item, (tuple, list)):
+            continue
+        if len(item) == 2 and isinstance(item[0], (int, str)) and not isinstance(item[0], bool):
+            if item[0] == key and type(item[0]) is type(key):
+                return item[1]
+            continue
+        todo.extend(item)
+    raise RuntimeError(f"get_grad: no gradient for {identifier!r} in the gradients given")
+
+
 def value_and_grad(
     fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
 ) -> GradFunction:

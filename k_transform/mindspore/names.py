@@ -20,13 +20,13 @@ import jax.numpy as jnp
 from k_transform import common, dataset, nn, ops, train
 from k_transform.cell import Parameter, ParameterTuple
 from k_transform.common import initializer
-from k_transform.forward_api import jvp
+from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
 from k_transform.mindspore import communication, context
 from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
-from k_transform.reverse import GradOperation, grad, mutable, value_and_grad, vjp
+from k_transform.reverse import GradOperation, get_grad, grad, mutable, value_and_grad, vjp
 
 
 def pick(source, names: str) -> dict:
@@ -134,8 +134,11 @@ TRANSFORMS = {
     "jacrev": jacrev,
     "jacfwd": jacfwd,
     "vmap": jax.vmap,  # MindSpore's `vmap(fn, in_axes=0, out_axes=0)`: batched in parsed code
+    "get_grad": get_grad,
 }
-FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS}
+# ops and ops.functional only (not the top level)
+FORWARD = {"linearize": linearize, "jet": jet, "derivative": derivative}
+FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD}
 
 # -- mindspore.ops.composite (`C`)
 COMPOSITE = {"GradOperation": GradOperation, "dot": FUNCTIONS["dot"]}
