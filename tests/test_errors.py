@@ -129,3 +129,29 @@ def test_builtin_without_source():
     message = error_message(math.sin, 1.0)
     assert "source" in message.lower()
     assert "sin" in message
+
+
+class AssignsThroughZip(kt.Cell):
+    """`ops.assign` of a Parameter that reached a helper as a value (through `zip`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ps = kt.ParameterTuple([kt.Parameter(jnp.ones(3), name="p")])
+
+    def update(self, param, g):
+        kt.ops.assign(param, param - 0.1 * g)
+        return param
+
+    def construct(self, gs):
+        for p, g in zip(self.ps, gs, strict=True):
+            self.update(p, g)
+        return self.ps[0]
+
+
+def test_assign_of_a_value_names_the_parameter_rule_and_the_line():
+    """It was a bare AttributeError from inside the run time (a tracer has no `.data`)."""
+    with pytest.raises(kt.KTransformError) as info:
+        kt.jit(AssignsThroughZip())((jnp.ones(3),))
+    message = str(info.value)
+    assert "must be a Parameter" in message and __file__ in message
+    assert "def update(self, param, g):" in message

@@ -34,12 +34,13 @@ class Assign(Primitive):
 
     def specialize(self, args):
         """At parse time the Parameter (a constant) becomes an attribute."""
-        if self.param is None and len(args) == 2 and isinstance(args[0], Constant):
-            if getattr(args[0].value, "__kt_parameter__", False):
-                debug = args[0].debug
-                where = f"{debug.file}:{debug.line}" if debug.line > 0 else ""
-                return Assign(args[0].value, where), [args[1]]
-        return self, args
+        if self.param is not None or len(args) != 2:
+            return self, args
+        debug = getattr(args[0], "debug", None)
+        where = f"{debug.file}:{debug.line}" if debug is not None and debug.line > 0 else ""
+        if isinstance(args[0], Constant) and getattr(args[0].value, "__kt_parameter__", False):
+            return Assign(args[0].value, where), [args[1]]
+        return (Assign(None, where) if where and not self.where else self), args
 
     def parameters(self):
         return [self.param] if self.param is not None else []

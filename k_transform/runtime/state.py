@@ -93,6 +93,15 @@ def assign(param, value, where: str = ""):
     """`param = value`, in program order: bound in the current scope, or set.
     The value takes the Parameter's dtype; a value of another shape is an
     error (MindSpore's `Assign`), raised at `where` ("file:line")."""
+    if not getattr(param, "__kt_parameter__", False):
+        raise KTransformError(
+            f"ops.assign: the first argument must be a Parameter known where the program "
+            "is parsed (`self.w`, `self.params[0]`, `p` of `for p in self.params`), here it "
+            f"is a {type(param).__name__}: a Parameter picked by an index known only when the "
+            "program runs (`self.params[k]`, `k` an argument) or passed through `zip` "
+            "reaches the program as its value; index with a constant or loop over the Parameters "
+            f"(`for p in self.params`){describe(where)}"
+        )
     scope = _param_scopes[-1] if _param_scopes else None
     old = param.data if scope is None else scope.bindings.get(id(param), param.data)
     if not getattr(param, "keeps_type", False):
