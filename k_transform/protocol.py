@@ -47,7 +47,12 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "__kt_library__": (
         "true: a function of k_transform's that a differentiated call of it reads "
         "through its jaxpr, as library code (`ops.python.imports_jaxpr`)",
-        ("k_transform.ops.tensor_methods", "k_transform.ode", "k_transform.frontend.batching"),
+        (
+            "k_transform.ops.tensor_methods",
+            "k_transform.ode",
+            "k_transform.frontend.batching",
+            "k_transform.mindspore.tensor",
+        ),
     ),
     "__kt_parameter__": (
         "true: it is a `kt.Parameter` (or a slot written back like one), read "

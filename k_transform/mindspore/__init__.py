@@ -18,8 +18,10 @@ from k_transform.mindspore import common, communication, context, dataset, nn, o
 from k_transform.mindspore.absent import missing
 from k_transform.mindspore.common import dtype
 from k_transform.mindspore.names import TOP
+from k_transform.mindspore.tensor import install
 
 globals().update(TOP)
+install()  # `out.asnumpy()` on results: `tensor.py`
 __all__ = [
     "common",
     "communication",
