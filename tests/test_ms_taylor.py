@@ -1,6 +1,7 @@
 """MindSpore's `ops.linearize`, `ops.jet`, `ops.derivative` (over our `jvp`)
 and `get_grad` (over `grad(..., return_ids=True)`), and the module paths
-MindSpore's tests import (`mindspore.nn.grad`, `mindspore.common.tensor`).
+MindSpore's tests import (`mindspore.nn.grad`, `mindspore.common.tensor`,
+`mindspore.common.api`, `mindspore._extends`).
 Oracles: values MindSpore 2.10 printed for the same calls (GRAPH_MODE),
 closed forms, and `jax.jvp`."""
 
@@ -86,4 +87,24 @@ def test_get_grad_finds_a_position_or_a_parameter():
 
 
 def test_mindspores_module_paths():
-    assert Jvp is nn.Jvp and Vjp is nn.Vjp and Tensor is ms.Tensor
+    from k_transform.mindspore._extends import cell_attr_register
+    from k_transform.mindspore._extends.parse import compile_config
+    from k_transform.mindspore.common.api import _pynative_executor, jit
+
+    assert Jvp is nn.Jvp and Vjp is nn.Vjp and Tensor is ms.Tensor and jit is ms.jit
+    _pynative_executor.sync()
+    compile_config.CHECK_BPROP = 1  # MindSpore's tests switch it; a no-op here
+    ms.set_context(jit_config={"jit_level": "O0"})  # a compiler setting: speed only
+
+    class Scale(nn.Cell):
+        @cell_attr_register
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def construct(self, x):
+            return x * self.k
+
+    cell = Scale(3.0)
+    assert cell.cell_init_args == "Scale[3.0]"
+    np.testing.assert_allclose(ms.grad(cell)(Tensor(X)), np.full_like(X, 3.0))

@@ -39,6 +39,8 @@ NO_EFFECT = frozenset(
         "max_device_memory",
         "pynative_synchronize",
         "runtime_num_threads",
+        "jit_config",  # {"jit_level": "O0"}: how hard the compiler optimizes, speed only
+        "jit_level",
     }
 )
 
