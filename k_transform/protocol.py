@@ -28,6 +28,7 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
             "k_transform.forward_api",
             "k_transform.jacobians",
             "k_transform.ops.functional",  # MindSpore's functional names (`ops.sin`)
+            "k_transform.common.tensor",  # `Tensor(x)`: the function `tensor`
         ),
     ),
     "__kt_graph__": (

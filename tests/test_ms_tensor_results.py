@@ -39,3 +39,23 @@ def test_jaxs_own_methods_keep_their_meaning():
     np.testing.assert_allclose(x.mean(0), X.mean(0), rtol=1e-6)  # JAX's: axis only
     assert x.view(jnp.int32).dtype == jnp.int32  # JAX's view: a dtype
     assert isinstance(x, ARRAY_TYPE)
+
+
+class ScaleIfTensor(nn.Cell):
+    def construct(self, a):
+        b = ms.Tensor(np.array([3.0, 4.0, 5.0], np.float32), ms.float32)
+        c = ms.Tensor(a * 2.0, ms.float32)  # a dtype class among the arguments
+        if isinstance(a, ms.Tensor):
+            return (a * b * c).sum()
+        return a.sum()
+
+
+def test_tensor_is_a_class_for_isinstance_and_a_function_for_calls():
+    x = ms.Tensor(np.array([1.0, 2.0, -1.0], np.float32))
+    assert isinstance(x, ms.Tensor) and isinstance(ms.Parameter(x, name="p"), ms.Tensor)
+    assert not isinstance(np.ones(2), ms.Tensor) and isinstance(x, ARRAY_TYPE)
+    b = np.array([3.0, 4.0, 5.0], np.float32)
+    np.testing.assert_allclose(ScaleIfTensor()(x), np.sum(b * 2 * x * x), rtol=1e-6)
+    want = jax.grad(lambda a: jnp.sum(a * b * a * 2.0))(x)
+    np.testing.assert_allclose(ms.grad(ScaleIfTensor())(x), want, rtol=1e-6)
+    np.testing.assert_allclose(ms.jit(ScaleIfTensor())(x), np.sum(b * 2 * x * x), rtol=1e-6)

@@ -1,12 +1,13 @@
 """`Tensor(data, dtype)` and MindSpore's dtype names, for scripts that build
 inputs as MindSpore users do (`ms.Tensor(images, ms.float32)`).
 
-`Tensor` makes a JAX array (it is a function, not a class: `isinstance(x,
-kt.Tensor)` is not available); the dtype names are numpy/JAX dtypes.
+`Tensor(...)` makes a JAX array; `isinstance(x, Tensor)` holds for JAX
+arrays (traced ones too) and Parameters; the dtype names are numpy/JAX dtypes.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 float16 = jnp.float16
@@ -20,6 +21,27 @@ uint8 = jnp.uint8
 bool_ = jnp.bool_
 
 
-def Tensor(input_data=None, dtype=None):  # noqa: N802 - MindSpore's class name
+def tensor(input_data=None, dtype=None):
     """`input_data` as a JAX array of `dtype` (default: its own)."""
     return jnp.asarray(input_data, dtype=dtype)
+
+
+class _TensorType(type):
+    """`isinstance(x, Tensor)`: whether `x` is a JAX array (a traced one too)
+    or a Parameter (MindSpore's Parameter is a Tensor)."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, jax.Array) or getattr(obj, "__kt_parameter__", False) is True
+
+
+class Tensor(metaclass=_TensorType):
+    """MindSpore's `Tensor(input_data, dtype)`: makes a JAX array of `dtype`
+    (`tensor`); the class only answers `isinstance(x, Tensor)` (JAX arrays
+    and Parameters are Tensors). In parsed code its call is `tensor`'s."""
+
+    def __new__(cls, input_data=None, dtype=None):
+        return tensor(input_data, dtype)
+
+    @staticmethod
+    def __kt_lower__(builder, args, kwargs, node):
+        return builder.call(builder.fp.value_node(tensor, "Tensor", node), args, kwargs, node)

@@ -298,8 +298,8 @@ def zeros_like_value(x):
         return {k: zeros_like_value(v) for k, v in x.items()}
     if isinstance(x, bool) or x is None or isinstance(x, (str, slice, type(Ellipsis))):
         return None
-    if isinstance(x, types.ModuleType):  # `jnp` has `shape` and `dtype` functions
-        return None
+    if isinstance(x, (types.ModuleType, type)):  # `jnp`, `jnp.float32`: `shape` and `dtype`
+        return None  # are their attributes, not an array's
     if isinstance(x, (int, float)):
         return type(x)(0)
     if hasattr(x, "shape") and hasattr(x, "dtype"):
