@@ -14,3 +14,18 @@ class KTransformError(Exception):
         self.bare_message = message
         self.debug = debug
         super().__init__(message + (debug.describe() if debug is not None else ""))
+
+
+class KTransformValueError(KTransformError, ValueError):
+    """A bad argument value (`grad(grad_position=None, weights=None)`): a
+    ValueError too, as MindSpore raises."""
+
+
+class KTransformIndexError(KTransformError, IndexError):
+    """A position past the inputs (`grad_position=2` of a two-input function):
+    an IndexError too, as MindSpore raises."""
+
+
+class KTransformRuntimeError(KTransformError, RuntimeError):
+    """An empty selection of inputs (`grad_position=()`): a RuntimeError
+    too, as MindSpore raises."""

@@ -61,7 +61,7 @@ from k_transform.compiled import (
 )
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor.builder import Builder, new_graph
-from k_transform.errors import KTransformError
+from k_transform.errors import KTransformError, KTransformRuntimeError, KTransformValueError
 from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
@@ -195,7 +195,12 @@ def value_and_grad(
 
 def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_value) -> GradSpec:
     if grad_position is None and weights is None:
-        raise KTransformError("grad: grad_position and weights cannot both be None")
+        raise KTransformValueError("grad: grad_position and weights cannot both be None")
+    if isinstance(grad_position, (tuple, list)) and not grad_position:
+        raise KTransformRuntimeError(
+            "grad: grad_position is an empty tuple (MindSpore refuses it too): give the "
+            "positions, or None for the weights' gradients alone"
+        )
     ok = isinstance(grad_position, int) or grad_position is None
     if isinstance(grad_position, (tuple, list)):
         ok = all(isinstance(k, int) and not isinstance(k, bool) for k in grad_position)

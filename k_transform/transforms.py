@@ -26,7 +26,7 @@ from k_transform.cell import Parameter
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.dfunctor.forward import double_reverse, forward_jvp
-from k_transform.errors import KTransformError
+from k_transform.errors import KTransformError, KTransformIndexError
 from k_transform.frontend.guards import guards_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
@@ -120,7 +120,7 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
 def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
     def arg(k: int) -> Node:
         if not -len(d_args) <= k < len(d_args):
-            raise KTransformError(
+            raise KTransformIndexError(
                 f"grad_position {k}: the function {b.graph.name.removesuffix('_grad')} has "
                 f"{len(d_args)} inputs"
             )

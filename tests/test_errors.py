@@ -155,3 +155,22 @@ def test_assign_of_a_value_names_the_parameter_rule_and_the_line():
     message = str(info.value)
     assert "must be a Parameter" in message and __file__ in message
     assert "def update(self, param, g):" in message
+
+
+def test_grad_argument_errors_are_also_mindsporess_builtin_types():
+    """MindSpore raises ValueError, IndexError and RuntimeError for these; ours
+    are KTransformErrors of those types too (`errors.py`)."""
+
+    def f(x, y):
+        return jnp.sum(x * y)
+
+    x = jnp.ones(3)
+    with pytest.raises(ValueError, match="both be None") as info:
+        kt.grad(f, grad_position=None, weights=None)
+    assert isinstance(info.value, kt.KTransformError)
+    with pytest.raises(RuntimeError, match="empty tuple") as info:
+        kt.grad(f, grad_position=())
+    assert isinstance(info.value, kt.KTransformError)
+    with pytest.raises(IndexError, match="grad_position 2") as info:
+        kt.grad(f, grad_position=2)(x, x)
+    assert isinstance(info.value, kt.KTransformError)
