@@ -274,19 +274,26 @@ def test_optimizer_argument_checks():
         nn.Momentum(Weights().trainable_params(), 0.1, weight_decay=-1.0)
 
 
-@JIT
-def test_train_one_step_cell_sens_scales_the_gradients(jitted):
+TARGET = jnp.ones((3, 2))
+
+
+def dense_step(**options):
+    """A Dense(4, 2) and its SGD training step; the step's loss gradients by JAX."""
     dense = nn.Dense(4, 2, seed=3)
     w, b = dense.weight.data, dense.bias.data
-    target = jnp.ones((3, 2))
-    step = nn.TrainOneStepCell(
-        nn.WithLossCell(dense, nn.MSELoss()), nn.SGD([dense.weight, dense.bias], 0.1), sens=4.0
-    )
+    loss = nn.WithLossCell(dense, nn.MSELoss())
+    step = nn.TrainOneStepCell(loss, nn.SGD([dense.weight, dense.bias], 0.1), **options)
 
-    def loss(w, b):
-        return jnp.mean((X @ w.T + b - target) ** 2)
+    def oracle(w, b):
+        return jnp.mean((X @ w.T + b - TARGET) ** 2)
 
-    out = maybe_jit(step, jitted)(X, target)
+    return dense, step, (w, b), oracle
+
+
+@JIT
+def test_train_one_step_cell_sens_scales_the_gradients(jitted):
+    dense, step, (w, b), loss = dense_step(sens=4.0)
+    out = maybe_jit(step, jitted)(X, TARGET)
     close(out, loss(w, b))  # the loss itself, not scaled
     gw, gb = jax.grad(loss, argnums=(0, 1))(w, b)
     close(dense.weight.data, w - 0.1 * 4.0 * gw, 1e-5)
@@ -297,16 +304,10 @@ def test_train_one_step_cell_sens_scales_the_gradients(jitted):
 @JIT
 def test_train_one_step_cell_returns_the_gradients_by_name(jitted):
     """`return_grad=True`: `(loss, {Parameter name: gradient})`, as MindSpore 2.10's."""
-    dense = nn.Dense(4, 2, seed=3)
-    w, b = dense.weight.data, dense.bias.data
-    target = jnp.ones((3, 2))
-    step = nn.TrainOneStepCell(
-        nn.WithLossCell(dense, nn.MSELoss()),
-        nn.SGD([dense.weight, dense.bias], 0.1),
-        return_grad=True,
-    )
-    out, grads = maybe_jit(step, jitted)(X, target)
-    gw, gb = jax.grad(lambda w, b: jnp.mean((X @ w.T + b - target) ** 2), argnums=(0, 1))(w, b)
+    _, step, (w, b), loss = dense_step(return_grad=True)
+    out, grads = maybe_jit(step, jitted)(X, TARGET)
+    close(out, loss(w, b))
+    gw, gb = jax.grad(loss, argnums=(0, 1))(w, b)
     assert sorted(grads) == ["bias", "weight"]
     close(grads["weight"], gw, 1e-5)
     close(grads["bias"], gb, 1e-5)
