@@ -23,7 +23,7 @@ from k_transform.common import initializer
 from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
-from k_transform.mindspore import communication, context
+from k_transform.mindspore import communication, context, loops
 from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
 from k_transform.reverse import GradOperation, get_grad, grad, mutable, value_and_grad, vjp
@@ -85,6 +85,7 @@ OPERATIONS = pick(
     "Sub Tan Tanh TensorAdd Transpose Tril Triu Unstack ZerosLike",
 )
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
+OPERATIONS.update(pick(loops, "ForiLoop WhileLoop Scan"))  # MindSpore's loops, as Python loops
 
 _CONV = (
     "it takes (stride, padding, dilation, group), "
