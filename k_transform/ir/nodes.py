@@ -135,8 +135,7 @@ class FuncGraph:
     it gives no input a gradient. `differentiated_as`: the graph transforms
     differentiate in its place (same signature and results; K of a loop
     keeps each Python iteration's bprop, its twin recomputes it:
-    `control.k_loops`); `refusal`, when set, makes the error a transform
-    raises instead of differentiating it. `guards`: for a parsed function, the globals and
+    `control.k_loops`). `guards`: for a parsed function, the globals and
     closure cells it read with the values read (`frontend.guards`).
     """
 
@@ -164,8 +163,6 @@ class FuncGraph:
         self.trusted = False
         self.no_gradient = False
         self.differentiated_as: FuncGraph | None = None
-        # Makes the error raised when a transform would differentiate this graph.
-        self.refusal = None
         self.python_fn = None  # the user's Python function it was parsed from (top level)
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
@@ -293,9 +290,7 @@ class FuncGraph:
 
     def differentiable(self) -> FuncGraph:
         """The graph transforms differentiate in this one's place (its
-        `differentiated_as` twin, if any); raises its `refusal` if set."""
-        if self.refusal is not None:
-            raise self.refusal()
+        `differentiated_as` twin, if any)."""
         return self.differentiated_as or self
 
     def __repr__(self) -> str:
