@@ -13,11 +13,14 @@ the table's function. A method JAX's arrays have (`mean`, `sum`, `view`,
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+from jax._src.array import ArrayImpl
 
 from k_transform.ops import tensor_methods
 
-ARRAY_TYPE = type(jnp.zeros(()))
+# JAX's concrete array class, named rather than read off an array: making one
+# at import would start the backend before `communication.init()` can call
+# `jax.distributed.initialize`.
+ARRAY_TYPE = ArrayImpl
 ADDED: list[str] = []  # the names given to ARRAY_TYPE
 
 
