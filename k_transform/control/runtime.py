@@ -130,8 +130,8 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
         out, values = switch(cond, t, f, *args, where=where)
         write_back(ids, values)
         return out
-    t = _Branch(lambda: _taken_when(cond, true_fn, args))
-    f = _Branch(lambda: _taken_when(jnp.logical_not(cond), false_fn, args))
+    t = _Branch(lambda: _taken_when(cond, False, true_fn, args))
+    f = _Branch(lambda: _taken_when(cond, True, false_fn, args))
     if t.paths or f.paths:  # K of an `if`: (out, bprop)
         return _cond_of_functions(cond, t, f, where)
     t_out, f_out = t.shape, f.shape
@@ -152,9 +152,10 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
     return out[0] if single else out
 
 
-def _taken_when(cond, fn, args):
-    """`fn(*args)`, a branch taken where `cond` holds (a `raise` in it raises only there)."""
-    with rt_python.taken_when(cond):
+def _taken_when(cond, negated: bool, fn, args):
+    """`fn(*args)`, a branch taken where `cond` holds (or not, `negated`): a
+    `raise` in it raises only there."""
+    with rt_python.taken_when(cond, negated):
         return fn(*args)
 
 

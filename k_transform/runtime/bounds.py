@@ -198,17 +198,21 @@ def count_iteration(n: int, where: str) -> None:
     )
 
 
-class _QuietBoundOverflow(logging.Filter):
-    """JAX logs a traceback when a debug callback raises; the bound overflow is
-    expected (gradient functions grow the bound and retrace), so drop it."""
+# The marks of errors the run time's host callbacks raise on purpose (a loop
+# bound outgrown, a `raise` reached: `runtime.python`): their errors reach
+# the user as ours, so JAX's log of the callback's traceback is dropped.
+QUIET_MARKS = [LoopBoundExceeded.MARK]
+
+
+class _QuietRunTimeChecks(logging.Filter):
+    """JAX logs a traceback when a debug callback raises; drop it for the checks above."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return LoopBoundExceeded.MARK not in record.getMessage() and not (
-            record.exc_info and LoopBoundExceeded.MARK in str(record.exc_info[1])
-        )
+        text = record.getMessage() + (str(record.exc_info[1]) if record.exc_info else "")
+        return not any(mark in text for mark in QUIET_MARKS)
 
 
-logging.getLogger("jax._src.debugging").addFilter(_QuietBoundOverflow())
+logging.getLogger("jax._src.debugging").addFilter(_QuietRunTimeChecks())
 
 
 # How many overflow checks were traced: a program with one waits for its

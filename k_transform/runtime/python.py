@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import builtins
 import copy
-import logging
 
 import jax
 import jax.numpy as jnp
@@ -187,13 +186,15 @@ _TAKEN: list = []
 
 
 class taken_when:
-    """`with taken_when(cond):` the branch traced inside is taken where `cond` holds."""
+    """`with taken_when(cond, negated):` the branch traced inside is taken
+    where `cond` holds (where it does not, `negated`: the false branch; the
+    negation is computed only if a `raise` needs it)."""
 
-    def __init__(self, cond):
-        self.cond = cond
+    def __init__(self, cond, negated: bool = False):
+        self.cond, self.negated = cond, negated
 
     def __enter__(self):
-        _TAKEN.append(self.cond)
+        _TAKEN.append((self.cond, self.negated))
 
     def __exit__(self, *exc):
         _TAKEN.pop()
@@ -256,8 +257,8 @@ def _raise_at_run_time(exc, failed=True) -> None:
     key = len(_RAISED)
     _RAISED[key] = exc
     bounds.count_check()
-    for cond in _TAKEN:
-        failed = jnp.logical_and(failed, cond)
+    for cond, negated in _TAKEN:
+        failed = jnp.logical_and(failed, jnp.logical_not(cond) if negated else cond)
 
     def raise_now(failed, *values):
         if not bool(np.all(failed)):
@@ -269,17 +270,7 @@ def _raise_at_run_time(exc, failed=True) -> None:
     jax.debug.callback(raise_now, failed, *_formatted_values(exc))
 
 
-class _QuietRaise(logging.Filter):
-    """JAX logs a traceback when a debug callback raises; the user's exception
-    is raised to them (`compiled`), so drop the log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return RaisedAtRunTime.MARK not in record.getMessage() and not (
-            record.exc_info and RaisedAtRunTime.MARK in str(record.exc_info[1])
-        )
-
-
-logging.getLogger("jax._src.debugging").addFilter(_QuietRaise())
+bounds.QUIET_MARKS.append(RaisedAtRunTime.MARK)  # JAX's log of the callback dropped
 
 
 def raised_at_run_time(error: BaseException) -> BaseException | None:
