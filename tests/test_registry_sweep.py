@@ -252,6 +252,7 @@ CASES = [
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (4,), id="vec-vec"),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (2, 4, 3), id="vec-batch"),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (2, 3, 4), (4,), id="batch-vec"),
+    case(ops.NumpyMatMul(), lambda a, b: a @ b, (3, 4), (4,), id="mat-vec"),
     case(ops.NumpyMatMul(), lambda a, b: jnp.matmul(a, b), (2, 3, 4), (4, 5), id="batch-mat"),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (3, 4), (2, 4, 5), id="mat-batch"),
     case(ops.Equal(), lambda x, y: x == y, (3,), (3,), mode="zero"),

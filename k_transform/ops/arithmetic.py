@@ -143,9 +143,9 @@ def bprop_numpy_matmul(x, y, out, dout):
     if y.ndim == 2:  # x @ a matrix, x of any rank (a Dense layer): one contraction for dy
         n, m = jnp.shape(y)
         return dout @ y.T, jnp.reshape(x, (-1, n)).T @ jnp.reshape(dout, (-1, m))
-    if y.ndim == 1:  # x @ a vector: dout (..., m) -> (..., m, 1)
-        g = jnp.expand_dims(dout, -1)
-        return sum_to(g * y, x), sum_to(g * x, y)
+    if y.ndim == 1:  # x @ a vector: an outer product for dx, one contraction for dy
+        n = jnp.shape(y)[0]
+        return jnp.expand_dims(dout, -1) * y, jnp.reshape(dout, (-1,)) @ jnp.reshape(x, (-1, n))
     if x.ndim == 1:  # a vector @ a batch of matrices: dout (..., k) -> (..., 1, k)
         g = jnp.expand_dims(dout, -2)
         dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)
