@@ -29,6 +29,8 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
             "k_transform.jacobians",
             "k_transform.ops.functional",  # MindSpore's functional names (`ops.sin`)
             "k_transform.common.tensor",  # `Tensor(x)`: the function `tensor`
+            "k_transform.mindspore.multitype",  # MultitypeFuncGraph, HyperMap: parse-time dispatch
+            "k_transform.mindspore.custom",  # custom_vjp: its call through its own bprop
         ),
     ),
     "__kt_graph__": (

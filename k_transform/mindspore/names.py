@@ -14,6 +14,8 @@ for them).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -23,7 +25,8 @@ from k_transform.common import initializer
 from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
-from k_transform.mindspore import communication, context, loops
+from k_transform.mindspore import communication, context, loops, multitype
+from k_transform.mindspore.custom import Custom, custom_vjp
 from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
 from k_transform.reverse import GradOperation, get_grad, grad, mutable, value_and_grad, vjp
@@ -139,13 +142,26 @@ TRANSFORMS = {
 }
 # ops and ops.functional only (not the top level)
 FORWARD = {"linearize": linearize, "jet": jet, "derivative": derivative}
-FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD}
+# `F.partial(fn, *args)`: functools.partial (HyperMap reads one built in the program)
+FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD, "partial": functools.partial}
+
+# -- mindspore.ops.function.grad.grad_func: the transforms and `custom_vjp`
+GRAD_FUNC = {
+    **TRANSFORMS,
+    **FORWARD,
+    "stop_gradient": FUNCTIONS["stop_gradient"],
+    "custom_vjp": custom_vjp,
+}
 
 # -- mindspore.ops.composite (`C`)
-COMPOSITE = {"GradOperation": GradOperation, "dot": FUNCTIONS["dot"]}
+COMPOSITE = {
+    "GradOperation": GradOperation,
+    "dot": FUNCTIONS["dot"],
+    **pick(multitype, "MultitypeFuncGraph HyperMap Map"),
+}
 
 # -- mindspore.ops
-OPS = {**OPERATIONS, **FUNCTIONAL, **COMPOSITE}
+OPS = {**OPERATIONS, **FUNCTIONAL, **COMPOSITE, "Custom": Custom}
 
 # -- mindspore.nn
 NN = pick(

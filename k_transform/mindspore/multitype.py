@@ -1,0 +1,397 @@
+"""MindSpore's `MultitypeFuncGraph`, `HyperMap` and `Map` (`mindspore.ops`, `C.*`).
+
+`MultitypeFuncGraph(name)` is a function overloaded on the MindSpore types of
+its arguments: `@f.register("Tensor", "Number")` adds an overload, and a
+call runs the one whose type names match the arguments. The type names are
+MindSpore's (`TYPE_PARENTS`): "Tensor" (arrays, Parameters), "Number" and
+below it "Bool", "Int", "UInt", "Float" and the sized "Int64", "Float32",
+...; "Tuple", "List", "Dictionary", "String", "None", "Function", "Slice",
+"TypeType", "Ellipsis". A Python `int` is an "Int64", a `float` a
+"Float64", as in MindSpore. Of the overloads that match, the most specific
+wins (the fewest steps up `TYPE_PARENTS`; a tie: the first registered), so
+`True` picks a "Bool" overload over a "Number" one, as MindSpore's graph
+mode does. A MultitypeFuncGraph with one overload runs it whatever the
+arguments (MindSpore's rule). No match: `ValueError`, as MindSpore's.
+
+In parsed code a call is lowered (`__kt_lower__`) into a call of a small
+Python function written for the overloads of that arity (`_dispatcher`):
+
+    def add_2(a0, a1):
+        k = which(a0, a1)          # OverloadIndex: the overload, by the types
+        if k <= 0:
+            return f0(a0, a1)
+        if k == 1:
+            return f1(a0, a1)
+        return f2(a0, a1)
+
+`which` gives a Python int when the program runs (types are known then,
+under a trace too), so the `if`s are Python's and only the chosen overload
+runs. The overloads are parsed as user code: their gradients are
+k_transform's, and a traced `if` inside one works as anywhere else. One
+difference from MindSpore: a Python float *argument* of a transformed
+function is traced (DESIGN.md), so it is a "Tensor" there; float literals
+and attributes stay "Number".
+
+`HyperMap(fn)(seq, ...)` / `HyperMap()(fn, seq, ...)` apply `fn` to the
+items of the sequences, recursively through nested tuples and lists (a list
+stays a list); an argument list whose first item is not a tuple or list is
+a leaf, `fn(*items)`. `Map` maps one level. In parsed code both are lowered
+into a call of a Python function written for `fn` (`_map_model`), with
+`fn` one of its globals so the parser lowers each leaf call as the call of
+`fn` it is. `F.partial(fn, *bound)` given to them (`functools.partial`,
+bound values known only when the program runs) passes `bound` as leading
+arguments of every leaf call.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import linecache
+import types
+
+import jax
+import numpy as np
+
+from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.context import TRANSFORM
+from k_transform.errors import KTransformError, KTransformRuntimeError, KTransformValueError
+from k_transform.ir.nodes import Apply, Constant
+from k_transform.ir.primitive import Primitive
+from k_transform.ops import python as prims
+
+# -- MindSpore's type names ---------------------------------------------------
+_SIZED = {
+    "Int": ("Int8", "Int16", "Int32", "Int64"),
+    "UInt": ("UInt8", "UInt16", "UInt32", "UInt64"),
+    "Float": ("Float16", "Float32", "Float64", "BFloat16"),
+    "Complex": ("Complex64", "Complex128"),
+}
+# Each type name and the name it is a kind of (None: a root).
+TYPE_PARENTS: dict[str, str | None] = {
+    "Tensor": None,
+    "Number": None,
+    "Bool": "Number",
+    **{family: "Number" for family in _SIZED},
+    **{sized: family for family, names in _SIZED.items() for sized in names},
+    "Tuple": None,
+    "List": None,
+    "Dictionary": None,
+    "String": None,
+    "None": None,
+    "Function": None,
+    "Slice": None,
+    "TypeType": None,
+    "Ellipsis": None,
+}
+# MindSpore's names for values k_transform does not have.
+NO_SUCH_VALUES = (
+    "RowTensor COOTensor CSRTensor MapTensor UMonad IOMonad RefKey EnvType Problem External "
+    "TypeAnything Keyword"
+).split()
+
+
+def check_type_name(name) -> str:
+    """`name` if it is a type name `register` accepts; else MindSpore's error."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"For 'MultitypeFuncGraph', register takes MindSpore type names (str), got {name!r}"
+        )
+    if name in NO_SUCH_VALUES:
+        raise KTransformError(
+            f"MultitypeFuncGraph.register({name!r}): k_transform has no {name} values"
+        )
+    if name not in TYPE_PARENTS:
+        raise KTransformRuntimeError(
+            f"Unsupported type name: {name}! (MultitypeFuncGraph.register takes "
+            f"{', '.join(TYPE_PARENTS)})"
+        )
+    return name
+
+
+def type_name(value) -> str:
+    """The MindSpore type name of a value of the program (the most specific)."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool | np.bool_):
+        return "Bool"
+    if isinstance(value, int):
+        return "Int64"
+    if isinstance(value, float):
+        return "Float64"
+    if isinstance(value, complex):
+        return "Complex128"
+    if isinstance(value, np.generic):
+        return _dtype_name(value.dtype)
+    if isinstance(value, jax.Array | np.ndarray) or getattr(value, "__kt_parameter__", False):
+        return "Tensor"
+    for kind, name in _PYTHON_KINDS:
+        if isinstance(value, kind):
+            return name
+    return "Function" if callable(value) else type(value).__name__
+
+
+_PYTHON_KINDS = (
+    (str, "String"),
+    (tuple, "Tuple"),
+    (list, "List"),
+    (dict, "Dictionary"),
+    (slice, "Slice"),
+    (type, "TypeType"),
+    (np.dtype, "TypeType"),
+    (types.EllipsisType, "Ellipsis"),
+)
+
+
+def _dtype_name(dtype) -> str:
+    name = np.dtype(dtype).name  # "float32", "uint8", "bool", "bfloat16"
+    if name == "bool":
+        return "Bool"
+    head = "UInt" if name.startswith("uint") else "BFloat" if name == "bfloat16" else ""
+    head = head or name.rstrip("0123456789").capitalize()
+    return head + name[len(head) :] if head != "BFloat" else "BFloat16"
+
+
+def distance(value_type: str, wanted: str) -> int | None:
+    """Steps from `value_type` up TYPE_PARENTS to `wanted` (None: not a kind of it)."""
+    steps, name = 0, value_type
+    while name is not None:
+        if name == wanted:
+            return steps
+        name, steps = TYPE_PARENTS.get(name), steps + 1
+    return None
+
+
+# -- MultitypeFuncGraph -----------------------------------------------------------
+class MultitypeFuncGraph:
+    """MindSpore's `ops.MultitypeFuncGraph(name, read_value=False)` (module docstring)."""
+
+    def __init__(self, name: str, read_value: bool = False):
+        self.name = name
+        self.read_value = read_value  # MindSpore's pass-by-value flag: values are values here
+        self.entries: list[tuple[tuple[str, ...], object]] = []
+
+    def __repr__(self) -> str:
+        return f"<MultitypeFuncGraph {self.name}>"
+
+    def register(self, *type_names):
+        """`@f.register("Tensor", "Number")`: add the decorated function as the
+        overload for arguments of those types."""
+        names = tuple(check_type_name(n) for n in type_names)
+
+        def deco(fn):
+            self.entries.append((names, fn))
+            return fn
+
+        return deco
+
+    def candidates(self, n_args: int) -> list[tuple[tuple[str, ...], object]]:
+        """The overloads a call with `n_args` arguments may run."""
+        if len(self.entries) == 1:
+            return list(self.entries)
+        return [entry for entry in self.entries if len(entry[0]) == n_args]
+
+    def choose(self, args: tuple, candidates) -> int:
+        """The position in `candidates` of the overload for `args`' types."""
+        types_ = tuple(type_name(a) for a in args)
+        if len(self.entries) == 1 and candidates:
+            return 0
+        best, best_cost = -1, None
+        for k, (names, _) in enumerate(candidates):
+            steps = [distance(t, want) for t, want in zip(types_, names, strict=True)]
+            if any(s is None for s in steps):
+                continue
+            if best_cost is None or sum(steps) < best_cost:
+                best, best_cost = k, sum(steps)
+        if best < 0:
+            signatures = [names for names, _ in self.entries]
+            raise KTransformValueError(
+                f"For 'MultitypeFuncGraph' {self.name!r}, cannot find fn match given args: "
+                f"registered {signatures}, given {types_}"
+            )
+        return best
+
+    def __call__(self, *args):
+        candidates = self.candidates(len(args))
+        return candidates[self.choose(args, candidates)][1](*args)
+
+    def __kt_lower__(self, builder, args: list, kwargs: dict, e):
+        """In parsed code: a call of the dispatcher for this many arguments."""
+        if kwargs:
+            raise builder.fp.error(f"MultitypeFuncGraph {self.name!r}: no keyword arguments", e)
+        fn = _dispatcher(self, len(args), len(self.entries))
+        return builder.call(builder.fp.value_node(fn, self.name, e), args, {}, e)
+
+
+class OverloadIndex(Primitive):
+    """`which(*args)`: the position of the overload of `mtfg` that runs on
+    `args` among `candidates`, a Python int (ValueError: none matches)."""
+
+    def __init__(self, mtfg: MultitypeFuncGraph, candidates: tuple):
+        super().__init__(f"{mtfg.name}_overload", mtfg=mtfg, candidates=candidates)
+
+    def impl(self, *args):
+        return self.mtfg.choose(args, self.candidates)
+
+
+zero_gradient(OverloadIndex)
+
+
+def _dispatcher(mtfg: MultitypeFuncGraph, n_args: int, n_entries: int):
+    """The Python function a call of `mtfg` with `n_args` arguments runs
+    (module docstring); written again when overloads were added."""
+    table = TRANSFORM.cache("mindspore.multitype.dispatchers")
+    key = (id(mtfg), n_args, n_entries)
+    if key in table and table[key][0] is mtfg:
+        return table[key][1]
+    candidates = tuple(mtfg.candidates(n_args))
+    params = ", ".join(f"a{k}" for k in range(n_args))
+    name = _identifier(f"{mtfg.name}_{n_args}")
+    lines = [f"def {name}({params}):", f"    k = which({params})"]
+    if not candidates:  # `which` raises MindSpore's ValueError
+        lines.append("    return k")
+    for k in range(len(candidates) - 1):
+        test = "k <= 0" if k == 0 else f"k == {k}"
+        lines += [f"    if {test}:", f"        return f{k}({params})"]
+    if candidates:
+        lines.append(f"    return f{len(candidates) - 1}({params})")
+    scope = {f"f{k}": fn for k, (_, fn) in enumerate(candidates)}
+    scope["which"] = OverloadIndex(mtfg, candidates)
+    fn = _define(name, "\n".join(lines) + "\n", scope, f"MultitypeFuncGraph {mtfg.name}")
+    table[key] = (mtfg, fn)
+    return fn
+
+
+# -- HyperMap and Map -----------------------------------------------------------
+class HyperMap:
+    """MindSpore's `ops.HyperMap(ops=None, reverse=False)` (module docstring)."""
+
+    nested = True
+
+    def __init__(self, ops=None, reverse: bool = False):
+        self.ops = ops
+        self.reverse = reverse  # MindSpore's order of application: results are the same
+
+    def _split(self, args: tuple | list):
+        if self.ops is not None:
+            return self.ops, list(args)
+        if not args:
+            raise TypeError(f"{type(self).__name__}() called without its function")
+        return args[0], list(args[1:])
+
+    def __call__(self, *args):
+        fn, seqs = self._split(args)
+        if not seqs:
+            raise TypeError(f"{type(self).__name__} called without sequences")
+        return _map_python(fn, seqs, self.nested)
+
+    def __kt_lower__(self, builder, args: list, kwargs: dict, e):
+        """In parsed code: a call of the mapping function written for `fn`."""
+        name = type(self).__name__
+        if kwargs:
+            raise builder.fp.error(f"{name} takes no keyword arguments", e)
+        fn, seqs = self._split(args)
+        if not seqs:
+            raise builder.fp.error(f"{name} called without sequences", e)
+        bound: list = []
+        if not isinstance(fn, Constant) and self.ops is None:
+            fn, bound = _partial_parts(fn)
+            if fn is None:
+                raise builder.fp.error(
+                    f"{name}()(fn, ...): `fn` must be known when the program is parsed "
+                    "(a function, a MultitypeFuncGraph, or F.partial of one)",
+                    e,
+                )
+        value = fn.value if isinstance(fn, Constant) else fn
+        model = _map_model(value, len(bound), len(seqs), self.nested)
+        return builder.call(builder.fp.value_node(model, name, e), [*bound, *seqs], {}, e)
+
+
+class Map(HyperMap):
+    """MindSpore's `ops.Map(ops=None, reverse=False)`: `HyperMap` one level deep."""
+
+    nested = False
+
+
+def _partial_parts(node):
+    """(the function node, the bound nodes) of `functools.partial(fn, *bound)`
+    built in the program; (None, []) for any other node."""
+    prim = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    if isinstance(prim, prims.LibraryCall) and prim.fn is functools.partial and not prim.kwnames:
+        if node.args and isinstance(node.args[0], Constant):
+            return node.args[0], list(node.args[1:])
+    return None, []
+
+
+def _map_python(fn, seqs: list, nested: bool):
+    """HyperMap / Map run as Python (outside parsed code)."""
+    first = seqs[0]
+    if not isinstance(first, tuple | list):
+        if nested:
+            return fn(*seqs)
+        raise TypeError(f"Map: the inputs must be tuples or lists, got {type(first).__name__}")
+    _check_lengths(seqs)
+    rows = [list(row) for row in zip(*seqs, strict=True)]
+    items = [_map_python(fn, row, nested) if nested else fn(*row) for row in rows]
+    return items if isinstance(first, list) else tuple(items)
+
+
+def _check_lengths(seqs: list) -> None:
+    for s in seqs[1:]:
+        if not isinstance(s, tuple | list) or len(s) != len(seqs[0]):
+            raise ValueError(
+                "HyperMap/Map: the sequences must all be tuples or lists of one length, got "
+                + ", ".join(type(x).__name__ for x in seqs)
+            )
+
+
+def _map_model(fn, n_bound: int, n_seqs: int, nested: bool):
+    """The Python function `HyperMap(fn)` (`nested`) or `Map(fn)` means for
+    `n_bound` bound values and `n_seqs` sequences, parsed where it is called."""
+    table = TRANSFORM.cache("mindspore.multitype.maps")
+    key = (id(fn), n_bound, n_seqs, nested)
+    if key in table and table[key][0] is fn:
+        return table[key][1]
+    bound = [f"b{k}" for k in range(n_bound)]
+    seqs = [f"a{k}" for k in range(n_seqs)]
+    name = "hyper_map" if nested else "map"
+    params = ", ".join([*bound, *seqs])
+    row = ", ".join([*bound, *(f"{s}[i]" for s in seqs)])
+    each = f"{name}({row})" if nested else f"fn({row})"
+    same = " and ".join(f"isinstance({s}, (tuple, list)) and len({s}) == len(a0)" for s in seqs)
+    lines = [f"def {name}({params}):"]
+    if nested:
+        lines += ["    if not isinstance(a0, (tuple, list)):", f"        return fn({params})"]
+    lines += [
+        f"    if not ({same}):",
+        f"        raise ValueError({_LENGTHS!r})",
+        "    out = ()",
+        "    for i in range(len(a0)):",
+        f"        out = out + ({each},)",
+        "    if isinstance(a0, list):",
+        "        return list(out)",
+        "    return out",
+    ]
+    model = _define(name, "\n".join(lines) + "\n", {"fn": fn}, f"HyperMap of {fn!r}")
+    table[key] = (fn, model)
+    return model
+
+
+_LENGTHS = "HyperMap/Map: the sequences must all be tuples or lists of one length"
+
+_serial = itertools.count(1)
+
+
+def _define(name: str, source: str, scope: dict, what: str):
+    """Run `source` (defining `name`) with `scope` as its globals; its text
+    is in `linecache`, so the parser reads it as any user function."""
+    filename = f"<k_transform: {what} #{next(_serial)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = {"__name__": __name__, **scope}
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own text
+    return scope[name]
+
+
+def _identifier(text: str) -> str:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+    return name if name.isidentifier() else f"fn_{name}"

@@ -1,0 +1,1 @@
+"""`mindspore.ops.function.grad`: its module `grad_func`."""
