@@ -33,6 +33,7 @@ import numpy as np
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.primitive import Primitive
+from k_transform.mindspore.multitype import on_instances
 from k_transform.ops import python as prims
 
 
@@ -71,6 +72,7 @@ class CustomVjp:
     def __call__(self, *args, **kwargs):
         return self.fwd(*args, **kwargs)
 
+    @on_instances
     def __kt_lower__(self, builder, args: list, kwargs: dict, e):
         """In parsed code: `fwd`'s graph called through `CustomBpropCall`."""
         graph = builder.parse(self.fwd)

@@ -162,6 +162,31 @@ def distance(value_type: str, wanted: str) -> int | None:
     return None
 
 
+class on_instances:
+    """`__kt_lower__` of a class of these objects: a call of an instance in
+    parsed code is lowered by the method; a call of the class itself
+    (`C.HyperMap(add)` in the program) makes the instance while parsing, its
+    arguments being constants (`_construct`)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return functools.partial(_construct, cls)
+        return types.MethodType(self.fn, obj)
+
+
+def _construct(cls, builder, args: list, kwargs: dict, e):
+    nodes = [*args, *kwargs.values()]
+    if not all(isinstance(a, Constant) for a in nodes):
+        raise builder.fp.error(
+            f"{cls.__name__}(...) in the program takes values known when it is parsed", e
+        )
+    made = cls(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+    return Constant(made, builder.debug(e), cls.__name__)
+
+
 # -- MultitypeFuncGraph -----------------------------------------------------------
 class MultitypeFuncGraph:
     """MindSpore's `ops.MultitypeFuncGraph(name, read_value=False)` (module docstring)."""
@@ -215,6 +240,7 @@ class MultitypeFuncGraph:
         candidates = self.candidates(len(args))
         return candidates[self.choose(args, candidates)][1](*args)
 
+    @on_instances
     def __kt_lower__(self, builder, args: list, kwargs: dict, e):
         """In parsed code: a call of the dispatcher for this many arguments."""
         if kwargs:
@@ -285,6 +311,7 @@ class HyperMap:
             raise TypeError(f"{type(self).__name__} called without sequences")
         return _map_python(fn, seqs, self.nested)
 
+    @on_instances
     def __kt_lower__(self, builder, args: list, kwargs: dict, e):
         """In parsed code: a call of the mapping function written for `fn`."""
         name = type(self).__name__

@@ -1,0 +1,258 @@
+"""MindSpore's `MultitypeFuncGraph`, `HyperMap`, `Map` and `F.partial`
+(`k_transform/mindspore/multitype.py`).
+Oracles: the values MindSpore 2.10 printed for the same programs
+(GRAPH_MODE, recorded below), and `jax.grad` / `jax.hessian` of the same
+programs written without the overloads."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import k_transform.mindspore as ms
+from k_transform.errors import KTransformError
+from k_transform.mindspore import Tensor, nn, ops
+from k_transform.mindspore.ops import composite as C
+from k_transform.mindspore.ops import functional as F
+
+X = Tensor(np.array([1.0, 2.0], np.float32))
+Y = Tensor(np.array([3.0, 5.0], np.float32))
+
+add = C.MultitypeFuncGraph("add")
+
+
+@add.register("Number", "Number")
+def _add_numbers(x, y):
+    return x + y + 100
+
+
+@add.register("Tensor", "Tensor")
+def _add_tensors(x, y):
+    return x * y
+
+
+@add.register("Tensor", "Number")
+def _add_tensor_number(x, y):
+    return x - y
+
+
+@add.register("Tuple", "Tensor")
+def _add_tuple_tensor(x, y):
+    return x[0] + y
+
+
+class Overloads(nn.Cell):
+    def construct(self, x, y):
+        return add(x, y), add(x, 2.0), add((x, y), y), add(3, 4)
+
+
+def close(got, want):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_the_names_are_mindsporess():
+    assert ops.MultitypeFuncGraph is C.MultitypeFuncGraph
+    assert ops.HyperMap is C.HyperMap and ops.Map is C.Map
+    assert F.partial is functools.partial
+
+
+@pytest.mark.parametrize("run", ["python", "jit"])
+def test_each_call_runs_the_overload_of_its_types(run):
+    net = Overloads()
+    out = net(X, Y) if run == "python" else ms.jit(net.construct)(X, Y)
+    # MindSpore 2.10 printed: [3, 10], [-1, 0], [4, 7], 107
+    close(out[0], [3.0, 10.0])
+    close(out[1], [-1.0, 0.0])
+    close(out[2], [4.0, 7.0])
+    assert out[3] == 107
+
+
+def test_the_gradient_goes_through_the_overloads():
+    def f(a, b):
+        return add(a, b).sum() + add(a, 2.0).sum() + add((a, b), b).sum()
+
+    got = ms.grad(f, grad_position=(0, 1))(X, Y)
+    # MindSpore 2.10 printed [5, 7] and [2, 3]
+    close(got[0], [5.0, 7.0])
+    close(got[1], [2.0, 3.0])
+    want = jax.grad(lambda a, b: (a * b).sum() + (a - 2.0).sum() + (a + b).sum(), (0, 1))(X, Y)
+    close(got[0], want[0])
+    close(got[1], want[1])
+
+
+kind = C.MultitypeFuncGraph("kind")
+
+
+@kind.register("Number")
+def _kind_number(x):
+    return 1
+
+
+@kind.register("Bool")
+def _kind_bool(x):
+    return 2
+
+
+def test_the_most_specific_overload_wins():
+    def f(x):
+        return kind(True), kind(3), kind(2.5)
+
+    # MindSpore 2.10 printed (2, 1, 1): "Bool" over "Number", registered later
+    assert f(X) == (2, 1, 1)
+    assert ms.jit(f)(X) == (2, 1, 1)
+
+
+def test_one_overload_runs_whatever_the_types():
+    one = C.MultitypeFuncGraph("one")
+
+    @one.register("Tensor")
+    def _twice(x):
+        return x * 2
+
+    assert one(3) == 6  # MindSpore 2.10 printed 6 (its one-overload rule)
+    close(ms.grad(lambda x: one(x).sum())(X), [2.0, 2.0])
+
+
+def test_no_matching_overload_is_mindspores_value_error():
+    def f(x):
+        return add(x, "s")
+
+    with pytest.raises(ValueError, match="cannot find fn match"):
+        add(X, "s")
+    with pytest.raises(ValueError, match="cannot find fn match"):
+        ms.grad(lambda x: f(x).sum())(X)
+
+
+def test_register_checks_the_type_names():
+    f = C.MultitypeFuncGraph("f")
+    with pytest.raises(RuntimeError, match="Unsupported type name: Bogus"):
+        f.register("Bogus")
+    with pytest.raises(KTransformError, match="no RowTensor values"):
+        f.register("RowTensor")
+    with pytest.raises(TypeError):
+        f.register(3)
+
+
+square = C.MultitypeFuncGraph("square")
+
+
+@square.register("Tensor")
+def _square_tensor(v):
+    return v * v
+
+
+@square.register("Number")
+def _square_number(v):
+    return v + 1
+
+
+class Maps(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.hyper_map = C.HyperMap()
+        self.add_map = C.HyperMap(add)
+        self.map = C.Map()
+
+    def construct(self, x, y):
+        a = self.hyper_map(square, (x, (y, 2), [x]))
+        b = self.add_map((x, y), (y, 3))
+        c = self.map(square, (x, y))
+        d = self.hyper_map(F.partial(add, x), (y, 2))
+        e = self.hyper_map(square, [x, y])
+        return a, b, c, d, e
+
+
+@pytest.mark.parametrize("run", ["python", "jit"])
+def test_hyper_map_and_map_give_mindspores_values(run):
+    net = Maps()
+    a, b, c, d, e = net(X, Y) if run == "python" else ms.jit(net.construct)(X, Y)
+    # MindSpore 2.10 printed (nested structure and values):
+    # a: ([1, 4], ([9, 25], 3), [[1, 4]]); b: ([3, 10], [0, 2]); c: ([1, 4], [9, 25])
+    # d: ([3, 10], [-1, 0]); e: [[1, 4], [9, 25]] (a list stays a list)
+    close(a[0], [1.0, 4.0])
+    close(a[1][0], [9.0, 25.0])
+    assert a[1][1] == 3 and isinstance(a[2], list)
+    close(a[2][0], [1.0, 4.0])
+    close(b[0], [3.0, 10.0])
+    close(b[1], [0.0, 2.0])
+    close(c[1], [9.0, 25.0])
+    close(d[0], [3.0, 10.0])
+    close(d[1], [-1.0, 0.0])
+    assert isinstance(e, list)
+    close(e[1], [9.0, 25.0])
+
+
+def test_hyper_map_refuses_sequences_of_other_lengths():
+    with pytest.raises(ValueError, match="one length"):
+        C.HyperMap(add)((X, Y), (Y,))
+    with pytest.raises(ValueError, match="one length"):
+        ms.grad(lambda x: C.HyperMap(add)((x, x), (x,))[0].sum())(X)
+
+
+apply_step = C.MultitypeFuncGraph("apply_step")
+
+
+@apply_step.register("Tensor", "Tensor", "Tensor")
+def _apply_step(lr, p, g):
+    return p - lr * g
+
+
+class Step(nn.Cell):
+    """An optimizer's update: `hyper_map(F.partial(op, lr), params, grads)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.hyper_map = C.HyperMap()
+
+    def construct(self, lr, params, grads):
+        return self.hyper_map(F.partial(apply_step, lr), params, grads)
+
+
+def test_hyper_map_of_a_partial_with_a_traced_value():
+    def f(lr, x, y):
+        new = Step()(lr, (x, y), (y, x))
+        return (new[0] * new[1]).sum()
+
+    lr = Tensor(0.5, ms.float32)
+    want = jax.grad(lambda r, a, b: ((a - r * b) * (b - r * a)).sum(), (0, 1, 2))(lr, X, Y)
+    for got in (ms.grad(f, (0, 1, 2))(lr, X, Y), ms.jit(ms.grad(f, (0, 1, 2)))(lr, X, Y)):
+        for g, w in zip(got, want, strict=True):
+            close(g, w)
+
+
+branch = C.MultitypeFuncGraph("branch")
+
+
+@branch.register("Tensor", "Tensor")
+def _branch(a, b):
+    if a.sum() > 0:  # traced under the gradient: a traced `if` in an overload
+        return a * a * b
+    return a * b
+
+
+class Mapped(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.hyper_map = C.HyperMap(branch)
+
+    def construct(self, a, b):
+        r = self.hyper_map((a, b), (b, a))
+        return r[0] + r[1]
+
+
+def test_grad_operation_of_a_cell_mapping_an_overload_with_an_if():
+    got = C.GradOperation(get_all=True)(Mapped())(X, Y)
+    want = jax.grad(lambda a, b: (a * a * b + b * b * a).sum(), (0, 1))(X, Y)
+    close(got[0], want[0])
+    close(got[1], want[1])
+
+
+def test_second_order_through_an_overload():
+    def h(a, b):
+        return branch(a, b).sum()
+
+    second = ms.grad(ms.grad(h))
+    close(second(X, Y), jnp.diag(jax.hessian(lambda a: (a * a * Y).sum())(X)))
+    close(second(-X, Y), [0.0, 0.0])  # the other branch: linear in a
