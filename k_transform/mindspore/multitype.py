@@ -38,9 +38,9 @@ stays a list); an argument list whose first item is not a tuple or list is
 a leaf, `fn(*items)`. `Map` maps one level. In parsed code both are lowered
 into a call of a Python function written for `fn` (`_map_model`), with
 `fn` one of its globals so the parser lowers each leaf call as the call of
-`fn` it is. `F.partial(fn, *bound)` given to them (`functools.partial`,
-bound values known only when the program runs) passes `bound` as leading
-arguments of every leaf call.
+`fn` it is. `F.partial(fn, *bound)` / `P.Partial()(fn, *bound)` given to
+them, with bound values known only when the program runs, passes `bound` as
+leading arguments of every leaf call.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ import jax
 import numpy as np
 
 from k_transform.bprop_registry.helpers import zero_gradient
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError, KTransformRuntimeError, KTransformValueError
-from k_transform.ir.nodes import Apply, Constant
+from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
-from k_transform.ops import python as prims
 
 # -- MindSpore's type names ---------------------------------------------------
 _SIZED = {
@@ -340,13 +340,54 @@ class Map(HyperMap):
     nested = False
 
 
+class Partial:
+    """MindSpore's `P.Partial()` (and `F.partial`, an instance):
+    `Partial()(fn, *args)` is `functools.partial(fn, *args)`. In parsed code
+    bound constants make the partial while parsing; bound values known only
+    when the program runs make a `MakePartial` node, which HyperMap and Map
+    read apart (`_partial_parts`)."""
+
+    def __call__(self, fn, *args):
+        return functools.partial(fn, *args)
+
+    @on_instances
+    def __kt_lower__(self, builder, args: list, kwargs: dict, e):
+        if kwargs or not args:
+            raise builder.fp.error("partial(fn, *args) expected (no keyword arguments)", e)
+        if all(isinstance(a, Constant) for a in args):
+            fn = args[0].value
+            fn = fn.python_fn if isinstance(fn, FuncGraph) and fn.python_fn else fn
+            made = functools.partial(fn, *[a.value for a in args[1:]])
+            return Constant(made, builder.debug(e), "partial")
+        if not isinstance(args[0], Constant):
+            raise builder.fp.error("partial(fn, ...): `fn` must be known when parsed", e)
+        return builder.apply(MakePartial(), *args, node=e)
+
+
+class MakePartial(Primitive):
+    """`partial(fn, *bound)` of values known only when the program runs."""
+
+    def __init__(self):
+        super().__init__("make_partial")
+
+    def impl(self, fn, *bound):
+        return functools.partial(fn, *bound)
+
+
+@bprop_getters.register(MakePartial)
+def get_bprop_make_partial(self):
+    raise KTransformError(
+        "partial(fn, ...) of values known only when the program runs is differentiated "
+        "only as the function of HyperMap or Map; elsewhere call fn(...) with the values"
+    )
+
+
 def _partial_parts(node):
     """(the function node, the bound nodes) of `functools.partial(fn, *bound)`
     built in the program; (None, []) for any other node."""
     prim = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
-    if isinstance(prim, prims.LibraryCall) and prim.fn is functools.partial and not prim.kwnames:
-        if node.args and isinstance(node.args[0], Constant):
-            return node.args[0], list(node.args[1:])
+    if isinstance(prim, MakePartial):
+        return node.args[0], list(node.args[1:])
     return None, []
 
 

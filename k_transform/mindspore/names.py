@@ -14,8 +14,6 @@ for them).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -89,6 +87,7 @@ OPERATIONS = pick(
 )
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
 OPERATIONS.update(pick(loops, "ForiLoop WhileLoop Scan"))  # MindSpore's loops, as Python loops
+OPERATIONS["Partial"] = multitype.Partial  # `P.Partial()(fn, *args)`: functools.partial
 
 _CONV = (
     "it takes (stride, padding, dilation, group), "
@@ -142,8 +141,8 @@ TRANSFORMS = {
 }
 # ops and ops.functional only (not the top level)
 FORWARD = {"linearize": linearize, "jet": jet, "derivative": derivative}
-# `F.partial(fn, *args)`: functools.partial (HyperMap reads one built in the program)
-FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD, "partial": functools.partial}
+# `F.partial(fn, *args)`: functools.partial's meaning (HyperMap reads one built in the program)
+FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD, "partial": multitype.Partial()}
 
 # -- mindspore.ops.function.grad.grad_func: the transforms and `custom_vjp`
 GRAD_FUNC = {
