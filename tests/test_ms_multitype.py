@@ -301,3 +301,49 @@ def test_a_partial_of_values_called_directly_is_refused_under_grad():
     close(f(X), (X * X).sum())
     with pytest.raises(KTransformError, match="HyperMap or Map"):
         ms.grad(f)(X)
+
+
+def test_a_traced_python_number_that_would_choose_two_overloads_is_refused():
+    def f(x, s):
+        return add(x, s).sum()  # ("Tensor", "Number"): x - s; ("Tensor", "Tensor"): x * s
+
+    # a Python number argument is traced: MindSpore would read it as a
+    # Number, `Tensor(2.0)` as a Tensor; the reading decides the overload
+    with pytest.raises(KTransformError, match="choose different overloads"):
+        ms.grad(f)(X, 2.0)
+    close(ms.grad(f)(X, Tensor(2.0, ms.float32)), [2.0, 2.0])  # a strong Tensor: x * s
+    close(f(X, 2.0), (X - 2.0).sum())  # Python: 2.0 stays a Number
+
+
+def test_values_of_every_kind_choose_their_overload():
+    pick = C.MultitypeFuncGraph("pick")
+
+    @pick.register("Function", "Tensor")
+    def _function(f, v):
+        return f(v) * 2
+
+    @pick.register("None", "Tensor")
+    def _none(a, v):
+        return v + 100
+
+    @pick.register("String", "Tensor")
+    def _string(a, v):
+        return v * 3
+
+    @pick.register("Dictionary", "Tensor")
+    def _dictionary(a, v):
+        return v * a["k"]
+
+    def f(v):
+        return (
+            pick(jnp.sin, v).sum()
+            + pick(None, v).sum()
+            + pick("s", v).sum()
+            + pick({"k": v}, v).sum()
+        )
+
+    def oracle(v):
+        return (2 * jnp.sin(v) + v + 100 + 3 * v + v * v).sum()
+
+    close(f(X), oracle(X))
+    close(ms.grad(f)(X), jax.grad(oracle)(X))

@@ -27,10 +27,13 @@ Python function written for the overloads of that arity (`_dispatcher`):
 `which` gives a Python int when the program runs (types are known then,
 under a trace too), so the `if`s are Python's and only the chosen overload
 runs. The overloads are parsed as user code: their gradients are
-k_transform's, and a traced `if` inside one works as anywhere else. One
-difference from MindSpore: a Python float *argument* of a transformed
-function is traced (DESIGN.md), so it is a "Tensor" there; float literals
-and attributes stay "Number".
+k_transform's, and a traced `if` inside one works as anywhere else. A
+Python number given as an *argument* of a transformed function is traced
+(DESIGN.md): a 0-d array of weak type, which `Tensor(2.0)` (no dtype) also
+makes; MindSpore calls the first a "Number" and the second a "Tensor". Such
+a value reads both ways (`type_readings`); where the two readings choose
+different overloads, the call is a KTransformError saying so, never a
+guess. Number literals and attributes are Python values: "Number".
 
 `HyperMap(fn)(seq, ...)` / `HyperMap()(fn, seq, ...)` apply `fn` to the
 items of the sequences, recursively through nested tuples and lists (a list
@@ -115,12 +118,8 @@ def type_name(value) -> str:
         return "None"
     if isinstance(value, bool | np.bool_):
         return "Bool"
-    if isinstance(value, int):
-        return "Int64"
-    if isinstance(value, float):
-        return "Float64"
-    if isinstance(value, complex):
-        return "Complex128"
+    if isinstance(value, int | float | complex):
+        return next(name for kind, name in _SCALAR_NAMES.items() if isinstance(value, kind))
     if isinstance(value, np.generic):
         return _dtype_name(value.dtype)
     if isinstance(value, jax.Array | np.ndarray) or getattr(value, "__kt_parameter__", False):
@@ -129,6 +128,21 @@ def type_name(value) -> str:
         if isinstance(value, kind):
             return name
     return "Function" if callable(value) else type(value).__name__
+
+
+def type_readings(value) -> tuple[str, ...]:
+    """The type names `value` may have in MindSpore: one, except for a 0-d
+    array of a Python scalar's weak type, which is what a Python number
+    passed into a transformed function becomes (MindSpore: a "Number") and
+    also what `Tensor(2.0)` makes (a "Tensor")."""
+    first = type_name(value)
+    if first == "Tensor" and isinstance(value, jax.Array) and value.ndim == 0:
+        if jax.typeof(value).weak_type:
+            return first, _dtype_name(value.dtype, weak=True)
+    return (first,)
+
+
+_SCALAR_NAMES = {int: "Int64", float: "Float64", complex: "Complex128"}
 
 
 _PYTHON_KINDS = (
@@ -143,13 +157,17 @@ _PYTHON_KINDS = (
 )
 
 
-def _dtype_name(dtype) -> str:
-    name = np.dtype(dtype).name  # "float32", "uint8", "bool", "bfloat16"
-    if name == "bool":
-        return "Bool"
-    head = "UInt" if name.startswith("uint") else "BFloat" if name == "bfloat16" else ""
-    head = head or name.rstrip("0123456789").capitalize()
-    return head + name[len(head) :] if head != "BFloat" else "BFloat16"
+def _dtype_name(dtype, weak: bool = False) -> str:
+    """MindSpore's name of a scalar of `dtype` ("float32" -> "Float32"); `weak`:
+    of the Python scalar the weak type stands for ("Float64", "Int64")."""
+    name = np.dtype(dtype).name
+    if name in ("bool", "bfloat16"):
+        return {"bool": "Bool", "bfloat16": "BFloat16"}[name]
+    kind = name.rstrip("0123456789")
+    if weak:
+        return {"int": "Int64", "float": "Float64", "complex": "Complex128"}.get(kind, "Number")
+    family = "UInt" if kind == "uint" else kind.capitalize()
+    return family + name[len(kind) :]
 
 
 def distance(value_type: str, wanted: str) -> int | None:
@@ -217,24 +235,28 @@ class MultitypeFuncGraph:
         return [entry for entry in self.entries if len(entry[0]) == n_args]
 
     def choose(self, args: tuple, candidates) -> int:
-        """The position in `candidates` of the overload for `args`' types."""
-        types_ = tuple(type_name(a) for a in args)
+        """The position in `candidates` of the overload for `args`' types
+        (`type_readings`: where a value reads two ways and the two readings
+        choose different overloads, a KTransformError says so)."""
         if len(self.entries) == 1 and candidates:
             return 0
-        best, best_cost = -1, None
-        for k, (names, _) in enumerate(candidates):
-            steps = [distance(t, want) for t, want in zip(types_, names, strict=True)]
-            if any(s is None for s in steps):
-                continue
-            if best_cost is None or sum(steps) < best_cost:
-                best, best_cost = k, sum(steps)
-        if best < 0:
-            signatures = [names for names, _ in self.entries]
+        readings = list(itertools.product(*(type_readings(a) for a in args)))
+        chosen = {_best(reading, candidates) for reading in readings} - {None}
+        if not chosen:
             raise KTransformValueError(
                 f"For 'MultitypeFuncGraph' {self.name!r}, cannot find fn match given args: "
-                f"registered {signatures}, given {types_}"
+                f"registered {[names for names, _ in self.entries]}, given {readings[0]}"
             )
-        return best
+        if len(chosen) > 1:
+            picked = [candidates[k][0] for k in sorted(chosen)]
+            raise KTransformError(
+                f"MultitypeFuncGraph {self.name!r}: a 0-d array of a Python number's weak type "
+                f"reads as a Tensor (`Tensor(2.0)`) or as a Number (a Python number passed "
+                f"into the transformed function), and the two choose different overloads "
+                f"{picked}; give the array a dtype (`Tensor(v, ms.float32)`) or keep the number "
+                "a constant of the program"
+            )
+        return chosen.pop()
 
     def __call__(self, *args):
         candidates = self.candidates(len(args))
@@ -247,6 +269,19 @@ class MultitypeFuncGraph:
             raise builder.fp.error(f"MultitypeFuncGraph {self.name!r}: no keyword arguments", e)
         fn = _dispatcher(self, len(args), len(self.entries))
         return builder.call(builder.fp.value_node(fn, self.name, e), args, {}, e)
+
+
+def _best(reading: tuple[str, ...], candidates) -> int | None:
+    """The most specific candidate for the type names `reading` (ties: the
+    first registered), or None."""
+    best, best_cost = None, None
+    for k, (names, _) in enumerate(candidates):
+        steps = [distance(t, want) for t, want in zip(reading, names, strict=True)]
+        if any(s is None for s in steps):
+            continue
+        if best_cost is None or sum(steps) < best_cost:
+            best, best_cost = k, sum(steps)
+    return best
 
 
 class OverloadIndex(Primitive):
