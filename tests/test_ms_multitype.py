@@ -347,3 +347,24 @@ def test_values_of_every_kind_choose_their_overload():
 
     close(f(X), oracle(X))
     close(ms.grad(f)(X), jax.grad(oracle)(X))
+
+
+def test_hyper_map_over_a_long_sequence():
+    """More items than a loop unrolls by default (`control.policy`): the
+    mapping's loop indexes tuples, so it must stay Python's."""
+    params = tuple(X * k for k in range(12))
+    lr = Tensor(0.25, ms.float32)
+
+    def f(lr, params):
+        new = C.HyperMap()(F.partial(apply_step, lr), params, params)
+        return sum((p * p).sum() for p in new[::3]) + new[11].sum()
+
+    def oracle(lr, params):
+        new = [p - lr * p for p in params]
+        return sum((p * p).sum() for p in new[::3]) + new[11].sum()
+
+    got = ms.grad(f, (0, 1))(lr, params)
+    want = jax.grad(oracle, (0, 1))(lr, params)
+    close(got[0], want[0])
+    for g, w in zip(got[1], want[1], strict=True):
+        close(g, w)

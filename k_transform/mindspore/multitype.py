@@ -468,12 +468,12 @@ def _map_model(fn, n_bound: int, n_seqs: int, nested: bool):
     lines += [
         f"    if not ({same}):",
         f"        raise ValueError({_LENGTHS!r})",
-        "    out = ()",
+        "    out = []",  # a list, so a long loop unrolls (`control.policy.changes_structure`)
         "    for i in range(len(a0)):",
-        f"        out = out + ({each},)",
+        f"        out.append({each})",
         "    if isinstance(a0, list):",
-        "        return list(out)",
-        "    return out",
+        "        return out",
+        "    return tuple(out)",
     ]
     model = _define(name, "\n".join(lines) + "\n", {"fn": fn}, f"HyperMap of {fn!r}")
     table[key] = (fn, model)
