@@ -16,7 +16,8 @@ user's own `jax.jit(kt.grad(...))`, which cannot retrace, so it keeps at most
 CKPT_SIZE entries: time, XLA's memory estimate, and the recompute factor
 (iterations run in all / n: forward, recomputation and reverse count 1 each
 per iteration in a store-everything scan, i.e. 2.0), against the scan storing
-every carry (at 1,000,000 only compiled for its memory estimate, not run).
+every carry (median of per-round ratios and their spread; at 1,000,000
+only compiled for its memory estimate, not run).
 
 The baselines are `jax.jit(jax.grad(scan_program))` and
 `jax.jit(jax.grad(fori_program))`, the same iteration written with
@@ -166,7 +167,7 @@ def bench_checkpointed(n: int, x) -> dict:
         results["jax_scan"]["first_call_s"] = _timed(scan_grad, (x, n))
         want = np.asarray(scan_grad(x, n))
         np.testing.assert_allclose(np.asarray(kt_user(x, stop)), want, rtol=1e-3, atol=1e-4)
-    repeats = 3 if n >= 100_000 else REPEATS
+    repeats = 5 if n >= 100_000 else REPEATS
     times = {"kt_user_jit": [], "jax_scan": []}
     for _ in range(repeats):
         times["kt_user_jit"].append(_timed(kt_user, (x, stop)))
@@ -187,6 +188,9 @@ def bench_checkpointed(n: int, x) -> dict:
     if run_scan:
         base["median_s"] = statistics.median(times["jax_scan"])
         kt_r["time_ratio_vs_scan"] = kt_r["median_s"] / base["median_s"]
+        kt_r["round_ratio_vs_scan"], kt_r["round_ratio_spread"] = round_ratios(
+            times, "kt_user_jit", "jax_scan"
+        )
     if kt_r["memory"] and base["memory"]:
         kt_r["memory_ratio_vs_scan"] = kt_r["memory"]["total_bytes"] / base["memory"]["total_bytes"]
     return results
@@ -231,7 +235,7 @@ def summary(results: dict) -> str:
             )
     lines.append(
         f"{'n':>8} checkpointed  {'kt ms':>9} {'scan ms':>9} {'kt MiB':>8} "
-        f"{'scan MiB':>9} {'recompute':>9}"
+        f"{'scan MiB':>9} {'recompute':>9}  kt/scan per round [min, max]"
     )
     for n, r in results.get("checkpointed", {}).items():
         k, b = r["kt_user_jit"], r["jax_scan"]
@@ -240,8 +244,16 @@ def summary(results: dict) -> str:
             f"{n:>8} {'':12} {k['median_s'] * 1e3:>9.1f} {scan_ms:>9.1f} "
             f"{k['memory'].get('total_bytes', 0) / 2**20:>8.2f} "
             f"{b['memory'].get('total_bytes', 0) / 2**20:>9.2f} {k['recompute_factor']:>9.2f}"
+            + _round_ratio(k)
         )
     return "\n".join(lines)
+
+
+def _round_ratio(r: dict) -> str:
+    if "round_ratio_vs_scan" not in r:
+        return ""
+    lo, hi = r["round_ratio_spread"]
+    return f"  {r['round_ratio_vs_scan']:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 if __name__ == "__main__":

@@ -6,21 +6,26 @@ RNN of 32 steps (64 hidden units, `for t in range(xs.shape[0])`: the trip
 count is known only when the loop runs) and a 200-step update on 1,024
 floats, each at the default unroll budget and with the budget at 0 (every
 loop longer than 8 trips a `lax.scan`: the policy before the budget).
-Target: kt / JAX at most 1.05 in steady state.
+Target: kt / JAX at most 1.05 in steady state. Each case runs `ROUNDS`
+rounds of `REPEATS` alternated calls; its ratio is the median of the
+per-round ratios of medians, with their [min, max] (a shared machine).
 
     python -m bench.run static_loops    # writes bench/results/static_loops.json
 """
 
 from __future__ import annotations
 
+import statistics
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import k_transform as kt
-from bench.common import compare, machine
+from bench.common import compare, machine, round_ratios
 
 REPEATS = 50
+ROUNDS = 5
 
 
 def chain40(x):
@@ -61,11 +66,14 @@ def bench_case(fn, args, budget: int) -> dict:
         theirs = jax.jit(jax.grad(fn))
         np.testing.assert_allclose(ours(*args), theirs(*args), rtol=1e-4, atol=1e-5)
         ours, theirs = jax.jit(kt.grad(fn)), jax.jit(jax.grad(fn))  # fresh: first call timed
-        times = compare({"k_transform": (ours, args), "jax": (theirs, args)}, REPEATS)
+        contenders = {"k_transform": (ours, args), "jax": (theirs, args)}
+        rounds = [compare(contenders, REPEATS) for _ in range(ROUNDS)]  # first call in round 0
     finally:
         kt.set_unroll_budget(old)
-    ratio = times["k_transform"]["median_s"] / times["jax"]["median_s"]
-    return {**times, "ratio": ratio}
+    medians = {n: [r[n]["median_s"] for r in rounds] for n in ("k_transform", "jax")}
+    ratio, spread = round_ratios(medians, "k_transform", "jax")
+    times = {n: {**rounds[0][n], "median_s": statistics.median(m)} for n, m in medians.items()}
+    return {**times, "ratio": ratio, "spread": spread}
 
 
 def run() -> dict:
@@ -81,10 +89,14 @@ def run() -> dict:
 
 
 def summary(results: dict) -> str:
-    rows = [f"{'case':<10}{'budget':>12}{'kt ms':>10}{'jax ms':>10}{'kt/jax':>8}"]
+    rows = [f"{'case':<10}{'budget':>12}{'kt ms':>10}{'jax ms':>10}{'kt/jax':>8}  [min, max]"]
     for name, by_budget in results["cases"].items():
         for budget, r in by_budget.items():
             kt_ms = r["k_transform"]["median_s"] * 1e3
             jax_ms = r["jax"]["median_s"] * 1e3
-            rows.append(f"{name:<10}{budget:>12}{kt_ms:>10.3f}{jax_ms:>10.3f}{r['ratio']:>8.2f}")
+            lo, hi = r["spread"]
+            rows.append(
+                f"{name:<10}{budget:>12}{kt_ms:>10.3f}{jax_ms:>10.3f}{r['ratio']:>8.2f}"
+                f"  [{lo:.2f}, {hi:.2f}]"
+            )
     return "\n".join(rows)
