@@ -195,3 +195,12 @@ def test_bad_arguments_are_mindspores_errors():
         ops.Custom(host_fn, lambda a, b: a, lambda a, b: a, "julia")
     with pytest.raises(TypeError, match="out_shape"):
         ops.Custom(host_fn, func_type="pyfunc")
+
+
+def test_pyfunc_under_vmap_and_a_wrong_shape():
+    op = custom(bprop=None)
+    a, b = jnp.ones((3, 2)), jnp.arange(6.0).reshape(3, 2)
+    close(ms.vmap(op)(a, b), a * b + 1)  # the host function once per row
+    wrong = ops.Custom(lambda u, v: np.concatenate([u, v]), lambda u, v: u, lambda u, v: u)
+    with pytest.raises(Exception, match="returned shape \\(4,\\), but out_shape says \\(2,\\)"):
+        np.asarray(wrong(X, Y))

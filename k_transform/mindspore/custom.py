@@ -134,10 +134,21 @@ class Custom(Primitive):
         def host(*arrays):
             out = self.func(*[np.asarray(a) for a in arrays])
             if several:
-                return tuple(np.asarray(o, r.dtype) for o, r in zip(out, result, strict=True))
-            return np.asarray(out, result.dtype)
+                return tuple(self._checked(o, r) for o, r in zip(out, result, strict=True))
+            return self._checked(out, result)
 
-        return jax.pure_callback(host, result, *args)
+        # vmapped: the host function once per batch element, as it was written
+        return jax.pure_callback(host, result, *args, vmap_method="sequential")
+
+    def _checked(self, value, want: jax.ShapeDtypeStruct) -> np.ndarray:
+        """The host function's result `value` as `want` says, or ValueError."""
+        value = np.asarray(value)
+        if value.shape != want.shape:
+            raise ValueError(
+                f"ops.Custom({self.func.__name__}): its function returned shape {value.shape}, "
+                f"but out_shape says {want.shape}"
+            )
+        return value.astype(want.dtype, copy=False)
 
 
 def _evaluate(spec, inputs: list):
