@@ -368,3 +368,19 @@ def test_hyper_map_over_a_long_sequence():
     close(got[0], want[0])
     for g, w in zip(got[1], want[1], strict=True):
         close(g, w)
+
+
+def test_the_only_overload_of_an_arity_still_checks_the_types():
+    two = C.MultitypeFuncGraph("two")
+
+    @two.register("Tensor")
+    def _tensor(x):
+        return x * 2
+
+    @two.register("Number", "Number")
+    def _numbers(x, y):
+        return x + y
+
+    close(ms.grad(lambda x: two(x).sum())(X), [2.0, 2.0])
+    with pytest.raises(ValueError, match="cannot find fn match"):
+        ms.grad(lambda x: (two("s") + x).sum())(X)

@@ -18,11 +18,11 @@ Python function written for the overloads of that arity (`_dispatcher`):
 
     def add_2(a0, a1):
         k = which(a0, a1)          # OverloadIndex: the overload, by the types
-        if k <= 0:
+        if k == 0:
             return f0(a0, a1)
         if k == 1:
             return f1(a0, a1)
-        return f2(a0, a1)
+        return k                   # not reached: `which` raises if none matches
 
 `which` gives a Python int when the program runs (types are known then,
 under a trace too), so the `if`s are Python's and only the chosen overload
@@ -309,13 +309,9 @@ def _dispatcher(mtfg: MultitypeFuncGraph, n_args: int, n_entries: int):
     params = ", ".join(f"a{k}" for k in range(n_args))
     name = _identifier(f"{mtfg.name}_{n_args}")
     lines = [f"def {name}({params}):", f"    k = which({params})"]
-    if not candidates:  # `which` raises MindSpore's ValueError
-        lines.append("    return k")
-    for k in range(len(candidates) - 1):
-        test = "k <= 0" if k == 0 else f"k == {k}"
-        lines += [f"    if {test}:", f"        return f{k}({params})"]
-    if candidates:
-        lines.append(f"    return f{len(candidates) - 1}({params})")
+    for k in range(len(candidates)):
+        lines += [f"    if k == {k}:", f"        return f{k}({params})"]
+    lines.append("    return k")  # not reached: `which` raises MindSpore's ValueError
     scope = {f"f{k}": fn for k, (_, fn) in enumerate(candidates)}
     scope["which"] = OverloadIndex(mtfg, candidates)
     fn = _define(name, "\n".join(lines) + "\n", scope, f"MultitypeFuncGraph {mtfg.name}")
