@@ -384,3 +384,19 @@ def test_the_only_overload_of_an_arity_still_checks_the_types():
     close(ms.grad(lambda x: two(x).sum())(X), [2.0, 2.0])
     with pytest.raises(ValueError, match="cannot find fn match"):
         ms.grad(lambda x: (two("s") + x).sum())(X)
+
+
+def test_a_multitype_func_graph_as_the_function_differentiated():
+    total = C.MultitypeFuncGraph("total")
+
+    @total.register("Tensor", "Tensor")
+    def _tensors(x, y):
+        return (x * y).sum()
+
+    @total.register("Tensor", "Number")
+    def _tensor_number(x, y):
+        return (x - y).sum()
+
+    for got in (ms.grad(total, (0, 1))(X, Y), C.GradOperation(get_all=True)(total)(X, Y)):
+        close(got[0], Y)
+        close(got[1], X)

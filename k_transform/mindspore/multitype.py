@@ -49,6 +49,7 @@ leading arguments of every leaf call.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import linecache
 import types
@@ -227,6 +228,16 @@ class MultitypeFuncGraph:
             return fn
 
         return deco
+
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """`(a0, a1, ...)` when every overload takes as many arguments (so
+        `grad(f)` of it knows its inputs), else None (`*args`)."""
+        arities = {len(names) for names, _ in self.entries}
+        if len(arities) != 1:
+            return None
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([inspect.Parameter(f"a{k}", kind) for k in range(arities.pop())])
 
     def candidates(self, n_args: int) -> list[tuple[tuple[str, ...], object]]:
         """The overloads a call with `n_args` arguments may run."""
