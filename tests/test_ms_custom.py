@@ -204,3 +204,14 @@ def test_pyfunc_under_vmap_and_a_wrong_shape():
     wrong = ops.Custom(lambda u, v: np.concatenate([u, v]), lambda u, v: u, lambda u, v: u)
     with pytest.raises(Exception, match="returned shape \\(4,\\), but out_shape says \\(2,\\)"):
         np.asarray(wrong(X, Y))
+
+
+def test_a_second_defbwd_replaces_the_first():
+    @custom_vjp
+    def double(x):
+        return 2 * x
+
+    double.defbwd(lambda x, out, dout: (dout * 3,))
+    close(ms.grad(lambda x: double(x).sum())(X), [3.0, 3.0])
+    double.defbwd(lambda x, out, dout: (dout * 5,))
+    close(ms.grad(lambda x: double(x).sum())(X), [5.0, 5.0])

@@ -46,28 +46,19 @@ class CustomVjp:
             raise TypeError(f"custom_vjp: expected a function, got {fwd!r}")
         self.fwd = fwd
         self.bwd = None
+        self.name = getattr(fwd, "__name__", type(fwd).__name__)
         functools.update_wrapper(self, fwd, updated=())
         del self.__wrapped__  # not a wrapper to read through: its gradient is its own
         self.__signature__ = inspect.signature(fwd)
+        self._call = WithBackward(self.name, fwd, None)
 
     def defbwd(self, bwd) -> None:
         """Set the gradient: `bwd(*inputs, out, dout)` returns one gradient per input."""
         if not callable(bwd):
             raise TypeError(f"custom_vjp: defbwd expects a function, got {bwd!r}")
         self.bwd = bwd
-
-    @property
-    def bprop(self):
-        """The rule of its `CustomBpropCall` (`ops.python.get_bprop_custom_cell`)."""
-        if self.bwd is None:
-            raise KTransformError(
-                f"custom_vjp function {self.__name__!r} has no backward function: "
-                f"call {self.__name__}.defbwd(bprop_fn) before differentiating it"
-            )
-        return self.bwd
-
-    def construct(self, *args):
-        return self.fwd(*args)
+        # a new object: a rule cached for the old `bwd` is not this one's
+        self._call = WithBackward(self.name, self.fwd, bwd)
 
     def __call__(self, *args, **kwargs):
         return self.fwd(*args, **kwargs)
@@ -76,8 +67,25 @@ class CustomVjp:
     def __kt_lower__(self, builder, args: list, kwargs: dict, e):
         """In parsed code: `fwd`'s graph called through `CustomBpropCall`."""
         graph = builder.parse(self.fwd)
-        prim = prims.CustomBpropCall(self, graph)
+        prim = prims.CustomBpropCall(self._call, graph)
         return builder.apply(prim, *builder.bind_call(graph, args, kwargs, e), node=e)
+
+
+class WithBackward:
+    """The Cell-like object a `CustomBpropCall` of a custom_vjp function runs:
+    `construct` its forward, `bprop` its backward (`ops.python`)."""
+
+    def __init__(self, name: str, fwd, bwd):
+        self.name, self.construct, self.bwd = name, fwd, bwd
+
+    @property
+    def bprop(self):
+        if self.bwd is None:
+            raise KTransformError(
+                f"custom_vjp function {self.name!r} has no backward function: "
+                f"call {self.name}.defbwd(bprop_fn) before differentiating it"
+            )
+        return self.bwd
 
 
 def custom_vjp(fn=None):
