@@ -77,7 +77,8 @@ def record(step, running, carry, slots: int):
     def epoch(state):  # fill the slots, or end
         i, cr, buf, top, stride, go = lax.while_loop(lambda s: s[5] & (s[3] < slots), fill, state)
         # Full (the loop goes on): keep every other carry. A loop of row
-        # moves, none when the loop ended (a lax.cond would copy the buffer).
+        # moves, none when the loop ended (a lax.cond, or a gather, would
+        # copy the buffer on every call).
         buf = lax.fori_loop(1, jnp.where(go, slots // 2, 1), keep_even, buf)
         top = jnp.where(go, slots // 2, top)
         return i, cr, buf, top, jnp.where(go, 2 * stride, stride), go
@@ -91,6 +92,11 @@ def record(step, running, carry, slots: int):
 def _put(buf, j, carry):
     """`buf` with slot j holding `carry` (in place under XLA)."""
     return _tree(lambda b, v: lax.dynamic_update_index_in_dim(b, v, j, 0), buf, carry)
+
+
+def _row(buf, j):
+    """Slot j of `buf` (j >= 0: no wrapping of negative indices)."""
+    return _tree(lambda b: lax.dynamic_index_in_dim(b, j, 0, keepdims=False), buf)
 
 
 def _spacing(gap, room):
@@ -115,20 +121,20 @@ def reverse(step, grad_step, n, saved, d_carry, acc, add):
 
     def behind(state):  # the latest stored carry is older than iteration e-1
         e, top, _, pos, _ = state
-        return pos[top - 1] < e - 1
+        return _row(pos, top - 1) < e - 1
 
     def push(state):  # run on from it towards e-1, storing carries in the room left
         e, top, buf, pos, rec = state
-        p = pos[top - 1]
+        p = _row(pos, top - 1)
         every = _spacing(e - p, size - top)
         last = p + every * ((e - 1 - p) // every)  # the last carry stored
 
         def run(i, st):  # carry i+1 to its slot (or to the next one's, overwritten there)
             c, buf = st
             c = step(i, c)
-            return c, _put(buf, top + (i - p) // every, c)
+            return c, _put(buf, top + lax.div(i - p, every), c)
 
-        _, buf = lax.fori_loop(p, last, run, (_tree(lambda b: b[top - 1], buf), buf))
+        _, buf = lax.fori_loop(p, last, run, (_row(buf, top - 1), buf))
         stored = (last - p) // every
         j = jnp.arange(size, dtype=jnp.int32)
         pos = jnp.where((j >= top) & (j < top + stored), p + (j - top + 1) * every, pos)
@@ -136,11 +142,11 @@ def reverse(step, grad_step, n, saved, d_carry, acc, add):
 
     def has_carry(state):  # iteration e-1's carry is the latest stored
         e, top, _, pos, *_ = state
-        return (e > 0) & (pos[top - 1] == e - 1)
+        return (e > 0) & (_row(pos, jnp.maximum(top - 1, 0)) == e - 1)
 
     def step_back(state):  # iteration e-1's gradient step; its carry popped
         e, top, buf, pos, d_cr, acc, rec = state
-        d_cr, contribution = grad_step(e - 1, _tree(lambda b: b[top - 1], buf), d_cr)
+        d_cr, contribution = grad_step(e - 1, _row(buf, top - 1), d_cr)
         return e - 1, top - 1, buf, pos, d_cr, add(acc, contribution), rec
 
     def segment(state):  # from the latest stored carry to e: push, then step back over it
