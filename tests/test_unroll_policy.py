@@ -55,8 +55,9 @@ def _loops_in_gradient(fn, *args) -> set[str]:
 
 
 # A loop that stays a loop: its forward is a scan storing each carry, its
-# reverse a `while` popping them (control/k_loops.py).
-LOOPS = {"scan", "while"}
+# reverse a `while` popping them (control/k_loops.py), which the run time
+# runs as a reverse scan reading them as its xs (control/runtime._slot_scan).
+LOOPS = {"scan"}
 
 
 X = jnp.linspace(-1.0, 1.0, 6)
@@ -153,3 +154,35 @@ def test_jvp_and_hessian_through_an_unrolled_loop():
     hv = kt.hvp(chain40, (X,), v)
     want = jax.jvp(jax.grad(chain40), (X,), (v,))[1]
     np.testing.assert_allclose(hv, want, rtol=1e-4, atol=1e-5)
+
+
+def tuple_reads(x):
+    t = tuple(x * k for k in range(12))
+    s = 0.0
+    for i in range(len(t)):  # indexes a tuple with the counter: a Python int
+        s = s + jnp.sin(t[i]) * i
+    return s
+
+
+def tuple_grows(x):
+    out = ()
+    for i in range(12):  # the carry changes structure: a tuple that grows
+        out = out + (x * i,)
+    return out[3] * out[11]
+
+
+def inner_range(x):
+    y = x
+    for i in range(10):
+        for _ in range(i):  # range of the counter
+            y = jnp.sin(y)
+    return y
+
+
+def test_a_body_needing_its_counter_as_an_int_unrolls():
+    """More than `UNROLL_LIMIT` trips of a body that indexes a tuple with the
+    counter, grows a tuple or takes `range(i)`: run as Python runs them (a
+    scan failed with JAX's bare TracerIntegerConversionError)."""
+    for fn in (tuple_reads, tuple_grows, inner_range):
+        np.testing.assert_allclose(kt.grad(fn)(0.7), jax.grad(fn)(0.7), rtol=1e-5)
+    assert policy.unrolls(lambda i, c: (c[0] + tuple(range(40))[i],), range(2, 40), (X,))

@@ -59,11 +59,14 @@ def unrolls(step, xs, carry) -> bool:
     call 1.8x), never for a loop over an array's rows (see `_is_array`)."""
     if len(xs) <= UNROLL_LIMIT or changes_structure(step, xs, carry):
         return True
+    jaxpr = _iteration(step, xs, carry)
+    if jaxpr is CONCRETE_COUNTER:
+        return True  # `t[i]` of a tuple, `range(i)`: only Python's iterations run it
     if len(xs) > UNROLL_BUDGET or _is_array(xs):
         return False
     if _holds_stack(carry) and (len(xs) > DERIVATIVE_TRIPS or _stack_depth(step, xs, carry) > 1):
         return False
-    return len(xs) * body_size(step, xs, carry) <= UNROLL_BUDGET
+    return len(xs) * _size(jaxpr) <= UNROLL_BUDGET
 
 
 def _is_array(xs) -> bool:
@@ -108,12 +111,31 @@ def body_size(step, xs, carry) -> int:
     count), which a `lax.scan` stacks instead (a user's `lax.scan` RNN over
     200 rows, its Python model indexing and updating by the counter, ran 7x
     slower unrolled; an RNN of 32 steps reading `xs[t]` 1.5x)."""
+    return _size(_iteration(step, xs, carry))
+
+
+CONCRETE_COUNTER = object()  # `_iteration`: the body needs its counter as a Python int
+
+
+def _iteration(step, xs, carry):
+    """The jaxpr of one iteration, traced with an abstract loop counter for
+    a range; `CONCRETE_COUNTER` if the body needs the counter as a Python int
+    (indexes a tuple with it, takes `range(i)`: traced, JAX's conversion
+    error); None if it cannot be traced abstractly otherwise (the scan it
+    gets reports what went wrong)."""
     first = jax.ShapeDtypeStruct((), jnp.int32) if isinstance(xs, range) else _first(xs)
     try:
         with forked():  # an `ops.Assign` in the body stays in the probe
-            jaxpr = jax.make_jaxpr(step)(first, shape_of(carry))
-    except Exception:  # noqa: BLE001 -- a body needing a concrete counter: the scan it
-        return UNROLL_BUDGET + 1  # gets instead reports what went wrong, as before
+            return jax.make_jaxpr(step)(first, shape_of(carry))
+    except (jax.errors.TracerIntegerConversionError, jax.errors.ConcretizationTypeError):
+        return CONCRETE_COUNTER if isinstance(xs, range) else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _size(jaxpr) -> int:
+    if jaxpr is None or jaxpr is CONCRETE_COUNTER:
+        return UNROLL_BUDGET + 1
     names = {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
     if names & INDEXING:
         return UNROLL_BUDGET + 1
