@@ -10,6 +10,7 @@ gradient now holds dot_generals only; values against jax.grad.
 from __future__ import annotations
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def _mul_shapes(jaxpr) -> list:
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "mul":
             shapes.append(tuple(eqn.outvars[0].aval.shape))
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
             shapes.extend(_mul_shapes(sub))
     return shapes
 
