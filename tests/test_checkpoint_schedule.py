@@ -110,3 +110,21 @@ def test_user_jit_of_a_while_with_few_slots(bound, trips):
     ((n, recomputed),) = bounds.recompute_stats.values()
     assert n == trips and 0 < recomputed <= trips * np.log2(trips)
     assert (recomputed < trips) == (bound == 1024)  # one run per gap where they fit
+
+
+@pytest.mark.usefixtures("x64")
+def test_vmap_of_rows_with_their_own_trip_counts():
+    """jax.vmap of the user's jit: each row runs its own number of trips
+    (its pushes and segments differ; vmap turns them into masked loops)."""
+    old = bounds.DEFAULT_LOOP_BOUND
+    kt.set_loop_bound(16)
+    kt.clear_caches()
+    try:
+        xs = jnp.asarray([[0.3, -0.7], [1.1, 0.2], [0.5, 0.5]], jnp.float64)
+        ns = jnp.asarray([5, 300, 2000])
+        got = jax.vmap(jax.jit(kt.grad(damped)))(xs, ns)
+    finally:
+        kt.set_loop_bound(old)
+    oracle = jax.jit(jax.grad(damped_static), static_argnums=1)
+    want = [oracle(x, int(n)) for x, n in zip(xs, ns, strict=True)]
+    np.testing.assert_allclose(got, np.stack(want), rtol=1e-12, atol=1e-14)
