@@ -10,6 +10,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from k_transform.runtime.values import strongly_typed
+
 float16 = jnp.float16
 float32 = jnp.float32
 float64 = jnp.float64
@@ -22,8 +24,10 @@ bool_ = jnp.bool_
 
 
 def tensor(input_data=None, dtype=None):
-    """`input_data` as a JAX array of `dtype` (default: its own)."""
-    return jnp.asarray(input_data, dtype=dtype)
+    """`input_data` as a JAX array of `dtype` (default: its own). Python
+    numbers (and lists of them) give MindSpore's dtypes, not JAX's weak
+    types (`runtime.values.strongly_typed`)."""
+    return jnp.asarray(strongly_typed(input_data) if dtype is None else input_data, dtype=dtype)
 
 
 class _TensorType(type):

@@ -71,6 +71,27 @@ class GradValue:
 _LEAF_TYPES = (jax.Array, np.ndarray, np.generic, int, float, complex, str, bytes, slice)
 
 
+def strongly_typed(data):
+    """Python numbers (and lists of them) as MindSpore's `Tensor(data)` types
+    them: a float is float32, an int int64 (int32 unless JAX has x64), a bool
+    bool, none of them weakly typed as JAX's `jnp.asarray(2.0)`; other data
+    as it is. Library code to the parser (`Tensor(...)` in a construct), its
+    gradient through its jaxpr."""
+    if not _python_numbers(data):
+        return data
+    array = np.asarray(data)
+    return jnp.asarray(array.astype(np.float32) if array.dtype.kind == "f" else array)
+
+
+strongly_typed.__kt_library__ = True
+
+
+def _python_numbers(data) -> bool:
+    if isinstance(data, (list, tuple)):
+        return len(data) > 0 and all(_python_numbers(item) for item in data)
+    return isinstance(data, (bool, int, float))
+
+
 def pytree_node(x):
     """`(children, treedef)` of a registered pytree node other than a plain
     tuple, list, dict or None (NamedTuples, registered dataclasses and
