@@ -19,6 +19,15 @@ over MAX_CASE_S is skipped and reported as such. The 1,000-statement case
 is also run under cProfile; the top functions by cumulative and by own time
 are kept.
 
+First call (issue 29: a 1,000-statement gradient's first call in under a
+minute): `kt.grad(f)(x)` (compiled by k_transform) and `jax.jit(jax.grad(f))(x)` of the same
+straight-line functions on 1,024 floats, transform + trace + XLA compile +
+run, each in a fresh process (no cache), with a limit of FIRST_CALL_LIMIT_S
+seconds. On a CPU, XLA's fusion emitters stall on the long fused chain
+(700 statements: 8-11 s, 800: over 2 minutes, 1,000: over 10); a program of
+more than `k_transform.compiled.LARGE_PROGRAM` graph nodes is compiled with
+XLA's classic CPU emitters instead, which scale linearly.
+
     python -m bench.run transform_time      # writes bench/results/transform_time.json
 """
 
@@ -30,6 +39,7 @@ import io
 import math
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +53,8 @@ LOOP_SIZES = (10, 100, 1_000)
 MAX_CASE_S = 60.0
 REPEATS = {10: 5, 100: 5, 1_000: 3, 10_000: 1}
 PROFILE_SIZE = 1_000
+FIRST_CALL_SIZES = (100, 300, 1_000, 2_000)
+FIRST_CALL_LIMIT_S = 150
 TOP = 25
 
 FUNCTIONS = ("jnp.sin({})", "jnp.tanh({})", "jnp.exp(-{})", "jnp.cos({})")
@@ -117,6 +129,42 @@ def sweep(directory: Path, make_source, sizes) -> dict:
     return out
 
 
+_FIRST_CALL = """
+import importlib.util, sys, time
+import jax, jax.numpy as jnp
+import k_transform as kt
+spec = importlib.util.spec_from_file_location("stmts", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+x = jnp.linspace(0.0, 1.0, 1024)
+start = time.perf_counter()
+gradient = kt.grad(module.f) if sys.argv[2] == "kt" else jax.jit(jax.grad(module.f))
+jax.block_until_ready(gradient(x))  # kt.grad compiles itself
+print(time.perf_counter() - start)
+"""
+
+
+def first_call(directory: Path, sizes=FIRST_CALL_SIZES) -> dict:
+    """Seconds to the first gradient, per size and side, each in a fresh process."""
+    out = {}
+    for n in sizes:
+        path = directory / f"_kt_first_call_{n}.py"
+        path.write_text("import jax.numpy as jnp\n\n\n" + straight_line_source(n))
+        row = {}
+        for side in ("kt", "jax"):
+            command = [sys.executable, "-c", _FIRST_CALL, str(path), side]
+            try:
+                done = subprocess.run(
+                    command, capture_output=True, text=True, timeout=FIRST_CALL_LIMIT_S
+                )
+                row[side] = float(done.stdout.split()[-1])
+            except subprocess.TimeoutExpired:
+                row[side] = f"over {FIRST_CALL_LIMIT_S} s"
+            print(f"  first call, {n} statements, {side}: {row[side]}", flush=True)
+        out[str(n)] = row
+    return out
+
+
 def profile(directory: Path, n: int) -> dict:
     fn = fresh(directory, straight_line_source(n))
     prof = cProfile.Profile()
@@ -140,12 +188,14 @@ def run() -> dict:
         straight = sweep(directory, straight_line_source, SIZES)
         loop = sweep(directory, loop_source, LOOP_SIZES)
         prof = profile(directory, PROFILE_SIZE)
+        first = first_call(directory)
     return {
         "benchmark": "transform_time",
         "machine": machine(),
         "straight_line": straight,
         "loop_body": loop,
         "profile_1000": prof,
+        "first_call": first,
         "wall_s": time.perf_counter() - start,
     }
 
@@ -165,6 +215,9 @@ def summary(results: dict) -> str:
                 f"| {kind} | {n} | {r['median_s'] * 1e3:.1f} | {r['ms_per_statement']:.3f} "
                 f"| {'' if exp is None else f'{exp:.2f}'} |"
             )
+    lines.append("first call of the gradient, seconds (fresh process):")
+    for n, r in results.get("first_call", {}).items():
+        lines.append(f"  {n} statements: kt {r['kt']}, JAX {r['jax']}")
     lines.append("cProfile of the 1,000-statement case, by own time:")
     lines += results["profile_1000"]["tottime"][: TOP + 10]
     lines.append(f"wall: {results['wall_s']:.1f} s")

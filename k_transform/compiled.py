@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,7 @@ from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
 from k_transform.control import policy
-from k_transform.errors import KTransformError
+from k_transform.errors import KTransformError, KTransformRuntimeError, UnboundedRecursion
 from k_transform.frontend import callables
 from k_transform.frontend.guards import guards_of, stale, stale_names
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -112,6 +113,14 @@ def _hashable(x):
 
 
 MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
+_EAGER = "eager"  # `CompiledGraph._jitted[key]`: a recursion on a traced value runs op by op
+
+# Graph nodes above which a program is compiled with XLA's classic CPU
+# emitters: its fusion emitters stall on a long fused chain (a gradient of
+# 700 straight-line statements, about 11,000 nodes: 8-11 s; 800: over two
+# minutes; 1,000: over ten), the classic ones scale linearly (1,000: 19 s)
+# and ran models as fast (bench/transform_time.py, first_call).
+LARGE_PROGRAM = 8_000
 _BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
 
 
@@ -224,20 +233,38 @@ class CompiledGraph:
         settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
         key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()), settings)
         if key not in self._jitted:
-            self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
+            self._jitted[key] = self._jit(fixed, len(args))
+        if self._jitted[key] == _EAGER:
+            return self._eager(values, rt.as_jax_inputs(args))
         for _ in range(MAX_RETRACES):
             try:
                 with retracing(retrace):
                     return self._write_back(self._run_jitted(key, values, traced))
+            except UnboundedRecursion as exc:
+                if not retrace:  # under the user's jax.jit: no concrete values to run
+                    raise exc.with_traceback(None) from None
+                self._jitted[key] = _EAGER
+                warnings.warn(_recursion_runs_eagerly(exc), stacklevel=3)
+                return self._eager(values, rt.as_jax_inputs(args))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
                     raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
                     if raised is not None:
                         raise raised from None
                     raise
-                self._jitted[key] = jax.jit(self._with_static(fixed, len(args)))
+                self._jitted[key] = self._jit(fixed, len(args))
                 self._checked.pop(key, None)
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _jit(self, fixed: dict, n: int):
+        options = None
+        if jax.default_backend() == "cpu" and self._size > LARGE_PROGRAM:
+            options = {"xla_cpu_use_fusion_emitters": False}  # see LARGE_PROGRAM
+        return jax.jit(self._with_static(fixed, n), compiler_options=options)
+
+    @functools.cached_property
+    def _size(self) -> int:
+        return sum(len(g.nodes) for g in self._compiled_graph.reachable())
 
     def _run_jitted(self, key, values, traced):
         """The jitted program's output; a program that checks a loop's bound
@@ -257,7 +284,15 @@ class CompiledGraph:
         """The generated code run op by op; gradient and jvp functions bound
         their concrete `while` loops (`runtime.bounds.bounded_loops`)."""
         with bounded_loops(self.bound_loops):
-            return self._write_back(self._compute(values, args))
+            try:
+                output = self._compute(values, args)
+            except RecursionError:
+                raise KTransformRuntimeError(
+                    f"{self.__kt_graph__.name}: a recursion did not end: Python's recursion "
+                    "limit was reached running the program op by op (an endless loop of "
+                    "calls, or deeper than Python allows: each call takes a few frames here)"
+                ) from None
+            return self._write_back(output)
 
     def _with_static(self, fixed: dict, n: int):
         """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
@@ -290,6 +325,14 @@ class CompiledGraph:
 
     def __repr__(self) -> str:
         return f"<k_transform {self.__kt_graph__.name}>"
+
+
+def _recursion_runs_eagerly(exc: UnboundedRecursion) -> str:
+    return (
+        f"the recursion in {exc.function!r} has a base case chosen by a traced condition, "
+        "which XLA cannot compile (a computation cannot call itself): this program runs "
+        "op by op, with concrete values, at each call"
+    )
 
 
 def without_aux(fn):

@@ -29,3 +29,10 @@ class KTransformIndexError(KTransformError, IndexError):
 class KTransformRuntimeError(KTransformError, RuntimeError):
     """An empty selection of inputs (`grad_position=()`): a RuntimeError
     too, as MindSpore raises."""
+
+
+class UnboundedRecursion(KTransformError, RuntimeError):
+    """A recursion whose base case a traced condition chooses, met while
+    tracing: both branches of the `if` are traced, so tracing never ends (a
+    RuntimeError too, as MindSpore raises for a recursion it cannot end).
+    k_transform's own compiled calls catch it and run op by op."""

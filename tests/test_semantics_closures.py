@@ -403,9 +403,16 @@ def traced_recursion(x):
     return _halve(x * 3.0)
 
 
-def test_regression_traced_recursion_refused_under_jit():
+def test_regression_traced_recursion_runs_op_by_op():
+    """XLA cannot compile a recursion whose base case a traced condition
+    chooses: k_transform's own compiled call runs it op by op (with a
+    warning), the user's jax.jit gets a KTransformError naming the line."""
+    with pytest.warns(UserWarning, match="'_halve'.*runs op by op"):
+        value, grad = kt.value_and_grad(traced_recursion)(X)
+    np.testing.assert_allclose(value, traced_recursion(X), rtol=1e-5)
+    np.testing.assert_allclose(grad, jax.grad(traced_recursion)(X), rtol=1e-5)
     with pytest.raises(KTransformError) as info:
-        kt.value_and_grad(traced_recursion)(X)
+        jax.jit(kt.value_and_grad(traced_recursion))(X)
     message = str(info.value)
     assert "'_halve'" in message and "line" in message and "if jnp.sum" in message
     check_eager_only(traced_recursion)

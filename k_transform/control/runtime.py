@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.control import checkpoint, policy
-from k_transform.errors import KTransformError
+from k_transform.errors import KTransformError, UnboundedRecursion
 from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
 from k_transform.runtime import stack as rs
@@ -76,12 +76,15 @@ def switch(cond, true_fn, false_fn, *args, where: str = "", host: bool = False):
     try:
         return _try_lax(lambda: _traced_switch(cond, true_fn, false_fn, args, where), refusal)
     except RecursionError:
-        raise KTransformError(
-            f"recursion in {_enclosing_def(where)!r} does not end under jax.jit: both branches "
-            "of an `if` on a traced value are traced, so a base case chosen by a traced "
-            "condition never stops the recursion; recurse on a Python int (static), write a "
-            f"loop, or run in eager mode{describe(where)}"
-        ) from None
+        name = _enclosing_def(where)
+        error = UnboundedRecursion(
+            f"recursion in {name!r} does not end under jax.jit: its base case is chosen by a "
+            "traced condition, both branches of the `if` are traced, each calling it again, "
+            "and XLA has no recursion; call it without your jax.jit (k_transform then runs "
+            f"it op by op), recurse on a Python int (static), or write a loop{describe(where)}"
+        )
+        error.function = name
+        raise error from None
 
 
 def _traced_host(construct: str, what: str, where: str) -> KTransformError:
