@@ -47,9 +47,12 @@ adds each item's gradient into the sequence's at `k` (`EachItemGrad`: a dict
 seq iterates its keys, which have none). Every reverse loop is a
 `while` that pops until the stack is empty (`WhileLoop(popping=...)`): the
 stack's capacity bounds its trips, so K of it stores that many carries (a
-`for` reversed over its trip count was tried: see `backward`). The forward
-loop is marked `records=` (the carry it pushes on), which is what lets the
-run time checkpoint it.
+`for` reversed over its trip count was tried: see `backward`); where the
+stack's count is known while tracing (a forward `lax.scan` pushed it), the
+run time runs that `while` as a reverse `lax.scan` whose xs are the stored
+items (`control.runtime._slot_scan`). The forward loop is marked
+`records=` (the carry it pushes on), which is what lets the run time
+checkpoint it.
 """
 
 from __future__ import annotations

@@ -316,6 +316,38 @@ class StackLog(_StackCall):
     rt_name = "stack_log"
 
 
+class StackPushOnce(_StackCall):
+    """`stack_push` on a stack each slot of which is pushed once (started
+    empty: the `lax.scan` model's ys): its gradient pops without zeroing the
+    slot (`stack_pop`, not `stack_pop_grad`), so that K of a loop popping it
+    may rebuild its versions from its final buffer (`runtime.stack.heavy`)."""
+
+    n_inputs = 2
+    rt_name = "stack_push"
+    name_ = "stack_push_once"
+
+
+class RowsStack(_StackCall):
+    """`rows_stack(xs, n, flip)`: a stack of the rows of `xs` (as `lax.scan` reads them)."""
+
+    n_inputs = 3
+    rt_name = "rows_stack"
+
+
+class StackRows(_StackCall):
+    """`stack_rows(stack, flip)`: the items of a stack as rows (`lax.scan`'s ys)."""
+
+    n_inputs = 2
+    rt_name = "stack_rows"
+
+
+class RowsGrad(_StackCall):
+    """`rows_grad(dout, stack, flip)`: `stack_rows`'s transpose, a gradient stack."""
+
+    n_inputs = 3
+    rt_name = "rows_grad"
+
+
 class StackPushGrad(_StackCall):
     """Pop's gradient: `d_rest` with `d_item` added at its top (`stack_push_grad`)."""
 
@@ -413,6 +445,35 @@ def bprop_stack_pop_grad(d_out, like, out, dout):
 @bprop_getters.register(StackNew)
 def get_bprop_stack_new(self):
     return no_gradient(lambda out, dout: ())
+
+
+# -- rows as stacks (the `lax.scan` model): each is the other's transpose ------------
+stack_new = StackNew()
+stack_push_once = StackPushOnce()
+rows_stack = RowsStack()
+stack_rows = StackRows()
+rows_grad = RowsGrad()
+
+
+@rule(StackPushOnce)
+def bprop_stack_push_once(stack, item, out, dout):
+    d_item_rest = stack_pop(dout, item)
+    return d_item_rest[1], d_item_rest[0]
+
+
+@rule(RowsStack)
+def bprop_rows_stack(xs, n, flip, out, dout):
+    return stack_rows(dout, flip), None, None
+
+
+@rule(StackRows)
+def bprop_stack_rows(stack, flip, out, dout):
+    return rows_grad(dout, stack, flip), None
+
+
+@rule(RowsGrad)
+def bprop_rows_grad(dout, stack, flip, out, dd):
+    return stack_rows(dd, flip), None, None
 
 
 zero_gradient(StackNonEmpty)

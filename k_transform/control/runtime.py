@@ -4,6 +4,10 @@ Control flow decides at run time: a concrete condition runs a Python `if` or
 `while`; a traced one (under `jax.jit`) runs `lax.cond` / `lax.while_loop` /
 `lax.scan`. Loops never recurse in Python, so trip counts are unbounded.
 Whether a loop with a static trip count unrolls is `k_transform.control.policy`.
+A `lax.scan` reads the stacks its iterations pop as its xs and gives those
+they push on as its ys (`_slot_scan`), as does the reverse loop of K of a
+loop whose forward loop was such a scan: the loops of a differentiated
+`lax.scan` are JAX's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
 from k_transform.runtime import stack as rs
 from k_transform.runtime.rules import getitem_grad
-from k_transform.runtime.state import assigned_in, stateful_branch, write_back
+from k_transform.runtime.state import assigned_in, forked, stateful_branch, write_back
 from k_transform.runtime.values import (
     UNDEFINED,
     any_traced,
@@ -470,6 +474,10 @@ def _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records):
                 return condition(cond_fn(*plain.full(cr, rs.PyStack()), *inv), "while", where)
 
             return plain.run(running, carry, where, grads)
+    if popping is not None and records is None:
+        out = _popping_scan(step, carry, popping, grads, where)
+        if out is not None:
+            return out
     trips = rs.capacity(carry[popping]) if popping is not None else None
     carry = settle_carry(step, carry, where, trips, grads)
     out = lax.while_loop(
@@ -479,6 +487,201 @@ def _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records):
     )
     rs.check_stacks(out, where, popping)
     return out
+
+
+def _popping_scan(step, carry, k, grads, where):
+    """A loop popping stack `carry[k]` until it is empty (the reverse loop
+    of K of a loop) as a reverse `lax.scan` (`_slot_scan`), where the count
+    is known while tracing (a forward `lax.scan` left it); else None."""
+    known = getattr(carry[k], "known", None)
+    if not known:
+        return None
+    return _slot_scan(lambda head, cr: step(cr), carry, None, known, where, grads, reverse=True)
+
+
+# -- a lax.scan reading and writing stacks by slots ----------------------------------
+def _slot_scan(step, carry, heads, trips, where, grads, reverse=False):
+    """`trips` iterations of `step(head, carry)` (heads: the rows of `heads`,
+    or None) as one `lax.scan` whose xs are the items of the stacks in the
+    carry that each iteration pops (`sources`: buffers of a count known
+    while tracing) and whose ys are the items (and memos) of those it pushes
+    on (`sinks`: empty at the start), as JAX's scan takes residuals and
+    cotangents and gives stacked outputs; the other carries (`plain`) are
+    carried. `reverse`: iterations run from the last row of `heads` to the
+    first. None where a carry holding stacks is plain (a loop of a
+    derivative of a derivative), or an iteration does not pop or push each
+    of them exactly once (`rs.NotOneSlot`): then the stacks are carried."""
+    kinds = _slot_kinds(step, carry, heads, trips)
+    if kinds is None:
+        return None
+    plain_at = [j for j, kind in enumerate(kinds) if kind is None]
+    q_rows = jnp.arange(trips, dtype=jnp.int32)
+    q_rows = q_rows[::-1] if reverse else q_rows
+    src = {
+        j: _source_rows(carry[j], trips, reverse) for j, kind in enumerate(kinds) if kind == "in"
+    }
+    forms, zeroed, added = {}, {}, {}
+
+    def views(q, rows):
+        out = list(carry)
+        for j, kind in enumerate(kinds):
+            if kind == "in":
+                item, memo = rows[j]
+                s = carry[j]
+                bprop = None if memo is None else s.memo.form.bprop(memo)
+                out[j] = rs.SlotIn(item, s.known - q, bprop)
+            elif kind == "out":
+                out[j] = rs.SlotOut(None, q)  # (a sink starts empty)
+        return out
+
+    def run(head, plain, q, rows):
+        full = views(q, rows)
+        for j, value in zip(plain_at, plain, strict=True):
+            full[j] = value
+        return tuple(step(head, tuple(full)))
+
+    def plain_of(out):
+        return tuple(out[j] for j in plain_at)
+
+    first = (_row(heads, 0, reverse, trips), jnp.int32(0), {j: _first(r) for j, r in src.items()})
+
+    def settled():
+        step0 = lambda p: plain_of(run(*first[:1], p, *first[1:]))  # noqa: E731
+        return settle_carry(step0, plain_of(carry), where, trips, grads)
+
+    def body(p, xs):
+        head, q, rows = xs
+        out = run(head, p, q, rows)
+        ys = {}
+        for j, kind in enumerate(kinds):
+            o = out[j]
+            if kind == "in":
+                if not (isinstance(o, rs.SlotIn) and o.popped):
+                    raise rs.NotOneSlot("not popped")
+                zeroed[j] = o.zeroed
+            elif kind == "out":
+                if not (isinstance(o, rs.SlotOut) and o.pushed):
+                    raise rs.NotOneSlot("not pushed")
+                forms[j], added[j] = [], o.added
+                item = o.item
+                if isinstance(carry[j], rs.BufStack):  # its slots' layout
+                    if o.memo is not None:
+                        raise rs.NotOneSlot("a memo pushed on a buffer")
+                    item = fit(item, rs.slot_shapes(carry[j].buf))
+                ys[j] = (item, rs.memo_arrays(o.memo, q, forms[j]) if o.memo else None)
+        return like_carry(plain_of(out), p, grads), ys
+
+    try:
+        xs = (heads, q_rows, src)
+        final, ys = lax.scan(body, settled(), xs, length=trips, reverse=reverse)
+    except rs.NotOneSlot:
+        return None
+    out = list(carry)
+    for j, value in zip(plain_at, final, strict=True):
+        out[j] = value
+    for j, kind in enumerate(kinds):
+        if kind == "in":
+            out[j] = _source_left(carry[j], trips, zeroed[j])
+        elif kind == "out":
+            items, made = ys[j]
+            if reverse:  # slot k holds what the k-th iteration run pushed
+                items, made = jax.tree_util.tree_map(lambda y: y[::-1], (items, made))
+            out[j] = _sink_filled(carry[j], items, made, forms[j], trips, added.get(j))
+    return tuple(out)
+
+
+def _sink_filled(s, items, made, forms, trips, added):
+    """A sink after the scan: `items` pushed in slot order (on a buffer:
+    written into its slots from its count, or `added` into them)."""
+    if not isinstance(s, rs.BufStack):
+        memo = rs.Memos(made, forms[0]) if forms else None
+        return rs.BufStack(items, jnp.asarray(trips, jnp.int32), memo, known=trips)
+    if s.buf is None:
+        return rs.BufStack(None, jnp.asarray(trips, jnp.int32), known=trips)
+
+    def write(b, rows):
+        rows = jnp.asarray(rows, b.dtype)
+        if added and jnp.issubdtype(b.dtype, jnp.inexact):
+            rows = rows + b[:trips]
+        return lax.dynamic_update_slice_in_dim(b, rows, 0, 0)
+
+    buf = jax.tree_util.tree_map(write, s.buf, fit(items, rs.slot_shapes(s.buf)))
+    return rs.BufStack(buf, jnp.asarray(trips, jnp.int32), known=trips)
+
+
+def _slot_kinds(step, carry, heads, trips) -> list | None:
+    """Per carry: "in" (a source), "out" (a sink), None (plain); None where
+    a plain carry holds a stack, or a source has fewer than `trips` items.
+    A None carry (a zero gradient) whose iteration gives a stack is a sink."""
+    kinds = []
+    for c in carry:
+        if isinstance(c, rs.BufStack) and c.known is not None and not _holds_stack(c.buf):
+            room = rs.capacity(c)
+            if c.known >= trips:
+                kinds.append("in")
+            elif not c.known and c.memo is None and (room is None or room >= trips):
+                kinds.append("out")  # an empty buffer (a zero gradient of a stack)
+            else:
+                kinds.append("bad")
+        elif isinstance(c, rs.PyStack) and not c.size:
+            kinds.append("out")
+        else:
+            kinds.append(None)
+    if any(c is None for c in carry) and "bad" not in kinds:
+        try:
+            with forked():
+                out = jax.eval_shape(lambda cr: step(_row(heads, 0, False, trips), cr), carry)
+        except Exception:  # noqa: BLE001 -- the carried loop reports what went wrong
+            return None
+        kinds = [
+            "out" if c is None and rs.is_stack(o) else k
+            for c, o, k in zip(carry, out, kinds, strict=True)
+        ]
+    if "bad" in kinds or "in" not in kinds and "out" not in kinds:
+        return None
+    if any(k is None and rs.has_stacks(c) for c, k in zip(carry, kinds, strict=True)):
+        return None
+    return kinds
+
+
+def _holds_stack(tree) -> bool:
+    return rs.has_stacks(tree) or any(
+        rs.is_stack(x) for x in jax.tree_util.tree_leaves(tree, is_leaf=rs.is_stack)
+    )
+
+
+def _row(heads, k, reverse, trips):
+    if heads is None:
+        return None
+    k = trips - 1 - k if reverse else k
+    return jax.tree_util.tree_map(lambda x: x[k], heads)
+
+
+def _first(rows):
+    return jax.tree_util.tree_map(lambda x: x[0], rows)
+
+
+def _source_rows(s, trips, reverse):
+    """The items (and memo arrays) a source gives, in the order of the scan's
+    rows: iteration q pops slot `known - 1 - q`."""
+    lo, hi = s.known - trips, s.known
+    rows = jax.tree_util.tree_map(lambda b: b[lo:hi], s.buf)
+    made = None if s.memo is None else [m[lo:hi] for m in s.memo.made]
+    if not reverse:  # the first row, iteration 0, pops the top
+        rows, made = jax.tree_util.tree_map(lambda x: x[::-1], (rows, made))
+    return rows, made
+
+
+def _source_left(s, trips, zeroed):
+    """The source after the scan: `trips` fewer items; a gradient stack
+    (`zeroed`: popped by `stack_pop_grad`) has their slots zeroed."""
+    lo = s.known - trips
+    buf = s.buf
+    if zeroed:
+        buf = jax.tree_util.tree_map(
+            lambda b: b.at[lo : s.known].set(jnp.zeros_like(b[lo : s.known])), buf
+        )
+    return rs.BufStack(buf, jnp.asarray(lo, jnp.int32), s.memo, known=lo)
 
 
 def for_range(
@@ -527,6 +730,9 @@ def _lax_for(plain, indices, carry, inv, where, grads):
     if plain.checkpoints() and slots is not None and len(indices) > slots:
         running = lambda i, cr: i < len(indices)  # noqa: E731
         return plain.run(running, carry, where, grads, lambda i: xs[i], slots)
+    out = _slot_scan(plain.run_full, carry, xs, len(indices), where, grads)
+    if out is not None:
+        return out
     if plain.emits():
         return plain.scan(xs, where, grads)
     return _scan(lambda i, cr: plain.run_full(i, cr), xs, carry, where, grads)
@@ -619,7 +825,7 @@ class _Recording:
         final, (items, made) = lax.scan(body, base, xs)
         rs.check_stacks(final, where)
         memo = rs.Memos(made, forms[0]) if forms else None
-        return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32), memo))
+        return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32), memo, known=n))
 
     def run(self, running, carry, where, grads, head=lambda i: None, slots=None):
         base = settle_carry(lambda cr: self.step(head(0), cr), self.carry, where, None, grads)
@@ -680,6 +886,9 @@ def for_each(
     def under_lax():
         if not any_traced((seq, carry, inv)) or policy.unrolls(plain.step, seq, plain.carry):
             return None
+        out = _slot_scan(run, carry, seq, seq.shape[0], where, grads)
+        if out is not None:
+            return out
         if plain.emits():
             return plain.scan(seq, where, grads)
         return _scan(run, seq, carry, where, grads)

@@ -12,9 +12,15 @@ with the same meaning, written with our own control flow (`for`, `while`,
 from our loop and branch rules, and a traced `lax.while_loop` gets a
 reverse-mode gradient (JAX refuses one).
 
-- `scan(f, init, xs, length, reverse)`: the first step is peeled to learn the
-  shape of `ys`; the rest is a `for` over the remaining rows, writing row `i`
-  of every leaf of `ys` (`k_transform.ops.trees`).
+- `scan(f, init, xs, length, reverse)`: a `for` over the trip count that pops
+  each step's `x` from a stack of xs's rows and pushes its `y` on a stack
+  of ys (`control.prims`: `rows_stack`, `stack_push_once`, `stack_rows`).
+  Under `lax` the run time reads such stacks' items as a `lax.scan`'s xs
+  and gives them as its ys (`control.runtime._slot_scan`), in the forward
+  loop and in the reverse one (the cotangents of ys arrive as a stack it
+  pops, those of xs leave as one it pushes): JAX's own scan, no buffer
+  carried, at every order (a derivative of a derivative carries them).
+  `lax.map(f, xs)`: the same loop without a carry.
 - `while_loop`, `fori_loop`: the loop they name. A traced `fori_loop` index
   is an int32 array in JAX and a Python int here where the bounds are static.
 - `cond(pred, t, f, *operands)`, `switch(index, branches, *operands)`:
@@ -44,28 +50,31 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.context import TRANSFORM
+from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.ops import trees
 
 
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
     n = trees.scan_length(xs, length)
-    first = n - 1 if reverse else 0
-    carry, y = f(init, trees.tree_index(xs, first))
-    ys = trees.tree_stack_at(y, n, first)
-    for k in range(1, n):
-        i = n - 1 - k if reverse else k
-        carry, row = f(carry, trees.tree_index(xs, i))  # `row`, not `y`: not carried
-        ys = trees.tree_set(ys, i, row)
-    return carry, ys
+    rows = control.rows_stack(xs, n, not reverse)
+    ys = control.stack_new()
+    carry = init
+    for _ in range(n):
+        x, rows = control.stack_pop(rows, None)
+        carry, y = f(carry, x)
+        ys = control.stack_push_once(ys, y)
+    return carry, control.stack_rows(ys, reverse)
 
 
 def lax_map(f, xs, batch_size=None):
     n = trees.scan_length(xs, None)
-    ys = trees.tree_stack_at(f(trees.tree_index(xs, 0)), n, 0)
-    for i in range(1, n):
-        ys = trees.tree_set(ys, i, f(trees.tree_index(xs, i)))
-    return ys
+    rows = control.rows_stack(xs, n, True)
+    ys = control.stack_new()
+    for _ in range(n):
+        x, rows = control.stack_pop(rows, None)
+        ys = control.stack_push_once(ys, f(x))
+    return control.stack_rows(ys, False)
 
 
 def while_loop(cond_fun, body_fun, init_val):

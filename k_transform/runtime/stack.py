@@ -16,6 +16,11 @@ value: `stack_push` and `stack_pop` return new stacks. Representations:
   then raise that loop's bound and retrace.
 - `Checkpoints`, what a recording loop that kept online checkpoints leaves
   (under a user's jit): its reverse loop recomputes instead of popping.
+- `SlotIn`, `SlotOut`: inside one iteration of a `lax.scan` that reads a
+  stack's items as its xs or writes them as its ys (`control.runtime`), the
+  stack as that iteration sees it: one item to pop, or one slot to push
+  (JAX's scan takes its residuals and cotangents so, where a carried
+  buffer costs a dynamic slice or update per item and iteration).
 
 The gradient of a `BufStack` is the gradient of its buffer, with the primal's
 count (so positions line up): push's rule pops the output gradient and zeroes
@@ -85,24 +90,31 @@ class PyStack(GradValue):
 class BufStack(GradValue):
     """`n` items in `buf`, a tree of arrays with a leading axis of `cap` slots;
     `memo`: the bprops of the iterations that pushed them (`Memos`: a
-    `lax.scan` keeps them at first order), or None. A gradient has none."""
+    `lax.scan` keeps them at first order), or None. A gradient has none.
+    `known`: `n` as a Python int where the loop that pushed the items knew
+    it while tracing (a `lax.scan`'s trip count), else None; not part of the
+    value (pytrees drop it, as every stack made from this one does), so a
+    reverse loop reading it can pop by a `lax.scan` (`control.runtime`)."""
 
-    __slots__ = ("buf", "n", "memo")
+    __slots__ = ("buf", "n", "memo", "known")
 
-    def __init__(self, buf, n, memo=None):
-        self.buf, self.n, self.memo = buf, n, memo
+    def __init__(self, buf, n, memo=None, known=None):
+        self.buf, self.n, self.memo, self.known = buf, n, memo, known
 
     def add_grad(self, other):
         return add_stacks(self, other, add_grad)
 
     def zeros_like(self):
-        return BufStack(jax.tree_util.tree_map(jnp.zeros_like, self.buf), self.n)
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, self.buf)
+        return BufStack(zeros, self.n, known=self.known)
 
     def fit_value(self, value):
         if not isinstance(value, BufStack):
             value = BufStack(None, None)
         memo = None if self.memo is None else fit(value.memo, self.memo)
-        return BufStack(fit(value.buf, self.buf), fit(value.n, self.n), memo)
+        n = fit(value.n, self.n)
+        known = value.known if n is value.n else None
+        return BufStack(fit(value.buf, self.buf), n, memo, known)
 
 
 class Memos:
@@ -187,8 +199,66 @@ class Checkpoints:
         self.final, self.below = final, below
 
 
+class NotOneSlot(Exception):
+    """An iteration used a `SlotIn`/`SlotOut` otherwise than by popping or
+    pushing one item: the scan reading them gives way to one carrying the stack."""
+
+
+class SlotIn(GradValue):
+    """A stack of `n` items whose top `item` (and its `memo`, a bprop) one
+    iteration pops (`popped`: it did, `zeroed`: by `stack_pop_grad`, which
+    zeroes the slot of a gradient stack)."""
+
+    __slots__ = ("item", "n", "memo", "popped", "zeroed")
+    __kt_parts__ = False  # a memo holding it stays in its iteration (`residuals.Opaque`)
+
+    def __init__(self, item, n, memo=None, popped=False, zeroed=False):
+        self.item, self.n, self.memo, self.popped, self.zeroed = item, n, memo, popped, zeroed
+
+    def pop(self, zeroed: bool):
+        if self.popped:
+            raise NotOneSlot("popped twice")
+        return self.item, SlotIn(None, self.n - 1, None, True, zeroed)
+
+    def add_grad(self, other):
+        raise NotOneSlot("a gradient added")
+
+    def zeros_like(self):
+        raise NotOneSlot("zeros of a slot")
+
+    def fit_value(self, value):
+        raise NotOneSlot("a slot fitted")
+
+
+class SlotOut(GradValue):
+    """A stack of `n` items that one iteration pushes `item` on (with `memo`;
+    `added`: by `stack_push_grad`, which adds it into a gradient's slot)."""
+
+    __slots__ = ("item", "n", "memo", "pushed", "added")
+    __kt_parts__ = False
+
+    def __init__(self, item, n, memo=None, pushed=False, added=False):
+        self.item, self.n, self.memo, self.pushed, self.added = item, n, memo, pushed, added
+
+    def push(self, item, memo=None, added=False):
+        if self.pushed:
+            raise NotOneSlot("pushed twice")
+        return SlotOut(item, self.n + 1, memo, True, added)
+
+    add_grad, zeros_like, fit_value = SlotIn.add_grad, SlotIn.zeros_like, SlotIn.fit_value
+
+
+SLOTS = (SlotIn, SlotOut)
+for _slot in SLOTS:
+    jax.tree_util.register_pytree_node(
+        _slot,
+        lambda v: ((v.item, v.n, v.memo), (type(v), *(getattr(v, f) for f in v.__slots__[3:]))),
+        lambda aux, kids: aux[0](*kids, *aux[1:]),
+    )
+
+
 def is_stack(x) -> bool:
-    return isinstance(x, (PyStack, BufStack, Checkpoints))
+    return isinstance(x, (PyStack, BufStack, Checkpoints, *SLOTS))
 
 
 # -- primitives' implementations ----------------------------------------------------
@@ -199,7 +269,7 @@ def stack_new():
 def stack_nonempty(s):
     if isinstance(s, Checkpoints):
         return (s.n > 0) | stack_nonempty(s.below)
-    return s.n > 0 if isinstance(s, BufStack) else s.size > 0
+    return s.n > 0 if isinstance(s, (BufStack, *SLOTS)) else s.size > 0
 
 
 def stack_push(s, item, memo=None):
@@ -212,6 +282,10 @@ def stack_push(s, item, memo=None):
             lambda b, v: b.at[s.n].set(jnp.asarray(v, b.dtype), mode="drop"), s.buf, item
         )
         return BufStack(buf, s.n + 1)
+    if isinstance(s, SlotOut):
+        return s.push(item, memo)
+    if isinstance(s, SlotIn):
+        raise NotOneSlot("pushed on a stack it pops")
     if s is None:  # a zero gradient stack
         return PyStack(item, None, 1)
     return PyStack(item, s, s.size + 1, memo, host_log.current())
@@ -220,10 +294,12 @@ def stack_push(s, item, memo=None):
 def stack_has_memo(s) -> bool:
     """Whether the top of `s` has a memo (a Python bool: a Python loop, or a
     scan at first order, pushed it)."""
-    return isinstance(s, (PyStack, BufStack)) and s.memo is not None
+    return isinstance(s, (PyStack, BufStack, SlotIn)) and s.memo is not None
 
 
 def stack_memo(s):
+    if isinstance(s, SlotOut):
+        raise NotOneSlot("a memo read from a stack it pushes")
     if isinstance(s, BufStack):
         at = jnp.maximum(s.n - 1, 0)
         made = [lax.dynamic_index_in_dim(b, at, 0, False) for b in s.memo.made]
@@ -243,6 +319,10 @@ def stack_pop(s, like=None):
         at = jnp.maximum(k, 0)
         item = jax.tree_util.tree_map(lambda b: lax.dynamic_index_in_dim(b, at, 0, False), s.buf)
         return item, BufStack(s.buf, k, s.memo)
+    if isinstance(s, SlotIn):
+        return s.pop(zeroed=False)
+    if isinstance(s, SlotOut):
+        raise NotOneSlot("popped from a stack it pushes")
     if s is None:
         return zeros_like_value(like), None
     if s.size == 0:
@@ -258,6 +338,8 @@ def stack_pop(s, like=None):
 # gradient is a cons list like its primal: the same push and pop.
 def stack_push_grad(d_rest, d_item):
     """The gradient of a stack that `stack_pop` split into `(d_item, d_rest)`."""
+    if isinstance(d_rest, SlotOut):
+        return d_rest.push(d_item, added=True)
     if not isinstance(d_rest, BufStack):
         return stack_push(d_rest, d_item)
     d_item = fit(d_item, jax.tree_util.tree_map(_slot_shape, d_rest.buf))
@@ -274,6 +356,8 @@ def _add_at(b, k, v):
 
 def stack_pop_grad(d_out, like=None):
     """`(d_item, d_stack)` from the gradient of `stack_push(stack, item)`."""
+    if isinstance(d_out, SlotIn):
+        return d_out.pop(zeroed=True)
     if not isinstance(d_out, BufStack):
         return stack_pop(d_out, like)
     item, rest = stack_pop(d_out)
@@ -282,6 +366,43 @@ def stack_pop_grad(d_out, like=None):
         lambda b: lax.dynamic_update_index_in_dim(b, jnp.zeros_like(b[0]), at, 0), rest.buf
     )
     return item, BufStack(buf, rest.n)
+
+
+# -- rows of arrays as stacks: how the `lax.scan` model reads xs and gives ys ---------
+def rows_stack(xs, n, flip):
+    """A stack of the `n` rows of the leaves of `xs` (None: `n` None items),
+    the last row on top, or (`flip`) the first: the order `lax.scan` reads
+    them in. Its count is `known` (`control.runtime` reads it as xs)."""
+    if xs is None:
+        n = int(n)
+    else:
+        n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+        xs = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[::-1] if flip else x, xs)
+    return BufStack(xs, jnp.asarray(n, jnp.int32), known=n)
+
+
+def stack_rows(s, flip):
+    """The items of stack `s`, each leaf's rows stacked, the first pushed
+    first, or (`flip`) last; None for a zero (None) gradient stack.
+    `rows_stack` undoes it, and each is the other's transpose."""
+    if s is None:
+        return None
+    if isinstance(s, PyStack):
+        items = s.items()
+        if not items:
+            raise KTransformError("lax.scan of length 0 is not supported by k_transform")
+        rows = jax.tree_util.tree_map(lambda *r: jnp.stack(r), *items)
+    elif isinstance(s, BufStack):  # (a buffer a loop carried is full)
+        n = s.known if s.known is not None else capacity(s)
+        rows = jax.tree_util.tree_map(lambda b: b[:n], s.buf)
+    else:
+        raise KTransformError(f"internal: rows of a {type(s).__name__}")
+    return jax.tree_util.tree_map(lambda r: r[::-1], rows) if flip else rows
+
+
+def rows_grad(dout, s, flip):
+    """The gradient of `s` from the gradient `dout` of `stack_rows(s, flip)`."""
+    return None if dout is None else rows_stack(dout, None, flip)
 
 
 def capacity(s) -> int | None:
@@ -294,8 +415,15 @@ def _slot_shape(b):
     return jax.ShapeDtypeStruct(b.shape[1:], b.dtype)
 
 
+def slot_shapes(buf):
+    """The shape of one item of a buffer `buf` (a tree of arrays)."""
+    return jax.tree_util.tree_map(_slot_shape, buf)
+
+
 # -- gradients of stacks ------------------------------------------------------
 def add_stacks(a, b, add):
+    if isinstance(a, SLOTS) or isinstance(b, SLOTS):
+        raise NotOneSlot("a gradient added")
     if isinstance(a, BufStack) and isinstance(b, BufStack):
         return BufStack(add(a.buf, b.buf), jnp.maximum(a.n, b.n))
     if not (isinstance(a, PyStack) and isinstance(b, PyStack)):
@@ -350,15 +478,15 @@ def check_stacks(carry, where: str, popped=None) -> None:
     (not carry `popped`, which the loop only pops: a check would put a host
     callback in every reverse loop, 0.06 ms a call on a 32-step RNN)."""
     for k, c in enumerate(carry):
-        if isinstance(c, BufStack) and k != popped:
-            cap = jax.tree_util.tree_leaves(c.buf)[0].shape[0]
+        cap = capacity(c) if k != popped else None
+        if cap is not None:  # (a stack of None items has no buffer to overflow)
             report_overflow(c.n, cap, where)
 
 
 # -- storing a loop's carries per iteration -----------------------------------------
 def has_stacks(tree) -> bool:
     """Whether `tree` (a loop's carry) holds a stack."""
-    if isinstance(tree, (BufStack, PyStack, Checkpoints)):
+    if is_stack(tree):
         return True
     if isinstance(tree, (tuple, list)):
         return any(has_stacks(t) for t in tree)
@@ -369,7 +497,7 @@ def has_stacks(tree) -> bool:
 
 def light(tree):
     """`tree` with each BufStack replaced by its count (see the module docstring)."""
-    if isinstance(tree, BufStack):
+    if isinstance(tree, (BufStack, *SLOTS)):
         return tree.n
     if isinstance(tree, (tuple, list)):
         return rebuild(tree, [light(t) for t in tree])
@@ -399,7 +527,7 @@ def light_grad(dout, x):
     a gradient of `x`: None where `x` holds a BufStack (a count has none)."""
     if not has_stacks(x):
         return dout
-    if dout is None or isinstance(x, BufStack):
+    if dout is None or isinstance(x, (BufStack, *SLOTS)):
         return None
     if isinstance(x, PyStack) and not is_stack(dout):  # stored as a count (see `_in_layout`)
         return None

@@ -1,0 +1,135 @@
+"""A differentiated `lax.scan` that stays a `lax.scan` (12 steps, the unroll
+budget 0: `scan_loops`): its Python model reads xs from a stack of rows and
+pushes ys on one, and the run time's scans take those stacks' items as xs
+and give them as ys (`control.runtime._slot_scan`), as does the reverse
+loop popping what the forward one stored. Oracle: `jax.grad` / `jax.jvp`
+of the same program in float64 (JAX differentiates `lax.scan` itself).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import k_transform as kt
+
+pytestmark = pytest.mark.usefixtures("x64", "scan_loops")
+
+RNG = np.random.default_rng(20)
+X = RNG.uniform(-0.8, 0.8, (12, 3))
+V = RNG.normal(size=(12, 3))
+
+
+def close(a, b, tol=1e-9):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+def rnn(x):
+    w = jnp.tanh(x[0])  # a closure over a value that depends on x
+
+    def step(h, xt):
+        h = jnp.tanh(h * w + xt)
+        return h, jnp.sum(h * h)
+
+    h, ys = lax.scan(step, jnp.zeros(3), x)
+    return jnp.sum(h) + jnp.sum(ys * jnp.arange(1.0, 13.0))
+
+
+def reverse_pytrees(x):
+    def step(carry, item):
+        a, b = carry
+        a = a * jnp.cos(item["row"]) + item["scale"]
+        b = b + jnp.sin(a)
+        return (a, b), {"a": a, "sums": (jnp.sum(b), b[0] * a[1])}
+
+    (a, b), ys = lax.scan(step, (x[0], 0.5 * x[1]), {"row": x, "scale": x[:, 0]}, reverse=True)
+    return jnp.sum(a * b) + jnp.sum(ys["a"] ** 2) + jnp.sum(ys["sums"][0] * ys["sums"][1])
+
+
+def length_only(x):
+    def step(c, _):
+        c = c * jnp.sin(c) + 0.1
+        return c, c[1] * c
+
+    c, ys = lax.scan(step, x[1], None, length=12)
+    return jnp.sum(c) + jnp.sum(jnp.cos(ys))
+
+
+def unrolled(x):
+    def step(c, xt):
+        return jnp.sin(c) * xt + c, (c, xt * c)
+
+    c, (cs, ps) = lax.scan(step, x[0], x, unroll=3)
+    return jnp.sum(c) + jnp.sum(cs[::2] ** 2) + jnp.sum(ps)
+
+
+def no_ys(x):
+    c, ys = lax.scan(lambda c, xt: (c * jnp.cos(xt) + xt, None), x[2], x)
+    assert ys is None
+    return jnp.sum(c**2)
+
+
+def map_rows(x):
+    w = jnp.sin(x[1])
+    return jnp.sum(lax.map(lambda r: (jnp.tanh(r * w), jnp.sum(r)), x)[0] ** 2)
+
+
+PROGRAMS = [rnn, reverse_pytrees, length_only, unrolled, no_ys, map_rows]
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_grad(f):
+    close(kt.grad(f)(X), jax.grad(f)(X))
+
+
+@pytest.mark.parametrize("f", [rnn, reverse_pytrees], ids=lambda f: f.__name__)
+def test_grad_eager(f):
+    """Run op by op, the model's stacks are Python's (a cons list of ys)."""
+    kt.set_mode("eager")
+    try:
+        close(kt.grad(f)(X), jax.grad(f)(X))
+    finally:
+        kt.set_mode("graph")
+
+
+@pytest.mark.parametrize("f", [rnn, reverse_pytrees, length_only])
+def test_jvp_and_second_order(f):
+    out, tangent = kt.jvp(f, X, V)
+    want_out, want_tangent = jax.jvp(f, (X,), (V,))
+    close(out, want_out)
+    close(tangent, want_tangent)
+
+    def hvp(x):
+        return jnp.sum(kt.grad(f)(x) * V)
+
+    close(kt.grad(hvp)(X), jax.grad(lambda x: jnp.sum(jax.grad(f)(x) * V))(X), 1e-7)
+
+
+def test_outputs_are_scan_outputs():
+    """The gradient of the RNN is two `lax.scan`s and no `while`: ys leave the
+    forward scan as its outputs, and the reverse scan takes the ys'
+    cotangents and the stored residuals as its xs and gives the xs'
+    cotangents as its outputs (no buffer carried, as `jax.grad` has it)."""
+    jaxpr = jax.make_jaxpr(jax.jit(kt.grad(rnn)))(X)
+    scans, whiles = [], []
+
+    def walk(j):
+        for eqn in j.eqns:
+            if eqn.primitive.name == "scan":
+                scans.append(eqn)
+            whiles.extend([eqn] if eqn.primitive.name == "while" else [])
+            for param in eqn.params.values():
+                for sub in param if isinstance(param, (tuple, list)) else (param,):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jaxpr.jaxpr)
+    assert not whiles
+    assert sorted(e.params["reverse"] for e in scans) == [False, True]
+    for e in scans:  # only the recurrent state is carried
+        carried = e.params["jaxpr"].jaxpr.invars[e.params["num_consts"] :][: e.params["num_carry"]]
+        assert all(v.aval.shape in ((), (3,)) for v in carried), carried
