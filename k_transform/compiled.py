@@ -50,6 +50,7 @@ from k_transform.ops.state import Assign
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
     bounded_loops,
+    bounds_version,
     checks_traced,
     for_checkpoints,
     retracing,
@@ -230,8 +231,9 @@ class CompiledGraph:
         # What tracing depends on beyond the arguments: the retrace mode, the
         # loop settings and whether checkpointed loops report their recompute
         # (a program is shared by gradient objects).
+        statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items())
         settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
-        key = (len(args), tuple((k, type(v), _hashable(v)) for k, v in fixed.items()), settings)
+        key = (len(args), statics, settings, bounds_version())
         if key not in self._jitted:
             self._jitted[key] = self._jit(fixed, len(args))
         if self._jitted[key] == _EAGER:
@@ -252,8 +254,8 @@ class CompiledGraph:
                     if raised is not None:
                         raise raised from None
                     raise
+                key = (len(args), statics, settings, bounds_version())  # the bound grown
                 self._jitted[key] = self._jit(fixed, len(args))
-                self._checked.pop(key, None)
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
 
     def _jit(self, fixed: dict, n: int):

@@ -10,6 +10,8 @@ by JAX (storing every carry), a Python loop run eagerly, or a closed form.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -209,3 +211,36 @@ def test_user_jit_of_grad_of_a_for_over_a_traced_range(trips):
         (w, s) for w, s in bounds.recompute_stats.items() if w.endswith(f":{line}")
     ]
     assert n == trips and (recomputed > 0) == (trips > bounds.checkpoint_slots(where, x.nbytes))
+
+
+def _grow_to_100(x):
+    while jnp.sum(x) < 100.0:
+        x = x * 1.5 + 0.1
+    return jnp.sum(x * x)
+
+
+def test_set_loop_bound_reaches_a_function_already_transformed():
+    """Gradient objects of one function share one program: a bound set after
+    its first trace was ignored by every later `jax.jit(kt.grad(f))` (its
+    checkpoints kept the old count: the advice of the loop-bound error did
+    nothing). The checkpoint buffer's rows follow the bound; the gradient
+    is `jax.grad`'s of the same loop
+    as a `fori_loop` of its trip count."""
+    x = jnp.ones(3)
+    rows = lambda: {  # noqa: E731 -- the row counts of (rows, 3) buffers in the jaxpr
+        int(n) for n in re.findall(r"f32\[(\d+),3\]", str(jax.make_jaxpr(kt.grad(_grow_to_100))(x)))
+    }
+    old = bounds.DEFAULT_LOOP_BOUND
+    before = rows()
+    try:
+        kt.set_loop_bound(48)
+        after = rows()
+        got = jax.jit(kt.grad(_grow_to_100))(x)
+    finally:
+        kt.set_loop_bound(old)
+    assert max(before) > max(after) >= 48
+    trips = 9  # each element: x_k = 1.5 x_{k-1} + 0.1 from 1; 3 x_k >= 100 first at k = 9
+    want = jax.grad(
+        lambda v: jnp.sum(jax.lax.fori_loop(0, trips, lambda i, c: c * 1.5 + 0.1, v) ** 2)
+    )(x)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

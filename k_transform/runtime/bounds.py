@@ -75,9 +75,18 @@ def checkpoint_slots(where: str, carry_bytes: int) -> int:
     return max(2, slots + slots % 2)
 
 
+_settings = {"version": 0}  # counts set_loop_bound calls: programs traced before retrace
+
+
+def bounds_version() -> int:
+    """Changes whenever a loop bound is set: a compiled program keys its trace on it."""
+    return _settings["version"]
+
+
 def set_loop_bound(bound: int, where: str | None = None) -> None:
     """Slots stored for the gradient of traced `while` loops (all, or one `file:line`)."""
     global DEFAULT_LOOP_BOUND
+    _settings["version"] += 1
     if where is None:
         DEFAULT_LOOP_BOUND = int(bound)
     else:
