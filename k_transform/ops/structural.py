@@ -105,6 +105,19 @@ class AddGrad(RuntimeCall):
         super().__init__("add_grad")
 
 
+class RestrictGrad(RuntimeCall):
+    """The part of a sum's gradient an operand contributed (`AddGrad`'s rule)."""
+
+    n_inputs = 2
+    rt_name = "restrict_grad"
+
+    def __init__(self):
+        super().__init__("restrict_grad")
+
+
+restrict_grad = RestrictGrad()
+
+
 class ParamKey(str):
     """The env key of a `kt.Parameter` (its name and a process-unique id).
 
@@ -288,7 +301,12 @@ def bprop_stop_gradient(x, out, dout):
 
 @rule(AddGrad)
 def bprop_add_grad(a, b, out, dout):
-    return dout, dout
+    return restrict_grad(dout, a), restrict_grad(dout, b)
+
+
+@rule(RestrictGrad)
+def bprop_restrict_grad(grad, like, out, dout):
+    return dout, None  # keys `like` lacks are zeros of `grad`'s: dout fits it as it is
 
 
 # -- the DFunctor's own primitives, so K-graphs differentiate again ----------

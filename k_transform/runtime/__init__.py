@@ -116,6 +116,7 @@ from k_transform.runtime.values import (  # noqa: F401
     pytree_node,
     rebuild,
     replace_fields,
+    restrict_grad,
     split_aux,
     zeros_like_value,
 )

@@ -272,6 +272,25 @@ def add_grad(a, b):
     return a + b
 
 
+def restrict_grad(grad, like):
+    """The part of `grad` (a gradient of `add_grad(a, b)`'s output) that the
+    operand `like` (a or b) contributed to: an env keeps only `like`'s keys,
+    None and UNDEFINED get None, tuples go item by item, an array passes.
+    Exact, not a pruning: an entry `like` lacks never depended on it. Without
+    it, a gradient of the env of a sum of envs carried every key of the sum
+    into each operand, and at second order the env of each bprop closure
+    held those of all the calls before it (nested at every level)."""
+    if like is None or like is UNDEFINED or grad is None:
+        return None
+    if isinstance(like, dict):
+        if not isinstance(grad, dict):
+            return grad
+        return {k: restrict_grad(grad[k], v) for k, v in like.items() if k in grad}
+    if type(like) in (tuple, list) and type(grad) is type(like) and len(grad) == len(like):
+        return type(grad)(restrict_grad(g, v) for g, v in zip(grad, like, strict=True))
+    return grad
+
+
 def aux_sens(out, first):
     """The sensitivity of a `has_aux` output `(value, *aux)` (MindSpore's
     convention): `first` for the value, zeros for the auxiliary values."""
