@@ -972,6 +972,8 @@ def settle_carry(body, carry, where, trips=None, grads=False):
             break
         carry = fit(carry, shape)
     out = body_shape(carry)
+    if grads:  # an entry the body's gradient lacks is a zero: `like_carry` fills it
+        out = tuple(_with_entries_of(o, a) for o, a in zip(out, shape_of(carry), strict=True))
     for k, (a, b) in enumerate(zip(shape_of(carry), out, strict=True)):
         a_leaves = jax.tree_util.tree_leaves(a)
         b_leaves = jax.tree_util.tree_leaves(b)
@@ -991,6 +993,19 @@ def settle_carry(body, carry, where, trips=None, grads=False):
                 f"{describe(where)}"
             )
     return carry
+
+
+def _with_entries_of(out, like):
+    """The shape `out` (of a gradient) has once `fit` to `like`: dict entries
+    and None it lacks take `like`'s."""
+    if out is None:
+        return like
+    if isinstance(out, dict) and isinstance(like, dict):
+        kept = {k: _with_entries_of(out[k], v) if k in out else v for k, v in like.items()}
+        return {**kept, **{k: v for k, v in out.items() if k not in like}}
+    if type(out) in (tuple, list) and type(out) is type(like) and len(out) == len(like):
+        return type(out)(_with_entries_of(o, v) for o, v in zip(out, like, strict=True))
+    return out
 
 
 def _shape_probe(body):
