@@ -15,6 +15,11 @@ shapes, twice in `lax.cond`) and its bprop re-ran the branch: nesting d
 deep traced 4^d times (first order 4.1 s, second order 24.6 s against
 JAX's 1.7 and 2.9 s, n=10).
 
+Also the same loop with UNROLLED_TRIPS trips, which unrolls (each trip
+calls the helpers again): before session 20 its second order grew
+exponentially with the trips (1.3 s for one, 12.8 s for two, over 300 s
+for three) as each call's bprop env held those of the calls before it.
+
 Also: transform time (parse, DFunctor, codegen; nothing traced) of the
 same program at n = 10, 100, 1,000 trips: it must not grow with a static
 trip count.
@@ -42,6 +47,7 @@ from tests import nested_ifs
 
 ROUNDS = 3
 TRIPS = 10
+UNROLLED_TRIPS = 4  # at most policy.UNROLL_LIMIT: the loop unrolls, each trip calls again
 TRANSFORM_TRIPS = (10, 100, 1_000)
 
 # the helpers and their JAX twins (tests/nested_ifs.py, which the tests use
@@ -91,12 +97,12 @@ def _programs(module, x, y, v):
     }
 
 
-def first_calls(directory: Path) -> dict:
+def first_calls(directory: Path, trips: int = TRIPS) -> dict:
     x, y = jnp.linspace(-1.0, 1.0, 8), jnp.linspace(0.5, -0.3, 8)
     v = jnp.ones(8)
     times = {name: [] for name in ("kt_grad", "jax_grad", "kt_hvp", "jax_hvp")}
     for _ in range(ROUNDS):
-        programs = _programs(fresh(directory, TRIPS), x, y, v)
+        programs = _programs(fresh(directory, trips), x, y, v)
         values = {}
         for name, (fn, args) in programs.items():
             start = time.perf_counter()
@@ -106,7 +112,7 @@ def first_calls(directory: Path) -> dict:
             np.testing.assert_allclose(
                 values[f"kt_{order}"], values[f"jax_{order}"], rtol=2e-4, atol=1e-5
             )
-    out = {"trips": TRIPS, "rounds": ROUNDS}
+    out = {"trips": trips, "rounds": ROUNDS}
     for order in ("grad", "hvp"):
         ratio, spread = round_ratios(times, f"kt_{order}", f"jax_{order}")
         out[order] = {
@@ -138,19 +144,22 @@ def run() -> dict:
             "benchmark": "branching",
             "machine": machine(),
             "first_call": first_calls(directory),
+            "first_call_unrolled": first_calls(directory, UNROLLED_TRIPS),
             "transform_by_trips": transform_times(directory),
         }
 
 
 def summary(results: dict) -> str:
-    r = results["first_call"]
-    lines = [f"static loop over branching helpers (n={r['trips']}), first call, kt / JAX:"]
-    for order in ("grad", "hvp"):
-        o = r[order]
-        lines.append(
-            f"  {order:5s} kt {o['kt_median_s']:.2f} s  jax {o['jax_median_s']:.2f} s  "
-            f"ratio {o['ratio']:.2f} [{o['spread'][0]:.2f}, {o['spread'][1]:.2f}]"
-        )
+    lines = []
+    for case in ("first_call", "first_call_unrolled"):
+        r = results[case]
+        lines.append(f"static loop over branching helpers (n={r['trips']}), first call, kt / JAX:")
+        for order in ("grad", "hvp"):
+            o = r[order]
+            lines.append(
+                f"  {order:5s} kt {o['kt_median_s']:.2f} s  jax {o['jax_median_s']:.2f} s  "
+                f"ratio {o['ratio']:.2f} [{o['spread'][0]:.2f}, {o['spread'][1]:.2f}]"
+            )
     lines.append("transform time by static trip count:")
     for n, t in results["transform_by_trips"].items():
         lines.append(f"  {n:>5s} trips: {t['median_s'] * 1e3:.1f} ms")
