@@ -207,10 +207,11 @@ class NotOneSlot(Exception):
 class SlotIn(GradValue):
     """A stack of `n` items whose top `item` (and its `memo`, a bprop) one
     iteration pops (`popped`: it did, `zeroed`: by `stack_pop_grad`, which
-    zeroes the slot of a gradient stack)."""
+    zeroes the slot of a gradient stack). An iteration's bprop kept as a
+    memo may hold one (`residuals` takes it apart by its slots): the
+    reverse loop reads it only for its structure, and its zero is None."""
 
     __slots__ = ("item", "n", "memo", "popped", "zeroed")
-    __kt_parts__ = False  # a memo holding it stays in its iteration (`residuals.Opaque`)
 
     def __init__(self, item, n, memo=None, popped=False, zeroed=False):
         self.item, self.n, self.memo, self.popped, self.zeroed = item, n, memo, popped, zeroed
@@ -224,7 +225,7 @@ class SlotIn(GradValue):
         raise NotOneSlot("a gradient added")
 
     def zeros_like(self):
-        raise NotOneSlot("zeros of a slot")
+        return None  # zeros of any stack (a bprop kept as a memo holds the slot)
 
     def fit_value(self, value):
         raise NotOneSlot("a slot fitted")
@@ -235,7 +236,6 @@ class SlotOut(GradValue):
     `added`: by `stack_push_grad`, which adds it into a gradient's slot)."""
 
     __slots__ = ("item", "n", "memo", "pushed", "added")
-    __kt_parts__ = False
 
     def __init__(self, item, n, memo=None, pushed=False, added=False):
         self.item, self.n, self.memo, self.pushed, self.added = item, n, memo, pushed, added
