@@ -174,3 +174,23 @@ def test_grad_argument_errors_are_also_mindsporess_builtin_types():
     with pytest.raises(IndexError, match="grad_position 2") as info:
         kt.grad(f, grad_position=2)(x, x)
     assert isinstance(info.value, kt.KTransformError)
+
+
+def _reads_an_undefined_name(x):
+    if x > 0:
+        return x * 2.0
+    return NOT_DEFINED_ANYWHERE  # noqa: F821 -- the function runs as Python
+
+
+def test_python_run_code_meeting_a_traced_value_names_the_function():
+    """A function k_transform runs as Python (here: it reads a name defined
+    nowhere) and a jit traces: its `if` on a traced value was JAX's bare
+    TracerBoolConversionError; now a KTransformError naming the function,
+    why it runs as Python, and its line. Without a jit it runs as Python
+    (the oracle: Python itself)."""
+    with pytest.raises(kt.KTransformError) as info:
+        kt.jit(_reads_an_undefined_name)(jnp.float32(2.0))
+    message = str(info.value)
+    assert "_reads_an_undefined_name runs as Python" in message
+    assert "NOT_DEFINED_ANYWHERE" in message and "def _reads_an_undefined_name" in message
+    assert kt.compile(_reads_an_undefined_name)(2.0) == _reads_an_undefined_name(2.0)

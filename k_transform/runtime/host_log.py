@@ -38,6 +38,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.runtime.values import describe
 
@@ -110,8 +111,40 @@ def host(fn, kind="value"):
     if _tracing:
         raise HostInTrace(fn)
     if not _frames:
-        return fn
+        return _explained(fn)
     return lambda *args, **kwargs: _call(fn, kind, args, kwargs)
+
+
+_CONCRETE_NEEDED = (
+    jax.errors.ConcretizationTypeError,  # a Python `if`, bool(...) of a traced value
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerArrayConversionError,
+)
+
+
+def _explained(fn):
+    """`fn`, whose Python meeting a traced value (a jit traces it) raises a
+    KTransformError naming it, not JAX's bare conversion error."""
+    if not callable(fn):
+        return fn
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _CONCRETE_NEEDED as exc:
+            code = getattr(fn, "__code__", None)
+            where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            entry = TRANSFORM.cache("python_code.functions").get(id(fn))
+            why = f" ({entry[1].bare_message})" if entry is not None and entry[0] is fn else ""
+            raise KTransformError(
+                f"{name} runs as Python, not transformed{why}; under a jit it met a traced "
+                f"value where Python needs a concrete one ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0]}): call it without a jit, or write it with the "
+                f"constructs k_transform transforms{describe(where)}"
+            ) from None
+
+    return call
 
 
 def _call(fn, kind, args, kwargs):

@@ -279,11 +279,16 @@ def restrict_grad(grad, like):
     Exact, not a pruning: an entry `like` lacks never depended on it. Without
     it, a gradient of the env of a sum of envs carried every key of the sum
     into each operand, and at second order the env of each bprop closure
-    held those of all the calls before it (nested at every level)."""
+    held those of all the calls before it (nested at every level). An empty
+    env passes `grad` whole: a loop's stored copy of the env it accumulates
+    keeps the layout of its first iteration, `{}`, (`fit` drops the keys it
+    gains later), and restricting by it lost every closure's gradient."""
     if like is None or like is UNDEFINED or grad is None:
         return None
     if isinstance(like, dict):
         if not isinstance(grad, dict):
+            return grad
+        if not like:
             return grad
         return {k: restrict_grad(grad[k], v) for k, v in like.items() if k in grad}
     if type(like) in (tuple, list) and type(grad) is type(like) and len(grad) == len(like):
