@@ -77,7 +77,31 @@ def map_rows(x):
     return jnp.sum(lax.map(lambda r: (jnp.tanh(r * w), jnp.sum(r)), x)[0] ** 2)
 
 
-PROGRAMS = [rnn, reverse_pytrees, length_only, unrolled, no_ys, map_rows]
+def int_xs(x):
+    idx = jnp.arange(12) % 3  # an integer leaf of xs and of ys (no gradient)
+
+    def step(c, item):
+        row, k = item
+        c = c * jnp.cos(row[k]) + row
+        return c, (c[k], k)
+
+    c, (ys, ks) = lax.scan(step, x[0], (x, idx))
+    return jnp.sum(c) + jnp.sum(ys * ks)
+
+
+def nested(x):
+    def outer(c, row):
+        def inner(d, e):
+            return d * jnp.sin(e) + 0.1, d[0]
+
+        d, zs = lax.scan(inner, c, jnp.tile(row, (10, 1)))
+        return d, jnp.sum(zs)
+
+    c, ys = lax.scan(outer, x[0], x)
+    return jnp.sum(c) + jnp.sum(ys)
+
+
+PROGRAMS = [rnn, reverse_pytrees, length_only, unrolled, no_ys, map_rows, int_xs, nested]
 
 
 @pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
