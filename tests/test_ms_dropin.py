@@ -161,3 +161,22 @@ def test_python_int_left_out_inside_jit():
 def test_python_int_left_out_inside_a_gradient():
     # d/dx sum(d f3/dy at (x, 3, x)) = d/dx sum(3 x) = 3, closed form
     close(kt.grad(grad_inside)(T), jnp.full(2, 3.0))
+
+
+def _with_a_slice_output(x, w, b):
+    return w * x + b, "a", None, slice(x, 1, 2)
+
+
+def _indexes_with_a_slice(x):
+    return jnp.sum(x[slice(1, jnp.int32(3))] * 2.0)
+
+
+def test_a_slice_object_has_no_gradient_and_is_no_error():
+    """MindSpore's test_grad_operation_with_invalid_ones_like_output: outputs
+    beside the tensor (a string, None, `slice(x, 1, 2)`) take no gradient; a
+    slice object is positions to index with (`slice(...)` was 'cannot
+    differentiate the call slice'). Closed forms: d(w x + b) = (w, x, 1)."""
+    args = (jnp.float32(2.0), jnp.float32(3.0), jnp.float32(1.0))
+    got = kt.GradOperation(get_all=True)(_with_a_slice_output)(*args)
+    close(got, (3.0, 2.0, 1.0))
+    close(kt.grad(_indexes_with_a_slice)(jnp.arange(5.0)), [0.0, 2.0, 2.0, 0.0, 0.0])

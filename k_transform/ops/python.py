@@ -577,6 +577,7 @@ NON_DIFFERENTIABLE_CALLS = (
     len,
     isinstance,
     range,
+    slice,  # a slice object: positions to index with, whatever it holds
     type,
     int,
     bool,
