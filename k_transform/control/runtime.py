@@ -485,8 +485,7 @@ def _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records):
         lambda cr: like_carry(step(cr), cr, grads),
         carry,
     )
-    rs.check_stacks(out, where, popping)
-    return out
+    return rs.check_stacks(out, where, popping)
 
 
 def _popping_scan(step, carry, k, grads, where):
@@ -514,80 +513,87 @@ def _slot_scan(step, carry, heads, trips, where, grads, reverse=False):
     kinds = _slot_kinds(step, carry, heads, trips)
     if kinds is None:
         return None
-    plain_at = [j for j, kind in enumerate(kinds) if kind is None]
+    scan = _SlotScan(step, carry, kinds, trips, grads)
+    src = {j: _source_rows(carry[j], trips, reverse) for j in scan.at("in")}
     q_rows = jnp.arange(trips, dtype=jnp.int32)
-    q_rows = q_rows[::-1] if reverse else q_rows
-    src = {
-        j: _source_rows(carry[j], trips, reverse) for j, kind in enumerate(kinds) if kind == "in"
-    }
-    forms, zeroed, added = {}, {}, {}
-
-    def views(q, rows):
-        out = list(carry)
-        for j, kind in enumerate(kinds):
-            if kind == "in":
-                item, memo = rows[j]
-                s = carry[j]
-                bprop = None if memo is None else s.memo.form.bprop(memo)
-                out[j] = rs.SlotIn(item, s.known - q, bprop)
-            elif kind == "out":
-                out[j] = rs.SlotOut(None, q)  # (a sink starts empty)
-        return out
-
-    def run(head, plain, q, rows):
-        full = views(q, rows)
-        for j, value in zip(plain_at, plain, strict=True):
-            full[j] = value
-        return tuple(step(head, tuple(full)))
-
-    def plain_of(out):
-        return tuple(out[j] for j in plain_at)
-
-    first = (_row(heads, 0, reverse, trips), jnp.int32(0), {j: _first(r) for j, r in src.items()})
-
-    def settled():
-        step0 = lambda p: plain_of(run(*first[:1], p, *first[1:]))  # noqa: E731
-        return settle_carry(step0, plain_of(carry), where, trips, grads)
-
-    def body(p, xs):
-        head, q, rows = xs
-        out = run(head, p, q, rows)
-        ys = {}
-        for j, kind in enumerate(kinds):
-            o = out[j]
-            if kind == "in":
-                if not (isinstance(o, rs.SlotIn) and o.popped):
-                    raise rs.NotOneSlot("not popped")
-                zeroed[j] = o.zeroed
-            elif kind == "out":
-                if not (isinstance(o, rs.SlotOut) and o.pushed):
-                    raise rs.NotOneSlot("not pushed")
-                forms[j], added[j] = [], o.added
-                item = o.item
-                if isinstance(carry[j], rs.BufStack):  # its slots' layout
-                    if o.memo is not None:
-                        raise rs.NotOneSlot("a memo pushed on a buffer")
-                    item = fit(item, rs.slot_shapes(carry[j].buf))
-                ys[j] = (item, rs.memo_arrays(o.memo, q, forms[j]) if o.memo else None)
-        return like_carry(plain_of(out), p, grads), ys
-
+    first = (_row(heads, 0, reverse, trips), q_rows[0], {j: _first(r) for j, r in src.items()})
     try:
-        xs = (heads, q_rows, src)
-        final, ys = lax.scan(body, settled(), xs, length=trips, reverse=reverse)
+        base = settle_carry(
+            lambda p: scan.plain_of(scan.run(p, *first)), scan.plain, where, trips, grads
+        )
+        xs = (heads, q_rows[::-1] if reverse else q_rows, src)
+        final, ys = lax.scan(scan.body, base, xs, length=trips, reverse=reverse)
     except rs.NotOneSlot:
         return None
-    out = list(carry)
-    for j, value in zip(plain_at, final, strict=True):
-        out[j] = value
-    for j, kind in enumerate(kinds):
-        if kind == "in":
-            out[j] = _source_left(carry[j], trips, zeroed[j])
-        elif kind == "out":
+    return scan.result(final, ys, reverse)
+
+
+class _SlotScan:
+    """The iteration of `_slot_scan`: `carry[j]` is plain where `kinds[j]`
+    is None, else a source ("in") or a sink ("out") that the iteration sees
+    as a `SlotIn` or `SlotOut` (`runtime.stack`)."""
+
+    def __init__(self, step, carry, kinds, trips, grads):
+        self.step, self.carry, self.kinds, self.trips, self.grads = step, carry, kinds, trips, grads
+        self.plain = tuple(carry[j] for j in self.at(None))
+        self.forms, self.zeroed, self.added = {}, {}, {}  # what tracing the body found
+
+    def at(self, kind) -> list[int]:
+        return [j for j, k in enumerate(self.kinds) if k == kind]
+
+    def plain_of(self, out) -> tuple:
+        return tuple(out[j] for j in self.at(None))
+
+    def run(self, plain, head, q, rows):
+        """The iteration `q` (counted from the first run) on `plain` carries."""
+        full = list(self.carry)
+        for j, value in zip(self.at(None), plain, strict=True):
+            full[j] = value
+        for j in self.at("in"):
+            item, memo = rows[j]
+            s = self.carry[j]
+            full[j] = rs.SlotIn(
+                item, s.known - q, None if memo is None else s.memo.form.bprop(memo)
+            )
+        for j in self.at("out"):
+            full[j] = rs.SlotOut(None, q)  # (a sink starts empty)
+        return tuple(self.step(head, tuple(full)))
+
+    def body(self, plain, xs):
+        head, q, rows = xs
+        out = self.run(plain, head, q, rows)
+        for j in self.at("in"):
+            if not (isinstance(out[j], rs.SlotIn) and out[j].popped):
+                raise rs.NotOneSlot("not popped")
+            self.zeroed[j] = out[j].zeroed
+        ys = {j: self.pushed(j, out[j], q) for j in self.at("out")}
+        return like_carry(self.plain_of(out), plain, self.grads), ys
+
+    def pushed(self, j, o, q):
+        """What sink `j`'s slot `o` gives as the scan's ys: item, memo arrays."""
+        if not (isinstance(o, rs.SlotOut) and o.pushed):
+            raise rs.NotOneSlot("not pushed")
+        self.forms[j], self.added[j] = [], o.added
+        item = o.item
+        if isinstance(self.carry[j], rs.BufStack):  # its slots' layout
+            if o.memo is not None:
+                raise rs.NotOneSlot("a memo pushed on a buffer")
+            item = fit(item, rs.slot_shapes(self.carry[j].buf))
+        return item, (rs.memo_arrays(o.memo, q, self.forms[j]) if o.memo else None)
+
+    def result(self, final, ys, reverse) -> tuple:
+        out = list(self.carry)
+        for j, value in zip(self.at(None), final, strict=True):
+            out[j] = value
+        for j in self.at("in"):
+            out[j] = _source_left(self.carry[j], self.trips, self.zeroed[j])
+        for j in self.at("out"):
             items, made = ys[j]
             if reverse:  # slot k holds what the k-th iteration run pushed
                 items, made = jax.tree_util.tree_map(lambda y: y[::-1], (items, made))
-            out[j] = _sink_filled(carry[j], items, made, forms[j], trips, added.get(j))
-    return tuple(out)
+            s, forms = self.carry[j], self.forms[j]
+            out[j] = _sink_filled(s, items, made, forms, self.trips, self.added[j])
+        return tuple(out)
 
 
 def _sink_filled(s, items, made, forms, trips, added):
@@ -757,8 +763,7 @@ def _for_traced_range(start, stop, step, body_fn, carry, inv, where, grads, reco
     first = lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv))  # noqa: E731
     carry = settle_carry(first, carry, where, None, grads)
     out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
-    rs.check_stacks(out[1:], where)
-    return out[1:]
+    return rs.check_stacks(out[1:], where)
 
 
 def _iteration(body_fn, args, records) -> tuple:
@@ -823,7 +828,7 @@ class _Recording:
             return like_carry(new, cr, grads), (pushed.top, rs.memo_arrays(pushed.memo, x, forms))
 
         final, (items, made) = lax.scan(body, base, xs)
-        rs.check_stacks(final, where)
+        final = rs.check_stacks(final, where)
         memo = rs.Memos(made, forms[0]) if forms else None
         return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32), memo, known=n))
 
