@@ -1,5 +1,6 @@
-"""Row `i` of pytrees of arrays: the primitives of the `lax.scan`, `lax.map`
-and `jax.vmap` models (`k_transform.frontend.lax_models`).
+"""Row `i` of pytrees of arrays: the primitives of the loop models of
+`jax.vmap` and `jnp.apply_along_axis` (`k_transform.frontend.lax_models`;
+`lax.scan` and `lax.map` read and write rows as stacks, `control.prims`).
 
 `tree_index(xs, i)` reads row `i` of every leaf, `tree_set(ys, i, y)` writes
 it, `tree_stack_at(y, n, i)` starts `n` rows with `y` in row `i`, and
