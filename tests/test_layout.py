@@ -179,6 +179,7 @@ def test_each_callback_is_set_only_where_listed(attr):
 # These are the exceptions, with the reason each is not transform state.
 MODULE_STATE = {
     "k_transform.runtime.bounds._bounds": "run-time setting: `kt.set_loop_bound` per loop",
+    "k_transform.runtime.bounds._settings": "run-time count of `kt.set_loop_bound` calls",
     "k_transform.runtime.bounds._for_checkpoints": "run-time setting: `kt.set_for_checkpoints`",
     "k_transform.runtime.bounds._retrace": "run-time switch while a gradient function traces",
     "k_transform.runtime.bounds._track": "run-time switch: `tracking_recompute()`",

@@ -244,3 +244,28 @@ def test_set_loop_bound_reaches_a_function_already_transformed():
         lambda v: jnp.sum(jax.lax.fori_loop(0, trips, lambda i, c: c * 1.5 + 0.1, v) ** 2)
     )(x)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_traced_while_gradient_has_no_effect_and_still_grows_its_bound():
+    """The loop-bound check is a pure callback whose result the program uses:
+    a debug callback is an effect, and a program with one leaves JAX's C++
+    dispatch for its Python path (0.1 ms a call: a 10-trip while took twice
+    a fori_loop's time). The check still fires: 300 trips outgrow the first
+    buffer, the gradient function grows it and retraces; values against
+    jax.grad of the same loop as a fori_loop."""
+    x = jnp.linspace(0.1, 1.0, 4)
+    grad = kt.grad(_grow_to_100)
+    assert not jax.make_jaxpr(grad)(x).effects
+
+    def long_loop(v, stop):
+        t = stop * 0.0
+        while t < stop:
+            v = v + 0.01 * jnp.sin(v)
+            t = t + 1.0
+        return jnp.sum(v * v)
+
+    got = kt.grad(long_loop)(x, jnp.float32(300.0))
+    want = jax.grad(
+        lambda v: jnp.sum(jax.lax.fori_loop(0, 300, lambda i, c: c + 0.01 * jnp.sin(c), v) ** 2)
+    )(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
