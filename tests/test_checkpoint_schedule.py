@@ -18,6 +18,7 @@ import pytest
 import k_transform as kt
 from k_transform.control import checkpoint
 from k_transform.runtime import bounds
+from tests.test_loop_checkpoint import damped, damped_static
 
 
 def _sweep(trips: int, slots: int):
@@ -71,19 +72,6 @@ def test_every_step_sees_its_own_carry_once(trips, slots):
         assert 0 < int(rec) < trips
     else:
         assert trips < int(rec) <= trips * np.log2(trips)
-
-
-def damped(x, n):
-    k = 0
-    while k < n:
-        x = jnp.sin(x) * 1.0001 + 0.001 * x
-        k = k + 1
-    return jnp.sum(x)
-
-
-def damped_static(x, n: int):
-    body = lambda k, x: jnp.sin(x) * 1.0001 + 0.001 * x  # noqa: E731
-    return jnp.sum(jax.lax.fori_loop(0, n, body, x))
 
 
 @pytest.mark.usefixtures("x64")
