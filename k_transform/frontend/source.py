@@ -111,6 +111,14 @@ class Source:
         ]
         if not found:
             raise KTransformError("cannot find the source of this lambda", self.debug_at(want_line))
+        if len(found) > 1:  # several on the line: the one whose body holds the code's positions
+            inside = [self._positions_in(n.body, code) for n in found]
+            found = [n for n, k in zip(found, inside, strict=True) if k == max(inside)]
+        if len({gast.dump(n) for n in found}) > 1:
+            raise KTransformError(
+                "cannot tell which of the lambdas on this line is meant (write it as a `def`)",
+                self.debug_at(want_line),
+            )
         lam = found[0]
         ret = gast.copy_location(gast.Return(value=lam.body), lam.body)
         fdef = gast.FunctionDef(
@@ -123,6 +131,17 @@ class Source:
             type_params=[],
         )
         return gast.copy_location(fdef, lam)
+
+    def _positions_in(self, node, code) -> int:
+        """How many of `code`'s instruction positions lie within `node` (its
+        source span, in the file's lines and columns)."""
+        start = (node.lineno + self.first_line - 1, node.col_offset + self.indent)
+        end = (node.end_lineno + self.first_line - 1, node.end_col_offset + self.indent)
+        return sum(
+            1
+            for line, _, col, _ in code.co_positions()
+            if line is not None and col is not None and start <= (line, col) <= end
+        )
 
     def debug_at(self, rel_line: int, col: int = 0, name: str = "") -> DebugInfo:
         line = rel_line + self.first_line - 1

@@ -12,7 +12,7 @@ import operator
 import jax.numpy as jnp
 
 from k_transform.bprop_registry.helpers import rule, zero_gradient
-from k_transform.ops.base import elementwise, operator_primitive
+from k_transform.ops.base import RuntimeCall, elementwise, operator_primitive
 from k_transform.ops.structural import SumTo
 
 Add = operator_primitive("Add", operator.add, "+")
@@ -102,9 +102,29 @@ def bprop_sub(x, y, out, dout):
     return sum_to(dout, x), sum_to(-dout, y)
 
 
+class MulGrad(RuntimeCall):
+    """`d * factor` in the gradient of a product (`rt.mul_grad`): arrays
+    multiply; the gradient of a repeated sequence (`[x] * 3`) goes to each
+    copy's items, not repeated again."""
+
+    n_inputs = 2
+    rt_name = "mul_grad"
+
+    def __init__(self):
+        super().__init__("mul_grad")
+
+
+mul_grad = MulGrad()
+
+
 @rule(Mul)
 def bprop_mul(x, y, out, dout):
-    return sum_to(dout * y, x), sum_to(dout * x, y)
+    return sum_to(mul_grad(dout, y), x), sum_to(mul_grad(dout, x), y)
+
+
+@rule(MulGrad)
+def bprop_mul_grad(x, y, out, dout):
+    return sum_to(mul_grad(dout, y), x), sum_to(mul_grad(dout, x), y)
 
 
 @rule(Div)

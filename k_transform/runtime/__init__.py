@@ -62,6 +62,7 @@ from k_transform.runtime.python import (  # noqa: F401
 from k_transform.runtime.rules import (  # noqa: F401
     getitem_grad,
     items_grad,
+    mul_grad,
     spread_like,
     sum_to,
 )

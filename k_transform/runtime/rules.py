@@ -12,12 +12,37 @@ from k_transform.runtime.values import add_grad, rebuild, zeros_like_value
 
 
 # -- helpers of gradient rules ---------------------------------------------------
+class Repeated(list):
+    """The gradient of `seq * n` (a sequence repeated `n` times), on its way
+    to `seq` (`mul_grad`): `sum_to` folds its items onto `seq`'s, one copy
+    after the other; `spread_like` repeats a gradient of `seq` back."""
+
+
+def mul_grad(d, factor):
+    """`d * factor` in the gradient of a product. For the gradient `d` of a
+    repeated sequence (`[x] * 3`: a list or tuple) and the count `factor`,
+    `Repeated(d)`; for the count itself (its factor the sequence), None: an
+    int has no gradient. (`d * 3` repeated the gradient list instead: only
+    the first copy's gradient reached `x`.)"""
+    if isinstance(d, (tuple, list)) and not isinstance(d, Repeated):
+        if isinstance(factor, (tuple, list)):
+            return None
+        return Repeated(d)
+    return d * factor
+
+
 def sum_to(g, like, tail: bool = False):
     """Sum `g` over the axes broadcasting added to `like`'s shape.
 
     For the gradient of a concatenation `a + b` of tuples or lists, `g` is
     longer than `like`: its first items (or its last, with `tail`) are taken.
+    A `Repeated` gradient of `like * n` adds its copies.
     """
+    if isinstance(g, Repeated) and isinstance(like, (tuple, list)):
+        folded = [None] * len(like)
+        for k, item in enumerate(g):
+            folded[k % len(like)] = add_grad(folded[k % len(like)], item)
+        return rebuild(like, folded)
     if isinstance(g, (tuple, list)) and isinstance(like, (tuple, list)):
         return type(like)(g[len(g) - len(like) :] if tail else g[: len(like)])
     if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
@@ -40,9 +65,12 @@ def spread_like(d, g, tail: bool = False):
     zeros for the items of `g` that `like` did not take (at its start, with `tail`)."""
     if d is None:
         return None
+    if isinstance(g, Repeated) and isinstance(d, (tuple, list)):
+        return Repeated(list(d) * (len(g) // max(len(d), 1)))
     if isinstance(g, (tuple, list)):
         rest = zeros_like_value(g[: len(g) - len(d)] if tail else g[len(d) :])
-        return rest + d if tail else d + rest
+        items = [*rest, *d] if tail else [*d, *rest]  # `d` may be a tuple, `g` a list
+        return tuple(items) if isinstance(g, tuple) else items
     return jnp.broadcast_to(d, jnp.shape(g))
 
 
