@@ -38,9 +38,12 @@ from k_transform import runtime as rt
 from k_transform.control import prims as control
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import Apply, Constant
+from k_transform.mindspore.custom import Custom
+from k_transform.mindspore.multitype import MakePartial, OverloadIndex
 from k_transform.ode import Odeint
 from k_transform.ops import python as prims
 from k_transform.ops import structural, trees
+from k_transform.ops.arithmetic import MulGrad
 from k_transform.ops.lax import FloatFromBits, LaxPrimitive
 
 # Rules tested elsewhere: the DFunctor's own helpers, which only appear in
@@ -84,6 +87,15 @@ INTERNAL = (
     ops.Real,
     ops.Imag,
     ops.math.ImagGrad,
+    structural.RestrictGrad,  # a sum's gradient by operand: tests/test_trace_once.py (2nd order)
+    MulGrad,  # a product's gradient factor: tests/test_syntax_support.py (repeated sequences)
+    control.StackPushOnce,  # the lax.scan model's rows: tests/test_scan_outputs.py
+    control.RowsStack,
+    control.StackRows,
+    control.RowsGrad,
+    OverloadIndex,  # MultitypeFuncGraph's dispatch: tests/test_ms_multitype.py
+    MakePartial,
+    Custom,  # ops.Custom(func_type="pyfunc"): tests/test_ms_custom.py
 )
 
 
