@@ -117,13 +117,9 @@ class MulGrad(RuntimeCall):
 mul_grad = MulGrad()
 
 
+@rule(MulGrad)  # a gradient's factor is a product too: one rule for both
 @rule(Mul)
 def bprop_mul(x, y, out, dout):
-    return sum_to(mul_grad(dout, y), x), sum_to(mul_grad(dout, x), y)
-
-
-@rule(MulGrad)
-def bprop_mul_grad(x, y, out, dout):
     return sum_to(mul_grad(dout, y), x), sum_to(mul_grad(dout, x), y)
 
 
