@@ -566,7 +566,7 @@ def _scan(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> N
     """`scan[jaxpr, length, reverse](*consts, *init, *xs)`: a `for` over the rows,
     writing row `i` of each stacked output (`ys`) into a buffer it carries."""
     p = eqn.params
-    n_consts, n_carry, length = p["num_consts"], p["num_carry"], p["length"]
+    (n_consts, n_carry), length = _scan_counts(p), p["length"]
     body_jaxpr = p["jaxpr"]
     y_avals = [v.aval for v in body_jaxpr.jaxpr.outvars[n_carry:]]
     buffers = [Constant(np.zeros((length, *a.shape), a.dtype), hint="ys") for a in y_avals]
@@ -602,9 +602,19 @@ def _scan(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> N
     return graph.apply(loop, *bound_nodes, Constant(body), *init, *buffers, *consts, *xs)
 
 
+def _scan_counts(p) -> tuple[int, int]:
+    """How many of a scan's operands are consts and how many carries. JAX 0.11
+    gives their trees (`ft_in`: consts, carries, xs) where earlier versions
+    gave counts."""
+    if "num_consts" in p:
+        return p["num_consts"], p["num_carry"]
+    consts, carry, _ = p["ft_in"].unpack()
+    return len(consts.vals), len(carry.vals)
+
+
 def _unrolled_scan(graph: FuncGraph, p, consts, carry, xs, buffers, bits: set) -> Node:
     """A scan its author unrolled (`unroll >= length`): its body, once per row."""
-    body, n_carry = p["jaxpr"], p["num_carry"]
+    body, (_, n_carry) = p["jaxpr"], _scan_counts(p)
     body_consts = [Constant(c, hint="c") for c in body.consts]
     get, put = Constant(prims.GetItem()), Constant(prims.SetItem())
     rows = range(p["length"] - 1, -1, -1) if p["reverse"] else range(p["length"])
