@@ -124,8 +124,11 @@ def test_a_short_loop_of_a_first_derivative_unrolls():
     empty = rs.stack_new()
     assert policy.unrolls(push, range(policy.DERIVATIVE_TRIPS), (X, empty))
     assert not policy.unrolls(push, range(policy.DERIVATIVE_TRIPS + 1), (X, empty))
-    nested = lambda i, cr: (cr[0], rs.stack_push(cr[1], (cr[0], empty)))  # noqa: E731
+    nested = lambda i, cr: (cr[0], rs.stack_push(cr[1], (cr[0], rs.stack_push(empty, X))))  # noqa: E731
     assert not policy.unrolls(nested, range(policy.DERIVATIVE_TRIPS), (X, empty))
+    # an empty stack in the item is a stack's zero gradient, no nesting
+    zero = lambda i, cr: (jnp.sin(cr[0]), rs.stack_push(cr[1], (cr[0], empty)))  # noqa: E731
+    assert policy.unrolls(zero, range(policy.DERIVATIVE_TRIPS), (X, empty))
 
 
 def chain10(x):
@@ -145,6 +148,24 @@ def test_jvp_through_a_short_loop_is_straight_code():
     want = jax.jvp(chain10, (X,), (v,))
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def loss10(x):
+    return jnp.sum(chain10(x) ** 2)
+
+
+def test_hvp_through_a_short_loop_is_straight_code():
+    """bench/jvp's `hvp` case: jvp of a gradient through a 10-step loop has
+    no loop left under jit (as five `while`s and a `scan` it ran 10x JAX's
+    time on a GPU), and equals JAX's Hessian-vector product."""
+    v = jnp.cos(X)
+    grad = kt.grad(loss10)
+    hvp = lambda x, v: kt.jvp(grad, (x,), (v,))  # noqa: E731
+    assert not _primitives(jax.make_jaxpr(hvp)(X, v).jaxpr) & {"scan", "while"}
+    got = jax.jit(hvp)(X, v)
+    want = jax.jvp(jax.grad(loss10), (X,), (v,))
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 
 def test_jvp_and_hessian_through_an_unrolled_loop():

@@ -65,14 +65,17 @@ from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
 
 
-def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
+def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug, replays: bool = True) -> FuncGraph:
     """K of the loop `ctl` applied to `n_args` inputs whose graph slots hold
-    `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`."""
-    key = (ctl, n_args, *(g.uid for g in graphs))  # `ctl` with its options (grads, popping)
+    `graphs` (K-graphs in `ctl.k_slots`): a graph computing `(out, bprop)`.
+    `replays`: whether the body may call host code (`FuncGraph.may_call_host`
+    of the primal body), whose results a recomputed iteration replays."""
+    key = (ctl, n_args, replays, *(g.uid for g in graphs))  # `ctl` with its options
     cache = TRANSFORM.cache("k_loops.k_of")
     if key not in cache:
-        kept = _LoopK(ctl, graphs, n_args, debug, memo=True).graph
-        kept.differentiated_as = _LoopK(ctl, graphs, n_args, debug, memo=False).graph
+        kept = _LoopK(ctl, graphs, n_args, debug, memo=True, replays=replays).graph
+        twin = _LoopK(ctl, graphs, n_args, debug, memo=False, replays=replays)
+        kept.differentiated_as = twin.graph
         cache[key] = kept
     return cache[key]
 
@@ -80,8 +83,8 @@ def k_of(ctl, graphs: list[FuncGraph], n_args: int, debug) -> FuncGraph:
 class _LoopK:
     """Builds the graph of `lowered` for one loop (see the module docstring)."""
 
-    def __init__(self, ctl, graphs, n_args: int, debug, memo: bool):
-        self.ctl, self.debug, self.memo = ctl, debug, memo
+    def __init__(self, ctl, graphs, n_args: int, debug, memo: bool, replays: bool):
+        self.ctl, self.debug, self.memo, self.replays = ctl, debug, memo, replays
         self.n = ctl.n_carry
         self.kind = type(ctl)
         self.body_k = graphs[-1]
@@ -238,7 +241,16 @@ class _LoopK:
         return self.prim(body, control.Switch(self.ctl.where), has, *fixed, *args, stack)
 
     def again(self, g: FuncGraph, args: list[Node], stack: Node) -> Node:
-        """K(body)(*args) run again for the iteration on top of `stack`."""
+        """K(body)(*args) run again for the iteration on top of `stack`; a body
+        that may call host code replays its iteration's log (`HostReplay`),
+        one that cannot is called as it is (a replay reads the stack, so a
+        derivative of it carries the stack's zero gradient in every item, and
+        its body is not inlined: the jvp of a gradient through a 10-trip loop
+        traced 2.4x the equations)."""
+        if not self.replays:
+            pair = g.apply(Constant(self.body_k), *args, debug=self.debug)
+            pair.tuple_arity = 2
+            return pair
         log = self.prim(g, control.StackLog(), stack)
         pair = self.prim(g, control.HostReplay(self.ctl.where), log, Constant(self.body_k), *args)
         pair.tuple_arity = 2

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from k_transform.runtime.stack import is_stack
+from k_transform.runtime.stack import PyStack, is_stack
 from k_transform.runtime.state import forked
 from k_transform.runtime.values import shape_of
 
@@ -94,8 +94,19 @@ def _stack_depth(step, xs, carry) -> int:
 
 
 def _depth(tree) -> int:
-    stacks = [s for s in jax.tree_util.tree_leaves(tree, is_leaf=is_stack) if is_stack(s)]
+    """An empty `PyStack` nests nothing: it is how the gradient of a stack is
+    zero (the recomputed K-body of a second derivative reads its iteration's
+    host log from the stack, `k_loops._LoopK.again`, so the stack's zero
+    gradient is in every item; counted as a nested stack, the jvp of a
+    gradient through a 10-trip loop stopped unrolling: 10x JAX's time on a
+    GPU)."""
+    leaves = jax.tree_util.tree_leaves(tree, is_leaf=is_stack)
+    stacks = [s for s in leaves if is_stack(s) and not _empty(s)]
     return max((1 + _depth(_items(s)) for s in stacks), default=0)
+
+
+def _empty(stack) -> bool:
+    return isinstance(stack, PyStack) and stack.size == 0
 
 
 def _items(stack):

@@ -420,7 +420,9 @@ class DFunctor:
                 pair = self.fprop.apply(node.fn, *args, debug=node.debug)
             else:
                 graphs = [args[k].value for k in fn.graph_slots]
-                loop_k = loops.k_of(fn, graphs, len(args), node.debug)
+                body = node.args[fn.graph_slots[-1]].value  # the primal body
+                replays = not isinstance(body, FuncGraph) or body.may_call_host()
+                loop_k = loops.k_of(fn, graphs, len(args), node.debug, replays)
                 pair = self.fprop.apply(Constant(loop_k, node.debug), *args, debug=node.debug)
         elif isinstance(fn, DynamicK) or not (
             isinstance(node.fn, Constant) or _is_bprop_node(node.fn)
