@@ -85,6 +85,13 @@ def parameters_of(root: FuncGraph) -> list[Parameter]:
     return list(found.values())
 
 
+_ARRAY = type(jnp.zeros(()))  # a concrete JAX array (jax.Array includes tracers)
+
+
+def _all_concrete(values: tuple) -> bool:
+    return all(type(v) is _ARRAY for v in values)
+
+
 def _is_static(x) -> bool:
     """Python ints, bools, strings, None, slices, dtypes and tuples of them are
     static (part of the compile key); floats and arrays are traced."""
@@ -211,6 +218,15 @@ class CompiledGraph:
         self.refresh()
         values = tuple(p.data for p in self.params)
         use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
+        if use_jit and _all_concrete(args) and _all_concrete(values):
+            # arrays only (the common call): nothing static, no host object, no tracer
+            key = (len(args), (), self._settings(True), bounds_version())
+            if self._jitted.get(key, _EAGER) is not _EAGER:
+                try:
+                    with retracing(True):
+                        return self._write_back(self._run_jitted(key, values, args))
+                except Exception:  # noqa: BLE001 -- the general path below runs it again
+                    pass  # and grows a loop's bound, or raises what the program reached
         leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
         objects = [type(a).__name__ for a in leaves if _host_object(a)]
         if objects and (self.jit or self.jit_host):
@@ -232,7 +248,7 @@ class CompiledGraph:
         # loop settings and whether checkpointed loops report their recompute
         # (a program is shared by gradient objects).
         statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items())
-        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
+        settings = self._settings(retrace)
         key = (len(args), statics, settings, bounds_version())
         if key not in self._jitted:
             self._jitted[key] = self._jit(fixed, len(args))
@@ -257,6 +273,10 @@ class CompiledGraph:
                 key = (len(args), statics, settings, bounds_version())  # the bound grown
                 self._jitted[key] = self._jit(fixed, len(args))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    @staticmethod
+    def _settings(retrace: bool) -> tuple:
+        return (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
 
     def _jit(self, fixed: dict, n: int):
         options = None

@@ -269,3 +269,28 @@ def test_a_traced_while_gradient_has_no_effect_and_still_grows_its_bound():
         lambda v: jnp.sum(jax.lax.fori_loop(0, 300, lambda i, c: c + 0.01 * jnp.sin(c), v) ** 2)
     )(x)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def _sin_steps(v, stop):
+    t = stop * 0.0
+    while t < stop:
+        v = v + 0.01 * jnp.sin(v)
+        t = t + 1.0
+    return jnp.sum(v * v)
+
+
+def _fori_sin_steps(v, n):
+    return jnp.sum(jax.lax.fori_loop(0, n, lambda i, c: c + 0.01 * jnp.sin(c), v) ** 2)
+
+
+def test_a_later_call_that_outgrows_the_bound_grows_it():
+    """A call with arrays only takes the short path to the program compiled
+    before (`CompiledGraph.__call__`); when that program's loop outgrows its
+    buffer (5 trips first, then 3,000 against the bound of 1,024), the call
+    goes the general way, which grows the bound and retraces."""
+    x = jnp.linspace(0.1, 1.0, 4)
+    for grad in (kt.grad(_sin_steps), kt.jit(kt.grad(_sin_steps))):
+        for n in (5, 3000, 7):
+            got = grad(x, jnp.float32(n))
+            want = jax.grad(_fori_sin_steps)(x, n)
+            np.testing.assert_allclose(got, want, rtol=1e-4)
