@@ -207,3 +207,26 @@ def test_a_body_needing_its_counter_as_an_int_unrolls():
     for fn in (tuple_reads, tuple_grows, inner_range):
         np.testing.assert_allclose(kt.grad(fn)(0.7), jax.grad(fn)(0.7), rtol=1e-5)
     assert policy.unrolls(lambda i, c: (c[0] + tuple(range(40))[i],), range(2, 40), (X,))
+
+
+def _sines(c):
+    for _ in range(60):
+        c = jnp.sin(c)
+    return c
+
+
+def test_branches_count_and_a_loop_of_a_derivative_has_a_smaller_budget():
+    """A `cond`'s branches count toward the body's size (60 equations each,
+    not one for the `cond`). A loop of a first derivative (its carry holds a
+    stack) unrolls within `DERIVATIVE_BUDGET`, as its jaxpr grows many times
+    when unrolled at the next order (helpers with nested traced `if`s over 10
+    trips: 77,000 jaxpr lines); the same body in a plain loop keeps
+    `UNROLL_BUDGET`."""
+    branchy = lambda i, cr: (jax.lax.cond(cr[0][0] > 0, _sines, _sines, cr[0]), *cr[1:])  # noqa: E731
+    assert policy.body_size(branchy, range(10), (X,)) > 120
+    assert policy.unrolls(branchy, range(10), (X,))  # 10 x 120 within UNROLL_BUDGET
+    empty = rs.stack_new()
+    recording = lambda i, cr: (branchy(i, cr)[0], rs.stack_push(cr[1], cr[0]))  # noqa: E731
+    assert not policy.unrolls(recording, range(10), (X, empty))
+    short = lambda i, cr: (jnp.sin(cr[0]), rs.stack_push(cr[1], cr[0]))  # noqa: E731
+    assert policy.unrolls(short, range(10), (X, empty))

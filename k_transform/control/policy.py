@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.extend import core as jex
 
 from k_transform.runtime.stack import PyStack, is_stack
 from k_transform.runtime.state import forked
@@ -29,6 +30,7 @@ from k_transform.runtime.values import shape_of
 UNROLL_LIMIT = 8
 UNROLL_BUDGET = 2_000  # trip count x body equations
 DERIVATIVE_TRIPS = 16  # the longest loop of a derivative that may unroll
+DERIVATIVE_BUDGET = 1_000  # trip count x body equations, for a loop of a derivative
 INDEXING = {"dynamic_slice", "dynamic_update_slice", "gather", "scatter", "scatter-add"}
 
 
@@ -56,7 +58,13 @@ def unrolls(step, xs, carry) -> bool:
     for a short loop (at most `DERIVATIVE_TRIPS`) of a first derivative (its
     stack holds no stacks: the recording loop of a jvp or a Hessian-vector
     product; unrolled, jvp through a 10-step chain ran 2.3x faster, its first
-    call 1.8x), never for a loop over an array's rows (see `_is_array`)."""
+    call 1.8x), and within `DERIVATIVE_BUDGET`, as its jaxpr grows many
+    times when unrolled: a Hessian-vector product through 10 trips of a
+    41-equation chain unrolls to 1,537 jaxpr lines (and runs at JAX's speed,
+    10x faster than as loops on a GPU), through 10 trips of a 179-equation
+    body of helpers with nested traced `if`s to 77,000, its first call
+    twice its loop's; never for a loop over an array's rows (see
+    `_is_array`)."""
     if len(xs) <= UNROLL_LIMIT or changes_structure(step, xs, carry):
         return True
     jaxpr = _iteration(step, xs, carry)
@@ -64,9 +72,11 @@ def unrolls(step, xs, carry) -> bool:
         return True  # `t[i]` of a tuple, `range(i)`: only Python's iterations run it
     if len(xs) > UNROLL_BUDGET or _is_array(xs):
         return False
-    if _holds_stack(carry) and (len(xs) > DERIVATIVE_TRIPS or _stack_depth(step, xs, carry) > 1):
+    if not _holds_stack(carry):
+        return len(xs) * _size(jaxpr) <= UNROLL_BUDGET
+    if len(xs) > DERIVATIVE_TRIPS or _stack_depth(step, xs, carry) > 1:
         return False
-    return len(xs) * _size(jaxpr) <= UNROLL_BUDGET
+    return len(xs) * _size(jaxpr) <= DERIVATIVE_BUDGET
 
 
 def _is_array(xs) -> bool:
@@ -150,7 +160,16 @@ def _size(jaxpr) -> int:
     names = {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
     if names & INDEXING:
         return UNROLL_BUDGET + 1
-    return max(1, len(jaxpr.jaxpr.eqns))
+    return max(1, _count(jaxpr.jaxpr))
+
+
+def _count(jaxpr) -> int:
+    """The equations of `jaxpr` and of the jaxprs they hold (a `cond`'s
+    branches, a call's body: once each). Counted as one, a few `cond`s made a
+    small body: the Hessian-vector product through a 10-trip loop over
+    helpers with nested traced `if`s unrolled into 77,000 jaxpr lines and
+    took twice as long to its first result as its loop."""
+    return sum(1 + sum(map(_count, jex.jaxprs_in_params(e.params))) for e in jaxpr.eqns)
 
 
 def _first(xs):
