@@ -101,7 +101,19 @@ def nested(x):
     return jnp.sum(c) + jnp.sum(ys)
 
 
-PROGRAMS = [rnn, reverse_pytrees, length_only, unrolled, no_ys, map_rows, int_xs, nested]
+def masked(x):
+    """Each step's bprop reads a mask of an `iota`: the same in every iteration."""
+
+    def step(c, xt):
+        k = jnp.arange(3)
+        c = jnp.where(k == 0, xt, xt * jnp.roll(c, 1)) + 0.5 * c
+        return c, jnp.where(k > 1, c, 0.0)
+
+    c, ys = lax.scan(step, x[0], x)
+    return jnp.sum(c**2) + jnp.sum(jnp.sin(ys))
+
+
+PROGRAMS = [rnn, reverse_pytrees, length_only, unrolled, no_ys, map_rows, int_xs, nested, masked]
 
 
 @pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
@@ -119,7 +131,7 @@ def test_grad_eager(f):
         kt.set_mode("graph")
 
 
-@pytest.mark.parametrize("f", [rnn, reverse_pytrees, length_only])
+@pytest.mark.parametrize("f", [rnn, reverse_pytrees, length_only, masked])
 def test_jvp_and_second_order(f):
     out, tangent = kt.jvp(f, X, V)
     want_out, want_tangent = jax.jvp(f, (X,), (V,))
@@ -157,3 +169,28 @@ def test_outputs_are_scan_outputs():
     for e in scans:  # only the recurrent state is carried
         carried = e.params["jaxpr"].jaxpr.invars[e.params["num_consts"] :][: e.params["num_carry"]]
         assert all(v.aval.shape in ((), (3,)) for v in carried), carried
+
+
+def _scans(jaxpr) -> list:
+    found = []
+    for eqn in jaxpr.eqns:
+        found += [eqn] if eqn.primitive.name == "scan" else []
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _scans(inner)
+    return found
+
+
+def test_loop_invariant_residuals_are_computed_once():
+    """The masks `masked`'s bprops read depend on neither the carry nor the
+    row: they are computed once before the forward scan and read from there
+    by the reverse one (`control.invariants`), not stored per iteration as
+    the scan's outputs (JAX's partial evaluation keeps them out too)."""
+    jaxpr = jax.make_jaxpr(jax.jit(kt.grad(masked)))(X)
+    forward = [e for e in _scans(jaxpr.jaxpr) if not e.params["reverse"]]
+    assert forward
+    for e in forward:
+        stacked = e.outvars[e.params["num_carry"] :]
+        assert not [v for v in stacked if v.aval.dtype == jnp.bool_], stacked

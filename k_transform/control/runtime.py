@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from k_transform.control import checkpoint, policy
+from k_transform.control import checkpoint, invariants, policy
 from k_transform.errors import KTransformError, UnboundedRecursion
 from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
@@ -522,10 +522,21 @@ def _slot_scan(step, carry, heads, trips, where, grads, reverse=False):
             lambda p: scan.plain_of(scan.run(p, *first)), scan.plain, where, trips, grads
         )
         xs = (heads, q_rows[::-1] if reverse else q_rows, src)
-        final, ys = lax.scan(scan.body, base, xs, length=trips, reverse=reverse)
+        final, ys = invariants.scan(scan.body, base, xs, trips, reverse, _is_memo_array)
     except rs.NotOneSlot:
         return None
     return scan.result(final, ys, reverse)
+
+
+def _is_made(path) -> bool:
+    """Whether the output at `path` of `(item, memo arrays)` is a memo array."""
+    return len(path) >= 2 and getattr(path[0], "idx", None) == 1
+
+
+def _is_memo_array(path) -> bool:
+    """Whether the scan output at `path` (in `_SlotScan.body`'s ys: sink ->
+    (item, memo arrays)) is an array of an iteration's bprop."""
+    return len(path) >= 3 and getattr(path[1], "idx", None) == 1
 
 
 class _SlotScan:
@@ -589,9 +600,13 @@ class _SlotScan:
             out[j] = _source_left(self.carry[j], self.trips, self.zeroed[j])
         for j in self.at("out"):
             items, made = ys[j]
+            forms = self.forms[j]
+            if forms and made is not None:  # arrays every iteration makes alike: read once
+                form, made = forms[0].hoisted(made)
+                forms = [form]
             if reverse:  # slot k holds what the k-th iteration run pushed
                 items, made = jax.tree_util.tree_map(lambda y: y[::-1], (items, made))
-            s, forms = self.carry[j], self.forms[j]
+            s = self.carry[j]
             out[j] = _sink_filled(s, items, made, forms, self.trips, self.added[j])
         return tuple(out)
 
@@ -827,9 +842,12 @@ class _Recording:
             pushed = out[self.k]
             return like_carry(new, cr, grads), (pushed.top, rs.memo_arrays(pushed.memo, x, forms))
 
-        final, (items, made) = lax.scan(body, base, xs)
+        final, (items, made) = invariants.scan(body, base, xs, n, False, _is_made)
         final = rs.check_stacks(final, where)
-        memo = rs.Memos(made, forms[0]) if forms else None
+        memo = None
+        if forms:  # arrays every iteration makes alike: read once
+            form, made = forms[0].hoisted(made)
+            memo = rs.Memos(made, form)
         return self.full(final, rs.BufStack(items, jnp.asarray(n, jnp.int32), memo, known=n))
 
     def run(self, running, carry, where, grads, head=lambda i: None, slots=None):

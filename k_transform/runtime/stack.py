@@ -132,6 +132,16 @@ class Memos:
         self.made, self.form = list(made), form
 
 
+class Hoisted:
+    """An output of a scan's iterations that is the same for all: its `value`,
+    computed once before the loop (`control.invariants`)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
 class MemoForm:
     """What the bprops of a scan's iterations share (compared by identity: it
     is a pytree's static part). `read[k]`: array k of the skeleton when read
@@ -139,6 +149,22 @@ class MemoForm:
 
     def __init__(self, skeleton, read):
         self.skeleton, self.read = skeleton, read
+
+    def hoisted(self, made: list) -> tuple[MemoForm, list]:
+        """This form and its `made` arrays, with those computed once before the
+        loop (`control.invariants.Hoisted`: the same in every iteration)
+        read from outside instead."""
+        if not any(isinstance(m, Hoisted) for m in made):
+            return self, made
+        read, kept, fill = list(self.read), [], iter(made)
+        for k, outside in enumerate(read):
+            if outside is None:
+                m = next(fill)
+                if isinstance(m, Hoisted):
+                    read[k] = m.value
+                else:
+                    kept.append(m)
+        return MemoForm(self.skeleton, read), kept
 
     def bprop(self, made):
         arrays = list(self.read)
