@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
@@ -345,6 +346,31 @@ def test_control_flow_in_opaque_jaxpr(mode):
     for x in (X, -X):
         _close(kt.grad(f)(x), jax.grad(f)(x))
     _close(kt.jvp(f, X, V)[1], jax.jvp(f, (X,), (V,))[1])
+
+
+def _loop_prims(jaxpr) -> set:
+    found = set()
+    for eqn in jaxpr.eqns:
+        found |= {eqn.primitive.name} & {"scan", "while"}
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found |= _loop_prims(sub)
+    return found
+
+
+def test_a_scan_its_author_unrolled_is_straight_code():
+    """`jnp.polyval` scans 17 rows with `unroll=16`: two trips, which XLA
+    unrolls whole. Imported as straight code, its gradient has no loop (as
+    a loop of ours it ran 4.9x JAX's time on a GPU); 12 rows by 2 stay a loop."""
+    coef = jnp.asarray(np.linspace(-1.0, 1.0, 17))
+
+    def f(x):
+        return jnp.sum(jnp.polyval(coef, jnp.tanh(x)))
+
+    assert not _loop_prims(jax.make_jaxpr(kt.grad(f))(X).jaxpr)
+    _close(kt.grad(f)(X), jax.grad(f)(X))
+    rows = jnp.tile(jnp.asarray(X), (6, 1))  # 12 rows, one at a time
+    stepped = _opaque(lambda x: jax.lax.scan(lambda c, r: (c * r + 1.0, c), x, rows, unroll=2)[0])
+    assert _loop_prims(jax.make_jaxpr(kt.grad(lambda x: jnp.sum(stepped(x))))(X[0]).jaxpr)
 
 
 def test_while_in_opaque_jaxpr_reverse_mode(mode):
