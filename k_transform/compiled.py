@@ -85,11 +85,17 @@ def parameters_of(root: FuncGraph) -> list[Parameter]:
     return list(found.values())
 
 
-_ARRAY = type(jnp.zeros(()))  # a concrete JAX array (jax.Array includes tracers)
+@functools.cache
+def _array_type() -> type:
+    """The type of a concrete JAX array (`jax.Array` includes tracers), made
+    at first use: an array made at import would start XLA's backend before
+    a data-parallel program's `jax.distributed.initialize`."""
+    return type(jnp.zeros(()))
 
 
 def _all_concrete(values: tuple) -> bool:
-    return all(type(v) is _ARRAY for v in values)
+    array = _array_type()
+    return all(type(v) is array for v in values)
 
 
 def _is_static(x) -> bool:
