@@ -529,14 +529,14 @@ def _slot_scan(step, carry, heads, trips, where, grads, reverse=False):
 
 
 def _is_made(path) -> bool:
-    """Whether the output at `path` of `(item, memo arrays)` is a memo array."""
+    """Whether the output at `path` of `(item, memo arrays)` (the ys of
+    `_Recording.scan`) is an array of an iteration's bprop."""
     return len(path) >= 2 and getattr(path[0], "idx", None) == 1
 
 
 def _is_memo_array(path) -> bool:
-    """Whether the scan output at `path` (in `_SlotScan.body`'s ys: sink ->
-    (item, memo arrays)) is an array of an iteration's bprop."""
-    return len(path) >= 3 and getattr(path[1], "idx", None) == 1
+    """`_is_made` in `_SlotScan.body`'s ys: sink -> (item, memo arrays)."""
+    return _is_made(path[1:])
 
 
 class _SlotScan:
