@@ -148,6 +148,13 @@ def _grow_loop_bound(exc: Exception) -> bool:
     return True
 
 
+def _raised_by_program(exc: Exception) -> Exception:
+    """What a call raises for `exc` from its program: the exception of a
+    `raise` the program reached (`rt.raised_at_run_time`), else `exc`."""
+    raised = rt.raised_at_run_time(exc)
+    return exc if raised is None else raised
+
+
 class CompiledGraph:
     """A transform graph compiled to Python and run with Parameters bound.
 
@@ -231,8 +238,12 @@ class CompiledGraph:
                 try:
                     with retracing(True):
                         return self._write_back(self._run_jitted(key, values, args))
-                except Exception:  # noqa: BLE001 -- the general path below runs it again
-                    pass  # and grows a loop's bound, or raises what the program reached
+                except Exception as exc:
+                    if not _grow_loop_bound(exc):  # grown: retraced below, not run again here
+                        raised = _raised_by_program(exc)
+                        if raised is exc:
+                            raise
+                        raise raised from None
         leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
         objects = [type(a).__name__ for a in leaves if _host_object(a)]
         if objects and (self.jit or self.jit_host):
@@ -272,10 +283,10 @@ class CompiledGraph:
                 return self._eager(values, rt.as_jax_inputs(args))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
-                    raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
-                    if raised is not None:
-                        raise raised from None
-                    raise
+                    raised = _raised_by_program(exc)
+                    if raised is exc:
+                        raise
+                    raise raised from None
                 key = (len(args), statics, settings, bounds_version())  # the bound grown
                 self._jitted[key] = self._jit(fixed, len(args))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
