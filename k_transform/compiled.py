@@ -37,7 +37,7 @@ import numpy as np
 from k_transform import runtime as rt
 from k_transform.api import graph_of
 from k_transform.cell import Cell, Parameter
-from k_transform.codegen.compile import compile_graph
+from k_transform.codegen.compile import compile_graph, user_line
 from k_transform.context import TRANSFORM
 from k_transform.control import policy
 from k_transform.errors import KTransformError, KTransformRuntimeError, UnboundedRecursion
@@ -146,6 +146,22 @@ def _grow_loop_bound(exc: Exception) -> bool:
         return False
     set_loop_bound(1 << int(match["n"]).bit_length(), match["where"])
     return True
+
+
+_NOTE = "raised in your code, which k_transform runs as generated code: "
+
+
+def _note_user_line(exc: Exception, run) -> None:
+    """Add to `exc` (JAX's error at an operation of the user's, a shape
+    mismatch say) the user's file, line and source line it came from: its
+    traceback shows the generated code's frames, not the user's."""
+    if isinstance(exc, KTransformError) or any(
+        str(n).startswith(_NOTE) for n in getattr(exc, "__notes__", ())
+    ):
+        return
+    where = user_line(exc, run)
+    if where is not None:
+        exc.add_note(_NOTE + where)
 
 
 def _raised_by_program(exc: Exception) -> Exception:
@@ -346,7 +362,11 @@ class CompiledGraph:
     def _compute(self, values, args):
         """(result, {index: new value}) for the Parameters the program assigned."""
         with rt.param_scope(self.params, values, assigns=self.assigns) as scope:
-            result = self.run(*args)
+            try:
+                result = self.run(*args)
+            except Exception as exc:
+                _note_user_line(exc, self.run)
+                raise
         index = {id(p): k for k, p in enumerate(self.params)}
         return result, {index[i]: v for i, v in scope.updates.items() if i in index}
 

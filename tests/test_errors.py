@@ -194,3 +194,26 @@ def test_python_run_code_meeting_a_traced_value_names_the_function():
     assert "_reads_an_undefined_name runs as Python" in message
     assert "NOT_DEFINED_ANYWHERE" in message and "def _reads_an_undefined_name" in message
     assert kt.compile(_reads_an_undefined_name)(2.0) == _reads_an_undefined_name(2.0)
+
+
+def mismatched(w, x):
+    y = w * x
+    return jnp.sum(y**2)
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"])
+def test_an_error_of_the_users_operation_names_the_users_line(mode):
+    """JAX's own error at an operation of the user's (shapes that do not
+    broadcast) keeps its type, as Python would raise it, and gains a note
+    with the user's file, line and source line: the traceback shows the
+    generated code's frames."""
+    kt.set_mode(mode)
+    try:
+        with pytest.raises(TypeError, match="incompatible shapes") as info:
+            kt.grad(mismatched)(jnp.ones(8), jnp.ones(3))
+    finally:
+        kt.set_mode("graph")
+    notes = "\n".join(getattr(info.value, "__notes__", ()))
+    line = inspect.getsourcelines(mismatched)[1] + 1
+    assert f'File "{__file__}", line {line}' in notes, notes
+    assert "y = w * x" in notes

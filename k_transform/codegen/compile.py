@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import re
 
 from k_transform.codegen.emit import ModuleEmitter
 from k_transform.ir.nodes import FuncGraph
@@ -21,13 +22,42 @@ def emit_source(graph: FuncGraph, comments: bool = True) -> tuple[str, str, dict
 
 
 def compile_graph(graph: FuncGraph):
-    """A Python function running the code generated from `graph`."""
-    source, name, namespace = emit_source(graph)
+    """A Python function running the code generated from `graph`;
+    `__kt_files__` maps each generated function's name to the source file
+    its `# line N` comments are of (`user_line`)."""
+    emitter = ModuleEmitter()
+    source, name = emitter.emit_module(graph)
+    namespace = emitter.globals
     digest = hashlib.sha1(source.encode()).hexdigest()[:10]
     filename = f"<k_transform:{name}:{digest}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     code = compile(source, filename, "exec")
     exec(code, namespace)
     fn = namespace[name]
-    fn.__kt_source__ = source
+    fn.__kt_source__, fn.__kt_files__ = source, emitter.files
     return fn
+
+
+_COMMENT = re.compile(r"\s*# (?:grad of )?line (\d+): (.*)")
+
+
+def user_line(exc: BaseException, fn) -> str | None:
+    """Where in the user's code the innermost generated line that `exc`
+    passed through came from (`fn`: a `compile_graph` function): "File
+    ..., line N" and the line, from the `# line N` comment above it."""
+    frame = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith("<k_transform:"):
+            frame = tb
+        tb = tb.tb_next
+    files = getattr(fn, "__kt_files__", {})
+    if frame is None or frame.tb_frame.f_code.co_name not in files:
+        return None
+    lines = linecache.getlines(frame.tb_frame.f_code.co_filename)
+    for text in reversed(lines[: frame.tb_lineno]):
+        match = _COMMENT.match(text)
+        if match:
+            file = files[frame.tb_frame.f_code.co_name]
+            return f'File "{file}", line {match[1]}\n    {match[2]}'
+    return None

@@ -80,6 +80,7 @@ class ModuleEmitter:
         self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
         self.static = StaticFacts()  # which switches are written as Python `if`s
         self.view = CodeView()  # the graphs as written: shared subexpressions, tuples
+        self.files: dict[str, str] = {}  # generated function name -> its source file
 
     # -- globals ------------------------------------------------------------------
     def ref(self, value, hint: str = "") -> str:
@@ -135,6 +136,7 @@ class ModuleEmitter:
     def _emit_graph(self, graph, namer, names, depth, fname) -> list[str]:
         if fname is None:
             fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
+        self.files.setdefault(fname, graph.debug.file)  # its `# line N` comments are of it
         params = [self._name_node(p, namer, names) for p in graph.parameters]
         defaults = graph.defaults
         # Trailing defaults, as far as each has a value here (a default computed
