@@ -164,13 +164,6 @@ def _note_user_line(exc: Exception, run) -> None:
         exc.add_note(_NOTE + where)
 
 
-def _raised_by_program(exc: Exception) -> Exception:
-    """What a call raises for `exc` from its program: the exception of a
-    `raise` the program reached (`rt.raised_at_run_time`), else `exc`."""
-    raised = rt.raised_at_run_time(exc)
-    return exc if raised is None else raised
-
-
 class CompiledGraph:
     """A transform graph compiled to Python and run with Parameters bound.
 
@@ -246,46 +239,19 @@ class CompiledGraph:
     def __call__(self, *args):
         self.refresh()
         values = tuple(p.data for p in self.params)
-        use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
-        if use_jit and _all_concrete(args) and _all_concrete(values):
-            # arrays only (the common call): nothing static, no host object, no tracer
-            key = (len(args), (), self._settings(True), bounds_version())
-            if self._jitted.get(key, _EAGER) is not _EAGER:
-                try:
-                    with retracing(True):
-                        return self._write_back(self._run_jitted(key, values, args))
-                except Exception as exc:
-                    if not _grow_loop_bound(exc):  # grown: retraced below, not run again here
-                        raised = _raised_by_program(exc)
-                        if raised is exc:
-                            raise
-                        raise raised from None
-        leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
-        objects = [type(a).__name__ for a in leaves if _host_object(a)]
-        if objects and (self.jit or self.jit_host):
-            raise KTransformError(
-                f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
-                f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "
-                "numbers and static values (read the object as a global, or call "
-                "without kt.jit: its methods then run per call)"
-            )
-        use_jit = use_jit and not objects  # a generator's methods are host code: per call
-        if not use_jit:
+        parts = self._parts(args, values)
+        if parts is None:
             return self._eager(values, rt.as_jax_inputs(args))
-        static = tuple(k for k, a in enumerate(args) if _is_static(a))
-        fixed = {k: args[k] for k in static}
-        traced = tuple(a for k, a in enumerate(args) if k not in static)
-        # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
-        retrace = not rt.any_traced((values, traced))
+        fixed, traced, retrace = parts
         # What tracing depends on beyond the arguments: the retrace mode, the
         # loop settings and whether checkpointed loops report their recompute
         # (a program is shared by gradient objects).
-        statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items())
-        settings = self._settings(retrace)
+        statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items()) if fixed else ()
+        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
         key = (len(args), statics, settings, bounds_version())
         if key not in self._jitted:
             self._jitted[key] = self._jit(fixed, len(args))
-        if self._jitted[key] == _EAGER:
+        if self._jitted[key] is _EAGER:
             return self._eager(values, rt.as_jax_inputs(args))
         for _ in range(MAX_RETRACES):
             try:
@@ -299,17 +265,35 @@ class CompiledGraph:
                 return self._eager(values, rt.as_jax_inputs(args))
             except Exception as exc:  # a traced while outgrew its gradient buffer
                 if not _grow_loop_bound(exc):
-                    raised = _raised_by_program(exc)
-                    if raised is exc:
-                        raise
-                    raise raised from None
+                    raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
+                    if raised is not None:
+                        raise raised from None
+                    raise
                 key = (len(args), statics, settings, bounds_version())  # the bound grown
                 self._jitted[key] = self._jit(fixed, len(args))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
 
-    @staticmethod
-    def _settings(retrace: bool) -> tuple:
-        return (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
+    def _parts(self, args: tuple, values: tuple):
+        """`(static arguments by position, traced ones, whether loops may
+        retrace)` of a compiled call, or None for a call run op by op."""
+        use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
+        if use_jit and _all_concrete(args) and _all_concrete(values):
+            return {}, args, True  # arrays only (the common call): nothing static, no tracer
+        leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
+        objects = [type(a).__name__ for a in leaves if _host_object(a)]
+        if objects and (self.jit or self.jit_host):
+            raise KTransformError(
+                f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
+                f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "
+                "numbers and static values (read the object as a global, or call "
+                "without kt.jit: its methods then run per call)"
+            )
+        if not use_jit or objects:  # a generator's methods are host code: per call
+            return None
+        static = tuple(k for k, a in enumerate(args) if _is_static(a))
+        traced = tuple(a for k, a in enumerate(args) if k not in static)
+        # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
+        return {k: args[k] for k in static}, traced, not rt.any_traced((values, traced))
 
     def _jit(self, fixed: dict, n: int):
         options = None

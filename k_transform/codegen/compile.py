@@ -16,17 +16,20 @@ from k_transform.ir.nodes import FuncGraph
 
 def emit_source(graph: FuncGraph, comments: bool = True) -> tuple[str, str, dict]:
     """(source, entry function name, globals) for `graph` and what it calls."""
-    emitter = ModuleEmitter(comments=comments)
-    source, name = emitter.emit_module(graph)
+    source, name, emitter = _emitted(graph, comments)
     return source, name, emitter.globals
+
+
+def _emitted(graph: FuncGraph, comments: bool = True) -> tuple[str, str, ModuleEmitter]:
+    emitter = ModuleEmitter(comments=comments)
+    return (*emitter.emit_module(graph), emitter)
 
 
 def compile_graph(graph: FuncGraph):
     """A Python function running the code generated from `graph`;
     `__kt_files__` maps each generated function's name to the source file
     its `# line N` comments are of (`user_line`)."""
-    emitter = ModuleEmitter()
-    source, name = emitter.emit_module(graph)
+    source, name, emitter = _emitted(graph)
     namespace = emitter.globals
     digest = hashlib.sha1(source.encode()).hexdigest()[:10]
     filename = f"<k_transform:{name}:{digest}>"
