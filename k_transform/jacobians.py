@@ -23,7 +23,7 @@ from k_transform.compiled import check_float_inputs, compiled_forward, without_a
 from k_transform.errors import KTransformError
 from k_transform.forward_api import check_tangents, jvp_unchecked
 from k_transform.frontend.targets import target_of
-from k_transform.reverse import GradFunction, spread_args
+from k_transform.reverse import GradFunction, position, spread_args
 from k_transform.runtime import host_log
 from k_transform.transforms import (
     GradSpec,
@@ -164,20 +164,24 @@ def _columns_last(cols, leaf):
     return jnp.moveaxis(cols.reshape(cols.shape[0], -1), 0, -1).reshape(*out_shape, *leaf.shape)
 
 
-def jacrev(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
-    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
-    reverse mode (MindSpore's `jacrev`; see `Jacobian`)."""
+def jacrev(fn, grad_position=0, has_aux: bool = False, *, argnums=None) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position` (JAX's
+    `argnums`), by reverse mode (MindSpore's `jacrev`; see `Jacobian`)."""
+    grad_position = position(grad_position, argnums, "kt.jacrev")
     return Jacobian(fn, grad_position, forward=False, has_aux=has_aux)
 
 
-def jacfwd(fn, grad_position=0, has_aux: bool = False) -> Jacobian:
-    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position`, by
-    forward mode (MindSpore's `jacfwd`; see `Jacobian`)."""
+def jacfwd(fn, grad_position=0, has_aux: bool = False, *, argnums=None) -> Jacobian:
+    """The Jacobian of `fn` w.r.t. the input(s) at `grad_position` (JAX's
+    `argnums`), by forward mode (MindSpore's `jacfwd`; see `Jacobian`)."""
+    grad_position = position(grad_position, argnums, "kt.jacfwd")
     return Jacobian(fn, grad_position, forward=True, has_aux=has_aux)
 
 
-def hessian(fn, argnum: int = 0) -> Jacobian:
-    """The Hessian of a scalar `fn`: reverse over reverse (jacrev of the gradient)."""
+def hessian(fn, argnum: int = 0, *, argnums=None) -> Jacobian:
+    """The Hessian of a scalar `fn` w.r.t. input `argnum` (JAX's `argnums`, an
+    int here): reverse over reverse (jacrev of the gradient)."""
+    argnum = position(argnum, argnums, "kt.hessian")
     return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
 
 

@@ -134,8 +134,28 @@ def _trainable_params(fn) -> list[Parameter]:
     return [p for p in parameters_of(graph_of(fn)) if p.requires_grad]
 
 
+def position(grad_position, argnums, api: str):
+    """The input position(s) asked for: MindSpore's `grad_position`, or
+    JAX's `argnums` spelling of it (a JAX user's `grad(f, argnums=1)`)."""
+    if argnums is None:
+        return grad_position
+    if grad_position not in (0, argnums):
+        raise KTransformValueError(
+            f"{api}: grad_position={grad_position!r} and argnums={argnums!r} both given "
+            "(they are one argument: MindSpore's spelling and JAX's)"
+        )
+    return argnums
+
+
 def grad(
-    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+    fn,
+    grad_position=0,
+    weights=None,
+    has_aux=False,
+    return_ids=False,
+    sens_param=False,
+    *,
+    argnums=None,
 ) -> GradFunction:
     """MindSpore's `grad`: gradients of `fn` w.r.t. the inputs at
     `grad_position` (an int, a tuple, or None) and `weights`;
@@ -149,7 +169,9 @@ def grad(
     in its own dtype (`x * x` at int32 `[3, 4]` gives int32 `[6, 8]`); a
     Python int or bool is left out of the gradients (`()` when nothing is
     left, the bare gradient when one is: `grad(f, (0, 1))(x, 2)` is f's
-    gradient w.r.t. `x`). Python floats are differentiated."""
+    gradient w.r.t. `x`). Python floats are differentiated. `argnums`: JAX's
+    name for `grad_position`."""
+    grad_position = position(grad_position, argnums, "kt.grad")
     return GradFunction(
         _library_target(fn),
         _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, False),
@@ -182,10 +204,18 @@ def get_grad(gradients, identifier):
 
 
 def value_and_grad(
-    fn, grad_position=0, weights=None, has_aux=False, return_ids=False, sens_param=False
+    fn,
+    grad_position=0,
+    weights=None,
+    has_aux=False,
+    return_ids=False,
+    sens_param=False,
+    *,
+    argnums=None,
 ) -> GradFunction:
     """`(value, gradients)`, the value being `fn`'s whole output (with
     `has_aux`, `(out, *aux)`); see `grad`."""
+    grad_position = position(grad_position, argnums, "kt.value_and_grad")
     return GradFunction(
         _library_target(fn),
         _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, True),

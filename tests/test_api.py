@@ -395,3 +395,28 @@ def test_a_fresh_gradient_object_reuses_the_transform_and_its_program():
     ms = kt.GradOperation()(_cached_square_loss)  # MindSpore's, with its own options
     np.testing.assert_allclose(ms(x), jax.grad(_cached_square_loss)(x), rtol=1e-6)
     assert kt.grad(_cached_square_loss).constant_sequences is False
+
+
+def _two_args(w, b):
+    return jnp.sum(jnp.tanh(w * 2.0 + b) ** 2)
+
+
+def test_jax_argnums_is_grad_position():
+    """JAX's `argnums` names MindSpore's `grad_position` in grad,
+    value_and_grad, jacrev, jacfwd and hessian (a JAX user's code runs as
+    written); both given and different is an error."""
+    w, b = jnp.linspace(-1.0, 1.0, 3), jnp.float32(0.3)
+    for argnums in (0, 1, (0, 1)):
+        got = kt.grad(_two_args, argnums=argnums)(w, b)
+        want = jax.grad(_two_args, argnums=argnums)(w, b)
+        jax.tree_util.tree_map(lambda g, h: np.testing.assert_allclose(g, h, rtol=1e-5), got, want)
+    value, g = kt.value_and_grad(_two_args, argnums=1)(w, b)
+    want_value, want_g = jax.value_and_grad(_two_args, argnums=1)(w, b)
+    np.testing.assert_allclose(value, want_value, rtol=1e-6)
+    np.testing.assert_allclose(g, want_g, rtol=1e-5)
+    for ours, theirs in ((kt.jacrev, jax.jacrev), (kt.jacfwd, jax.jacfwd), (kt.hessian, jax.hessian)):
+        np.testing.assert_allclose(
+            ours(_two_args, argnums=1)(w, b), theirs(_two_args, argnums=1)(w, b), rtol=1e-4
+        )
+    with pytest.raises(kt.KTransformError, match="argnums"):
+        kt.grad(_two_args, 1, argnums=0)
