@@ -89,13 +89,18 @@ def parameters_of(root: FuncGraph) -> list[Parameter]:
 def _array_type() -> type:
     """The type of a concrete JAX array (`jax.Array` includes tracers), made
     at first use: an array made at import would start XLA's backend before
-    a data-parallel program's `jax.distributed.initialize`."""
-    return type(jnp.zeros(()))
+    a data-parallel program's `jax.distributed.initialize`; concrete even when
+    first asked under a trace (the user's `jax.jit` of a gradient function)."""
+    with jax.ensure_compile_time_eval():
+        return type(jnp.zeros(()))
 
 
 def _all_concrete(values: tuple) -> bool:
     array = _array_type()
-    return all(type(v) is array for v in values)
+    for v in values:
+        if type(v) is not array:
+            return False
+    return True
 
 
 def _is_static(x) -> bool:
@@ -203,7 +208,7 @@ class CompiledGraph:
             for n in g.nodes
         )
         self._jitted: dict[tuple, object] = {}
-        self._checked: dict[tuple, bool] = {}  # key -> its program checks a loop bound
+        self._checked: set[tuple] = set()  # keys whose program checks a loop bound
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
         # Host calls (a random generator, a counter) run per call, as without
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
@@ -238,7 +243,7 @@ class CompiledGraph:
 
     def __call__(self, *args):
         self.refresh()
-        values = tuple(p.data for p in self.params)
+        values = tuple([p.data for p in self.params])
         parts = self._parts(args, values)
         if parts is None:
             return self._eager(values, rt.as_jax_inputs(args))
@@ -248,15 +253,18 @@ class CompiledGraph:
         # (a program is shared by gradient objects).
         statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items()) if fixed else ()
         settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
-        key = (len(args), statics, settings, bounds_version())
-        if key not in self._jitted:
-            self._jitted[key] = self._jit(fixed, len(args))
-        if self._jitted[key] is _EAGER:
-            return self._eager(values, rt.as_jax_inputs(args))
         for _ in range(MAX_RETRACES):
+            key = (len(args), statics, settings, bounds_version())
+            jitted = self._jitted.get(key)
+            if jitted is None:
+                jitted = self._jitted[key] = self._jit(key, fixed, len(args), retrace)
+            if jitted is _EAGER:
+                return self._eager(values, rt.as_jax_inputs(args))
             try:
-                with retracing(retrace):
-                    return self._write_back(self._run_jitted(key, values, traced))
+                output = jitted(values, traced)
+                if key in self._checked:  # see `_traced_as`
+                    jax.block_until_ready(output)
+                return self._write_back(output)
             except UnboundedRecursion as exc:
                 if not retrace:  # under the user's jax.jit: no concrete values to run
                     raise exc.with_traceback(None) from None
@@ -264,13 +272,11 @@ class CompiledGraph:
                 warnings.warn(_recursion_runs_eagerly(exc), stacklevel=3)
                 return self._eager(values, rt.as_jax_inputs(args))
             except Exception as exc:  # a traced while outgrew its gradient buffer
-                if not _grow_loop_bound(exc):
+                if not _grow_loop_bound(exc):  # else the next key has the bound grown
                     raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
                     if raised is not None:
                         raise raised from None
                     raise
-                key = (len(args), statics, settings, bounds_version())  # the bound grown
-                self._jitted[key] = self._jit(fixed, len(args))
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
 
     def _parts(self, args: tuple, values: tuple):
@@ -295,29 +301,15 @@ class CompiledGraph:
         # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
         return {k: args[k] for k in static}, traced, not rt.any_traced((values, traced))
 
-    def _jit(self, fixed: dict, n: int):
+    def _jit(self, key: tuple, fixed: dict, n: int, retrace: bool):
         options = None
         if jax.default_backend() == "cpu" and self._size > LARGE_PROGRAM:
             options = {"xla_cpu_use_fusion_emitters": False}  # see LARGE_PROGRAM
-        return jax.jit(self._with_static(fixed, n), compiler_options=options)
+        return jax.jit(self._traced_as(key, fixed, n, retrace), compiler_options=options)
 
     @functools.cached_property
     def _size(self) -> int:
         return sum(len(g.nodes) for g in self._compiled_graph.reachable())
-
-    def _run_jitted(self, key, values, traced):
-        """The jitted program's output; a program that checks a loop's bound
-        (`runtime.bounds.report_overflow`) is waited for, so that an overflow
-        raises here, where the program can grow the bound and retrace (on a
-        GPU the check's error would otherwise surface where the user first
-        reads the result)."""
-        before = checks_traced()
-        output = self._jitted[key](values, traced)
-        if key not in self._checked:
-            self._checked[key] = checks_traced() > before  # traced just now
-        if self._checked[key]:
-            jax.block_until_ready(output)
-        return output
 
     def _eager(self, values, args):
         """The generated code run op by op; gradient and jvp functions bound
@@ -333,13 +325,24 @@ class CompiledGraph:
                 ) from None
             return self._write_back(output)
 
-    def _with_static(self, fixed: dict, n: int):
-        """`_compute` taking only the traced arguments; `fixed` holds the static ones."""
+    def _traced_as(self, key: tuple, fixed: dict, n: int, retrace: bool):
+        """`_compute` taking only the traced arguments (`fixed` holds the
+        static ones), traced in the retrace mode of its `key`. A program that checks a
+        loop's bound (`runtime.bounds.report_overflow`) is noted in
+        `_checked`: `__call__` waits for its result, so that an overflow
+        raises there, where the program can grow the bound and retrace (on a
+        GPU the check's error would otherwise surface where the user first
+        reads the result)."""
 
         def compute(values, traced):
             it = iter(traced)
             args = tuple(fixed[k] if k in fixed else next(it) for k in range(n))
-            return self._compute(values, args)
+            before = checks_traced()
+            with retracing(retrace):
+                output = self._compute(values, args)
+            if checks_traced() > before:
+                self._checked.add(key)
+            return output
 
         return compute
 
@@ -436,6 +439,9 @@ def takes_star_args(fn) -> bool:
     return any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+_INEXACT = frozenset(map(np.dtype, ("float16", "float32", "float64", "complex64", "complex128")))
+
+
 def check_float_inputs(api: str, args, positions) -> None:
     """JAX's rule for its differentiation API: the inputs differentiated must
     be float (or complex) arrays or Python floats; an integer or boolean input
@@ -443,9 +449,11 @@ def check_float_inputs(api: str, args, positions) -> None:
     for k in positions:
         if k >= len(args):
             continue
-        for leaf in jax.tree_util.tree_leaves(args[k]):
+        arg = args[k]
+        leaves = (arg,) if type(arg) is _array_type() else jax.tree_util.tree_leaves(arg)
+        for leaf in leaves:
             dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(type(leaf))
-            if not jnp.issubdtype(dtype, jnp.inexact):
+            if dtype not in _INEXACT and not jnp.issubdtype(dtype, jnp.inexact):
                 raise TypeError(
                     f"{api} requires real- or complex-valued inputs (a float dtype), but input "
                     f"{k} is {type(leaf).__name__} of dtype {dtype}; pass a float array "

@@ -414,7 +414,11 @@ def test_jax_argnums_is_grad_position():
     want_value, want_g = jax.value_and_grad(_two_args, argnums=1)(w, b)
     np.testing.assert_allclose(value, want_value, rtol=1e-6)
     np.testing.assert_allclose(g, want_g, rtol=1e-5)
-    for ours, theirs in ((kt.jacrev, jax.jacrev), (kt.jacfwd, jax.jacfwd), (kt.hessian, jax.hessian)):
+    for ours, theirs in (
+        (kt.jacrev, jax.jacrev),
+        (kt.jacfwd, jax.jacfwd),
+        (kt.hessian, jax.hessian),
+    ):
         np.testing.assert_allclose(
             ours(_two_args, argnums=1)(w, b), theirs(_two_args, argnums=1)(w, b), rtol=1e-4
         )

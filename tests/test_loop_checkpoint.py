@@ -283,3 +283,43 @@ def test_a_later_call_that_outgrows_the_bound_grows_it():
             got = grad(x, jnp.float32(n))
             want = jax.grad(_fori_sin_steps)(x, n)
             np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+FIRST_CALL_UNDER_JIT = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+import k_transform as kt
+
+def f(x, n):
+    k = 0
+    while k < n:
+        x = jnp.sin(x) + 0.01
+        k = k + 1
+    return jnp.sum(x)
+
+x = jnp.asarray([0.3, -0.7], jnp.float32)
+under_jit = jax.jit(kt.grad(f))(x, jnp.asarray(3000))  # the process's first call
+plain = kt.grad(f)(x, jnp.asarray(3000))
+print(json.dumps([np.asarray(under_jit).tolist(), np.asarray(plain).tolist()]))
+"""
+
+
+def test_a_first_call_under_the_users_jit_still_checkpoints(tmp_path):
+    """The first gradient a process computes runs under the user's jax.jit:
+    what tells a concrete call from a traced one was found at that first
+    use, under the trace, and took tracers for concrete arrays, so the loop
+    got a retracing buffer of 64 slots and overflowed at 3,000 trips."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "first_call.py"  # a file: kt reads the function's source
+    script.write_text(FIRST_CALL_UNDER_JIT)
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    under_jit, plain = json.loads(done.stdout.splitlines()[-1])
+    x = jnp.asarray([0.3, -0.7], jnp.float32)
+    step = lambda k, x: jnp.sin(x) + 0.01  # noqa: E731
+    want = jax.grad(lambda x: jnp.sum(jax.lax.fori_loop(0, 3000, step, x)))(x)
+    np.testing.assert_allclose(under_jit, want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(plain, want, rtol=1e-4, atol=1e-6)

@@ -93,7 +93,10 @@ def guards_of(graph: FuncGraph) -> tuple:
 
 def stale(guards: tuple) -> bool:
     """Whether a name a guard read no longer holds the value read then."""
-    return any(_current(c, n) is not v for c, n, v in guards)
+    for container, name, value in guards:  # a loop: this runs at every call
+        if _current(container, name) is not value:
+            return True
+    return False
 
 
 def stale_names(guards: tuple) -> list[str]:
