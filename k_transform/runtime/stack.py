@@ -304,9 +304,7 @@ def stack_push(s, item, memo=None):
     loop under lax) cannot hold a Python function and drops it."""
     if isinstance(s, BufStack):
         item = fit(item, jax.tree_util.tree_map(_slot_shape, s.buf))
-        buf = jax.tree_util.tree_map(
-            lambda b, v: b.at[s.n].set(jnp.asarray(v, b.dtype), mode="drop"), s.buf, item
-        )
+        buf = jax.tree_util.tree_map(lambda b, v: _set_at(b, s.n, v), s.buf, item)
         return BufStack(buf, s.n + 1)
     if isinstance(s, SlotOut):
         return s.push(item, memo)
@@ -371,6 +369,16 @@ def stack_push_grad(d_rest, d_item):
     d_item = fit(d_item, jax.tree_util.tree_map(_slot_shape, d_rest.buf))
     buf = jax.tree_util.tree_map(lambda b, v: _add_at(b, d_rest.n, v), d_rest.buf, d_item)
     return BufStack(buf, d_rest.n + 1)
+
+
+def _set_at(b, k, v):
+    """`b` with row `k` set to `v`: a dynamic_update_slice, which XLA compiles
+    faster than a scatter (bench/loops' `while` of 10 trips: XLA compiled its
+    gradient in 0.31-0.34 s with scatters, 0.22-0.29 s with these). Past the
+    buffer's end the index is clamped, so an
+    overflowing loop overwrites its last row; such a run's result is never
+    used, since its overflow check raises (`runtime.bounds.report_overflow`)."""
+    return lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), k, 0)
 
 
 def _add_at(b, k, v):
