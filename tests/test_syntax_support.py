@@ -423,6 +423,41 @@ def test_each_lambda_on_a_line_is_its_own():
         np.testing.assert_allclose(kt.grad(fn)(x), jax.grad(fn)(x), rtol=1e-6)
 
 
+def _decorated(fn):
+    return fn
+
+
+@_decorated
+@_decorated
+def twice_decorated(x):
+    return jnp.sin(x)
+
+
+class _WithMethod:
+    @staticmethod
+    def method(x):
+        def inner(y):
+            return y * x
+
+        return inner(x)
+
+
+def test_the_source_read_is_what_inspect_reads():
+    """k_transform reads a function's lines from its code object's file and
+    line (`frontend.source._source_lines`), not by inspect's search of every
+    loaded module; the lines and first line number are inspect's, for
+    decorated functions, lambdas sharing a line, methods and nested defs."""
+    import inspect
+
+    from k_transform.frontend.source import _source_lines
+
+    nested = _WithMethod.method.__code__.co_consts
+    inner = next(c for c in nested if inspect.iscode(c))
+    codes = [f.__code__ for f in (twice_decorated, *PAIR, NESTED, _WithMethod.method)] + [inner]
+    for code in codes:
+        assert _source_lines(code, globals()) == inspect.getsourcelines(code)
+
+
 def stacked_copies(x):
     s = jnp.stack([x] * 3)
     return jnp.sum(jnp.sin(s) * s)
