@@ -73,10 +73,36 @@ def test_a_small_static_loop_unrolls_under_jit():
 
 def test_a_loop_indexing_with_its_counter_stays_a_scan():
     """`xs[t]`: unrolled, each step's gradient of the read is a full-size
-    array added into d_xs (quadratic), which a scan stacks instead."""
+    array added into d_xs (quadratic), which a scan stacks instead (on the
+    CPU, where this suite runs)."""
     assert _loops_in_gradient(rnn, W, XS) == LOOPS
     got = jax.jit(kt.grad(rnn))(W, XS)
     np.testing.assert_allclose(got, jax.grad(rnn)(W, XS), rtol=1e-5, atol=1e-6)
+
+
+def long_rnn(w, xs):  # `rnn` again, for a trace of its own
+    h = jnp.zeros(w.shape[0])
+    for t in range(xs.shape[0]):
+        h = jnp.tanh(w @ h + xs[t])
+    return jnp.sum(h * h)
+
+
+def test_on_an_accelerator_a_short_loop_indexing_with_its_counter_unrolls(monkeypatch):
+    """On a GPU a loop launches its body's kernels every iteration (the
+    32-step RNN as a scan: 3.7x JAX's unrolled time on an H100), so there a
+    body reading `xs[t]` unrolls within the budget, each read counted as
+    `trips` equations (the full-size gradient it adds per iteration): 12
+    steps unroll, 300 stay a scan. The backend is faked (a program traced for
+    the CPU keeps its trace, hence `long_rnn`); the gradients are
+    computed on the CPU against jax.grad."""
+    monkeypatch.setattr(policy, "on_accelerator", lambda: True)
+    assert _loops_in_gradient(long_rnn, W, XS) == set()
+    got = jax.jit(kt.grad(long_rnn))(W, XS)
+    np.testing.assert_allclose(got, jax.grad(long_rnn)(W, XS), rtol=1e-5, atol=1e-6)
+    long_xs = jnp.reshape(jnp.cos(jnp.arange(1200.0)), (300, 4))
+    assert _loops_in_gradient(long_rnn, W, long_xs) == LOOPS
+    got = jax.jit(kt.grad(long_rnn))(W, long_xs)
+    np.testing.assert_allclose(got, jax.grad(long_rnn)(W, long_xs), rtol=1e-4, atol=1e-6)
 
 
 def test_a_loop_over_the_budget_stays_a_scan():
