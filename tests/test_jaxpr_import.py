@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
 import pytest
+from jax.interpreters import mlir
 
 import k_transform as kt
 from k_transform.codegen.compile import emit_source
@@ -231,6 +232,50 @@ def test_under_user_jit():
     """The gradient function inside the user's own jax.jit."""
     f = unary_program(jnp.arccos)
     _close(jax.jit(kt.grad(f))(X), jax.grad(f)(X))
+
+
+# -- lax.log2: a primitive JAX 0.11.2 added ------------------------------------------------
+def _log2_primitive():
+    """`lax.log2_p`, which `jnp.log2` traces to from JAX 0.11.2 (earlier it was
+    `log(x) / log(2)`, swept above), or on an earlier JAX a stand-in primitive of
+    the same name and value: the importer picks a primitive's class and rule by
+    its name (`ops.lax.lax_class("log2")`, `d_log2` in `ops.lax_rules`), so both
+    take the path that 0.11's `jnp.log2` takes."""
+    real = getattr(jax.lax, "log2_p", None)
+    if real is not None:
+        return real
+
+    def impl(x, accuracy):
+        return jax.lax.log(x) * np.asarray(1.4426950408889634, x.dtype)  # JAX's lowering
+
+    stand_in = jax.extend.core.Primitive("log2")
+    stand_in.def_impl(impl)
+    stand_in.def_abstract_eval(lambda x, accuracy: x)
+    mlir.register_lowering(stand_in, mlir.lower_fun(impl, multiple_results=False))
+    return stand_in
+
+
+LOG2_P = _log2_primitive()
+
+
+def lax_log2(x):
+    return LOG2_P.bind(x, accuracy=None)
+
+
+@pytest.mark.parametrize("mode", ["graph", "eager"], indirect=True)
+def test_log2_primitive(mode):
+    """The `log2` rule against the closed form: for f = sum(sin(log2 x)),
+    f' = cos(log2 x) / (x ln 2) and f'' = -(sin(log2 x) / ln 2 + cos(log2 x)) / (x^2 ln 2)."""
+    assert [e.primitive.name for e in jax.make_jaxpr(lax_log2)(X).jaxpr.eqns] == ["log2"]
+    f = unary_program(lax_log2)
+    log2x, ln2 = np.log2(X), np.log(2.0)
+    d1 = np.cos(log2x) / (X * ln2)
+    d2 = -(np.sin(log2x) / ln2 + np.cos(log2x)) / (X * X * ln2)
+    _close(kt.grad(f)(X), d1)
+    out, tangent = kt.jvp(f, X, V)
+    _close(out, np.sum(np.sin(log2x)))
+    _close(tangent, np.sum(d1 * V))
+    _close(kt.grad(lambda x: jnp.vdot(kt.grad(f)(x), V))(X), d2 * V)
 
 
 # -- second order ------------------------------------------------------------------------

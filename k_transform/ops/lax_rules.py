@@ -228,6 +228,16 @@ def d_exp2(x, out):
     return out * math.log(2.0)
 
 
+@derivative("log2")  # JAX 0.11.2+: jnp.log2 is this primitive (earlier, log(x) / log(2))
+def d_log2(x, out):
+    return 1.0 / (x * math.log(2.0))
+
+
+@derivative("one_minus_square")  # JAX 0.11.2+: 1 - x^2, in JAX's own rules for tanh, asin, ...
+def d_one_minus_square(x, out):
+    return -2.0 * x
+
+
 @derivative("cbrt")
 def d_cbrt(x, out):
     return 1.0 / (3.0 * out * out)
