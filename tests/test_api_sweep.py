@@ -393,6 +393,13 @@ CASES = {
 }
 # fmt: on
 
+# Public functions a newer JAX added (0.11.2), swept where this JAX has them.
+NEWER = {
+    "jnp.minmax": ("x", lambda x: jnp.minmax(x, axis=1)[0] * jnp.minmax(x, axis=1)[1]),
+    "jnp.top_k": ("x", lambda x: jnp.top_k(x, 2)[0]),
+}
+CASES.update({name: case for name, case in NEWER.items() if hasattr(jnp, name[4:])})
+
 _INT = "integer or boolean results"
 _CTOR = "a constructor from shapes or integers (no float inputs)"
 _QUERY = "a dtype, shape or type query (no array result)"

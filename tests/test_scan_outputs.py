@@ -15,6 +15,7 @@ import pytest
 from jax import lax
 
 import k_transform as kt
+from k_transform.frontend.jaxpr import _scan_counts
 
 pytestmark = pytest.mark.usefixtures("x64", "scan_loops")
 
@@ -167,7 +168,8 @@ def test_outputs_are_scan_outputs():
     assert not whiles
     assert sorted(e.params["reverse"] for e in scans) == [False, True]
     for e in scans:  # only the recurrent state is carried
-        carried = e.params["jaxpr"].jaxpr.invars[e.params["num_consts"] :][: e.params["num_carry"]]
+        n_consts, n_carry = _scan_counts(e.params)
+        carried = e.params["jaxpr"].jaxpr.invars[n_consts:][:n_carry]
         assert all(v.aval.shape in ((), (3,)) for v in carried), carried
 
 
@@ -192,5 +194,5 @@ def test_loop_invariant_residuals_are_computed_once():
     forward = [e for e in _scans(jaxpr.jaxpr) if not e.params["reverse"]]
     assert forward
     for e in forward:
-        stacked = e.outvars[e.params["num_carry"] :]
+        stacked = e.outvars[_scan_counts(e.params)[1] :]
         assert not [v for v in stacked if v.aval.dtype == jnp.bool_], stacked
