@@ -92,7 +92,7 @@ def _array_type() -> type:
     a data-parallel program's `jax.distributed.initialize`; concrete even when
     first asked under a trace (the user's `jax.jit` of a gradient function)."""
     with jax.ensure_compile_time_eval():
-        return type(jnp.zeros(()))
+        return type(jax.device_put(np.zeros((), np.float32)))  # (jnp.zeros compiles)
 
 
 def _all_concrete(values: tuple) -> bool:
@@ -303,7 +303,9 @@ class CompiledGraph:
 
     def _jit(self, key: tuple, fixed: dict, n: int, retrace: bool):
         options = None
-        if jax.default_backend() == "cpu" and self._size > LARGE_PROGRAM:
+        # (Under the user's jax.jit, `retrace` False, the program is part of
+        # theirs, and JAX takes compiler options only for the outermost jit.)
+        if retrace and jax.default_backend() == "cpu" and self._size > LARGE_PROGRAM:
             options = {"xla_cpu_use_fusion_emitters": False}  # see LARGE_PROGRAM
         return jax.jit(self._traced_as(key, fixed, n, retrace), compiler_options=options)
 

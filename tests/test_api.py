@@ -225,6 +225,24 @@ def test_user_jit_and_vmap():
     close(jax.vmap(grad_fn, in_axes=(0, None))(xs, Y), jax.vmap(jax.grad(loss), (0, None))(xs, Y))
 
 
+def large_loss(x, y):  # `loss` again, for programs of its own
+    return jnp.sum(jnp.sin(x) * y + x * x)
+
+
+def test_a_large_program_under_the_users_jit(monkeypatch):
+    """A program over `LARGE_PROGRAM` nodes is compiled with XLA's classic
+    CPU emitters, a compiler option, which JAX takes only for the outermost
+    jit: under the user's `jax.jit` the program raised ValueError. Every
+    program counts as large here."""
+    from k_transform import compiled
+
+    monkeypatch.setattr(compiled, "LARGE_PROGRAM", 0)
+    grad_fn = kt.grad(large_loss, grad_position=(0, 1))
+    want = jax.grad(large_loss, argnums=(0, 1))(X, Y)
+    close(jax.jit(grad_fn)(X, Y), want)
+    close(grad_fn(X, Y), want)
+
+
 def test_eager_mode_runs_same_code():
     kt.set_mode("eager")
     try:

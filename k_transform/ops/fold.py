@@ -11,12 +11,15 @@ and no random generator, counter or clock, runs at transform time.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.ops.arithmetic import Is, IsNot
 from k_transform.ops.base import OperatorPrimitive
 from k_transform.ops.host import is_pure
 
@@ -38,12 +41,15 @@ def fold(prim, args) -> Constant | None:
     if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
         return None
     if isinstance(prim, prims.LibraryCall):
-        if not is_pure(prim.fn):
+        if not is_pure(prim.fn) or _computes_on_arrays(prim.fn, values):
             return None
         pos, kw = prims.split_kwargs(values, prim.kwnames)
         return _evaluate(prim.fn, pos, kw)
     if not isinstance(prim, _FOLDABLE_PRIMS):
         return None
+    if isinstance(prim, OperatorPrimitive) and not isinstance(prim, (Is, IsNot)):
+        if _holds_array(values):  # `w * 0.5`: an array, never a constant
+            return None
     if isinstance(prim, prims.GetItem) and isinstance(values[0], (tuple, list, dict)):
         # An item of a constant container is a constant, whatever it holds
         # (a sub-Cell, a Parameter, an array): `self.layers[2]`, `self.moments[k]`.
@@ -58,7 +64,39 @@ def fold_call(fn, args, kwargs) -> Constant | None:
     """A call of a pure builtin or `math` function on constants, evaluated."""
     if not (is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
         return None
-    return _evaluate(fn, [a.value for a in args], {k: v.value for k, v in kwargs.items()})
+    values = [a.value for a in args]
+    if _computes_on_arrays(fn, [*values, *(v.value for v in kwargs.values())]):
+        return None
+    return _evaluate(fn, values, {k: v.value for k, v in kwargs.items()})
+
+
+# Library functions of arrays whose result is a Python value (folded).
+_SHAPE_QUERIES = frozenset(map(id, (jnp.shape, jnp.ndim, jnp.size, np.shape, np.ndim, np.size)))
+
+
+def _computes_on_arrays(fn, values) -> bool:
+    """Whether `fn` is a JAX function given a JAX array or a Parameter (not a
+    shape query): evaluated at transform time it would compile an XLA
+    program for its shapes (10-70 ms each) to give an array, which is no
+    constant; LeNet-5's weight transposes and products cost 0.3 s of its
+    first training step so."""
+    module = getattr(fn, "__module__", None) or ""
+    return (
+        (module == "jax" or module.startswith("jax."))
+        and id(fn) not in _SHAPE_QUERIES
+        and _holds_array(values)
+    )
+
+
+def _holds_array(values) -> bool:
+    """Whether `values` (or a tuple or list among them) holds a JAX array or a Parameter."""
+    for v in values:
+        if isinstance(v, (tuple, list)):
+            if _holds_array(v):
+                return True
+        elif isinstance(v, jax.Array) or getattr(type(v), "__kt_parameter__", False):
+            return True
+    return False
 
 
 def _evaluate(fn, args, kwargs) -> Constant | None:
