@@ -329,9 +329,9 @@ class CompiledGraph:
 
     def _traced_as(self, key: tuple, fixed: dict, n: int, retrace: bool):
         """`_compute` taking only the traced arguments (`fixed` holds the
-        static ones), traced in the retrace mode of its `key`. A program that checks a
-        loop's bound (`runtime.bounds.report_overflow`) is noted in
-        `_checked`: `__call__` waits for its result, so that an overflow
+        static ones), traced in `retrace` mode. A program that checks a
+        loop's bound (`runtime.bounds.report_overflow`) has its `key` noted
+        in `_checked`: `__call__` waits for its result, so that an overflow
         raises there, where the program can grow the bound and retrace (on a
         GPU the check's error would otherwise surface where the user first
         reads the result)."""

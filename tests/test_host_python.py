@@ -586,3 +586,34 @@ def test_a_generator_given_as_an_argument_draws_per_call(mode):
         jax.jit(jax.grad(draws_from_its_argument))(X, np.random.RandomState(5))
     with pytest.raises(kt.KTransformError, match="RandomState, which is not an array"):
         kt.jit(kt.grad(draws_from_its_argument))(X, np.random.RandomState(5))
+
+
+def folded_dtype_test(x):
+    scale = jnp.linspace(0.5, 1.5, 3)  # a JAX function of constants: an array, staged
+    if jnp.issubdtype(jnp.float32, jnp.floating):  # a Python bool: folded
+        return jnp.sum(jnp.sin(x) * scale)
+    return jnp.sum(x)
+
+
+def test_jax_functions_of_constants_fold_without_running_on_the_device():
+    """A pure JAX function of constants is evaluated at transform time under
+    a throwaway trace (`ops.fold._staged`): `jnp.issubdtype` still folds to
+    a Python bool that picks the branch, while `jnp.linspace(...)`, an
+    array, is left to the program and compiles nothing (run eagerly, each such call
+    compiled an XLA program per shape). Counted: XLA compilations while the
+    gradient is transformed and its code generated; oracle jax.grad."""
+    compiles = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        g = kt.grad(folded_dtype_test)  # parses
+        source = g.__kt_source__
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []
+    assert "jnp.sum(x)" not in source  # the branch was picked at transform time
+    np.testing.assert_allclose(g(X), jax.grad(folded_dtype_test)(X), rtol=1e-6)

@@ -12,7 +12,6 @@ and no random generator, counter or clock, runs at transform time.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from k_transform import runtime as rt
@@ -41,7 +40,7 @@ def fold(prim, args) -> Constant | None:
     if any(isinstance(v, FuncGraph) or v is rt.UNDEFINED for v in values):
         return None
     if isinstance(prim, prims.LibraryCall):
-        if not is_pure(prim.fn) or _computes_on_arrays(prim.fn, values):
+        if not is_pure(prim.fn):
             return None
         pos, kw = prims.split_kwargs(values, prim.kwnames)
         return _evaluate(prim.fn, pos, kw)
@@ -64,28 +63,7 @@ def fold_call(fn, args, kwargs) -> Constant | None:
     """A call of a pure builtin or `math` function on constants, evaluated."""
     if not (is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
         return None
-    values = [a.value for a in args]
-    if _computes_on_arrays(fn, [*values, *(v.value for v in kwargs.values())]):
-        return None
-    return _evaluate(fn, values, {k: v.value for k, v in kwargs.items()})
-
-
-# Library functions of arrays whose result is a Python value (folded).
-_SHAPE_QUERIES = frozenset(map(id, (jnp.shape, jnp.ndim, jnp.size, np.shape, np.ndim, np.size)))
-
-
-def _computes_on_arrays(fn, values) -> bool:
-    """Whether `fn` is a JAX function given a JAX array or a Parameter (not a
-    shape query): evaluated at transform time it would compile an XLA
-    program for its shapes (10-70 ms each) to give an array, which is no
-    constant; LeNet-5's weight transposes and products cost 0.3 s of its
-    first training step so."""
-    module = getattr(fn, "__module__", None) or ""
-    return (
-        (module == "jax" or module.startswith("jax."))
-        and id(fn) not in _SHAPE_QUERIES
-        and _holds_array(values)
-    )
+    return _evaluate(fn, [a.value for a in args], {k: v.value for k, v in kwargs.items()})
 
 
 def _holds_array(values) -> bool:
@@ -102,11 +80,27 @@ def _holds_array(values) -> bool:
 def _evaluate(fn, args, kwargs) -> Constant | None:
     if not callable(fn):
         return None
+    module = getattr(fn, "__module__", None) or ""
     try:
-        result = fn(*args, **kwargs)
+        if module == "jax" or module.startswith("jax."):
+            result = _staged(fn, args, kwargs)
+        else:
+            result = fn(*args, **kwargs)
     except Exception:
         return None
     return Constant(result, NO_DEBUG) if is_static(result) else None
+
+
+def _staged(fn, args, kwargs):
+    """`fn(*args, **kwargs)` run under a throwaway trace (`jax.make_jaxpr`): a
+    JAX function's Python result (a shape, a dtype test) is the same, while
+    an array result is a traced value, no constant, and no XLA program is
+    compiled for it. Run eagerly, each such call compiled one per shape at
+    transform time (10-70 ms): LeNet-5's `jnp.transpose(self.weight)`s cost
+    0.3 s of its first training step."""
+    result = []
+    jax.make_jaxpr(lambda: result.append(fn(*args, **kwargs)))()
+    return result[0]
 
 
 def is_static(value) -> bool:

@@ -375,9 +375,9 @@ def _set_at(b, k, v):
     """`b` with row `k` set to `v`: a dynamic_update_slice, which XLA compiles
     faster than a scatter (bench/loops' `while` of 10 trips: XLA compiled its
     gradient in 0.31-0.34 s with scatters, 0.22-0.29 s with these). Past the
-    buffer's end the index is clamped, so an
-    overflowing loop overwrites its last row; such a run's result is never
-    used, since its overflow check raises (`runtime.bounds.report_overflow`)."""
+    buffer's end the index is clamped, so an overflowing loop overwrites its
+    last row; such a run's result is never used, since its overflow check
+    raises (`runtime.bounds.report_overflow`)."""
     return lax.dynamic_update_index_in_dim(b, jnp.asarray(v, b.dtype), k, 0)
 
 
