@@ -196,3 +196,26 @@ def test_loop_invariant_residuals_are_computed_once():
     for e in forward:
         stacked = e.outvars[_scan_counts(e.params)[1] :]
         assert not [v for v in stacked if v.aval.dtype == jnp.bool_], stacked
+
+
+def hoisted_in_a_branch(x):
+    y = x * 0.5 + 0.1
+    z = jnp.sin(x)
+    if jnp.sum(x) > 0.0:
+        for _ in range(10):  # its residual tanh(tanh(y)[0]) is the same every iteration
+            z = z.at[0].set(jnp.tanh(jnp.tanh(y)[0]))
+    return jnp.sum(y * z)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_hoisted_residual_leaves_a_branch_as_an_output(sign):
+    """A loop inside a traced `if` whose residual depends on no carry is
+    computed once, in the branch's trace; held as the memos' static data it
+    left the branch by reference and the program failed with JAX's
+    UnexpectedTracerError (found by the fuzzer). The arrays a memo reads
+    are now the memos' pytree leaves. Oracle: jax.value_and_grad."""
+    x = sign * jnp.asarray([0.3, -0.7, 1.1])
+    got = kt.value_and_grad(hoisted_in_a_branch)(x)
+    want = jax.value_and_grad(hoisted_in_a_branch)(x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-9)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-12)

@@ -142,13 +142,40 @@ class Hoisted:
         self.value = value
 
 
-class MemoForm:
-    """What the bprops of a scan's iterations share (compared by identity: it
-    is a pytree's static part). `read[k]`: array k of the skeleton when read
-    from outside the loop, None when each iteration makes it."""
+class _FormStatic:
+    """A `MemoForm`'s static part: its skeleton, and per array whether each
+    iteration makes it (`made`) or it is read from outside."""
 
-    def __init__(self, skeleton, read):
+    __slots__ = ("skeleton", "made")
+
+    def __init__(self, skeleton, made: tuple):
+        self.skeleton, self.made = skeleton, made
+
+
+class MemoForm:
+    """What the bprops of a scan's iterations share. `read[k]`: array k of the
+    skeleton when read from outside the loop, None when each iteration
+    makes it. The arrays read are leaves of the `Memos` pytree, so a trace
+    the memos leave (a `lax.cond` branch, a loop) carries them out as it
+    carries the rest; the other part, `static`, is the pytree's static part
+    (compared by identity, shared by the forms `MemoForm.of` rebuilds).
+    Held as static data, a hoisted array (`control.invariants`, computed in
+    the trace that runs the scan) escaped a branch's trace by reference."""
+
+    def __init__(self, skeleton, read, static=None):
         self.skeleton, self.read = skeleton, read
+        self.static = static or _FormStatic(skeleton, tuple(a is None for a in read))
+
+    def outside(self) -> tuple:
+        """The arrays read from outside, in order (the pytree's leaves)."""
+        return tuple(a for a, made in zip(self.read, self.static.made, strict=True) if not made)
+
+    @staticmethod
+    def of(static: _FormStatic, outside) -> MemoForm:
+        """The form of `static` reading the arrays `outside`."""
+        arrays = iter(outside)
+        read = [None if made else next(arrays) for made in static.made]
+        return MemoForm(static.skeleton, read, static)
 
     def hoisted(self, made: list) -> tuple[MemoForm, list]:
         """This form and its `made` arrays, with those computed once before the
@@ -157,20 +184,22 @@ class MemoForm:
         if not any(isinstance(m, Hoisted) for m in made):
             return self, made
         read, kept, fill = list(self.read), [], iter(made)
-        for k, outside in enumerate(read):
-            if outside is None:
+        for k, each in enumerate(self.static.made):
+            if each:
                 m = next(fill)
                 if isinstance(m, Hoisted):
                     read[k] = m.value
                 else:
+                    read[k] = None
                     kept.append(m)
-        return MemoForm(self.skeleton, read), kept
+        mask = tuple(each and read[k] is None for k, each in enumerate(self.static.made))
+        return MemoForm(self.skeleton, read, _FormStatic(self.skeleton, mask)), kept
 
     def bprop(self, made):
         arrays = list(self.read)
         fill = iter(made)
-        for k, outside in enumerate(self.read):
-            if outside is None:
+        for k, each in enumerate(self.static.made):
+            if each:
                 arrays[k] = next(fill)
         return residuals.join(self.skeleton, arrays)
 
@@ -184,7 +213,9 @@ jax.tree_util.register_pytree_node(
     BufStack, lambda s: ((s.buf, s.n, s.memo), None), lambda _, kids: BufStack(*kids)
 )
 jax.tree_util.register_pytree_node(
-    Memos, lambda m: (tuple(m.made), m.form), lambda form, made: Memos(made, form)
+    Memos,
+    lambda m: ((tuple(m.made), m.form.outside()), m.form.static),
+    lambda static, kids: Memos(kids[0], MemoForm.of(static, kids[1])),
 )
 
 
