@@ -140,6 +140,22 @@ _EAGER = "eager"  # `CompiledGraph._jitted[key]`: a recursion on a traced value 
 # minutes; 1,000: over ten), the classic ones scale linearly (1,000: 19 s)
 # and ran models as fast (bench/transform_time.py, first_call).
 LARGE_PROGRAM = 8_000
+
+
+@functools.cache
+def _classic_emitters() -> dict | None:
+    """The compiler option for XLA's classic CPU emitters (see LARGE_PROGRAM),
+    or None where this XLA has no such option (JAX 0.11's: its compile of
+    every large program failed with INVALID_ARGUMENT), found by compiling
+    an empty program with it once."""
+    options = {"xla_cpu_use_fusion_emitters": False}
+    try:
+        jax.jit(lambda: 0.0, compiler_options=options).lower().compile()
+    except Exception:  # noqa: BLE001 -- JaxRuntimeError: "No such compile option"
+        return None
+    return options
+
+
 _BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
 
 
@@ -306,7 +322,7 @@ class CompiledGraph:
         # (Under the user's jax.jit, `retrace` False, the program is part of
         # theirs, and JAX takes compiler options only for the outermost jit.)
         if retrace and jax.default_backend() == "cpu" and self._size > LARGE_PROGRAM:
-            options = {"xla_cpu_use_fusion_emitters": False}  # see LARGE_PROGRAM
+            options = _classic_emitters()  # see LARGE_PROGRAM
         return jax.jit(self._traced_as(key, fixed, n, retrace), compiler_options=options)
 
     @functools.cached_property

@@ -193,6 +193,7 @@ MODULE_STATE = {
     "k_transform.ops.python._method_caller": "a function per method name (functools.cache)",
     "k_transform.runtime.host_log._frames": "run-time stack of host-call logs recorded or replayed",
     "k_transform.compiled._array_type": "a constant: the concrete array type, found at first use",
+    "k_transform.compiled._classic_emitters": "a constant: an XLA option if XLA has it",
 }
 CONTAINERS = {"dict", "set", "list", "WeakKeyDictionary", "WeakValueDictionary", "WeakSet"}
 CONTAINERS |= {"defaultdict", "OrderedDict", "Counter", "deque", "cache", "weak_keys"}
