@@ -171,12 +171,15 @@ def grad(
     left, the bare gradient when one is: `grad(f, (0, 1))(x, 2)` is f's
     gradient w.r.t. `x`). Python floats are differentiated. `argnums`: JAX's
     name for `grad_position`."""
-    grad_position = position(grad_position, argnums, "kt.grad")
-    return GradFunction(
-        _library_target(fn),
-        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, False),
-        api="kt.grad",
-    )
+    options = (weights, has_aux, return_ids, sens_param)
+    return _gradient("kt.grad", fn, position(grad_position, argnums, "kt.grad"), options)
+
+
+def _gradient(api: str, fn, grad_position, options: tuple) -> GradFunction:
+    """`grad` and `value_and_grad` (`api`): `options` is `(weights, has_aux,
+    return_ids, sens_param)`."""
+    spec = _grad_spec(grad_position, *options, api == "kt.value_and_grad")
+    return GradFunction(_library_target(fn), spec, api=api)
 
 
 def get_grad(gradients, identifier):
@@ -215,12 +218,8 @@ def value_and_grad(
 ) -> GradFunction:
     """`(value, gradients)`, the value being `fn`'s whole output (with
     `has_aux`, `(out, *aux)`); see `grad`."""
-    grad_position = position(grad_position, argnums, "kt.value_and_grad")
-    return GradFunction(
-        _library_target(fn),
-        _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, True),
-        api="kt.value_and_grad",
-    )
+    api, options = "kt.value_and_grad", (weights, has_aux, return_ids, sens_param)
+    return _gradient(api, fn, position(grad_position, argnums, api), options)
 
 
 def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_value) -> GradSpec:
