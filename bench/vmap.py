@@ -12,7 +12,7 @@ Contenders, alternated round by round: `kt.jit(kt.grad(loss))` and
 `jax.jit(jax.grad(loss))` on the same Python. Reported per case: first call
 (s) and median steady time (ms) of each, and the median of per-round ratios
 kt / JAX with its spread (min, max). Goal: the ratio of the same code
-without vmap (about 1.0).
+without vmap (`llsq_plain`, the residuals broadcast; about 1.0).
 
     python -m bench.run vmap       # writes bench/results/vmap.json
 """
@@ -41,6 +41,14 @@ def llsq_loss(coef, n):
     return 0.5 * jnp.sum(jax.vmap(residual)(n))
 
 
+def llsq_plain_loss(coef, n):
+    """`llsq_loss` without vmap (the residuals broadcast): the goal's reference."""
+    t = -1.0 + 2.0 * n / (n.shape[0] - 1.0)
+    columns = jnp.broadcast_to(t[:, None], (n.shape[0], coef.shape[0])).at[:, 0].set(1.0)
+    powers = jnp.cumprod(columns, axis=1)
+    return 0.5 * jnp.sum((jnp.sign(t) - powers @ coef) ** 2)
+
+
 def ode_loss(x, steps):
     def field(y):
         def lane(k, xk, y_prev):
@@ -64,7 +72,9 @@ def ode_loss(x, steps):
 def _cases() -> dict:
     cases = {}
     for n in (32, 1024):
-        cases[f"llsq_n{n}"] = (llsq_loss, (jnp.linspace(0.1, 0.5, 8), jnp.arange(float(n))))
+        args = (jnp.linspace(0.1, 0.5, 8), jnp.arange(float(n)))
+        cases[f"llsq_n{n}"] = (llsq_loss, args)
+        cases[f"llsq_plain_n{n}"] = (llsq_plain_loss, args)
     for n in (10, 100, 1000):
         cases[f"ode_n{n}"] = (ode_loss, (jnp.linspace(0.2, 0.9, n), jnp.zeros(64)))
     return cases

@@ -133,6 +133,14 @@ def _hashable(x):
 
 MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
 _EAGER = "eager"  # `CompiledGraph._jitted[key]`: a recursion on a traced value runs op by op
+_RETRY = "retry"  # `CompiledGraph._recover`: a loop's bound grew, trace again
+
+
+def _trace_settings() -> tuple:
+    """What a trace depends on beyond the arguments and the retrace mode: the
+    loop settings, and whether checkpointed loops report their recompute."""
+    return (policy.UNROLL_BUDGET, for_checkpoints(), tracking(), bounds_version())
+
 
 # Graph nodes above which a program is compiled with XLA's classic CPU
 # emitters: its fusion emitters stall on a long fused chain (a gradient of
@@ -225,6 +233,7 @@ class CompiledGraph:
         )
         self._jitted: dict[tuple, object] = {}
         self._checked: set[tuple] = set()  # keys whose program checks a loop bound
+        self._direct: tuple | None = None  # (key, program) of the last call of arrays only
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
         # Host calls (a random generator, a counter) run per call, as without
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
@@ -258,6 +267,27 @@ class CompiledGraph:
         self.__dict__.update(fresh.__dict__, **kept)
 
     def __call__(self, *args):
+        direct = self._direct
+        # The common call, arrays only as the last such call, goes straight to
+        # that call's program: the loop below without its lookups.
+        if (
+            direct is not None
+            and len(args) == direct[0][0]
+            and _all_concrete(args)
+            and direct[0][3] == _trace_settings()
+            and (self.jit or _mode["jit"])
+            and not stale(self.guards)
+        ):
+            values = tuple([p.data for p in self.params])
+            if _all_concrete(values):
+                key, jitted = direct
+                try:
+                    return self._finish(key, jitted(values, args))
+                except Exception as exc:  # noqa: BLE001 -- as in the loop below
+                    self._direct = None
+                    result = self._recover(exc, key, True, values, args)
+                    if result is not _RETRY:
+                        return result
         self.refresh()
         values = tuple([p.data for p in self.params])
         parts = self._parts(args, values)
@@ -268,32 +298,49 @@ class CompiledGraph:
         # loop settings and whether checkpointed loops report their recompute
         # (a program is shared by gradient objects).
         statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items()) if fixed else ()
-        settings = (retrace, policy.UNROLL_BUDGET, for_checkpoints(), tracking())
         for _ in range(MAX_RETRACES):
-            key = (len(args), statics, settings, bounds_version())
+            key = (len(args), statics, retrace, _trace_settings())
             jitted = self._jitted.get(key)
             if jitted is None:
                 jitted = self._jitted[key] = self._jit(key, fixed, len(args), retrace)
             if jitted is _EAGER:
                 return self._eager(values, rt.as_jax_inputs(args))
             try:
-                output = jitted(values, traced)
-                if key in self._checked:  # see `_traced_as`
-                    jax.block_until_ready(output)
-                return self._write_back(output)
-            except UnboundedRecursion as exc:
-                if not retrace:  # under the user's jax.jit: no concrete values to run
-                    raise exc.with_traceback(None) from None
-                self._jitted[key] = _EAGER
-                warnings.warn(_recursion_runs_eagerly(exc), stacklevel=3)
-                return self._eager(values, rt.as_jax_inputs(args))
-            except Exception as exc:  # a traced while outgrew its gradient buffer
-                if not _grow_loop_bound(exc):  # else the next key has the bound grown
-                    raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
-                    if raised is not None:
-                        raise raised from None
-                    raise
+                result = self._finish(key, jitted(values, traced))
+            except Exception as exc:  # noqa: BLE001 -- see `_recover`
+                result = self._recover(exc, key, retrace, values, args)
+                if result is _RETRY:  # the next key has the bound grown
+                    continue
+                return result
+            if retrace and not statics and self.jit is not False:
+                self._direct = (key, jitted)
+            return result
         raise KTransformError("a traced while loop kept outgrowing its gradient buffer")
+
+    def _finish(self, key: tuple, output):
+        """The result of a compiled call. A program that checks a loop's
+        bound is waited for, so that an overflow raises here (see `_traced_as`)."""
+        if self._checked and key in self._checked:
+            jax.block_until_ready(output)
+        return self._write_back(output) if output[1] else output[0]
+
+    def _recover(self, exc: Exception, key: tuple, retrace: bool, values, args):
+        """After the program of `key` raised `exc`: the result run op by op (a
+        recursion XLA cannot compile), `_RETRY` (a traced while outgrew its
+        gradient buffer: its bound is grown), or `exc` raised (as the user's
+        own exception where the program reached a `raise`)."""
+        if isinstance(exc, UnboundedRecursion):
+            if not retrace:  # under the user's jax.jit: no concrete values to run
+                raise exc.with_traceback(None) from None
+            self._jitted[key] = _EAGER
+            warnings.warn(_recursion_runs_eagerly(exc), stacklevel=4)
+            return self._eager(values, rt.as_jax_inputs(args))
+        if _grow_loop_bound(exc):
+            return _RETRY
+        raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
+        if raised is not None:
+            raise raised from None
+        raise exc
 
     def _parts(self, args: tuple, values: tuple):
         """`(static arguments by position, traced ones, whether loops may

@@ -27,6 +27,9 @@ class Jit:
     def __init__(self, fn):
         self.__wrapped__ = fn
         self._compiled: dict[object, CompiledGraph] = {}
+        # (number of arguments, `training` flag, program) of the last call
+        # that bound nothing: positional arguments, all of them given.
+        self._direct: tuple | None = None
 
     def compiled(self, star_arity: int | None = None) -> CompiledGraph:
         """The program for the Cell's current `training` flag (MindSpore
@@ -45,6 +48,7 @@ class Jit:
         if isinstance(self.__wrapped__, CompiledGraph):  # kt.jit(kt.grad(f))
             self.__wrapped__.refresh()
         del self._compiled[key]
+        self._direct = None
         return self.compiled(star_arity)
 
     @property
@@ -55,6 +59,14 @@ class Jit:
 
     def __call__(self, *args, **kwargs):
         fn = self.__wrapped__
+        direct = self._direct
+        if (
+            direct is not None
+            and not kwargs
+            and len(args) == direct[0]
+            and getattr(fn, "training", None) is direct[1]
+        ):
+            return direct[2](*args)
         if not kwargs and getattr(fn, "__kt_graph_for__", None) is not None:
             return self.compiled(len(args))(*args)  # the gradient of a `*args` function
         if takes_star_args(self.__wrapped__):
@@ -65,6 +77,8 @@ class Jit:
         defaulted = len(args) < len(graph.param_names or ())
         if kwargs or graph.signature is not None or defaulted:
             args = bind_keywords(self.__wrapped__, args, kwargs)[0]
+        else:
+            self._direct = (len(args), getattr(fn, "training", None), compiled)
         return compiled(*args)
 
     def __getattr__(self, name):  # `params`, ...: the compiled program's

@@ -2,12 +2,15 @@
 sens_param, tuple outputs, Cells with get_by_list, Parameters read at call
 time, custom Cell bprop, user primitives, composition with jit and vmap."""
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import k_transform as kt
+from k_transform import compiled
 
 X = jnp.array([0.5, -1.2, 2.0], jnp.float32)
 Y = jnp.array([1.5, 0.3, -0.7], jnp.float32)
@@ -235,8 +238,6 @@ def test_a_large_program_under_the_users_jit(monkeypatch):
     jit: under the user's `jax.jit` the program raised ValueError. JAX
     0.11's XLA has no such option (INVALID_ARGUMENT): there it is left
     out. Every program counts as large here."""
-    from k_transform import compiled
-
     monkeypatch.setattr(compiled, "LARGE_PROGRAM", 0)
     grad_fn = kt.grad(large_loss, grad_position=(0, 1))
     want = jax.grad(large_loss, argnums=(0, 1))(X, Y)
@@ -251,6 +252,53 @@ def test_eager_mode_runs_same_code():
     finally:
         kt.set_mode("graph")
     close(got, jax.grad(loss, argnums=(0, 1))(X, Y))
+
+
+SCALE = 2.0
+
+
+def scaled(x):
+    return jnp.sum(jnp.sin(SCALE * x))
+
+
+def scaled_ref(x, scale):
+    return jnp.sum(jnp.sin(scale * x))
+
+
+@pytest.mark.parametrize("wrap", ["kt.grad", "kt.jit(kt.grad)"])
+def test_a_repeated_call_reads_what_a_first_call_reads(wrap, monkeypatch):
+    """A call of arrays only like the one before takes a shorter path
+    (`CompiledGraph._direct`, `Jit._direct`); it still sees a rebound
+    global, a new shape, a Parameter's new value and the eager mode."""
+    grad_fn = kt.grad(scaled) if wrap == "kt.grad" else kt.jit(kt.grad(scaled))
+    for _ in range(3):
+        close(grad_fn(X), jax.grad(scaled_ref)(X, 2.0))
+    monkeypatch.setattr(sys.modules[__name__], "SCALE", -0.5)
+    close(grad_fn(X), jax.grad(scaled_ref)(X, -0.5))
+    close(grad_fn(X[:2]), jax.grad(scaled_ref)(X[:2], -0.5))
+    close(grad_fn(X), jax.grad(scaled_ref)(X, -0.5))
+
+    net = Net()
+    params = kt.ParameterTuple(net.trainable_params())
+    step = kt.GradOperation(get_by_list=True)(net, params)
+    step = step if wrap == "kt.grad" else kt.jit(step)
+    for _ in range(2):
+        step(BATCH)
+    params[0].set_data(params[0].data * 2.0 + 0.1)
+    close(step(BATCH), jax.grad(net_ref)(tuple(p.data for p in params), BATCH), 1e-4)
+
+    ran = []
+    eager = compiled.CompiledGraph._eager
+    monkeypatch.setattr(
+        compiled.CompiledGraph, "_eager", lambda self, *a: ran.append(1) or eager(self, *a)
+    )
+    kt.set_mode("eager")
+    try:
+        got = grad_fn(X)
+    finally:
+        kt.set_mode("graph")
+    close(got, jax.grad(scaled_ref)(X, -0.5))
+    assert ran == [1]  # op by op, as a first call in eager mode
 
 
 def test_grad_value_and_grad_vjp():
