@@ -349,6 +349,8 @@ class DFunctor:
         value = node.value
         if isinstance(value, FuncGraph):
             value = value.differentiable()
+            if value.custom_fprop is not None:  # its own rule (frontend/jax_custom.py)
+                return Constant(value.custom_fprop, node.debug, node.hint)
             # A closed graph (no free variables) needs no enclosing K-graph.
             closure = value.parent is not None and value.free_variables()
             parent = self._functor_of(value.parent) if closure else None
@@ -437,6 +439,8 @@ class DFunctor:
         else:
             if isinstance(fn, LibraryK):  # a library call K made: given the same functions
                 args = _given(node.args, args)
+            elif isinstance(fn, FuncGraph) and fn.differentiable().custom_fprop is not None:
+                args = _own_functions(node.args, args, node.debug)
             pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
         pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
@@ -701,6 +705,25 @@ def _given(primal_args: list[Node], k_args: list[Node]) -> list[Node]:
     """A library call's arguments at K: its functions as given (`_as_given`),
     the rest K-values."""
     return [_as_given(a) or k for a, k in zip(primal_args, k_args, strict=True)]
+
+
+def _own_functions(primal_args: list[Node], k_args: list[Node], debug) -> list[Node]:
+    """The arguments of a call of a graph with a custom fprop (a user's
+    jax.custom_vjp, whose fwd and bwd are the user's code): its functions as
+    the user wrote them, the rest K-values. A closure over the caller's
+    values cannot be given so: refused."""
+    out = []
+    for a, k in zip(primal_args, k_args, strict=True):
+        value = a.value if isinstance(a, Constant) else None
+        if isinstance(value, FuncGraph) and value.free_variables():
+            raise KTransformError(
+                f"{value.name}, a function reading variables of its caller, given to a "
+                "jax.custom_vjp function: pass those values as arguments",
+                debug,
+            )
+        given = isinstance(value, FuncGraph) or (callable(value) and not hasattr(value, "shape"))
+        out.append(a if given else k)
+    return out
 
 
 def _as_given(node: Node) -> Node | None:

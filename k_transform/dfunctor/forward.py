@@ -170,6 +170,8 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     output is a tuple of k values, given as `(*values, *tangents)` (a
     branch of a switch, which fills undefined values item by item)."""
     graph = graph.differentiable()
+    if graph.custom_fprop is not None:  # its rule is a bprop: J is double reverse
+        raise _Unsupported("a function with its own fprop")
     key = (graph.uid, mask, want, top, flat)
     forwards = TRANSFORM.cache("forward.graphs")  # key -> _Forward, _BUILDING or None (J fails)
     found = forwards.get(key)

@@ -46,6 +46,7 @@ import textwrap
 import types
 
 import gast
+import jax
 
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
@@ -83,6 +84,8 @@ def unwrap(value):
     wrapper, the first user callable down its `__wrapped__` chain."""
     current, seen = value, {id(value)}
     while not is_readable(current) or forwards_only(current):
+        if isinstance(current, (jax.custom_vjp, jax.custom_jvp)):
+            return current  # its `__wrapped__` is its primal, without its rule
         if (
             isinstance(current, types.FunctionType)
             and not is_user_function(current)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform.errors import KTransformError
-from k_transform.frontend import batching, callables, lax_models, python_code, pytrees
+from k_transform.frontend import batching, callables, jax_custom, lax_models, python_code, pytrees
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_library_value, is_user_function
@@ -181,6 +181,8 @@ class CallBuilder:
             return self.apply(value, *args, node=e)
         if isinstance(value, functools.partial):
             return self.partial_call(value, args, kwargs, e)
+        if jax_custom.users_custom_vjp(value) or jax_custom.users_custom_jvp(value):
+            return jax_custom.lower_custom(self, value, args, kwargs, e)
         wrapped = callables.wrapped_target(value)  # jax.jit(f), a C-level wrapper: f
         if wrapped is not None:
             return self.call(self.fp.value_node(wrapped, callee.hint, e), args, kwargs, e)

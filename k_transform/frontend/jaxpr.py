@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import types
 
 import jax
@@ -67,6 +68,8 @@ from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
 from k_transform.runtime.state import no_parameter_reads
+
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 # Call-like primitives inlined by the body they call; the value is the param
 # holding that body.
@@ -307,8 +310,8 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
         _mark_bits(bits, eqn, outs, seeded)
         return outs
     if name in INLINED:
-        _refuse_an_adjoint_only_rule(eqn)
         body = eqn.params[INLINED[name]]
+        _refuse_a_rule_it_cannot_keep(eqn, body)
         if name == "custom_jvp_call" and _custom_jvp_of(body) in ARITHMETIC_PRIMALS:
             ours = ARITHMETIC_PRIMALS[_custom_jvp_of(body)](eqn)
             return _inline(graph, ours.jaxpr, [Constant(c) for c in ours.consts], args, None)
@@ -343,7 +346,22 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
 ADJOINT_ONLY = {("jax.experimental.ode", "_odeint_rev"): "jax.experimental.ode.odeint"}
 
 
-def _refuse_an_adjoint_only_rule(eqn) -> None:
+def _refuse_a_rule_it_cannot_keep(eqn, body) -> None:
+    """A custom_jvp or custom_vjp function not JAX's own (the user's) is
+    differentiated by its own rule where parsed code calls it
+    (`frontend/jax_custom.py`); read through a jaxpr, its rule would be
+    lost: refused. So is a JAX function whose rule is the adjoint method."""
+    if eqn.primitive.name.startswith("custom_"):
+        info = (body.jaxpr if isinstance(body, jex_core.ClosedJaxpr) else body).debug_info
+        where = (getattr(info, "func_src_info", None) or "").rsplit(" at ", 1)[-1]
+        if not os.path.abspath(where).startswith(_JAX_DIR):
+            kind = "custom_vjp" if "vjp" in eqn.primitive.name else "custom_jvp"
+            raise KTransformError(
+                f"cannot differentiate the jax.{kind} function {info.func_name} ({where}) "
+                "here: its own gradient rule is kept where code k_transform parses calls "
+                "it, not through a library call or code run as Python, where only its "
+                "steps would be seen"
+            )
     bwd = getattr(eqn.params.get("bwd"), "f", None)
     key = (getattr(bwd, "__module__", None), getattr(bwd, "__name__", None))
     if key in ADJOINT_ONLY:

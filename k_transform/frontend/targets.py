@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import types
 
+import jax
 import numpy as np
 
 from k_transform.cell import Cell
@@ -37,6 +38,8 @@ def is_library(fn) -> bool:
     if hasattr(type(fn), "__kt_lower__"):  # an object lowered where it is called
         return True  # (`kt.jacrev(f)`): so a Jacobian of a Jacobian composes
     if isinstance(fn, np.ufunc):
+        return True
+    if isinstance(fn, (jax.custom_vjp, jax.custom_jvp)):  # lowered with its rule
         return True
     if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
         return False
