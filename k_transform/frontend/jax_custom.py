@@ -1,20 +1,25 @@
-"""JAX's own-gradient functions written by the user: `jax.custom_vjp`.
+"""JAX's own-gradient functions written by the user: `jax.custom_vjp`, `jax.custom_jvp`.
 
-A user's `@jax.custom_vjp` function, called in parsed code, is differentiated
-by its own rule, as JAX differentiates it: a `CustomBpropCall` (the mechanism
-of a Cell's `bprop` and MindSpore's `custom_vjp`) whose forward is the
-function itself (`fun`, what a plain call runs) and whose rule runs the
-user's `fwd` for the residuals and their `bwd` on them. The rule is parsed
-like any rule, so it is differentiated again for second order and jvp:
-there `fwd`'s own steps carry the residuals' dependence on the inputs.
-`fwd` runs in the backward pass (XLA merges its steps with the forward's
-where they are the same).
+A user's `@jax.custom_vjp` function `f`, called in parsed code, is
+differentiated by its own rule, as JAX differentiates it. The call is a call
+of a graph running `f.fun` (what a plain call runs), whose K is not a
+transform of it but the fprop of its rule (`FuncGraph.custom_fprop`, which
+the DFunctor gives in its place): `out, residuals = fwd(*inputs)`, and a
+bprop of `bwd(residuals, dout)`. That fprop is parsed Python, so at a
+higher order fwd is differentiated through its steps and bwd as any code,
+as JAX does. `nondiff_argnums` inputs go to bwd first and get no gradient
+(zeros); the functions among them are given as the user wrote them, not
+their fprops (a closure over the caller's values is refused).
 
-Refused, never run without the user's rule: `symbolic_zeros=True`, a
-function without `defvjp`, and one reached only through a jaxpr
-(`frontend/jaxpr.py`). JAX's own custom_vjp and custom_jvp functions
-(`jax.nn.relu`, ...) are library calls, differentiated through their steps
-with the rules of `frontend/jaxpr.py`.
+A user's `@jax.custom_jvp` function runs as its primal and is refused when
+differentiated: its rule is a jvp, which this reverse-mode transform would
+have to transpose; its steps' gradient is what the rule exists to avoid.
+
+Also refused, never run without the user's rule: `symbolic_zeros=True`, a
+function without `defvjp`, and either kind reached only through a jaxpr
+(`frontend/jaxpr.py`: `jax.vmap(f)`, code run as Python). JAX's own
+custom_vjp and custom_jvp functions (`jax.nn.relu`, ...) are library calls,
+differentiated through their steps with the rules of `frontend/jaxpr.py`.
 """
 
 from __future__ import annotations
