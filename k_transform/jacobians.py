@@ -180,9 +180,12 @@ def jacfwd(fn, grad_position=0, has_aux: bool = False, *, argnums=None) -> Jacob
 
 def hessian(fn, argnum: int = 0, *, argnums=None) -> Jacobian:
     """The Hessian of a scalar `fn` w.r.t. input `argnum` (JAX's `argnums`, an
-    int here): reverse over reverse (jacrev of the gradient)."""
+    int here): reverse over reverse (jacrev of the gradient). A function with
+    a non-scalar output raises TypeError (JAX gives one Hessian per output;
+    `kt.jacrev(kt.jacrev(f))` does too), never the Hessian of its sum."""
     argnum = position(argnum, argnums, "kt.hessian")
-    return jacrev(GradFunction(fn, GradSpec(inputs=argnum), api="kt.hessian"), argnum)
+    spec = GradSpec(inputs=argnum, scalar_output=True)
+    return jacrev(GradFunction(fn, spec, api="kt.hessian"), argnum)
 
 
 def hvp(fn, args, v, argnum: int = 0):

@@ -59,13 +59,24 @@ def _n_inputs(args) -> int:
     return 1
 
 
-def _primal(builder, api: str, fn, e) -> FuncGraph:
+def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
     """The graph of the function an API call transforms. A closure over the
     caller's variables is refused: its graph is transformed on its own, where
-    those variables are not (pass them as arguments instead)."""
+    those variables are not (pass them as arguments instead). `reruns`: the
+    lowered call runs the function more than once (its value, then in each
+    vjp, row or column of its derivative), so one calling host code (a
+    random draw, a print) is refused: each run would draw anew, a wrong
+    derivative with no error."""
     primal = graph_of(fn)
     if primal.parent is not None and primal.free_variables():
         raise builder.fp.unsupported(closure_transform(api, primal), e)
+    if reruns and primal.calls_host():
+        raise builder.fp.unsupported(
+            f"{api} of {primal.name}, which calls host code (a random draw, a print), "
+            f"inside transformed code: there {api} runs it again for its derivative, "
+            "where Python runs it once (call it outside the function transformed)",
+            e,
+        )
     return primal
 
 
@@ -106,7 +117,7 @@ def lower_vjp(builder, args, kwargs, e):
     options = _options(builder, "kt.vjp", kwargs, {"weights": None, "has_aux": False}, e)
     weights, single = as_weights(options["weights"])
     has_aux = bool(options["has_aux"])
-    primal = _primal(builder, "kt.vjp", fn, e)
+    primal = _primal(builder, "kt.vjp", fn, e, reruns=True)
     inputs = args[1:]
     out = builder.apply(_call(primal), *inputs, node=e)
     spec = GradSpec("all", weights, single, sens_param=True, has_aux=has_aux)
@@ -136,7 +147,7 @@ def lower_jvp(builder, args, kwargs, e):
     has_aux = bool(_options(builder, "kt.jvp", kwargs, {"has_aux": False}, e)["has_aux"])
     if len(args) != 3:
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
-    primal = _primal(builder, "kt.jvp", fn, e)
+    primal = _primal(builder, "kt.jvp", fn, e, reruns=has_aux)
     graph = jvp_graph(first_output_graph(primal) if has_aux else primal)
     n = len(graph.parameters) // 2
     xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
@@ -169,7 +180,7 @@ def lower_jacobian(builder, jac, args, e):
     graphs: a Jacobian per position (a tuple for a tuple of positions), with
     `has_aux` `(jacobian, aux)`."""
     fn = target_of(jac.fn, len(args)) if is_library(jac.fn) else jac.fn
-    primal = _primal(builder, "jacfwd" if jac.forward else "jacrev", fn, e)
+    primal = _primal(builder, "jacfwd" if jac.forward else "jacrev", fn, e, reruns=True)
     target = first_output_graph(primal) if jac.has_aux else primal
     for k in jac.positions:
         if not -len(args) <= k < len(args):

@@ -47,7 +47,8 @@ class GradSpec:
     come back as `(grads, (aux...))` (MindSpore 2.x). `with_value`: return
     `(value, grads)`, the value being the whole output. `return_ids`: each
     input gradient is `(position, grad)`, each Parameter's `(name, grad)`
-    (MindSpore's `return_ids`). `integer_grads`:
+    (MindSpore's `return_ids`). `scalar_output`: the output must be a
+    scalar, as JAX's API requires (`kt.hessian`). `integer_grads`:
     integer array inputs get their gradient in their own dtype (MindSpore's
     GradOperation), else zeros (JAX's float0 cotangent).
     """
@@ -60,6 +61,7 @@ class GradSpec:
     with_value: bool = False
     integer_grads: bool = False
     return_ids: bool = False
+    scalar_output: bool = False
 
 
 def as_weights(weights) -> tuple[tuple | None, bool]:
@@ -98,7 +100,8 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     elif spec.sens_param:
         dout = args[-1]
     else:
-        dout = b.prim(structural.OnesLike(), out)
+        ones = structural.ScalarSens() if spec.scalar_output else structural.OnesLike()
+        dout = b.prim(ones, out)
         dout.debug = dout.debug.named("dout")
     grads = b.call(bprop, dout)
     grads.tuple_arity = len(primal.parameters) + 1

@@ -75,6 +75,9 @@ ZerosLike = elementwise(
     "ZerosLike", rt.zeros_like_value, "_rt.zeros_like_value", 1, "Zeros like x."
 )
 OnesLike = elementwise("OnesLike", rt.ones_like_value, "_rt.ones_like_value", 1, "Ones like x.")
+ScalarSens = elementwise(
+    "ScalarSens", rt.scalar_sens, "_rt.scalar_sens", 1, "1 for a scalar x, else a TypeError."
+)
 
 
 class StopGradient(JaxPrimitive):
@@ -364,4 +367,4 @@ def bprop_join_aux(value, d_split, out, dout):
     return (None, split_aux(dout))
 
 
-zero_gradient(ZerosLike, OnesLike)
+zero_gradient(ZerosLike, OnesLike, ScalarSens)

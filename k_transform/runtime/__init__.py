@@ -118,6 +118,7 @@ from k_transform.runtime.values import (  # noqa: F401
     rebuild,
     replace_fields,
     restrict_grad,
+    scalar_sens,
     split_aux,
     zeros_like_value,
 )

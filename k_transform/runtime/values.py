@@ -354,6 +354,18 @@ def zeros_like_value(x):
     return None
 
 
+def scalar_sens(x):
+    """The output sensitivity of a function JAX's API requires to have a
+    scalar output (`kt.hessian`): 1, or a TypeError as JAX raises."""
+    if jnp.shape(x) != ():
+        raise TypeError(
+            "kt.hessian is defined for functions with a scalar output; this one's has "
+            f"shape {jnp.shape(x)} (JAX's hessian of it has one Hessian per output: "
+            "kt.jacrev(kt.jacrev(f)) or kt.jacfwd(kt.jacrev(f)))"
+        )
+    return jnp.ones_like(x)
+
+
 def ones_like_value(x):
     """The default output sensitivity: ones shaped like `x`."""
     node = pytree_node(x)
