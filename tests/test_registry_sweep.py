@@ -53,6 +53,7 @@ INTERNAL = (
     structural.AddGrad,
     structural.ZerosLike,
     structural.OnesLike,
+    structural.ScalarSens,  # kt.hessian's sensitivity (tests/test_host_python.py)
     structural.EnvGet,
     structural.EnvDel,
     structural.CheckGrad,
@@ -292,8 +293,9 @@ CASES = [
     case(ops.Tanh(), lambda x: jnp.tanh(x), (2, 3)),
     case(ops.Sigmoid(), lambda x: jax.nn.sigmoid(x), (2, 3)),
     case(ops.ReLU(), lambda x: jax.nn.relu(x), (2, 3)),
-    case(ops.Abs(), lambda x: jnp.abs(x), (2, 3)),
-    case(ops.Abs(), lambda x: abs(x), (2, 3), id="builtin"),
+    case(ops.AbsJax(), lambda x: jnp.abs(x), (2, 3)),
+    case(ops.AbsJax(), lambda x: abs(x), (2, 3), id="builtin"),
+    case(ops.Abs(), lambda x: ops.Abs()(x), (2, 3), id="mindspore"),
     case(ops.Square(), lambda x: jnp.square(x), (2, 3)),
     case(ops.Reciprocal(), lambda x: jnp.reciprocal(x), Arr((2, 3), P)),
     case(ops.Log1p(), lambda x: jnp.log1p(x), Arr((2, 3), P)),
@@ -313,8 +315,8 @@ CASES = [
     case(ops.Minimum(), lambda x, y: np.minimum(x, y), (2, 3), (2, 1)),
     case(ops.Minimum(), lambda x, y: jnp.minimum(x, y), Arr(value=[1.0, 2.0]), Arr(value=[1.0, 0.0]), id="tie"),  # noqa: E501
     case(ops.Select(), lambda c, x, y: jnp.where(c, x, y), Arr((2, 3), "bool"), (2, 3), (3,)),
-    case(ops.Clip(), lambda x, lo, hi: jnp.clip(x, lo, hi), (2, 3), Arr(value=[-0.5, 0.0, -1.0]), Arr(value=0.6)),  # noqa: E501
-    case(ops.Clip(), lambda x: jnp.clip(x, -0.5, 0.5), (2, 3), args=lambda x: (x, -0.5, 0.5), id="const"),  # noqa: E501
+    case(ops.ClipJax(), lambda x, lo, hi: jnp.clip(x, lo, hi), (2, 3), Arr(value=[-0.5, 0.0, -1.0]), Arr(value=0.6)),  # noqa: E501
+    case(ops.ClipJax(), lambda x: jnp.clip(x, -0.5, 0.5), (2, 3), args=lambda x: (x, -0.5, 0.5), id="const"),  # noqa: E501
     case(ops.Clip(), lambda x, lo: x.clip(min=lo), (2, 3), Arr(value=0.1), args=lambda x, lo: (x, lo, None), id="method"),  # noqa: E501
     case(ops.Softplus(), lambda x: jax.nn.softplus(x), (2, 3)),
     case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),

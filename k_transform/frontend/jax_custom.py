@@ -27,7 +27,6 @@ from __future__ import annotations
 import jax
 
 from k_transform.context import TRANSFORM
-from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.errors import KTransformError
 from k_transform.frontend.guards import guards_of
 from k_transform.frontend.source import is_user_function
@@ -90,10 +89,11 @@ def _with_fprop(builder, value, n: int) -> FuncGraph:
 def _calling(callee: FuncGraph, n: int, name: str, kind: str, packed: bool) -> FuncGraph:
     """A graph of `n` parameters calling `callee` with them (`packed`: as
     one tuple, the `*inputs` of a def parsed for `n` of them)."""
-    graph, params = new_graph(name, callee, [f"x{k}" for k in range(n)], kind)
-    b = Builder(graph)
-    args = [b.tuple(*params)] if packed else params
-    graph.output = b.call(Constant(callee, hint=callee.name), *args)
+    graph = FuncGraph(name, debug=callee.debug, kind=kind)
+    params = [graph.add_parameter(f"x{k}") for k in range(n)]
+    graph.param_names, graph.defaults = [p.name for p in params], {}
+    args = [graph.apply(Constant(prims.MakeTuple()), *params)] if packed else params
+    graph.output = graph.apply(Constant(callee, hint=callee.name), *args)
     graph.guards = guards_of(callee)
     return graph
 

@@ -32,7 +32,8 @@ Sqrt = elementwise("Sqrt", jnp.sqrt, "jnp.sqrt")
 Tanh = elementwise("Tanh", jnp.tanh, "jnp.tanh")
 Sigmoid = elementwise("Sigmoid", jax.nn.sigmoid, "jax.nn.sigmoid")
 ReLU = elementwise("ReLU", jax.nn.relu, "jax.nn.relu")
-Abs = elementwise("Abs", jnp.abs, "jnp.abs")
+Abs = elementwise("Abs", jnp.abs, "jnp.abs", doc="`|x|` (MindSpore's Abs: derivative 0 at 0).")
+AbsJax = elementwise("AbsJax", jnp.abs, "jnp.abs", doc="`jnp.abs`: JAX's derivative at 0 is 1.")
 Square = elementwise("Square", jnp.square, "jnp.square")
 Reciprocal = elementwise("Reciprocal", jnp.reciprocal, "jnp.reciprocal")
 Log1p = elementwise("Log1p", jnp.log1p, "jnp.log1p")
@@ -50,7 +51,8 @@ Round = elementwise("Round", jnp.round, "jnp.round")
 Maximum = elementwise("Maximum", jnp.maximum, "jnp.maximum", 2)
 Minimum = elementwise("Minimum", jnp.minimum, "jnp.minimum", 2)
 Select = elementwise("Select", jnp.where, "jnp.where", 3, "`jnp.where(c, x, y)`.")
-Clip = elementwise("Clip", jnp.clip, "jnp.clip", 3, "`jnp.clip(x, lo, hi)`; None: no bound.")
+Clip = elementwise("Clip", jnp.clip, "jnp.clip", 3, "MindSpore's clamp (x's at a bound).")
+ClipJax = elementwise("ClipJax", jnp.clip, "jnp.clip", 3, "`jnp.clip`: ties split, as JAX's.")
 Real = elementwise("Real", jnp.real, "jnp.real", doc="`jnp.real(x)`: x itself for a real x.")
 Imag = elementwise("Imag", jnp.imag, "jnp.imag", doc="`jnp.imag(x)`: zeros for a real x.")
 
@@ -97,7 +99,7 @@ map_functions(
         Tanh: (jnp.tanh, np.tanh, math.tanh),
         Sigmoid: (jax.nn.sigmoid,),
         ReLU: (jax.nn.relu,),
-        Abs: (jnp.abs, np.abs, abs),
+        AbsJax: (jnp.abs, np.abs, abs),  # MindSpore's ops.abs: Abs
         Square: (jnp.square, np.square),
         Reciprocal: (jnp.reciprocal, np.reciprocal),
         Log1p: (jnp.log1p, np.log1p, math.log1p),
@@ -131,14 +133,14 @@ map_functions({Select: (jnp.where, np.where)}, n=3)
 def _clip(call):
     if not call.names_ok(("min", "max"), 3):
         return None
-    return Clip(), [call.arg(0, "arr"), call.arg(1, "min", NONE), call.arg(2, "max", NONE)]
+    return ClipJax(), [call.arg(0, "arr"), call.arg(1, "min", NONE), call.arg(2, "max", NONE)]
 
 
 @register_function(np.clip)
 def _np_clip(call):
     if not call.names_ok(("a", "a_min", "a_max"), 3):
         return None
-    return Clip(), [call.arg(0, "a"), call.arg(1, "a_min", NONE), call.arg(2, "a_max", NONE)]
+    return ClipJax(), [call.arg(0, "a"), call.arg(1, "a_min", NONE), call.arg(2, "a_max", NONE)]
 
 
 @register_method("clip")
@@ -183,6 +185,7 @@ unary(Tanh, lambda x, out: 1.0 - out * out)
 unary(Sigmoid, lambda x, out: out * (1.0 - out))
 unary(ReLU, lambda x, out: jnp.where(x > 0, 1.0, 0.0).astype(out.dtype))
 unary(Abs, lambda x, out: jnp.sign(x))
+unary(AbsJax, lambda x, out: jnp.sign(x) + (x == 0))
 unary(Square, lambda x, out: 2.0 * x)
 unary(Reciprocal, lambda x, out: -out * out)
 unary(Log1p, lambda x, out: 1.0 / (1.0 + x))
@@ -257,6 +260,26 @@ def bprop_clip(x, lo, hi, out, dout):
     d_lo = None
     if lo is not None:
         dx = jnp.where(x < lo, zero, d_mid)
+        d_lo = sum_to(d_mid - dx, lo)
+    return sum_to(dx, x), d_lo, d_hi
+
+
+@rule(ClipJax)
+def bprop_clip_jax(x, lo, hi, out, dout):
+    """`jnp.clip(x, lo, hi)` is `minimum(maximum(x, lo), hi)`, whose ties JAX
+    splits evenly: at a bound, half to x and half to the bound (MindSpore's
+    clamp, `Clip`, gives it all to x)."""
+    zero = jnp.zeros_like(dout)
+    d_mid = dout
+    d_hi = None
+    if hi is not None:
+        mid = x if lo is None else jnp.maximum(x, lo)
+        d_mid = jnp.where(mid > hi, zero, jnp.where(mid == hi, 0.5 * dout, dout))
+        d_hi = sum_to(dout - d_mid, hi)
+    dx = d_mid
+    d_lo = None
+    if lo is not None:
+        dx = jnp.where(x < lo, zero, jnp.where(x == lo, 0.5 * d_mid, d_mid))
         d_lo = sum_to(d_mid - dx, lo)
     return sum_to(dx, x), d_lo, d_hi
 
