@@ -491,3 +491,25 @@ def test_jax_argnums_is_grad_position():
         )
     with pytest.raises(kt.KTransformError, match="argnums"):
         kt.grad(_two_args, 1, argnums=0)
+
+
+def sine(x):
+    return jnp.sin(x)
+
+
+def with_a_function_default(x, fn=sine, scale=2.0):
+    return jnp.sum(fn(x) * scale)
+
+
+def with_a_primitive_default(x, fn=jnp.cos):
+    return jnp.sum(fn(x) * x)
+
+
+@pytest.mark.parametrize("f", [with_a_function_default, with_a_primitive_default])
+def test_a_function_as_a_default_argument(f):
+    """The generated `def` named the default's generated function before it
+    was defined: a bare NameError (found on JAX's kernel examples)."""
+    close(kt.grad(f)(X), jax.grad(f)(X))
+    close(kt.value_and_grad(f)(X), jax.value_and_grad(f)(X))
+    with pytest.raises(kt.KTransformError, match="not an array"):  # as jax.jit: not static
+        kt.jit(kt.grad(f))(X)

@@ -69,6 +69,8 @@ class ModuleEmitter:
         self.module_names = Namer([*self.globals, "_"])
         self.graph_names: dict[int, str] = {}
         self.pending: list[FuncGraph] = []
+        # top-level graphs a `def` line names as a default: defined first
+        self.in_headers: set[int] = set()
         self.emitted: set[int] = set()
         self.comments = comments
         self._effects: dict[int, list] = {}  # graph uid -> its nodes with an effect
@@ -119,8 +121,10 @@ class ModuleEmitter:
             self.emitted.add(graph.uid)
             namer = Namer(outer=self.module_names)
             fname = self.copies.get(graph.uid)
-            chunks.append("\n".join(self.emit_graph(graph, namer, {}, 0, fname)))
-        return "\n\n\n".join(chunks) + "\n", name
+            chunks.append((graph.uid, "\n".join(self.emit_graph(graph, namer, {}, 0, fname))))
+        # a graph a `def` line names as a default is defined before it
+        chunks.sort(key=lambda chunk: chunk[0] not in self.in_headers)
+        return "\n\n\n".join(text for _, text in chunks) + "\n", name
 
     # -- one graph --------------------------------------------------------------------
     def emit_graph(
@@ -146,6 +150,8 @@ class ModuleEmitter:
             if node is None or not (isinstance(node, Constant) or id(node) in names):
                 break
             params[k] += "=" + self.atom(node, names, namer)
+            if isinstance(node, Constant) and isinstance(node.value, FuncGraph):
+                self.in_headers.add(node.value.uid)  # (a default is evaluated at `def`)
         pad = "    " * depth
         lines = [pad + f"def {fname}({', '.join(params)}):"]
         comment = _Comments(graph.kind == "bprop", self.comments, graph.debug.file)
