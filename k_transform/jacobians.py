@@ -196,7 +196,7 @@ def hvp(fn, args, v, argnum: int = 0):
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
     zeros = jax.tree_util.tree_map
     tangents = tuple(v if k == argnum else zeros(jnp.zeros_like, a) for k, a in enumerate(args))
-    return jvp_unchecked(grad_fn, args, tangents)[1]
+    return jvp_unchecked(spread_args(grad_fn, len(args)), args, tangents)[1]
 
 
 jacrev.__kt_static__ = jacfwd.__kt_static__ = hessian.__kt_static__ = True

@@ -302,7 +302,11 @@ def spread_args(fn, n: int):
     """`fn`, or for a function taking `*args` (a Cell whose `construct`
     does), a graph of `n` parameters calling it with them, `fn(x0, ...,
     x{n-1})`: what vjp, jvp and the Jacobians differentiate, one input per
-    parameter (the graph of a `*args` function takes the tuple)."""
+    parameter (the graph of a `*args` function takes the tuple); for the
+    gradient of a `*args` function, its gradient for `n` arguments."""
+    graph_for = getattr(fn, "__kt_graph_for__", None)
+    if graph_for is not None:
+        return graph_for(n)
     if not takes_star_args(fn):
         return fn
     made = TRANSFORM.cache("grad.spread_args")
@@ -376,7 +380,10 @@ class GradFunction(CompiledGraph):
             return
         remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
-        star = isinstance(fn, types.FunctionType) and takes_star_args(fn) and not bound
+        star = not bound and (
+            (isinstance(fn, types.FunctionType) and takes_star_args(fn))
+            or getattr(fn, "__kt_graph_for__", None) is not None  # grad(grad(f)), f(*args)
+        )
         if star:
             # `def summed(*args): return jnp.sum(fun(*args))` (a user's `egrad`):
             # called with positional arguments, it is made per number of them,

@@ -513,3 +513,38 @@ def test_a_function_as_a_default_argument(f):
     close(kt.value_and_grad(f)(X), jax.value_and_grad(f)(X))
     with pytest.raises(kt.KTransformError, match="not an array"):  # as jax.jit: not static
         kt.jit(kt.grad(f))(X)
+
+
+def star_loss(x, *args):
+    return jnp.sum(jnp.sin(x) ** 2 * (args[0] if args else 1.0))
+
+
+def star_scalar(x, *args):
+    return jnp.sin(x) ** 2
+
+
+V = jnp.array([1.0, -0.5, 0.25], jnp.float32)
+STAR_SECOND_ORDER = {
+    "hessian": (lambda: kt.hessian(star_loss)(X), lambda: jax.hessian(star_loss)(X)),
+    "hessian, an extra argument": (
+        lambda: kt.hessian(star_loss)(X, 2.0),
+        lambda: jax.hessian(star_loss)(X, 2.0),
+    ),
+    "hvp": (
+        lambda: kt.hvp(star_loss, (X,), V),
+        lambda: jax.jvp(jax.grad(star_loss), (X,), (V,))[1],
+    ),
+    "grad of grad": (
+        lambda: kt.grad(kt.grad(star_scalar))(0.7),
+        lambda: jax.grad(jax.grad(star_scalar))(0.7),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(STAR_SECOND_ORDER))
+def test_second_order_of_a_star_args_function(name):
+    """The gradient of a `*args` function is made per number of arguments;
+    a second transform of it took its generic graph, whose `args` is one
+    tuple parameter: a bare TypeError (found on HIPS autograd's gmm)."""
+    ours, theirs = STAR_SECOND_ORDER[name]
+    close(ours(), theirs(), 1e-4)
