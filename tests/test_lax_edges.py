@@ -263,3 +263,17 @@ def test_user_variables_named_like_builtins(mode):
         return jnp.sum(jnp.sin(tuple)) + jnp.sum(slice[:2])
 
     _check(f, X)
+
+
+def test_checkpoint_name_is_the_identity():
+    """`jax.ad_checkpoint.checkpoint_name` (a remat policy's label) binds
+    the `name` primitive, which had no rule: refused (helper-25, JAX's
+    gradient-checkpointing docs)."""
+    from jax.ad_checkpoint import checkpoint_name
+
+    def f(x):
+        return jnp.sum(checkpoint_name(jnp.sin(x), name="a") * x)
+
+    x = jnp.array([0.3, -1.2, 2.0])
+    np.testing.assert_allclose(kt.grad(f)(x), jax.grad(f)(x), rtol=1e-6)
+    np.testing.assert_allclose(kt.hessian(f)(x), jax.hessian(f)(x), rtol=1e-5, atol=1e-6)

@@ -170,7 +170,7 @@ def _refused_bitcast(self):
     )
 
 
-@lax_rule("sharding_constraint")
+@lax_rule("sharding_constraint", "name")  # name: jax.ad_checkpoint.checkpoint_name
 def _identity(p):
     return lambda x, out, dout: (dout,)
 
