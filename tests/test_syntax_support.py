@@ -484,3 +484,14 @@ def test_a_repeated_sequence_gives_every_copy_its_gradient(fn):
     v = jnp.linspace(1.0, -1.0, 4)
     want = jax.jvp(jax.grad(fn), (x,), (v,))[1]
     np.testing.assert_allclose(kt.hvp(fn, (x,), v), want, rtol=1e-4, atol=1e-6)
+
+
+def flatten_rest(x):
+    return jnp.sum(jnp.tanh(x.reshape((x.shape[0], np.prod(x.shape[1:])))) * np.size(x[0]))
+
+
+def test_numpy_on_shapes_computes_what_numpy_does():
+    """`np.prod(x.shape[1:])` (HIPS autograd's convnet): numpy on Python ints
+    ran as `jnp.prod` of a tuple, a TypeError; it is numpy's now."""
+    x = jnp.ones((2, 3, 4)) * 0.1
+    np.testing.assert_allclose(kt.grad(flatten_rest)(x), jax.grad(flatten_rest)(x), rtol=1e-6)

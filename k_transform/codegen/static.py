@@ -21,7 +21,7 @@ from __future__ import annotations
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 
-_PLAIN = (type(None), bool, int, float, complex, str)
+_PLAIN = (type(None), bool, int, float, complex, str, slice)
 
 
 def is_plain(value) -> bool:

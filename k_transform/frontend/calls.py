@@ -33,6 +33,7 @@ import gast
 import jax
 import jax.numpy as jnp
 
+from k_transform.codegen.static import StaticFacts
 from k_transform.errors import KTransformError
 from k_transform.frontend import batching, callables, jax_custom, lax_models, python_code, pytrees
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
@@ -47,6 +48,9 @@ from k_transform.ops.host import host_call, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+
+# Which arguments are plain Python values whenever the code runs (shapes, ints)
+_STATIC = StaticFacts()
 
 
 # Builtins that take functions or order values: no model of them on program
@@ -220,6 +224,11 @@ class CallBuilder:
             return self.apply(call, *args, *kwargs.values(), node=e)
         if not constant and _is_user_class(value):  # an instance holding traced values
             raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of values", e)
+        given = [*args, *kwargs.values()]
+        if numpy_twin(value) is not value and all(_STATIC.is_static(a) for a in given):
+            # numpy on Python values (`np.prod(x.shape[1:])`) computes what numpy does
+            call = prims.LibraryCall(value, callee.hint or value.__name__, tuple(kwargs))
+            return self.apply(call, *given, node=e)
         adapted = adapt_function(value, Call(args, kwargs))
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
