@@ -425,3 +425,24 @@ def test_vmap_of_a_gradient_function_is_per_example_gradients():
     w = jnp.array([0.5, -0.3, 1.2])
     close(kt.grad(per_example_gradients)(w), jax.grad(jax_version)(w))
     close(kt.jit(kt.grad(per_example_gradients))(w), jax.grad(jax_version)(w))
+
+
+def _sq_dist(x, y):
+    return jnp.exp(-jnp.sum((x - y) ** 2))
+
+
+def _cov_map(cov, xs):  # JAX's GP example's Gram matrix
+    return jax.vmap(lambda x: jax.vmap(lambda y: cov(x, y))(xs))(xs)
+
+
+def test_vmap_of_a_lambda_calling_a_function_argument():
+    """The lambda reads `cov`, a function given to its caller: batched, it
+    was handed to `jax.vmap` as a mapped-over-nothing argument, a
+    KTransformError from the trace (JAX's GP and kernel examples); it runs
+    as the sequential model now."""
+    xs = jnp.arange(6.0).reshape(3, 2) / 4
+
+    def loss(xs):
+        return jnp.sum(_cov_map(_sq_dist, xs))
+
+    np.testing.assert_allclose(kt.grad(loss)(xs), jax.grad(loss)(xs), rtol=1e-5, atol=1e-6)

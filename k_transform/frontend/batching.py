@@ -15,7 +15,8 @@ program (`kt.grad(loss)`: per-example gradients) is batched through its
 graph, a library's function (`jnp.sin`) as it is. A function that reads or
 writes a Parameter, runs host code or has effects (it would run once, its
 reads folded into the trace), or calls a closure of its enclosing function
-(`ir.lift` does not copy it), stays the sequential model of
+(`ir.lift` does not copy it) or a function it reads from it (a function
+value, known when the program runs), stays the sequential model of
 `frontend.lax_models.vmap_model`; so do a function value known only when
 the program runs and a user's callable object.
 """
@@ -29,7 +30,7 @@ from k_transform.codegen.compile import compile_graph
 from k_transform.context import TRANSFORM
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.lift import lifted
-from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 
 
 def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
@@ -78,6 +79,8 @@ def converted(builder, fun: Node):
     if isinstance(value, FuncGraph) or is_user_function(value):
         graph = value if isinstance(value, FuncGraph) else builder.parse(value)
         free = graph.free_variables()
+        if _calls_any(graph, free):  # a function it reads: known when the program runs
+            return None
         top = lifted(graph) if free else graph
         if top is None or not _pure(top):
             return None
@@ -85,6 +88,14 @@ def converted(builder, fun: Node):
     if is_library_value(value) and callable(value) and not isinstance(value, type):
         return value, []  # a library function (`jnp.sin`)
     return None
+
+
+def _calls_any(graph: FuncGraph, values) -> bool:
+    """Whether `graph` (or a graph it reaches) calls one of the nodes `values`."""
+    ids = {id(v) for v in values}
+    return any(
+        isinstance(node, Apply) and id(node.fn) in ids for g in graph.reachable() for node in g.nodes
+    )
 
 
 def _compiled(graph: FuncGraph):
