@@ -579,6 +579,11 @@ class DFunctor:
         self.backprop_primitive(node, fn, d)
 
     def backprop_primitive(self, node: Apply, prim: Primitive, d: Node) -> None:
+        if isinstance(prim, structural.ReadParam):
+            # A Parameter read by a gradient this graph computes (a PINN's or a
+            # gradient penalty's inner `grad`): its sensitivity is the Parameter's.
+            self.add_env_entry(prim.key, d)
+            return
         if isinstance(prim, prims.GetItem) and self._gathers(node):
             index = node.args[1].value
             _, items = self.items.setdefault(id(node.args[0]), (node.debug.named(""), {}))
