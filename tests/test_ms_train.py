@@ -563,3 +563,37 @@ def test_dropout_draws_from_its_own_key_state():
     assert [p.name for p in net.trainable_params()] == ["w"]
     net.set_train(False)
     close(net(x), jnp.sum((x * net.w.data) ** 2))
+
+
+def test_a_callback_overriding_the_older_hook_names():
+    """MindSpore's tutorials override `step_end` and `epoch_end`; its
+    `on_train_step_end` calls them. Ours did nothing: the callback never
+    ran, silently (helper-27). MindSpore 2.10 counted 4 steps and 2 epochs."""
+    from k_transform import dataset as ds
+
+    class Counts(kt.Callback):
+        def __init__(self):
+            self.steps = self.epochs = self.begun = self.ended = 0
+
+        def begin(self, run_context):
+            self.begun += 1
+
+        def step_end(self, run_context):
+            self.steps += 1
+
+        def epoch_end(self, run_context):
+            self.epochs += 1
+
+        def end(self, run_context):
+            self.ended += 1
+
+    net = nn.Dense(4, 3)
+    model = kt.Model(net, loss_fn=nn.MSELoss(), optimizer=nn.SGD(net.trainable_params(), 0.1))
+    data = ds.NumpySlicesDataset(
+        (np.ones((8, 4), np.float32), np.zeros((8, 3), np.float32)),
+        column_names=["d", "l"],
+        shuffle=False,
+    ).batch(4)
+    counts = Counts()
+    model.train(2, data, callbacks=[counts], dataset_sink_mode=False)
+    assert (counts.steps, counts.epochs, counts.begun, counts.ended) == (4, 2, 1, 1)

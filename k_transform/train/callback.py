@@ -41,25 +41,49 @@ class RunContext:
 
 
 class Callback:
-    """Base class: every hook does nothing."""
+    """Base class: every hook does nothing. As in MindSpore, the `on_train_*`
+    and `on_eval_*` hooks call the older names (`begin`, `epoch_begin`,
+    `step_begin`, `step_end`, `epoch_end`, `end`), which its tutorials
+    override; a subclass overrides either."""
 
-    def on_train_begin(self, run_context: RunContext) -> None: ...
+    def begin(self, run_context: RunContext) -> None: ...
 
-    def on_train_epoch_begin(self, run_context: RunContext) -> None: ...
+    def epoch_begin(self, run_context: RunContext) -> None: ...
 
-    def on_train_step_begin(self, run_context: RunContext) -> None: ...
+    def step_begin(self, run_context: RunContext) -> None: ...
 
-    def on_train_step_end(self, run_context: RunContext) -> None: ...
+    def step_end(self, run_context: RunContext) -> None: ...
 
-    def on_train_epoch_end(self, run_context: RunContext) -> None: ...
+    def epoch_end(self, run_context: RunContext) -> None: ...
 
-    def on_train_end(self, run_context: RunContext) -> None: ...
+    def end(self, run_context: RunContext) -> None: ...
 
-    def on_eval_begin(self, run_context: RunContext) -> None: ...
+    def on_train_begin(self, run_context: RunContext) -> None:
+        self.begin(run_context)
 
-    def on_eval_step_end(self, run_context: RunContext) -> None: ...
+    def on_train_epoch_begin(self, run_context: RunContext) -> None:
+        self.epoch_begin(run_context)
 
-    def on_eval_end(self, run_context: RunContext) -> None: ...
+    def on_train_step_begin(self, run_context: RunContext) -> None:
+        self.step_begin(run_context)
+
+    def on_train_step_end(self, run_context: RunContext) -> None:
+        self.step_end(run_context)
+
+    def on_train_epoch_end(self, run_context: RunContext) -> None:
+        self.epoch_end(run_context)
+
+    def on_train_end(self, run_context: RunContext) -> None:
+        self.end(run_context)
+
+    def on_eval_begin(self, run_context: RunContext) -> None:
+        self.begin(run_context)
+
+    def on_eval_step_end(self, run_context: RunContext) -> None:
+        self.step_end(run_context)
+
+    def on_eval_end(self, run_context: RunContext) -> None:
+        self.end(run_context)
 
 
 class LossMonitor(Callback):
