@@ -9,6 +9,8 @@ function's graph (`__kt_graph__`).
 from __future__ import annotations
 
 import functools
+import types
+import weakref
 
 from k_transform.api import graph_of
 from k_transform.compiled import CompiledGraph, bind_keywords, takes_star_args
@@ -24,18 +26,39 @@ class Jit:
     transformed code it is `fn`'s graph. A Cell is compiled once per
     `training` flag, read at each call."""
 
+    __kt_jit__ = True  # on a method, the parser reads the method (`callables.user_call_method`)
+
     def __init__(self, fn):
         self.__wrapped__ = fn
         self._compiled: dict[object, CompiledGraph] = {}
         # (number of arguments, `training` flag, program) of the last call
         # that bound nothing: positional arguments, all of them given.
         self._direct: tuple | None = None
+        self._bound = weakref.WeakKeyDictionary()  # instance -> its bound method, compiled
+
+    def __get__(self, obj, objtype=None):
+        """`@kt.jit` on a method (MindSpore's `@jit` on a Cell's `construct`):
+        the method bound to `obj`, compiled, one program per instance."""
+        if obj is None:
+            return self
+        try:
+            bound = self._bound.get(obj)
+        except TypeError:  # not weakly referable or not hashable: made per call
+            return Jit(types.MethodType(self.__wrapped__, obj))
+        if bound is None:
+            bound = self._bound[obj] = Jit(types.MethodType(self.__wrapped__, obj))
+        return bound
+
+    def _training(self):
+        """The `training` flag of the Cell compiled (of a bound method's Cell)."""
+        owner = getattr(self.__wrapped__, "__self__", self.__wrapped__)
+        return getattr(owner, "training", None)
 
     def compiled(self, star_arity: int | None = None) -> CompiledGraph:
         """The program for the Cell's current `training` flag (MindSpore
         compiles a Cell once per phase: `set_train` switches between them)
         and, for a function with `*args`, for the number of values in it."""
-        key = (getattr(self.__wrapped__, "training", None), star_arity)
+        key = (self._training(), star_arity)
         if key not in self._compiled:
             graph = graph_of(self.__wrapped__, star_arity)
             remake = functools.partial(self._remake, key, star_arity)
@@ -64,7 +87,7 @@ class Jit:
             direct is not None
             and not kwargs
             and len(args) == direct[0]
-            and getattr(fn, "training", None) is direct[1]
+            and self._training() is direct[1]
         ):
             return direct[2](*args)
         if not kwargs and getattr(fn, "__kt_graph_for__", None) is not None:
@@ -78,7 +101,7 @@ class Jit:
         if kwargs or graph.signature is not None or defaulted:
             args = bind_keywords(self.__wrapped__, args, kwargs)[0]
         else:
-            self._direct = (len(args), getattr(fn, "training", None), compiled)
+            self._direct = (len(args), self._training(), compiled)
         return compiled(*args)
 
     def __getattr__(self, name):  # `params`, ...: the compiled program's

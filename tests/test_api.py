@@ -592,3 +592,27 @@ def test_second_order_in_the_weights():
 
     got = kt.GradOperation(get_by_list=True)(norm, params)(BATCH)
     close(got, jax.grad(norm_ref)(ws, BATCH), 1e-3)
+
+
+class JitConstruct(kt.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = kt.Parameter(jnp.array([2.0, 3.0]), name="w")
+
+    @kt.jit
+    def construct(self, x):
+        return jnp.tanh(self.w * x)
+
+
+def test_jit_on_construct():
+    """MindSpore's `@jit` on a Cell's `construct` (its static-graph
+    tutorial): the decorated method lost `self` (a KTransformError on the
+    first call, helper-27)."""
+    x = jnp.array([0.1, 0.2])
+    net, other = JitConstruct(), JitConstruct()
+    other.w.set_data(jnp.array([-1.0, 0.5]))
+    close(net(x), jnp.tanh(jnp.array([2.0, 3.0]) * x))
+    close(other(x), jnp.tanh(jnp.array([-1.0, 0.5]) * x))  # its own program, its own w
+    got = kt.grad(net, grad_position=0, weights=net.trainable_params())(x)
+    want = jax.grad(lambda x, w: jnp.sum(jnp.tanh(w * x)), argnums=(0, 1))(x, net.w.data)
+    close(got, (want[0], (want[1],)))

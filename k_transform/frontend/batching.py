@@ -94,7 +94,9 @@ def _calls_any(graph: FuncGraph, values) -> bool:
     """Whether `graph` (or a graph it reaches) calls one of the nodes `values`."""
     ids = {id(v) for v in values}
     return any(
-        isinstance(node, Apply) and id(node.fn) in ids for g in graph.reachable() for node in g.nodes
+        isinstance(node, Apply) and id(node.fn) in ids
+        for g in graph.reachable()
+        for node in g.nodes
     )
 
 

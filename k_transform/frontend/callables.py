@@ -62,6 +62,8 @@ def user_call_method(value):
     cls = type(value)
     for attr in ("construct", "__call__"):
         method = getattr(cls, attr, None)
+        if getattr(method, "__kt_jit__", False):  # `@kt.jit def construct`: what it compiles
+            method = method.__wrapped__
         if is_user_function(method):
             return method
     return None
