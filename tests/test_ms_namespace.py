@@ -266,3 +266,14 @@ def test_vmap_is_mindspores_and_batched():
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5)
     assert ms.vmap is ops.vmap
+
+
+def test_the_tensor_function():
+    """`mindspore.tensor(data, dtype)` (MindSpore 2.3+, used throughout its
+    docstrings) was our `tensor` submodule: "'module' object is not callable"."""
+    import k_transform.mindspore as mindspore
+
+    x = mindspore.tensor([[1, 2], [3, 4]], mindspore.float32)
+    assert x.dtype == np.float32 and x.shape == (2, 2)
+    got = mindspore.ops.grad(lambda t: (t**2).sum())(x)
+    np.testing.assert_allclose(got, 2.0 * np.array([[1, 2], [3, 4]], np.float32))

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from k_transform import common, dataset, nn, ops, train
 from k_transform.cell import Parameter, ParameterTuple
 from k_transform.common import initializer
+from k_transform.common.tensor import tensor
 from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
@@ -202,6 +203,7 @@ COMMUNICATION = pick(
 # -- mindspore.common
 COMMON = {
     **pick(common, "Tensor set_seed"),
+    "tensor": tensor,  # MindSpore 2.3+'s function (the docstrings' `mindspore.tensor(...)`)
     "Parameter": Parameter,
     "ParameterTuple": ParameterTuple,
     **DTYPES,
