@@ -354,7 +354,7 @@ def _refuse_a_rule_it_cannot_keep(eqn, body) -> None:
     if eqn.primitive.name.startswith("custom_"):
         info = (body.jaxpr if isinstance(body, jex_core.ClosedJaxpr) else body).debug_info
         where = (getattr(info, "func_src_info", None) or "").rsplit(" at ", 1)[-1]
-        if not os.path.abspath(where).startswith(_JAX_DIR):
+        if where and not os.path.abspath(where).startswith(_JAX_DIR):
             kind = "custom_vjp" if "vjp" in eqn.primitive.name else "custom_jvp"
             raise KTransformError(
                 f"cannot differentiate the jax.{kind} function {info.func_name} ({where}) "
