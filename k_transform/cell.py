@@ -133,6 +133,20 @@ class ParameterTuple(tuple):
                 raise TypeError(f"ParameterTuple holds Parameters, got {type(p).__name__}")
         return super().__new__(cls, params)
 
+    def clone(self, prefix: str, init="same") -> ParameterTuple:
+        """MindSpore's `clone`: new Parameters named `prefix.<name>`, holding
+        a copy of each value (`init="same"`), or zeros or ones of its shape
+        and dtype (an optimizer's moments)."""
+        fill = {"same": lambda d: d, "zeros": jnp.zeros_like, "ones": jnp.ones_like}
+        if init not in fill:
+            raise ValueError(
+                f"ParameterTuple.clone: init must be one of {list(fill)}, not {init!r}"
+            )
+        return ParameterTuple(
+            Parameter(fill[init](p.data), name=f"{prefix}.{p.name}", requires_grad=p.requires_grad)
+            for p in self
+        )
+
 
 class Cell:
     """Base class of networks: subclass it and write `construct`."""

@@ -597,3 +597,41 @@ def test_a_callback_overriding_the_older_hook_names():
     counts = Counts()
     model.train(2, data, callbacks=[counts], dataset_sink_mode=False)
     assert (counts.steps, counts.epochs, counts.begun, counts.ended) == (4, 2, 1, 1)
+
+
+def test_an_optimizer_made_with_parameter_tuple_clone():
+    """MindSpore's Linear Fitting tutorial writes its optimizer with
+    `self.parameters.clone(prefix="momentum", init="zeros")`: our
+    `parameters` was a plain tuple (AttributeError; helper-27)."""
+
+    class MyMomentum(nn.Optimizer):
+        def __init__(self, params, learning_rate, momentum=0.9):
+            super().__init__(learning_rate, params)
+            self.moments = self.parameters.clone(prefix="momentum", init="zeros")
+            self.mu = momentum
+
+        def construct(self, gradients):
+            for k in range(len(self.parameters)):
+                v = self.moments[k] * self.mu + gradients[k]
+                kt.ops.assign(self.moments[k], v)
+                kt.ops.assign(self.parameters[k], self.parameters[k] - 0.1 * v)
+            return gradients
+
+    net = nn.Dense(2, 1, weight_init=kt.Tensor(np.array([[0.5, -1.0]], np.float32)))
+    opt = MyMomentum(net.trainable_params(), 0.1)
+    assert [p.name for p in opt.moments] == ["momentum.weight", "momentum.bias"]
+    assert all(float(jnp.abs(m.data).sum()) == 0.0 for m in opt.moments)
+    assert opt.parameters.clone("copy")[0].name == "copy.weight"
+    x, y = jnp.array([[1.0, 2.0]]), jnp.array([[0.5]])
+    loss = nn.WithLossCell(net, nn.MSELoss())
+    step = nn.TrainOneStepCell(loss, opt)
+    w0, b0 = net.weight.data, net.bias.data
+    step(x, y)
+
+    def mse(w, b):
+        return jnp.mean((x @ w.T + b - y) ** 2)
+
+    gw, gb = jax.grad(mse, argnums=(0, 1))(w0, b0)
+    np.testing.assert_allclose(net.weight.data, w0 - 0.1 * gw, rtol=1e-6)
+    np.testing.assert_allclose(net.bias.data, b0 - 0.1 * gb, rtol=1e-6)
+    np.testing.assert_allclose(opt.moments[0].data, gw, rtol=1e-6)

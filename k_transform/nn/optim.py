@@ -35,7 +35,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.cell import Cell, Parameter
+from k_transform.cell import Cell, Parameter, ParameterTuple
 from k_transform.ops.state import Assign
 
 ASSIGN = Assign()
@@ -122,7 +122,7 @@ class Optimizer(Cell):
             raise ValueError(f"loss_scale must be greater than 0, got {loss_scale}")
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be at least 0, got {weight_decay}")
-        object.__setattr__(self, "parameters", tuple(params))
+        object.__setattr__(self, "parameters", ParameterTuple(params))
         self.lr_kind = _lr_kind(learning_rate)
         if self.lr_kind == "list":
             learning_rate = jnp.asarray(np.asarray(learning_rate, np.float32))
