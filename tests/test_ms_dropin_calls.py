@@ -96,3 +96,33 @@ def test_jacobians_of_star_args(jac, oracle):
     want, want_aux = oracle(star_aux, argnums=(0, 1), has_aux=True)(X, Y)
     close((got, aux), (want, want_aux))
     close(jac(named_star, grad_position=2)(X, Y, V), oracle(named_star, argnums=2)(X, Y, V))
+
+
+def test_a_cell_of_ours_made_where_it_is_used():
+    """`nn.MSELoss()(z, y)` inside the function differentiated (PyNative
+    code does this): refused with "no primitive with a gradient rule"
+    (helper-27). Made at transform time now; one with Parameters (new ones
+    at each call in MindSpore) is refused, naming it. MindSpore 2.10:
+    [-0.3333, -0.6667, 0.6667]."""
+    import k_transform.mindspore as ms
+    from k_transform.mindspore import Tensor, nn
+
+    z = Tensor(np.array([0.5, -1.0, 2.0], np.float32))
+    y = Tensor(np.array([1.0, 0.0, 1.0], np.float32))
+
+    def loss(z):
+        return nn.MSELoss()(nn.ReLU()(z) + z, y)
+
+    want = jax.grad(lambda z: jnp.mean((jax.nn.relu(z) + z - y) ** 2))(z)
+    np.testing.assert_allclose(ms.grad(loss)(z), want, rtol=1e-6)
+
+    def mse(z):
+        return nn.MSELoss()(z, y)
+
+    np.testing.assert_allclose(ms.grad(mse)(z), [-1 / 3, -2 / 3, 2 / 3], rtol=1e-5)
+
+    def with_weights(z):
+        return nn.Dense(3, 1)(z[None]).sum()
+
+    with pytest.raises(kt.KTransformError, match="Parameter"):
+        ms.grad(with_weights)(z)

@@ -33,6 +33,7 @@ import gast
 import jax
 import jax.numpy as jnp
 
+from k_transform.cell import Cell
 from k_transform.codegen.static import StaticFacts
 from k_transform.errors import KTransformError
 from k_transform.frontend import batching, callables, jax_custom, lax_models, python_code, pytrees
@@ -203,6 +204,17 @@ class CallBuilder:
                 pos = [a.value for a in args]
                 instance = value(*pos, **{k: v.value for k, v in kwargs.items()})
                 return Constant(instance, self.debug(e), callee.hint)
+        if _library_cell(value) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
+            # `nn.MSELoss()(z, y)`: a Cell of ours made where it is used (PyNative's
+            # habit), made here; one with Parameters would be new ones at each call
+            instance = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+            if any(True for _ in instance.parameters_and_names()):
+                raise self.fp.unsupported(
+                    f"`{callee.hint or value.__name__}(...)`, a Cell with Parameters, made in "
+                    "code being transformed (make it in __init__)",
+                    e,
+                )
+            return Constant(instance, self.debug(e), callee.hint)
         if value is print:
             prim = prims.Print(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
@@ -417,6 +429,15 @@ def _array_method_of_parameter(receiver: Constant, e) -> bool:
     at run time, differentiated), not of the Parameter object (`set_data`)."""
     value = receiver.value
     return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
+
+
+def _library_cell(value) -> bool:
+    """A Cell class of k_transform's (`nn.MSELoss`): its `__init__` is ours."""
+    return (
+        isinstance(value, type)
+        and issubclass(value, Cell)
+        and value.__module__.startswith("k_transform.")
+    )
 
 
 def _is_user_class(value) -> bool:
