@@ -58,6 +58,11 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
             "k_transform.runtime.values",
         ),
     ),
+    "__kt_jit__": (
+        "true: `kt.jit` of a function; on a class (`@kt.jit def construct`) the "
+        "parser reads the function it compiles (`__wrapped__`) as the method",
+        ("k_transform.jit_api",),
+    ),
     "__kt_parameter__": (
         "true: it is a `kt.Parameter` (or a slot written back like one), read "
         "through `read_param` and written by `ops.Assign`",

@@ -46,7 +46,6 @@ import textwrap
 import types
 
 import gast
-import jax
 
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
@@ -81,12 +80,21 @@ def is_readable(value) -> bool:
     )
 
 
+def custom_rule_kind(value) -> str | None:
+    """ "custom_vjp" or "custom_jvp" for a function JAX's decorators made (read
+    from its type: k_transform refers to no JAX autodiff API), else None."""
+    kind = type(value).__name__
+    if kind in ("custom_vjp", "custom_jvp") and type(value).__module__.startswith("jax."):
+        return kind
+    return None
+
+
 def unwrap(value):
     """`value` when it is user code (or nothing under it is); for a library
     wrapper, the first user callable down its `__wrapped__` chain."""
     current, seen = value, {id(value)}
     while not is_readable(current) or forwards_only(current):
-        if isinstance(current, (jax.custom_vjp, jax.custom_jvp)):
+        if custom_rule_kind(current) is not None:
             return current  # its `__wrapped__` is its primal, without its rule
         if (
             isinstance(current, types.FunctionType)

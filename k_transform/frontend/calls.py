@@ -186,7 +186,7 @@ class CallBuilder:
             return self.apply(value, *args, node=e)
         if isinstance(value, functools.partial):
             return self.partial_call(value, args, kwargs, e)
-        if jax_custom.users_custom_vjp(value) or jax_custom.users_custom_jvp(value):
+        if jax_custom.users_custom_rule(value):
             return jax_custom.lower_custom(self, value, args, kwargs, e)
         wrapped = callables.wrapped_target(value)  # jax.jit(f), a C-level wrapper: f
         if wrapped is not None:

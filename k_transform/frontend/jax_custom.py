@@ -24,10 +24,9 @@ differentiated through their steps with the rules of `frontend/jaxpr.py`.
 
 from __future__ import annotations
 
-import jax
-
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
+from k_transform.frontend.callables import custom_rule_kind
 from k_transform.frontend.guards import guards_of
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -35,14 +34,9 @@ from k_transform.ops import python as prims
 from k_transform.ops.structural import EMPTY_ENV, zeros_like
 
 
-def users_custom_vjp(value) -> bool:
-    """Whether `value` is a `jax.custom_vjp` function the user wrote."""
-    return isinstance(value, jax.custom_vjp) and is_user_function(value.fun)
-
-
-def users_custom_jvp(value) -> bool:
-    """Whether `value` is a `jax.custom_jvp` function the user wrote."""
-    return isinstance(value, jax.custom_jvp) and is_user_function(value.fun)
+def users_custom_rule(value) -> bool:
+    """Whether `value` is a custom_vjp or custom_jvp function the user wrote."""
+    return custom_rule_kind(value) is not None and is_user_function(value.fun)
 
 
 def lower_custom(builder, value, args: list, kwargs: dict, e):
@@ -50,7 +44,7 @@ def lower_custom(builder, value, args: list, kwargs: dict, e):
     name = getattr(value, "__name__", "the function")
     fun = builder.parse(value.fun)
     inputs = builder.bind_call(fun, args, kwargs, e)
-    if isinstance(value, jax.custom_jvp):
+    if custom_rule_kind(value) == "custom_jvp":
         prim = prims.CustomBpropCall(_RefusedJvp(value), fun)
         return builder.apply(prim, *inputs, node=e)
     if value.fwd is None or value.bwd is None:

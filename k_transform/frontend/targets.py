@@ -16,12 +16,12 @@ from __future__ import annotations
 import inspect
 import types
 
-import jax
 import numpy as np
 
 from k_transform.cell import Cell
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
+from k_transform.frontend.callables import custom_rule_kind
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import FuncGraph
 
@@ -39,7 +39,7 @@ def is_library(fn) -> bool:
         return True  # (`kt.jacrev(f)`): so a Jacobian of a Jacobian composes
     if isinstance(fn, np.ufunc):
         return True
-    if isinstance(fn, (jax.custom_vjp, jax.custom_jvp)):  # lowered with its rule
+    if custom_rule_kind(fn) is not None:  # lowered with its rule
         return True
     if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
         return False
