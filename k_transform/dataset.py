@@ -3,8 +3,9 @@ scripts use: `NumpySlicesDataset(data, column_names=None, shuffle=None)`
 and `.batch(batch_size, drop_remainder=False)`.
 
 `data` is a tuple/list of arrays (one column each, sliced along axis 0), a
-dict name -> array, or one array. Iterating (or `create_tuple_iterator()`)
-yields one tuple of numpy arrays per row, or per batch after `.batch(n)`;
+dict name -> array, or one array. Iterating yields one tuple of numpy
+arrays per row, or per batch after `.batch(n)`; `create_tuple_iterator()`
+and `create_dict_iterator()` give Tensors (JAX arrays), as MindSpore's do;
 `shuffle` (None means True, as MindSpore) draws a new order each pass from
 the generator `kt.set_seed` seeds. `get_dataset_size()` and `len()` give
 the number of rows or batches. Any iterable of (data, label) batches works
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
 from k_transform.common.seed import generator
@@ -68,4 +70,11 @@ class NumpySlicesDataset:
             yield tuple(c[idx] for c in self.columns)
 
     def create_tuple_iterator(self, num_epochs=-1, output_numpy=False, do_copy=True):
-        return iter(self)
+        """Tuples of Tensors (JAX arrays), or of numpy arrays with `output_numpy`."""
+        for row in self:
+            yield row if output_numpy else tuple(jax.device_put(c) for c in row)
+
+    def create_dict_iterator(self, num_epochs=-1, output_numpy=False, do_copy=True):
+        """Dicts column name -> Tensor (or numpy array with `output_numpy`)."""
+        for row in self.create_tuple_iterator(num_epochs, output_numpy, do_copy):
+            yield dict(zip(self.column_names, row, strict=True))

@@ -635,3 +635,23 @@ def test_an_optimizer_made_with_parameter_tuple_clone():
     np.testing.assert_allclose(net.weight.data, w0 - 0.1 * gw, rtol=1e-6)
     np.testing.assert_allclose(net.bias.data, b0 - 0.1 * gb, rtol=1e-6)
     np.testing.assert_allclose(opt.moments[0].data, gw, rtol=1e-6)
+
+
+def test_dataset_iterators_give_tensors_and_set_seed_seeds_numpy():
+    """MindSpore's `create_tuple_iterator()` and `create_dict_iterator()`
+    give Tensors (its tutorials call `.asnumpy()` on them), and its
+    `set_seed` seeds numpy's global generator: MindSpore 2.10 printed
+    [1.624, -0.612, -0.528] for `np.random.randn(3)` after `set_seed(1)`
+    (helper-27)."""
+    from k_transform import dataset as ds
+
+    data = ds.NumpySlicesDataset(
+        (np.arange(6.0).reshape(3, 2), np.arange(3)), column_names=["x", "y"], shuffle=False
+    )
+    x, y = next(data.create_tuple_iterator())
+    assert isinstance(x, jax.Array) and np.asarray(x).tolist() == [0.0, 1.0]
+    row = next(data.create_dict_iterator())
+    assert list(row) == ["x", "y"] and int(row["y"]) == 0
+    assert isinstance(next(data.create_tuple_iterator(output_numpy=True))[0], np.ndarray)
+    kt.set_seed(1)
+    np.testing.assert_allclose(np.random.randn(3), [1.624345, -0.611756, -0.528172], rtol=1e-5)

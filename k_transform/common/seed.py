@@ -10,7 +10,10 @@ _STATE = {"rng": np.random.RandomState(0)}
 
 
 def set_seed(seed: int) -> None:
+    """Reseed our generator and, as MindSpore's `set_seed` does, numpy's
+    global one (`np.random.randn` after `ms.set_seed(1)` draws the same)."""
     _STATE["rng"] = np.random.RandomState(seed)
+    np.random.seed(seed)
 
 
 def generator() -> np.random.RandomState:
