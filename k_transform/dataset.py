@@ -6,7 +6,8 @@ and `.batch(batch_size, drop_remainder=False)`.
 dict name -> array, or one array. Iterating yields one tuple of numpy
 arrays per row, or per batch after `.batch(n)`; `create_tuple_iterator()`
 and `create_dict_iterator()` give Tensors (JAX arrays), as MindSpore's do;
-`shuffle` (None means True, as MindSpore) draws a new order each pass from
+`.repeat(n)` repeats rows (before `batch`) or batches (after it), as
+MindSpore's; `shuffle` (None means True, as MindSpore) draws a new order each pass from
 the generator `kt.set_seed` seeds. `get_dataset_size()` and `len()` give
 the number of rows or batches. Any iterable of (data, label) batches works
 with `kt.Model` too; this class is for scripts that must also run under
@@ -43,31 +44,58 @@ class NumpySlicesDataset:
         self.shuffle = True if shuffle is None else bool(shuffle)
         self.batch_size, self.drop_remainder = 1, False
         self.batched = False
+        # `repeat` before `batch` repeats rows (a batch may span two passes),
+        # after it repeats the batches; each pass draws its own order
+        self.row_repeats, self.batch_repeats = 1, 1
+
+    def _copy(self, **changes) -> NumpySlicesDataset:
+        out = NumpySlicesDataset.__new__(NumpySlicesDataset)
+        out.__dict__.update(self.__dict__, **changes)
+        return out
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> NumpySlicesDataset:
-        out = NumpySlicesDataset.__new__(NumpySlicesDataset)
-        out.__dict__.update(self.__dict__)
-        out.batch_size, out.drop_remainder, out.batched = batch_size, drop_remainder, True
-        return out
+        return self._copy(batch_size=batch_size, drop_remainder=drop_remainder, batched=True)
+
+    def repeat(self, count: int) -> NumpySlicesDataset:
+        """The data `count` times over (MindSpore's `repeat`; a finite count)."""
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(
+                f"NumpySlicesDataset.repeat: count must be a positive int, not {count!r}"
+            )
+        if self.batched:
+            return self._copy(batch_repeats=self.batch_repeats * count)
+        return self._copy(row_repeats=self.row_repeats * count)
+
+    def _batches_per_pass(self) -> int:
+        rows = self.rows * self.row_repeats
+        whole = rows // self.batch_size
+        return whole if self.drop_remainder else math.ceil(rows / self.batch_size)
 
     def get_dataset_size(self) -> int:
         if not self.batched:
-            return self.rows
-        whole = self.rows // self.batch_size
-        return whole if self.drop_remainder else math.ceil(self.rows / self.batch_size)
+            return self.rows * self.row_repeats
+        return self._batches_per_pass() * self.batch_repeats
 
     def __len__(self) -> int:
         return self.get_dataset_size()
 
+    def _order(self) -> np.ndarray:
+        passes = [
+            generator().permutation(self.rows) if self.shuffle else np.arange(self.rows)
+            for _ in range(self.row_repeats)
+        ]
+        return np.concatenate(passes)
+
     def __iter__(self):
-        order = generator().permutation(self.rows) if self.shuffle else np.arange(self.rows)
         if not self.batched:
-            for k in order:
+            for k in self._order():
                 yield tuple(c[k] for c in self.columns)
             return
-        for start in range(0, self.get_dataset_size() * self.batch_size, self.batch_size):
-            idx = order[start : start + self.batch_size]
-            yield tuple(c[idx] for c in self.columns)
+        for _ in range(self.batch_repeats):
+            order = self._order()
+            for start in range(0, self._batches_per_pass() * self.batch_size, self.batch_size):
+                idx = order[start : start + self.batch_size]
+                yield tuple(c[idx] for c in self.columns)
 
     def create_tuple_iterator(self, num_epochs=-1, output_numpy=False, do_copy=True):
         """Tuples of Tensors (JAX arrays), or of numpy arrays with `output_numpy`."""

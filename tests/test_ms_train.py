@@ -655,3 +655,23 @@ def test_dataset_iterators_give_tensors_and_set_seed_seeds_numpy():
     assert isinstance(next(data.create_tuple_iterator(output_numpy=True))[0], np.ndarray)
     kt.set_seed(1)
     np.testing.assert_allclose(np.random.randn(3), [1.624345, -0.611756, -0.528172], rtol=1e-5)
+
+
+def test_dataset_repeat_before_and_after_batch():
+    """MindSpore 2.10 printed, for 5 rows and batches of 2: after `batch`,
+    6 batches [0,1] [2,3] [4] [0,1] [2,3] [4]; before it, 5 batches, one
+    spanning the passes: [0,1] [2,3] [4,0] [1,2] [3,4]."""
+    from k_transform import dataset as ds
+
+    def rows(d):
+        return [np.asarray(b[0]).tolist() for b in d.create_tuple_iterator()]
+
+    data = (np.arange(5.0),)
+    after = ds.NumpySlicesDataset(data, column_names=["x"], shuffle=False).batch(2).repeat(2)
+    assert after.get_dataset_size() == 6
+    assert rows(after) == [[0.0, 1.0], [2.0, 3.0], [4.0]] * 2
+    before = ds.NumpySlicesDataset(data, column_names=["x"], shuffle=False).repeat(2).batch(2)
+    assert before.get_dataset_size() == 5
+    assert rows(before) == [[0.0, 1.0], [2.0, 3.0], [4.0, 0.0], [1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(ValueError, match="positive int"):
+        before.repeat(-1)
