@@ -714,7 +714,7 @@ def _given(primal_args: list[Node], k_args: list[Node]) -> list[Node]:
 
 def _own_functions(primal_args: list[Node], k_args: list[Node], debug) -> list[Node]:
     """The arguments of a call of a graph with a custom fprop (a user's
-    jax.custom_vjp, whose fwd and bwd are the user's code): its functions as
+    JAX custom_vjp, whose fwd and bwd are the user's code): its functions as
     the user wrote them, the rest K-values. A closure over the caller's
     values cannot be given so: refused."""
     out = []
@@ -723,7 +723,7 @@ def _own_functions(primal_args: list[Node], k_args: list[Node], debug) -> list[N
         if isinstance(value, FuncGraph) and value.free_variables():
             raise KTransformError(
                 f"{value.name}, a function reading variables of its caller, given to a "
-                "jax.custom_vjp function: pass those values as arguments",
+                "JAX custom_vjp function: pass those values as arguments",
                 debug,
             )
         given = isinstance(value, FuncGraph) or (callable(value) and not hasattr(value, "shape"))

@@ -1,6 +1,6 @@
-"""JAX's own-gradient functions written by the user: `jax.custom_vjp`, `jax.custom_jvp`.
+"""JAX's own-gradient functions written by the user: JAX's `custom_vjp`, `custom_jvp`.
 
-A user's `@jax.custom_vjp` function `f`, called in parsed code, is
+A user's `@custom_vjp` (JAX's) function `f`, called in parsed code, is
 differentiated by its own rule, as JAX differentiates it. The call is a call
 of a graph running `f.fun` (what a plain call runs), whose K is not a
 transform of it but the fprop of its rule (`FuncGraph.custom_fprop`, which
@@ -11,7 +11,7 @@ as JAX does. `nondiff_argnums` inputs go to bwd first and get no gradient
 (zeros); the functions among them are given as the user wrote them, not
 their fprops (a closure over the caller's values is refused).
 
-A user's `@jax.custom_jvp` function runs as its primal and is refused when
+A user's `@custom_jvp` (JAX's) function runs as its primal and is refused when
 differentiated: its rule is a jvp, which this reverse-mode transform would
 have to transpose; its steps' gradient is what the rule exists to avoid.
 
@@ -49,12 +49,12 @@ def lower_custom(builder, value, args: list, kwargs: dict, e):
         return builder.apply(prim, *inputs, node=e)
     if value.fwd is None or value.bwd is None:
         raise builder.fp.error(
-            f"the jax.custom_vjp function {name} has no rule: call {name}.defvjp(fwd, bwd) "
+            f"the JAX custom_vjp function {name} has no rule: call {name}.defvjp(fwd, bwd) "
             "before using it",
             e,
         )
     if value.symbolic_zeros:
-        raise builder.fp.unsupported(f"jax.custom_vjp with symbolic_zeros=True ({name})", e)
+        raise builder.fp.unsupported(f"JAX custom_vjp with symbolic_zeros=True ({name})", e)
     graph = _with_fprop(builder, value, len(inputs))
     return builder.apply(Constant(graph, builder.debug(e), name), *inputs, node=e)
 
@@ -130,8 +130,8 @@ class _RefusedJvp:
     @property
     def bprop(self):
         raise KTransformError(
-            f"cannot differentiate the jax.custom_jvp function {self.name}: k_transform "
+            f"cannot differentiate the JAX custom_jvp function {self.name}: k_transform "
             "differentiates in reverse mode and does not transpose a jvp rule; give it "
-            "its gradient as a jax.custom_vjp (fwd, bwd), or register a bprop with "
+            "its gradient as a JAX custom_vjp (fwd, bwd), or register a bprop with "
             "kt.bprop_getters"
         )

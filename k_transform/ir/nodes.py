@@ -164,7 +164,7 @@ class FuncGraph:
         self.no_gradient = False
         self.differentiated_as: FuncGraph | None = None
         # An fprop written for this graph, which K gives in place of
-        # transforming it: `(*inputs) -> (out, bprop)` (a user's jax.custom_vjp)
+        # transforming it: `(*inputs) -> (out, bprop)` (a user's JAX custom_vjp)
         self.custom_fprop: FuncGraph | None = None
         self.python_fn = None  # the user's Python function it was parsed from (top level)
         # A parsed function's guards (`frontend.guards`): the globals and

@@ -246,42 +246,32 @@ def bprop_select(cond, x, y, out, dout):
     return None, sum_to(dx, x), sum_to(dout - dx, y)
 
 
-@rule(Clip)
-def bprop_clip(x, lo, hi, out, dout):
-    """`clip(x, lo, hi)` is `minimum(maximum(x, lo), hi)`; None: no bound."""
-    zero = jnp.zeros_like(dout)
-    d_mid = dout
-    d_hi = None
-    if hi is not None:
-        mid = x if lo is None else jnp.maximum(x, lo)
-        d_mid = jnp.where(mid > hi, zero, dout)
-        d_hi = sum_to(dout - d_mid, hi)
-    dx = d_mid
-    d_lo = None
-    if lo is not None:
-        dx = jnp.where(x < lo, zero, d_mid)
-        d_lo = sum_to(d_mid - dx, lo)
-    return sum_to(dx, x), d_lo, d_hi
+def _clip_bprop(tie: float):
+    """The rule of `clip(x, lo, hi)`, `minimum(maximum(x, lo), hi)` (None:
+    no bound), where x at a bound it touches gets `tie` of the gradient and
+    the bound the rest: JAX splits ties evenly (`ClipJax`), MindSpore's clamp
+    gives them to x (`Clip`)."""
+
+    def bprop(x, lo, hi, out, dout):
+        zero = jnp.zeros_like(dout)
+        d_mid = dout
+        d_hi = None
+        if hi is not None:
+            mid = x if lo is None else jnp.maximum(x, lo)
+            d_mid = jnp.where(mid > hi, zero, jnp.where(mid == hi, tie * dout, dout))
+            d_hi = sum_to(dout - d_mid, hi)
+        dx = d_mid
+        d_lo = None
+        if lo is not None:
+            dx = jnp.where(x < lo, zero, jnp.where(x == lo, tie * d_mid, d_mid))
+            d_lo = sum_to(d_mid - dx, lo)
+        return sum_to(dx, x), d_lo, d_hi
+
+    return bprop
 
 
-@rule(ClipJax)
-def bprop_clip_jax(x, lo, hi, out, dout):
-    """`jnp.clip(x, lo, hi)` is `minimum(maximum(x, lo), hi)`, whose ties JAX
-    splits evenly: at a bound, half to x and half to the bound (MindSpore's
-    clamp, `Clip`, gives it all to x)."""
-    zero = jnp.zeros_like(dout)
-    d_mid = dout
-    d_hi = None
-    if hi is not None:
-        mid = x if lo is None else jnp.maximum(x, lo)
-        d_mid = jnp.where(mid > hi, zero, jnp.where(mid == hi, 0.5 * dout, dout))
-        d_hi = sum_to(dout - d_mid, hi)
-    dx = d_mid
-    d_lo = None
-    if lo is not None:
-        dx = jnp.where(x < lo, zero, jnp.where(x == lo, 0.5 * d_mid, d_mid))
-        d_lo = sum_to(d_mid - dx, lo)
-    return sum_to(dx, x), d_lo, d_hi
+rule(Clip)(_clip_bprop(1.0))
+rule(ClipJax)(_clip_bprop(0.5))
 
 
 @rule(Atan2)
