@@ -24,7 +24,7 @@ from k_transform.common.tensor import tensor
 from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
-from k_transform.mindspore import communication, context, loops, multitype
+from k_transform.mindspore import cells, communication, context, functions, loops, multitype
 from k_transform.mindspore.custom import Custom, custom_vjp
 from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
@@ -89,6 +89,7 @@ OPERATIONS = pick(
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
 OPERATIONS.update(pick(loops, "ForiLoop WhileLoop Scan"))  # MindSpore's loops, as Python loops
 OPERATIONS["Partial"] = multitype.Partial  # `P.Partial()(fn, *args)`: functools.partial
+OPERATIONS["CumSum"] = functions.CumSum  # `CumSum(exclusive, reverse)(x, axis)`
 
 _CONV = (
     "it takes (stride, padding, dilation, group), "
@@ -110,7 +111,6 @@ OPS_DIFFERS = {
     "Conv2D": _CONV,
     "Conv2DBackpropInput": _CONV,
     "Conv2DTranspose": _CONV,
-    "CumSum": "k_transform spells it Cumsum(axis, reverse)(x); use ops.cumsum(x, axis)",
     "Dropout": _DROPOUT,
     "DropoutDoMask": _DROPOUT,
     "DropoutGenMask": _DROPOUT,
@@ -142,8 +142,22 @@ TRANSFORMS = {
 }
 # ops and ops.functional only (not the top level)
 FORWARD = {"linearize": linearize, "jet": jet, "derivative": derivative}
+# compositions over jax.numpy (`k_transform/mindspore/functions.py`), parsed as user code
+COMPOSED = pick(
+    functions,
+    "ones zeros full full_like fill eye arange linspace "
+    "cat flatten split chunk unbind unsqueeze permute swapaxes flip narrow ravel "
+    "repeat_interleave index_select gather_elements masked_fill one_hot pad "
+    "subtract multiply divide true_divide negative floor_divide remainder round "
+    "lt gt le ge eq ne isnan isinf isfinite logical_and logical_or logical_not depend "
+    "relu6 hardswish hardsigmoid leaky_relu elu selu silu gelu softplus mish logsigmoid softsign "
+    "max min std var norm cumprod all any topk sort argsort "
+    "clip_by_value clip_by_global_norm clip_by_norm "
+    "binary_cross_entropy_with_logits binary_cross_entropy nll_loss cross_entropy "
+    "mse_loss l1_loss smooth_l1_loss kl_div cosine_similarity dense",
+)
 # `F.partial(fn, *args)`: functools.partial's meaning (HyperMap reads one built in the program)
-FUNCTIONAL = {**FUNCTIONS, **TRANSFORMS, **FORWARD, "partial": multitype.Partial()}
+FUNCTIONAL = {**FUNCTIONS, **COMPOSED, **TRANSFORMS, **FORWARD, "partial": multitype.Partial()}
 
 # -- mindspore.ops.function.grad.grad_func: the transforms and `custom_vjp`
 GRAD_FUNC = {
@@ -175,6 +189,7 @@ NN = pick(
     "RNN GRU LSTM Conv2dTranspose MultiheadAttention TransformerEncoderLayer",
 )  # not Softplus: MindSpore 2.10 has ops.softplus but no nn.Softplus
 NN["DistributedGradReducer"] = wrap.DistributedGradReducer  # DATA_PARALLEL's all-reduce
+NN.update(pick(cells, "GroupNorm LSTMCell"))
 
 # -- mindspore.common.initializer
 INITIALIZER = pick(
