@@ -495,3 +495,35 @@ def test_numpy_on_shapes_computes_what_numpy_does():
     ran as `jnp.prod` of a tuple, a TypeError; it is numpy's now."""
     x = jnp.ones((2, 3, 4)) * 0.1
     np.testing.assert_allclose(kt.grad(flatten_rest)(x), jax.grad(flatten_rest)(x), rtol=1e-6)
+
+
+# The shapes below are the point: each body goes on past its first line.
+# fmt: off
+_LAMBDAS = [
+    lambda x: jnp.sum(x * x)
+    + jnp.sum(3.0 * x),
+    lambda x: jnp.sum(x * x), lambda x: jnp.sum(x)
+    * 5.0,
+    lambda x: jnp.sum(x * x)
+    # a comment line inside the body
+    - jnp.sum(jnp.sin(x)),
+]
+_LAMBDAS.append(
+    dict(
+        a=lambda x: jnp.sum(jnp.cos(x))
+        * jnp.sum(x),
+    )["a"]
+)
+# fmt: on
+
+
+@pytest.mark.parametrize("k", range(len(_LAMBDAS)))
+def test_a_lambda_whose_body_goes_on_to_later_lines(k):
+    """A lambda starting a line inside open brackets, its body going on to
+    the next lines: `inspect` gives only its first line, and the parser
+    read the body cut there (`jnp.sum(x * x)` for the first): a silently
+    wrong gradient (found by helper-30). The reading kept is the one whose
+    lambda holds every position of the lambda's code."""
+    f = _LAMBDAS[k]
+    x = jnp.array([1.0, 2.0])
+    close(kt.grad(f)(x), jax.grad(f)(x))

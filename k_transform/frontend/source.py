@@ -103,8 +103,12 @@ class Source:
                 DebugInfo(self.file, code.co_firstlineno),
             ) from None
         self.first_line = max(first, 1)
+        if self.name == "<lambda>":
+            lines = _through_last_line(lines, self.first_line, code)
         text = textwrap.dedent("".join(lines))
-        self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+        self.indent = min(
+            (len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0
+        )
         if self.name == "<lambda>":
             self.tree = self._find_lambda(text, code)
         else:
@@ -114,25 +118,32 @@ class Source:
                 raise KTransformError("`async def` is not supported", self.debug(self.tree))
 
     def _find_lambda(self, text: str, code) -> gast.FunctionDef:
-        module = _parse_prefix(text)
         want_line = code.co_firstlineno - self.first_line + 1
-        if module is None:
-            raise KTransformError(
-                "cannot read the source of this lambda (write it as a `def`)",
-                self.debug_at(want_line),
-            )
         names = list(code.co_varnames[: code.co_argcount])
-        found = [
-            n
-            for n in gast.walk(module)
-            if isinstance(n, gast.Lambda)
-            and n.lineno == want_line
-            and [a.id for a in n.args.args] == names
-        ]
-        if not found:
+        parsed = False
+        for module, shift in _parses(text):
+            parsed = True
+            # the lambda as far as this reading holds all of its code (a reading
+            # that ends the text early cuts a lambda whose body goes on)
+            found = [
+                n
+                for n in gast.walk(module)
+                if isinstance(n, gast.Lambda)
+                and n.lineno == want_line
+                and [a.id for a in n.args.args] == names
+                and self._holds(n, code, shift)
+            ]
+            if found:
+                break
+        else:
+            if not parsed:
+                raise KTransformError(
+                    "cannot read the source of this lambda (write it as a `def`)",
+                    self.debug_at(want_line),
+                )
             raise KTransformError("cannot find the source of this lambda", self.debug_at(want_line))
         if len(found) > 1:  # several on the line: the one whose body holds the code's positions
-            inside = [self._positions_in(n.body, code) for n in found]
+            inside = [self._positions_in(n.body, code, shift) for n in found]
             found = [n for n, k in zip(found, inside, strict=True) if k == max(inside)]
         if len({gast.dump(n) for n in found}) > 1:
             raise KTransformError(
@@ -152,15 +163,32 @@ class Source:
         )
         return gast.copy_location(fdef, lam)
 
-    def _positions_in(self, node, code) -> int:
-        """How many of `code`'s instruction positions lie within `node` (its
-        source span, in the file's lines and columns)."""
-        start = (node.lineno + self.first_line - 1, node.col_offset + self.indent)
-        end = (node.end_lineno + self.first_line - 1, node.end_col_offset + self.indent)
+    def _span(self, node, shift: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """`node`'s source span in the file's lines and columns (`shift`: the
+        characters a reading put before the text's first line)."""
+
+        def at(line: int, col: int) -> tuple[int, int]:
+            return line + self.first_line - 1, col + self.indent - (shift if line == 1 else 0)
+
+        return at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
+
+    def _positions_in(self, node, code, shift: int) -> int:
+        """How many of `code`'s instruction positions start within `node`."""
+        start, end = self._span(node, shift)
         return sum(
             1
             for line, _, col, _ in code.co_positions()
             if line is not None and col is not None and start <= (line, col) <= end
+        )
+
+    def _holds(self, lam, code, shift: int) -> bool:
+        """Whether each of `code`'s instruction positions lies within `lam`
+        (but the empty ones of its entry and exit)."""
+        start, end = self._span(lam, shift)
+        return all(
+            start <= (line, col) and (end_line, end_col) <= end
+            for line, end_line, col, end_col in code.co_positions()
+            if None not in (line, end_line, col, end_col) and (line, col) != (end_line, end_col)
         )
 
     def debug_at(self, rel_line: int, col: int = 0, name: str = "") -> DebugInfo:
@@ -172,16 +200,26 @@ class Source:
         return self.debug_at(getattr(node, "lineno", 1), getattr(node, "col_offset", 0), name)
 
 
-def _parse_prefix(text: str):
-    """Parse `text`, dropping trailing lines until it parses (lambdas mid-call);
-    None when no prefix parses."""
+def _parses(text: str):
+    """The readings of `text` that parse, as (module, characters put before
+    its first line): the whole, then without trailing lines (a lambda
+    mid-call, in a tuple or list, as a dict value or a keyword argument)."""
     lines = text.splitlines()
     for end in range(len(lines), 0, -1):
         chunk = "\n".join(lines[:end])
-        # a lambda mid-call, in a tuple or list, or as a dict value
-        for candidate in (chunk, "(" + chunk, "(" + chunk + ")", "{" + chunk + "}"):
+        for before, after in (("", ""), ("(", ""), ("(", ")"), ("{", "}"), ("f(", ")")):
             try:
-                return gast.parse(textwrap.dedent(candidate))
+                yield gast.parse(before + chunk + after), len(before)
             except SyntaxError:
                 continue
-    return None
+
+
+def _through_last_line(lines: list[str], first: int, code) -> list[str]:
+    """A lambda's lines on to the last its code spans: `inspect` gives a
+    lambda only the line it starts on, while its body may go on (an
+    operator leading the next line, inside a call's brackets)."""
+    last = max((p[1] for p in code.co_positions() if p[1] is not None), default=first)
+    if last < first + len(lines):
+        return lines
+    more = linecache.getlines(code.co_filename)[first - 1 + len(lines) : last]
+    return [*lines, *more]
