@@ -23,7 +23,7 @@ import types
 import jax
 import numpy as np
 
-from k_transform.codegen.compile import compile_graph
+from k_transform.codegen.compile import compile_graph, graph_of
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
 from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, k_graph
@@ -122,7 +122,7 @@ class DynamicCallK(DynamicK):
 
     def __call__(self, fn, *args):
         if _is_k_function(fn):
-            return fn(*args)
+            return self._at_order(fn)(*args)
         if not callable(fn):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
         hint = getattr(fn, "__name__", None) or type(fn).__name__
@@ -130,6 +130,28 @@ class DynamicCallK(DynamicK):
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
             return TracedCallK(call, self.order, self.debug)(*args)
+
+    def _at_order(self, fn):
+        """A K-function `fn` made at a lower order than this call's, K'd up
+        to this order. At order n the callee is K of what the call one order
+        lower was given: a function that call ran as it was (an fprop) is
+        here an fprop of the same order; one it differentiated first (the
+        user's `act` a gradient function passes on to its fprop) is here its
+        lower-order K, which needs K again (`kt.grad(f)(x, jnp.sin)` inside
+        a differentiated function). Only a def with no free variables is
+        K'd again: a closure's free variables hold values of its own order."""
+        graph = graph_of(fn)
+        if graph is None or not 0 < graph.k_order < self.order:
+            return fn
+        if fn.__closure__:
+            raise KTransformError(
+                "a closure passed as a function argument to a gradient function is "
+                f"differentiated here to order {self.order}, which k_transform does not "
+                "support for closures: pass a top-level function (or a lambda without "
+                "free variables)",
+                self.debug,
+            )
+        return _compiled_k(graph, self.order - graph.k_order)
 
     def __eq__(self, other):
         return isinstance(other, DynamicCallK) and self.order == other.order
@@ -154,7 +176,9 @@ def _host_receiver(call, args) -> bool:
 
 def _is_k_function(fn) -> bool:
     """Whether `fn` is a K-value of a function: generated code, a `LibraryK`,
-    or a function the run time made of them (`control.runtime._dispatch`)."""
+    or a function the run time made of them (`_RUN_TIME`). k_transform's
+    other functions (`ops.softplus`, the `vjp_fn` `kt.vjp` returns) are
+    functions like the user's."""
     while isinstance(fn, functools.partial):
         fn = fn.func
     if isinstance(fn, (LibraryK, DynamicK)):
@@ -162,8 +186,13 @@ def _is_k_function(fn) -> bool:
     if not isinstance(fn, types.FunctionType):
         return False
     return fn.__code__.co_filename.startswith("<k_transform:") or (fn.__module__ or "").startswith(
-        "k_transform."
+        _RUN_TIME
     )
+
+
+# The run time's packages: the functions they make of K-functions (a traced
+# `if` choosing between two: `control.runtime._selected`) are K-functions.
+_RUN_TIME = ("k_transform.control.", "k_transform.runtime.")
 
 
 def _compiled_k(graph: FuncGraph, order: int):

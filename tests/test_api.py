@@ -616,3 +616,69 @@ def test_jit_on_construct():
     got = kt.grad(net, grad_position=0, weights=net.trainable_params())(x)
     want = jax.grad(lambda x, w: jnp.sum(jnp.tanh(w * x)), argnums=(0, 1))(x, net.w.data)
     close(got, (want[0], (want[1],)))
+
+
+def _weighted(x, act):
+    return jnp.sum(act(x) * x)
+
+
+def _softplus(t):
+    return jnp.log1p(jnp.exp(t))
+
+
+@pytest.mark.parametrize(
+    "act",
+    [jnp.sin, _softplus, lambda t: t * jnp.tanh(t), jnp.cos],
+    ids=["primitive", "def", "lambda", "another_primitive"],
+)
+def test_second_order_through_a_gradient_given_a_function(act):
+    """`kt.grad(f)(x, act)` inside a function being differentiated: at the
+    second order `act` reached the gradient's fprop as its first-order K and
+    was called as if it were already of the second: an internal TypeError
+    ('DynamicJaxprTracer' object is not callable). It is now K'd again."""
+
+    def outer(x):
+        return jnp.sum(kt.grad(_weighted)(x, act) ** 2)
+
+    def outer_ref(x):
+        return jnp.sum(jax.grad(_weighted)(x, act) ** 2)
+
+    x = jnp.array([0.3, -0.7])
+    close(kt.grad(outer)(x), jax.grad(outer_ref)(x))
+    close(kt.hessian(outer)(x), jax.hessian(outer_ref)(x), 1e-4)
+    close(kt.hessian(_weighted)(x, act), jax.hessian(_weighted)(x, act), 1e-4)
+
+
+def test_a_closure_given_to_an_inner_gradient_at_second_order_is_refused():
+    """A closure over the outer function's values cannot be K'd again from
+    its first-order code: a clear error at the call, not a TypeError."""
+
+    def outer(x, a):
+        return jnp.sum(kt.grad(_weighted)(x, lambda t: a * jnp.sin(t)) ** 2)
+
+    x = jnp.array([0.3, -0.7])
+    with pytest.raises(kt.KTransformError, match="closure passed as a function argument"):
+        kt.grad(outer, grad_position=(0, 1))(x, jnp.array(1.5))
+
+
+def test_functions_of_k_transform_given_as_arguments():
+    """k_transform's own functions given to a gradient as values (MindSpore's
+    `ops.softplus`, the `vjp_fn` `kt.vjp` returns) were taken for
+    K-functions because of their module and called as they are: their
+    result unpacked as a (value, bprop) pair, an internal error."""
+    from k_transform.mindspore import ops
+
+    x = jnp.array([0.3, -0.7])
+    close(kt.grad(_weighted)(x, ops.softplus), jax.grad(_weighted)(x, jax.nn.softplus))
+
+    def f(x):
+        return jnp.sin(x) * x
+
+    v = jnp.array([1.0, 2.0])
+    _, vjp_fn = kt.vjp(f, x)
+    _, vjp_ref = jax.vjp(f, x)
+
+    def h(v, fn):
+        return jnp.sum(fn(v)[0] ** 2)
+
+    close(kt.grad(h)(v, vjp_fn), jax.grad(h)(v, vjp_ref))

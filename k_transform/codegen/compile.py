@@ -28,9 +28,12 @@ def _emitted(graph: FuncGraph, comments: bool = True) -> tuple[str, str, ModuleE
 def compile_graph(graph: FuncGraph):
     """A Python function running the code generated from `graph`;
     `__kt_files__` maps each generated function's name to the source file
-    its `# line N` comments are of (`user_line`)."""
+    its `# line N` comments are of (`user_line`); the module's
+    `__kt_graphs__` maps each generated def's `__qualname__` to its graph
+    (`graph_of`)."""
     source, name, emitter = _emitted(graph)
     namespace = emitter.globals
+    namespace["__kt_graphs__"] = emitter.defs
     digest = hashlib.sha1(source.encode()).hexdigest()[:10]
     filename = f"<k_transform:{name}:{digest}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -39,6 +42,13 @@ def compile_graph(graph: FuncGraph):
     fn = namespace[name]
     fn.__kt_source__, fn.__kt_files__ = source, emitter.files
     return fn
+
+
+def graph_of(fn) -> FuncGraph | None:
+    """The graph a function `compile_graph` generated was emitted from (a
+    nested def's too), or None for any other function."""
+    graphs = getattr(fn, "__globals__", {}).get("__kt_graphs__")
+    return graphs.get(fn.__qualname__) if graphs is not None else None
 
 
 _COMMENT = re.compile(r"\s*# (?:grad of )?line (\d+): (.*)")

@@ -83,6 +83,8 @@ class ModuleEmitter:
         self.static = StaticFacts()  # which switches are written as Python `if`s
         self.view = CodeView()  # the graphs as written: shared subexpressions, tuples
         self.files: dict[str, str] = {}  # generated function name -> its source file
+        self.defs: dict[str, FuncGraph] = {}  # a generated def's `__qualname__` -> its graph
+        self._def_path: list[str] = []  # the names of the defs being emitted, outermost first
 
     # -- globals ------------------------------------------------------------------
     def ref(self, value, hint: str = "") -> str:
@@ -141,6 +143,14 @@ class ModuleEmitter:
         if fname is None:
             fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
         self.files.setdefault(fname, graph.debug.file)  # its `# line N` comments are of it
+        self._def_path.append(fname)
+        try:
+            self.defs[".<locals>.".join(self._def_path)] = graph
+            return self._emit_def(graph, namer, names, depth, fname)
+        finally:
+            self._def_path.pop()
+
+    def _emit_def(self, graph, namer, names, depth, fname) -> list[str]:
         params = [self._name_node(p, namer, names) for p in graph.parameters]
         defaults = graph.defaults
         # Trailing defaults, as far as each has a value here (a default computed

@@ -76,6 +76,7 @@ def _shell(g: FuncGraph) -> FuncGraph:
     copy.param_names = list(g.param_names) if g.param_names is not None else None
     copy.signature = g.signature
     copy.closure_site, copy.closure_key = g.closure_site, g.closure_key
+    copy.k_order = g.k_order
     return copy
 
 

@@ -137,6 +137,8 @@ class FuncGraph:
     keeps each Python iteration's bprop, its twin recomputes it:
     `control.k_loops`). `guards`: for a parsed function, the globals and
     closure cells it read with the values read (`frontend.guards`).
+    `k_order`: how many times K made it (1 for an fprop K made of a primal
+    graph, 2 for K of that fprop), 0 for a graph K did not make.
     """
 
     def __init__(
@@ -170,6 +172,7 @@ class FuncGraph:
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
         self.guards: tuple | None = None
+        self.k_order = 0
 
     # -- building ---------------------------------------------------------
     def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:
