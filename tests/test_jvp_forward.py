@@ -296,3 +296,26 @@ def test_regression_hvp_through_a_closure_env_missing_an_entry():
     x = jnp.array([0.3, -0.5, 0.8], jnp.float32)
     want = jax.jvp(jax.grad(closures_reading_some_variables), (x,), (V,))[1]
     close(kt.hvp(closures_reading_some_variables, (x,), V), want, 1e-4)
+
+
+def _normalized(x):
+    # `jnp.finfo` is refused by the parser: the function runs as Python, a
+    # library call with an effect (kept in program order)
+    return x / jnp.maximum(jnp.linalg.norm(x), jnp.finfo(x.dtype).eps)
+
+
+def _weighted_loss(x):
+    return jnp.sum(_normalized(x) * jnp.arange(3.0))
+
+
+def _calls_the_loss(x):
+    return _weighted_loss(x) + 0.5 * jnp.sum(x)
+
+
+def test_a_call_run_as_python_below_a_user_function_has_its_tangent():
+    """J copied a call with an effect (a function run as Python) with a zero
+    tangent: `kt.jvp` and `kt.jacfwd` were exact zeros, grad right (found by
+    helper-28 on optax's ranking losses and numpyro's `safe_normalize`). It
+    is now a segment of its own, after the one before it."""
+    close(kt.jvp(_calls_the_loss, (X,), (V,)), jax.jvp(_calls_the_loss, (X,), (V,)))
+    close(kt.jacfwd(_calls_the_loss)(X), jax.jacfwd(_calls_the_loss)(X))

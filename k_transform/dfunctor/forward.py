@@ -380,8 +380,14 @@ class _Forward:
         if isinstance(prim, Assign):
             raise _Unsupported("Assign")
         pending = any(id(a) in self.pending_ids for a in node.args)
-        if prim.effectful:
+        if prim.effectful:  # in program order: after the segment before it, alone
             self.flush()
+            if any(self.tangent(a) is not None for a in node.args):
+                self.pending.append((node, fn))
+                self.pending_ids.add(id(node))
+                self.flush()
+                return
+            pending = False
         elif isinstance(prim, prims.MakeTuple) and _only_outside(self.users[id(node)]):
             ts = [self.jtangent(a) for a in node.args]
             self._set(node, self.copy(node, fn, [self.jvalue(a) for a in node.args]), ts)
