@@ -26,6 +26,7 @@ from k_transform.compiled import (
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.targets import target_of
+from k_transform.ir.nodes import FuncGraph
 from k_transform.transforms import (
     jvp_graph,
 )
@@ -45,6 +46,8 @@ def jvp(fn, inputs, v, has_aux=False):
     fn = target_of(fn, len(xs))
     if takes_star_args(fn):
         fn, xs, vs = _star_call(fn, xs, vs)
+    else:
+        xs, vs = _with_defaults(fn, xs, vs)
     if not has_aux:
         return jvp_unchecked(fn, xs, vs)
     # one run (the user's host code runs once): the aux values' tangents are dropped
@@ -62,11 +65,37 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
     flat_v, _ = bind_keywords(fn, vs, {})
     passed = {index for index, _ in where}
     flat_v = tuple(
-        v if k in passed else jax.tree_util.tree_map(jnp.zeros_like, x)
+        v if k in passed else _zero_tangent(x)
         for k, (x, v) in enumerate(zip(flat_x, flat_v, strict=True))
     )
     n_star = sum(1 for _, item in where if item is not None)
     return graph_of(fn, star_arity=n_star), flat_x, flat_v
+
+
+def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
+    """The inputs and tangents for all of `fn`'s parameters, where a call
+    leaves some to their defaults (a `**kwargs` parameter: no keywords);
+    those get zero tangents. A function whose Python signature is not its
+    graph's (a graph, a gradient function) is left as it is."""
+    if isinstance(fn, FuncGraph) or isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+        return xs, vs
+    try:
+        flat_x, _ = bind_keywords(fn, xs, {})
+    except KTransformError:  # no Python signature to read: called as it is
+        return xs, vs
+    rest = tuple(_zero_tangent(x) for x in flat_x[len(xs) :])
+    return flat_x, (*vs, *rest)
+
+
+def _zero_tangent(x):
+    """The tangent of a value the caller did not pass: zeros for its array
+    leaves, other leaves (a string, None) as they are."""
+
+    def zero(leaf):
+        numeric = isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex))
+        return jnp.zeros_like(leaf) if numeric else leaf
+
+    return jax.tree_util.tree_map(zero, x)
 
 
 def check_tangents(api: str, xs: tuple, vs: tuple) -> None:

@@ -91,7 +91,7 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
         graph.defaults = dict(primal.defaults or {})
     b = Builder(graph)
     inputs = args[: len(names)]
-    pair = b.call(Constant(k_graph(primal), hint="fprop"), *inputs)
+    pair = b.call(Constant(k_graph(primal, _wrt(spec, len(names))), hint="fprop"), *inputs)
     pair.tuple_arity = 2
     out, bprop = b.item(pair, 0, "out"), b.item(pair, 1, "bprop")
     if spec.has_aux:  # MindSpore: `(out, *aux)`, the sensitivity is out's
@@ -118,6 +118,18 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     graph.output = result
     graph.guards = guards_of(primal)  # its names are the primal's (`frontend.guards`)
     return graph
+
+
+def _wrt(spec: GradSpec, n: int) -> bool | tuple[bool, ...]:
+    """Which of `n` inputs K differentiates: those the gradient returns, when
+    it returns no weights' (a Parameter is a constant to a K that
+    differentiates only some inputs)."""
+    positions = {"first": (0,), "all": tuple(range(n)), None: ()}.get(spec.inputs, spec.inputs)
+    if isinstance(positions, int):
+        positions = (positions,)
+    if spec.weights or not all(-n <= k < n for k in positions):
+        return True  # (an index out of range is refused by `_select`)
+    return tuple(k in {j % n for j in positions} for k in range(n))
 
 
 def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:

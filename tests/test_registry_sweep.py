@@ -82,6 +82,7 @@ INTERNAL = (
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
     prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
+    prims.PythonValueCall,  # math on shapes: tests/test_third_party_crashes.py
     control.EachItem,  # item k of a `for`'s tangent; each the other's rule:
     control.EachItemGrad,  # tests/test_structure_edges.py (jvp, grad, jvp of grad)
     ops.AddN,  # MindSpore's names, swept against jax.grad: tests/test_ms_dropin_ops.py
@@ -319,6 +320,14 @@ CASES = [
     case(ops.ClipJax(), lambda x: jnp.clip(x, -0.5, 0.5), (2, 3), args=lambda x: (x, -0.5, 0.5), id="const"),  # noqa: E501
     case(ops.Clip(), lambda x, lo: x.clip(min=lo), (2, 3), Arr(value=0.1), args=lambda x, lo: (x, lo, None), id="method"),  # noqa: E501
     case(ops.Softplus(), lambda x: jax.nn.softplus(x), (2, 3)),
+    # -- JAX's custom_jvp functions, JAX's rules (tests/test_jax_rules.py) --
+    case(ops.XLogY(), lambda x, y: jax.scipy.special.xlogy(x, y), (2, 3), Arr((3,), P)),
+    case(ops.XLog1pY(), lambda x, y: jax.scipy.special.xlog1py(x, y), (2, 3), Arr((2, 3), P)),
+    case(ops.LogAddExp(), lambda x, y: jnp.logaddexp(x, y), (2, 3), (3,)),
+    case(ops.LogAddExp2(), lambda x, y: np.logaddexp2(x, y), (2, 3), (2, 3)),
+    case(ops.Erfcx(), lambda x: jax.scipy.special.erfcx(x), (2, 3)),
+    case(ops.ReLU6Jax(), lambda x: ops.ReLU6Jax()(x * 4.0), (2, 3), args=lambda x: (x * 4.0,)),
+    case(ops.SincMaclaurin(0), lambda x: ops.SincMaclaurin(0)(x), (2, 3)),
     case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),
     case(ops.Gelu(approximate=False), lambda x: jax.nn.gelu(x, approximate=False), (2, 3), id="erf"),  # noqa: E501
     case(ops.Softmax(-1), lambda x: jax.nn.softmax(x), (2, 3)),
@@ -450,6 +459,8 @@ CASES = [
     case(prims.LibraryCall(jnp.argsort, "jnp.argsort"), lambda x: jnp.argsort(x), (4,), mode="zero"),  # noqa: E501
     case(ops.IndexAdd(), lambda x, v: x.at[IDX].add(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
     case(ops.IndexMultiply(), lambda x, v: x.at[UNIQUE].multiply(v), (3, 2), (2,), args=lambda x, v: (x, UNIQUE, v)),  # noqa: E501
+    case(ops.IndexMin(), lambda x, v: x.at[IDX].min(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
+    case(ops.IndexMax(), lambda x, v: x.at[IDX].max(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
     case(prims.GetItem(), lambda x: x[1:, None, ..., 0], (3, 2, 4), args=lambda x: (x, (slice(1, None), None, Ellipsis, 0))),  # noqa: E501
     case(prims.GetItem(), lambda x: x[IDX], (3, 2), args=lambda x: (x, IDX), id="int-array"),
     case(prims.GetItem(), lambda x: x[::-2, 1], (5, 2), args=lambda x: (x, (slice(None, None, -2), 1)), id="step"),  # noqa: E501
@@ -505,7 +516,10 @@ CASE_PARAMS = [pytest.param(c, id=_case_id(c)) for c in CASES]
 # library call without a rule (reported; not differentiable yet).
 # Odeint's rule is the adjoint method, given once (a second derivative of
 # odeint is refused: tests/test_python_code.py::test_odeint_gradient_is_the_adjoint).
-FIRST_ORDER_ONLY = (prims.SetItem, prims.MakeList, Odeint)
+# SincMaclaurin(k) is a constant whose rule is the next Taylor coefficient of
+# sinc at 0 (JAX's `_sinc_maclaurin`), not its impl's derivative: its second
+# order is checked on `jnp.sinc` (tests/test_jax_rules.py).
+FIRST_ORDER_ONLY = (prims.SetItem, prims.MakeList, Odeint, ops.SincMaclaurin)
 
 
 def _first_oracle_case_per_primitive() -> list:

@@ -42,7 +42,10 @@ receive nothing get zeros of their shape and dtype.
 Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
 inputs are constants and only the parameters of the closures it builds (its
 bprop's `dout`) are differentiated; a node no active input reaches gets no
-sensitivity (activity analysis, `DFunctor.is_active`).
+sensitivity (activity analysis, `DFunctor.is_active`). A gradient w.r.t. some
+of `g`'s inputs (`wrt_inputs` a tuple of flags) makes the others constants so:
+their gradients are never computed, so a second order cannot meet what they
+would hold (`0 * inf` where `log1p(-y)` is infinite at a label `y` of 1).
 
 For codegen, a node's total sensitivity records the K-value it is the
 gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
@@ -149,14 +152,22 @@ def install(
     SERVICES.dynamic_k = dynamic_k
 
 
-def k_graph(graph: FuncGraph, wrt_inputs: bool = True) -> FuncGraph:
+def k_graph(graph: FuncGraph, wrt_inputs: bool | tuple[bool, ...] = True) -> FuncGraph:
     """K(graph): the fprop graph of a top-level graph. `wrt_inputs=False`
     differentiates only the parameters of the closures `graph` builds (a
-    bprop's `dout`), not `graph`'s own inputs (see `DFunctor.is_active`)."""
-    return _functor(graph, None, passive=not wrt_inputs).fprop
+    bprop's `dout`), not `graph`'s own inputs; a tuple of flags, only the
+    inputs flagged (a gradient w.r.t. some of them: the others' gradients
+    are zeros, never computed; see `DFunctor.is_active`)."""
+    if isinstance(wrt_inputs, tuple):
+        passive = False if all(wrt_inputs) else wrt_inputs
+    else:
+        passive = not wrt_inputs
+    return _functor(graph, None, passive).fprop
 
 
-def _functor(graph: FuncGraph, parent: DFunctor | None, passive: bool = False) -> DFunctor:
+def _functor(
+    graph: FuncGraph, parent: DFunctor | None, passive: bool | tuple[bool, ...] = False
+) -> DFunctor:
     passive = parent.passive if parent is not None else passive
     key = (graph.uid, passive)
     functors = TRANSFORM.cache("dfunctor.functors")
@@ -252,10 +263,16 @@ def _has_gradient(value) -> bool:
 class DFunctor:
     """Builds K of one graph; see the module docstring."""
 
-    def __init__(self, primal: FuncGraph, parent: DFunctor | None, passive: bool = False):
+    def __init__(
+        self,
+        primal: FuncGraph,
+        parent: DFunctor | None,
+        passive: bool | tuple[bool, ...] = False,
+    ):
         self.primal = primal
         self.parent = parent
-        self.passive = passive  # the top graph's inputs are constants (`is_active`)
+        # the top graph's inputs (all, or those a tuple does not flag) are constants
+        self.passive = passive
         self.active: set[int] = set()  # passive: primal nodes that depend on an active input
         self._active_closures: dict[int, bool] = {}
         fparent = parent.fprop if parent is not None else None
@@ -307,6 +324,9 @@ class DFunctor:
         `d dout` alone, not the gradients of the residuals it never reads."""
         if self.parent is not None:
             self.active |= {id(p) for p in self.primal.parameters}
+        elif isinstance(self.passive, tuple):
+            flags = zip(self.primal.parameters, self.passive, strict=True)
+            self.active |= {id(p) for p, active in flags if active}
         while True:  # to a fixed point: a closure may be used before a node it reads is defined
             found = len(self.active)
             self._active_closures.clear()
@@ -676,6 +696,11 @@ def prim_fprop(prim: Primitive, debug=NO_DEBUG) -> FuncGraph:
     xs = [primal.add_parameter(f"x{k}") for k in range(n)]
     primal.output = primal.apply(_const(prim), *xs, debug=debug)
     primal.param_names = [x.name for x in xs]
+    # the inputs a call may leave out keep the primitive's defaults (`jnp.sum` as a value)
+    trailing = xs[n - len(prim.input_defaults) :]
+    primal.defaults = {
+        x.name: Constant(v) for x, v in zip(trailing, prim.input_defaults, strict=True)
+    }
     graph = k_graph(primal)
     prim_fprops[prim] = graph
     return graph

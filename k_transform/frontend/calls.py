@@ -129,9 +129,12 @@ class CallBuilder:
             return self.apply(prims.Copy(), receiver, node=e)
         if e.func.attr == "_replace" and not args:  # a NamedTuple's
             return self.replace_fields(receiver, dict(zip(kwnames, kwvals, strict=True)), e)
-        adapted = adapt_method(
-            e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
-        )
+        try:
+            adapted = adapt_method(
+                e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))
+            )
+        except KTransformError as exc:  # a refused form (`x.at[i].divide(v)`)
+            raise self.fp.error(exc.bare_message, e) from None
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
         meaning = tensor_methods.method(e.func.attr)  # x.abs(), x.view(3, 1): MindSpore's
@@ -237,9 +240,10 @@ class CallBuilder:
         if not constant and _is_user_class(value):  # an instance holding traced values
             raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of values", e)
         given = [*args, *kwargs.values()]
-        if numpy_twin(value) is not value and all(_STATIC.is_static(a) for a in given):
-            # numpy on Python values (`np.prod(x.shape[1:])`) computes what numpy does
-            call = prims.LibraryCall(value, callee.hint or value.__name__, tuple(kwargs))
+        if computes_as_python(value) and all(_STATIC.is_static(a) for a in given):
+            # numpy or math on Python values (`np.prod(x.shape[1:])`,
+            # `math.sqrt(x.shape[-1])`) computes what numpy or math does
+            call = prims.PythonValueCall(value, callee.hint or value.__name__, tuple(kwargs))
             return self.apply(call, *given, node=e)
         adapted = adapt_function(value, Call(args, kwargs))
         if adapted is not None:
@@ -458,6 +462,19 @@ def closure_transform(api: str, closure: FuncGraph) -> str:
 
 
 _UNKNOWN = object()
+
+
+def computes_as_python(fn) -> bool:
+    """Whether `fn` (a numpy or `math` function, `abs`, `round`) given only
+    Python values (shapes, ints) computes what Python computes, not a traced
+    array: `round(math.sqrt(x.shape[-1]))` can be a shape."""
+    in_math = getattr(fn, "__module__", None) == "math"
+    return numpy_twin(fn) is not fn or in_math or fn is abs or fn is round
+
+
+def static_inputs(args) -> bool:
+    """Whether all of `args` are Python values when the code runs (`x.shape[0]`)."""
+    return all(_STATIC.is_static(a) for a in args)
 
 
 def _known(node):

@@ -174,7 +174,7 @@ class ExpressionBuilder:
             template.append("{" + spec + "}")
             values.append(self.expr(part.value))
         fmt = Constant("".join(template), self.debug(e))
-        return self.apply(prims.LibraryCall(rt.fstring, "_rt.fstring"), fmt, *values, node=e)
+        return self.apply(prims.PythonValueCall(rt.fstring, "_rt.fstring"), fmt, *values, node=e)
 
     def expr_Constant(self, e) -> Node:
         return self.const(e.value, e)

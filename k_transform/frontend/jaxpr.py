@@ -33,7 +33,10 @@ else the lax primitive's own class, `ops.lax`), and a tuple and `getitem`s
 for primitives with several results; `constvars` and literals are
 Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 `custom_vjp_call` are inlined by their primal body (never JAX's rule), so a
-`custom_jvp` function is differentiated through what it computes. The output
+`custom_jvp` function is differentiated through what it computes, except
+JAX's own ones whose rule differs from their steps' at special points
+(`xlogy`, `logaddexp`, `relu`, `sinc` at 0: `ops.special.CUSTOM_JVP`), which
+become the primitive a direct call maps to, whose rule is JAX's. The output
 is rebuilt as the function's tuple/list/dict structure. A float rebuilt
 from another float's bits (`bitcast_convert_type` there and back) is
 refused, not given the zero gradient integer arithmetic would give;
@@ -67,6 +70,7 @@ from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
+from k_transform.ops.special import CUSTOM_JVP
 from k_transform.runtime.state import no_parameter_reads
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
@@ -133,8 +137,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     effects happen once per call."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(list(args))
     leaves = [leaf for _, leaf in flat]
-    if host and not any(isinstance(leaf, jax.Array) for leaf in leaves):
-        return _host_graph(fn, hint, kwnames, len(args))
+    if not any(isinstance(leaf, jax.Array) for leaf in leaves):  # nothing to differentiate
+        return _value_graph(fn, hint, kwnames, len(args), host)
     refused = python_code.reason(fn)  # a user function run as Python
     traced = [_traced(leaf, refused is not None) for leaf in leaves]
     structs = [_struct(leaf) for leaf, t in zip(leaves, traced, strict=True) if t]
@@ -233,9 +237,12 @@ def _check_unchanged(values, treedef, leaves, hint: str) -> None:
         )
 
 
-def _host_graph(fn, hint: str, kwnames: tuple, n_args: int) -> FuncGraph:
-    """`fn(x0, ..., kw_a=...)` as one `HostValue` node (cached by `fn` and arity)."""
-    key = ("host", id(fn), tuple(kwnames), n_args)
+def _value_graph(fn, hint: str, kwnames: tuple, n_args: int, host: bool) -> FuncGraph:
+    """`fn(x0, ..., kw_a=...)` given no JAX array as one node with no
+    gradient (cached by `fn` and arity): a `HostValue` for a host call, run
+    per call, else a `PythonValueCall` (`"".join(names)`: a str, which JAX
+    could not trace)."""
+    key = ("host" if host else "value", id(fn), tuple(kwnames), n_args)
     _graphs = TRANSFORM.cache("jaxpr.graphs")
     entry = _graphs.get(key)
     if entry is not None and entry[0][0] is fn:
@@ -245,7 +252,8 @@ def _host_graph(fn, hint: str, kwnames: tuple, n_args: int) -> FuncGraph:
     names = [f"x{k}" for k in range(n_args - len(kwnames))] + [f"kw_{k}" for k in kwnames]
     graph.param_names = names
     params = [graph.add_parameter(n) for n in names]
-    graph.output = graph.apply(Constant(prims.HostValue(fn, hint, kwnames), hint=name), *params)
+    call = prims.HostValue(fn, hint, kwnames) if host else prims.PythonValueCall(fn, hint, kwnames)
+    graph.output = graph.apply(Constant(call, hint=name), *params)
     _graphs[key] = ((fn,), graph)
     return graph
 
@@ -265,15 +273,24 @@ def _build(closed, out_shape, paths, hint, n_args, kwnames) -> FuncGraph:
 
 
 def _leaf_node(graph: FuncGraph, params: list, path, hint: str) -> Node:
+    """The leaf at key path `path` of the arguments: an item of a tuple, list
+    or dict; a field of another pytree node (a dataclass, a class registered
+    with `register_pytree_node_class`: its child by name or position)."""
     node = params[path[0].idx]
     for entry in path[1:]:
-        key = getattr(entry, "idx", getattr(entry, "key", None))
-        if key is None:
+        if isinstance(entry, jax.tree_util.SequenceKey):
+            node = graph.apply(Constant(prims.GetItem()), node, Constant(entry.idx))
+        elif isinstance(entry, jax.tree_util.DictKey):
+            node = graph.apply(Constant(prims.GetItem()), node, Constant(entry.key))
+        elif isinstance(entry, (jax.tree_util.GetAttrKey, jax.tree_util.FlattenedIndexKey)):
+            name = entry.name if isinstance(entry, jax.tree_util.GetAttrKey) else entry.key
+            fields = graph.apply(Constant(prims.FieldsOf((name,))), node)
+            node = graph.apply(Constant(prims.GetItem()), fields, Constant(0))
+        else:
             raise KTransformError(
                 f"cannot import the call {hint}(...): an argument holds a pytree node "
-                f"({entry}) other than a tuple, list or dict"
+                f"({entry}) whose children cannot be read"
             )
-        node = graph.apply(Constant(prims.GetItem()), node, Constant(key))
     return node
 
 
@@ -315,6 +332,11 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
         if name == "custom_jvp_call" and _custom_jvp_of(body) in ARITHMETIC_PRIMALS:
             ours = ARITHMETIC_PRIMALS[_custom_jvp_of(body)](eqn)
             return _inline(graph, ours.jaxpr, [Constant(c) for c in ours.consts], args, None)
+        ruled = _jax_rule_primitive(eqn, body) if name == "custom_jvp_call" else None
+        if ruled is not None:
+            operands = args[eqn.params["num_consts"] :]
+            debug = DebugInfo(name=name)
+            return [graph.apply(Constant(ruled, hint=ruled.name), *operands, debug=debug)]
         if isinstance(body, jex_core.ClosedJaxpr):
             consts = [Constant(c, hint="c") for c in body.consts]
             return _inline(graph, body.jaxpr, consts, args, bits)
@@ -453,6 +475,18 @@ def _frexp_primal(eqn):
 
 # (the function's source file in JAX, its name) -> a primal of ours
 ARITHMETIC_PRIMALS = {("jax/_src/numpy/ufuncs.py", "_frexp"): _frexp_primal}
+
+
+def _jax_rule_primitive(eqn, body):
+    """The primitive of ours whose rule is the custom_jvp rule of JAX's
+    function `body` traces (`ops.special.CUSTOM_JVP`: `xlogy`, `logaddexp`,
+    `relu`, ...), for real floating results; else None (its body is read)."""
+    builder = CUSTOM_JVP.get(_custom_jvp_of(body))
+    if builder is None or len(eqn.outvars) != 1:
+        return None
+    if not jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating):
+        return None
+    return builder(body)
 
 
 def _custom_jvp_of(body) -> tuple:

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.frontend import sugar
+from k_transform.frontend.calls import static_inputs
 from k_transform.ir.nodes import Apply, Constant, Node
 from k_transform.ops import python as prims
 
@@ -302,6 +303,8 @@ class SugarBuilder:
             return self.isinstance_call(fn, args, e)
         if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]) or len(args) != 1:
             return self.call(fn, args, kwargs, e)
+        if value in (abs, round) and static_inputs([*args, *kwargs.values()]):
+            return self.call(fn, args, kwargs, e)  # on a shape: Python's (`calls.call`)
         if kwargs:
             raise self.fp.unsupported(f"{value.__name__}() of a traced value", e)
         if value is float:

@@ -11,7 +11,7 @@ positional arguments pack into the `*args` tuple, unknown keywords into the
 from __future__ import annotations
 
 from k_transform import ops
-from k_transform.ir.nodes import Node
+from k_transform.ir.nodes import Constant, Node
 from k_transform.ops import python as prims
 
 
@@ -39,7 +39,15 @@ class SignatureBinding:
     """The `GraphBuilder` methods that bind calls to a `Signature`."""
 
     def signature_defaults(self, args) -> dict[str, Node]:
-        """Defaults of positional and keyword-only parameters."""
+        """Defaults of positional and keyword-only parameters, and of a
+        `**kwargs` parameter (no keywords): a call of the function as a
+        value, which passes its arguments by position, leaves it out."""
+        out = self._parameter_defaults(args)
+        if args.kwarg is not None:
+            out[args.kwarg.id] = Constant({}, self.debug(args), "no_keywords")
+        return out
+
+    def _parameter_defaults(self, args) -> dict[str, Node]:
         positional = [a.id for a in [*args.posonlyargs, *args.args]]
         pos_names = positional[len(positional) - len(args.defaults) :]
         kw_pairs = [(a.id, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]

@@ -23,10 +23,13 @@ from k_transform.ops import python as prims
 
 
 def _keys_not_in(d, names: tuple):
-    """`for _kt_k in d if _kt_k not in names` (a comprehension generator)."""
+    """`for _kt_k in d.keys() if _kt_k not in names` (a comprehension generator)."""
     names_e = gast.Tuple(elts=[gast.Constant(value=n, kind=None) for n in names], ctx=gast.Load())
     test = gast.Compare(left=sugar.name("_kt_k"), ops=[gast.NotIn()], comparators=[names_e])
-    return gast.comprehension(target=sugar.name("_kt_k", True), iter=d, ifs=[test], is_async=0)
+    keys = gast.Call(
+        func=gast.Attribute(value=d, attr="keys", ctx=gast.Load()), args=[], keywords=[]
+    )
+    return gast.comprehension(target=sugar.name("_kt_k", True), iter=keys, ifs=[test], is_async=0)
 
 
 class UnpackingBuilder:

@@ -21,6 +21,7 @@ from k_transform.ops import (
     nn,
     reduce,
     shape,
+    special,
     state,
     structural,
     trees,  # noqa: F401 - rows of pytrees (the lax.scan / jax.vmap models)
@@ -35,6 +36,7 @@ _FAMILIES = (
     linalg,
     shape,
     nn,
+    special,
     conv,
     gather,
     structural,

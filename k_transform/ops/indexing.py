@@ -1,8 +1,11 @@
-"""Functional index updates: `x.at[i].set(v)`, `x.at[i].add(v)`, `x[i] = v`.
+"""Functional index updates: `x.at[i].set(v)`, `.add(v)`, `.multiply(v)`,
+`.min(v)`, `.max(v)`, `.get()`, and `x[i] = v`.
 
 The parser sees `x.at[i].set(v)` as a method call on `getitem(x.at, i)`; the
 adapters here recognise that shape and turn it into one primitive on
-`(x, i, v)`. `x[i] = v` statements already become `SetItem`.
+`(x, i, v)` (`.get()`: `x[i]`). `x[i] = v` statements already become
+`SetItem`. Other helpers (`.divide`, `.power`, `.apply`, keyword options
+such as `mode=`) are refused by name.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform.bprop_registry.helpers import rule
+from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
 from k_transform.ops.base import JaxPrimitive
@@ -41,6 +45,30 @@ class IndexMultiply(JaxPrimitive):
         return f"{args[0]}.at[{args[1]}].multiply({args[2]})"
 
 
+class IndexMin(JaxPrimitive):
+    """`x.at[index].min(value)`; ties share the gradient equally, as JAX's."""
+
+    n_inputs = 3
+
+    def impl(self, x, index, value):
+        return x.at[index].min(value)
+
+    def emit(self, e, args):
+        return f"{args[0]}.at[{args[1]}].min({args[2]})"
+
+
+class IndexMax(JaxPrimitive):
+    """`x.at[index].max(value)`; ties share the gradient equally, as JAX's."""
+
+    n_inputs = 3
+
+    def impl(self, x, index, value):
+        return x.at[index].max(value)
+
+    def emit(self, e, args):
+        return f"{args[0]}.at[{args[1]}].max({args[2]})"
+
+
 def _at_target(node):
     """(x, index) when `node` is `x.at[index]`, else None."""
     if not (isinstance(node, Apply) and isinstance(node.fn, Constant)):
@@ -56,19 +84,41 @@ def _at_target(node):
     return at.args[0], node.args[1]
 
 
-def _at_update(prim_cls):
+def _at_update(name: str, prim_cls, n_values: int = 1):
     def adapter(call):
         target = _at_target(call.args[0])
-        if target is None or call.kwargs or len(call.args) != 2:
-            return None
-        return prim_cls(), [*target, call.args[1]]
+        if target is None:
+            return None  # `d.get(k)`, `x.max()`: not an `.at[]` helper
+        if call.kwargs or len(call.args) != 1 + n_values:
+            raise KTransformError(_refusal(name, "with keyword options or these arguments "))
+        return prim_cls(), [*target, *call.args[1:]]
 
     return adapter
 
 
-register_method("set")(_at_update(prims.SetItem))
-register_method("add")(_at_update(IndexAdd))
-register_method("multiply")(_at_update(IndexMultiply))
+def _refusal(name: str, how: str) -> str:
+    return (
+        f"`x.at[index].{name}(...)` {how}is not supported (differentiated: "
+        "`.get()`, `.set(v)`, `.add(v)`, `.multiply(v)`, `.min(v)`, `.max(v)`)"
+    )
+
+
+def _at_refused(name: str):
+    def adapter(call):
+        if _at_target(call.args[0]) is not None:
+            raise KTransformError(_refusal(name, ""))
+
+    return adapter
+
+
+register_method("set", helper=True)(_at_update("set", prims.SetItem))
+register_method("add", helper=True)(_at_update("add", IndexAdd))
+register_method("multiply", helper=True)(_at_update("multiply", IndexMultiply))
+register_method("min", helper=True)(_at_update("min", IndexMin))
+register_method("max", helper=True)(_at_update("max", IndexMax))
+register_method("get", helper=True)(_at_update("get", prims.GetItem, n_values=0))
+for _name in ("divide", "power", "apply", "mul"):
+    register_method(_name, helper=True)(_at_refused(_name))
 
 
 # == gradient rules ==============================================================
@@ -86,3 +136,23 @@ def bprop_index_add(x, index, value, out, dout):
 def bprop_index_multiply(x, index, value, out, dout):
     scale = jnp.ones_like(x).at[index].set(value)
     return dout * scale, None, sum_to(dout[index] * x[index], value)
+
+
+def _bprop_index_extremum(x, index, value, out, dout):
+    """JAX's convention: each output is shared equally by the inputs equal to
+    it (the kept `x` entry and the updates that reached it)."""
+    hit = jnp.broadcast_to(value, jnp.shape(out[index])) == out[index]
+    kept = x == out
+    count = jnp.zeros_like(out).at[index].add(jnp.where(hit, 1.0, 0.0)) + jnp.where(kept, 1.0, 0.0)
+    share = dout / count
+    return jnp.where(kept, share, 0.0), None, sum_to(jnp.where(hit, share[index], 0.0), value)
+
+
+@rule(IndexMin)
+def bprop_index_min(x, index, value, out, dout):
+    return _bprop_index_extremum(x, index, value, out, dout)
+
+
+@rule(IndexMax)
+def bprop_index_max(x, index, value, out, dout):
+    return _bprop_index_extremum(x, index, value, out, dout)

@@ -47,6 +47,7 @@ class Call:
 Adapter = Callable[[Call], "tuple | None"]
 _FUNCTIONS: dict[int, tuple[object, Adapter]] = {}
 _METHODS: dict[str, Adapter] = {}
+_HELPER_METHODS: dict[str, Adapter] = {}  # `x.at[i].min(v)`: tried before `x.min()`
 
 
 def register_function(*fns) -> Callable[[Adapter], Adapter]:
@@ -60,12 +61,17 @@ def register_function(*fns) -> Callable[[Adapter], Adapter]:
     return deco
 
 
-def register_method(*names: str) -> Callable[[Adapter], Adapter]:
+def register_method(*names: str, helper: bool = False) -> Callable[[Adapter], Adapter]:
+    """Map `x.name(...)` to a primitive. `helper`: a method of a helper object
+    (`x.at[i].min(v)`); its adapter returns None for other receivers, which
+    then get the plain method's (`x.min()`)."""
+    table = _HELPER_METHODS if helper else _METHODS
+
     def deco(adapter: Adapter) -> Adapter:
         for name in names:
-            if name in _METHODS:
+            if name in table:
                 raise ValueError(f"method {name} is already mapped to a primitive")
-            _METHODS[name] = adapter
+            table[name] = adapter
         return adapter
 
     return deco
@@ -118,6 +124,10 @@ def adapt_function(fn, call: Call):
 
 
 def adapt_method(name: str, call: Call):
+    helper = _HELPER_METHODS.get(name)
+    adapted = _run(helper, call) if helper is not None else None
+    if adapted is not None:
+        return adapted
     adapter = _METHODS.get(name)
     return _run(adapter, call) if adapter is not None else None
 

@@ -20,7 +20,13 @@ import numpy as np
 from k_transform.bprop_registry.helpers import rule, unary, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive, elementwise
-from k_transform.ops.mapping import NONE, map_functions, register_function, register_method
+from k_transform.ops.mapping import (
+    NONE,
+    map_functions,
+    register_attribute,
+    register_function,
+    register_method,
+)
 from k_transform.ops.structural import SumTo
 
 Sin = elementwise("Sin", jnp.sin, "jnp.sin")
@@ -221,29 +227,33 @@ def bprop_imag_grad(x, dout_in, out, dout):
 
 
 # -- binary -----------------------------------------------------------------------------
+# Each input's share of `dout` is selected, never `dout` less the other's:
+# a difference's transpose (jvp and second order differentiate these rules)
+# is inf - inf = NaN where the branch not taken has an infinite derivative.
 @rule(Maximum)
 def bprop_maximum(x, y, out, dout):
-    dx = _tie_split(x > y, x == y, dout)
-    return sum_to(dx, x), sum_to(dout - dx, y)
+    ties = x == y
+    return sum_to(_tie_split(x > y, ties, dout), x), sum_to(_tie_split(y > x, ties, dout), y)
 
 
 @rule(Minimum)
 def bprop_minimum(x, y, out, dout):
-    dx = _tie_split(x < y, x == y, dout)
-    return sum_to(dx, x), sum_to(dout - dx, y)
+    ties = x == y
+    return sum_to(_tie_split(x < y, ties, dout), x), sum_to(_tie_split(y < x, ties, dout), y)
 
 
-def _tie_split(wins, ties, dout):
-    """`dout` where `wins`, half of it where `ties`, else zero (broadcast)."""
+def _tie_split(wins, ties, dout, tie: float = 0.5):
+    """`dout` where `wins`, `tie` of it where `ties`, else zero (broadcast)."""
     zero = jnp.zeros_like(dout)
-    return jnp.where(wins, dout, jnp.where(ties, 0.5 * dout, zero))
+    return jnp.where(wins, dout, jnp.where(ties, tie * dout, zero))
 
 
 @rule(Select)
 def bprop_select(cond, x, y, out, dout):
     zero = jnp.zeros_like(dout)
     dx = jnp.where(cond, dout, zero)
-    return None, sum_to(dx, x), sum_to(dout - dx, y)
+    dy = jnp.where(cond, zero, dout)
+    return None, sum_to(dx, x), sum_to(dy, y)
 
 
 def _clip_bprop(tie: float):
@@ -253,18 +263,17 @@ def _clip_bprop(tie: float):
     gives them to x (`Clip`)."""
 
     def bprop(x, lo, hi, out, dout):
-        zero = jnp.zeros_like(dout)
         d_mid = dout
         d_hi = None
         if hi is not None:
             mid = x if lo is None else jnp.maximum(x, lo)
-            d_mid = jnp.where(mid > hi, zero, jnp.where(mid == hi, tie * dout, dout))
-            d_hi = sum_to(dout - d_mid, hi)
+            d_mid = _tie_split(mid < hi, mid == hi, dout, tie)
+            d_hi = sum_to(_tie_split(mid > hi, mid == hi, dout, 1.0 - tie), hi)
         dx = d_mid
         d_lo = None
         if lo is not None:
-            dx = jnp.where(x < lo, zero, jnp.where(x == lo, tie * d_mid, d_mid))
-            d_lo = sum_to(d_mid - dx, lo)
+            dx = _tie_split(x > lo, x == lo, d_mid, tie)
+            d_lo = sum_to(_tie_split(x < lo, x == lo, d_mid, 1.0 - tie), lo)
         return sum_to(dx, x), d_lo, d_hi
 
     return bprop
@@ -290,3 +299,13 @@ def get_bprop_tril(self):
 def get_bprop_triu(self):
     triu = Triu(self.k)
     return lambda x, out, dout: (triu(dout),)
+
+
+@register_attribute("real")
+def _real_attribute(call):
+    return Real(), [call.args[0]]
+
+
+@register_attribute("imag")
+def _imag_attribute(call):
+    return Imag(), [call.args[0]]

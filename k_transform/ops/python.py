@@ -311,6 +311,15 @@ def _is_static_call(fn) -> bool:
     return any(fn is f for f in (len, isinstance, jnp.shape, jnp.ndim, jnp.size))
 
 
+class PythonValueCall(LibraryCall):
+    """numpy, `math`, `abs` or `round` given Python values (`x.shape[-1]`),
+    or an f-string (a str, whatever it formats): computed as Python computes
+    it, a Python value again (codegen.static), so that
+    `round(math.sqrt(x.shape[-1]))` can be a shape; no gradient."""
+
+    static_when = "inputs"
+
+
 class HostValue(LibraryCall):
     """A host call given no arrays (`rs.randn(3)`, `next(it)`): its result is a
     value of the host, with no gradient; it runs each time it is reached."""
@@ -640,7 +649,7 @@ def imports_jaxpr(prim) -> bool:
     k_transform's own run-time helpers."""
     if isinstance(prim, MethodCall):
         return True
-    if not isinstance(prim, LibraryCall) or isinstance(prim, HostValue):
+    if not isinstance(prim, LibraryCall) or isinstance(prim, (HostValue, PythonValueCall)):
         return False
     if _no_gradient_call(prim.fn):
         return False
@@ -670,6 +679,11 @@ def get_bprop_library_call(self):
 
 @bprop_getters.register(HostValue)
 def get_bprop_host_value(self):
+    return no_gradient(lambda xs, out, dout: (None,) * len(xs))
+
+
+@bprop_getters.register(PythonValueCall)
+def get_bprop_python_value_call(self):  # its inputs are Python values: no gradient
     return no_gradient(lambda xs, out, dout: (None,) * len(xs))
 
 

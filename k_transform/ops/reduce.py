@@ -422,23 +422,39 @@ bprop_getters.register(ReduceMin)(_get_bprop_reduce_extremum)
 
 @bprop_getters.register(ReduceProd)
 def get_bprop_reduce_prod(self):
-    """d prod / d x_i is the product of the others, zeros included: no division by x."""
+    """d prod / d x_i is the product of the others, zeros included: the
+    reduced axes flattened last, the running products before and after each
+    entry (exclusive cumprods from both ends; no division by x), so the rule
+    differentiates again exactly (`Cumprod`'s rule) where entries are zero."""
     keep_dims = self.keep_dims
 
     def bprop(x, axis, out, dout):
-        is_zero = x == 0
-        zero = jnp.zeros_like(x)
-        safe = jnp.where(is_zero, jnp.ones_like(x), x)
-        n_zeros = jnp.sum(jnp.where(is_zero, jnp.ones_like(x), zero), axis=axis, keepdims=True)
-        rest = jnp.prod(safe, axis=axis, keepdims=True)  # product of the non-zeros
-        others = jnp.where(
-            is_zero,
-            jnp.where(n_zeros == 1, rest, zero),
-            jnp.where(n_zeros == 0, rest / safe, zero),
-        )
-        return _unreduce(dout, axis, keep_dims) * others, None
+        rows = _reduced_last(x, axis)
+        ones = jnp.ones_like(rows[..., :1])
+        before = jnp.concatenate([ones, jnp.cumprod(rows[..., :-1], axis=-1)], axis=-1)
+        after = jnp.flip(jnp.cumprod(jnp.flip(rows[..., 1:], -1), axis=-1), -1)
+        others = before * jnp.concatenate([after, ones], axis=-1)
+        return _unreduce(dout, axis, keep_dims) * _unreduced_last(others, x, axis), None
 
     return bprop
+
+
+def _reduced_last(x, axis):
+    """x with the axes `axis` reduces moved last and flattened into one."""
+    if axis is None:
+        return jnp.reshape(x, (-1,))
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    moved = jnp.moveaxis(x, axes, tuple(range(-len(axes), 0)))
+    return jnp.reshape(moved, jnp.shape(moved)[: jnp.ndim(x) - len(axes)] + (-1,))
+
+
+def _unreduced_last(rows, x, axis):
+    """`_reduced_last(x, axis)`'s inverse: `rows` laid out as x."""
+    if axis is None:
+        return jnp.reshape(rows, jnp.shape(x))
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    last = tuple(range(-len(axes), 0))
+    return jnp.moveaxis(jnp.reshape(rows, jnp.shape(jnp.moveaxis(x, axes, last))), last, axes)
 
 
 @bprop_getters.register(LogSumExp)

@@ -297,11 +297,6 @@ def get_bprop_spread_like(self):
     return bprop
 
 
-@rule(StopGradient)
-def bprop_stop_gradient(x, out, dout):
-    return (zeros_like(x),)
-
-
 @rule(AddGrad)
 def bprop_add_grad(a, b, out, dout):
     return restrict_grad(dout, a), restrict_grad(dout, b)
@@ -368,3 +363,6 @@ def bprop_join_aux(value, d_split, out, dout):
 
 
 zero_gradient(ZerosLike, OnesLike, ScalarSens)
+# No gradient, not a zero one: the code stopped is not differentiated at all
+# (a zero pushed through it meets 0 * inf = NaN where JAX gives numbers)
+zero_gradient(StopGradient)

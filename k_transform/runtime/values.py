@@ -114,7 +114,10 @@ def rebuild(x, children):
 
 def _field_index(x, name: str, children, paths) -> int | None:
     """The position among `x`'s pytree children of its field `name`: by key
-    path (dataclasses, NamedTuples), else by identity (`x.name is child`)."""
+    path (dataclasses, NamedTuples), else by identity (`x.name is child`);
+    an int `name` is that position (a node whose children have no names)."""
+    if isinstance(name, int):
+        return name
     for k, path in enumerate(paths):
         if getattr(path[0], "name", None) == name:
             return k
@@ -155,9 +158,13 @@ def replace_fields(x, values, names, grad: bool = False):
 
 
 def fields_of(x, names):
-    """The fields `names` of the pytree node `x` (Nones when `x` is None)."""
+    """The fields `names` of the pytree node `x` (Nones when `x` is None); an
+    int name is the child at that position (`tree_flatten`'s order)."""
     if x is None:
         return (None,) * len(names)
+    if any(isinstance(name, int) for name in names):
+        children = pytree_node(x)[0]
+        return tuple(children[n] if isinstance(n, int) else getattr(x, n) for n in names)
     return tuple(getattr(x, name) for name in names)
 
 
@@ -453,6 +460,8 @@ def input_grad(d, arg, integers: bool = False):
     node = pytree_node(arg)
     if node is not None or type(arg) in (tuple, list, dict):
         return _container_input_grad(d, arg, node, integers)
+    if isinstance(arg, (types.ModuleType, type)):  # `np.ndarray` has a `dtype`, a descriptor
+        return None
     if hasattr(arg, "dtype") and not jnp.issubdtype(arg.dtype, jnp.inexact):
         if not integers or d is None or d is UNDEFINED or jnp.issubdtype(arg.dtype, jnp.bool_):
             return jnp.zeros_like(arg)

@@ -1,0 +1,147 @@
+"""Library functions JAX differentiates by a rule of its own (a `custom_jvp`),
+as primitives whose rules are JAX's formulas.
+
+Their bodies compute the value safely (`where(x == 0, 0, x * log(y))`, a
+`max` and an `abs` in `logaddexp`, a Maclaurin constant in `sinc` at 0), and
+differentiating those steps gives other numbers than JAX at the special points:
+`xlogy(0, y)`' is 0 there (JAX: `log y`), `logaddexp` at a tie has second
+derivative 0 (JAX: 1/4), `relu6` at 0 and 6 gets half (JAX: 0). Each rule
+below is the JAX rule written with primitives that differentiate again, so
+jvp and second derivatives are JAX's too.
+
+One table, `CUSTOM_JVP`, keyed by (JAX source file, function name) as a
+jaxpr's `custom_jvp_call` names its body, gives the primitive a call
+becomes; `frontend.jaxpr` imports such a call as that primitive, so a
+function passed as a value (`activation=jax.nn.relu`) or reached inside a
+library call gets the same rule as a direct call, which the parser maps by
+`map_functions`.
+
+`XLogY(x, y)`, `XLog1pY(x, y)`, `LogAddExp(x1, x2)`, `LogAddExp2(x1, x2)`
+broadcast; `Erfcx`, `ReLU6Jax` are unary; `SincMaclaurin(k)(x)` is the k-th
+derivative of `sin(x) / x` at 0, broadcast to x (`jnp.sinc`'s value at 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+from jax.extend import core as jax_core
+
+from k_transform.bprop_registry.helpers import rule, unary
+from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.ops.mapping import map_functions
+from k_transform.ops.math import ReLU
+from k_transform.ops.structural import SumTo
+
+
+def sinc_maclaurin(x, k: int):
+    """The k-th derivative of `sin(x) / x` at 0, shaped like x (JAX's
+    `_sinc_maclaurin(k, x)`)."""
+    coefficient = 0.0 if k % 2 else (-1) ** (k // 2) / (k + 1)
+    return x * 0 + jnp.asarray(coefficient, jnp.result_type(x))
+
+
+XLogY = elementwise("XLogY", jsp.xlogy, "jax.scipy.special.xlogy", 2, "`x * log(y)`, 0 at x = 0.")
+XLog1pY = elementwise("XLog1pY", jsp.xlog1py, "jax.scipy.special.xlog1py", 2)
+LogAddExp = elementwise("LogAddExp", jnp.logaddexp, "jnp.logaddexp", 2)
+LogAddExp2 = elementwise("LogAddExp2", jnp.logaddexp2, "jnp.logaddexp2", 2)
+Erfcx = elementwise("Erfcx", jsp.erfcx, "jax.scipy.special.erfcx")
+ReLU6Jax = elementwise("ReLU6Jax", jax.nn.relu6, "jax.nn.relu6", doc="JAX's: derivative 0 at 0, 6.")
+
+
+class SincMaclaurin(JaxPrimitive):
+    """`SincMaclaurin(k)(x)`: `sinc_maclaurin(x, k)`, a constant; its
+    derivative is `SincMaclaurin(k + 1)`."""
+
+    jax_fn = staticmethod(sinc_maclaurin)
+    jax_name = "sinc_maclaurin"
+    jax_kwargs = {"k": "k"}
+    n_inputs = 1
+
+    def __init__(self, k: int = 0):
+        super().__init__(k=k)
+
+
+map_functions({Erfcx: (jsp.erfcx,)})  # jax.nn.relu6: through its jaxpr, as a value
+map_functions(
+    {
+        XLogY: (jsp.xlogy,),
+        XLog1pY: (jsp.xlog1py,),
+        LogAddExp: (jnp.logaddexp, np.logaddexp),
+        LogAddExp2: (jnp.logaddexp2, np.logaddexp2),
+    },
+    n=2,
+)
+
+
+# == gradient rules: JAX's jvp rules, transposed =================================
+sum_to = SumTo()
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_LN2 = math.log(2.0)
+
+
+def _replace_inf(x):
+    """x with +inf as 0 (JAX's `_replace_inf` in `logaddexp`'s rule)."""
+    return jnp.where(x == jnp.inf, jnp.zeros_like(x), x)
+
+
+@rule(XLogY)
+def bprop_xlogy(x, y, out, dout):
+    return sum_to(dout * jnp.log(y), x), sum_to(dout * x / y, y)
+
+
+@rule(XLog1pY)
+def bprop_xlog1py(x, y, out, dout):
+    return sum_to(dout * jnp.log1p(y), x), sum_to(dout * x / (1.0 + y), y)
+
+
+@rule(LogAddExp)
+def bprop_logaddexp(x1, x2, out, dout):
+    dx1 = dout * jnp.exp(_replace_inf(x1) - _replace_inf(out))
+    dx2 = dout * jnp.exp(_replace_inf(x2) - _replace_inf(out))
+    return sum_to(dx1, x1), sum_to(dx2, x2)
+
+
+@rule(LogAddExp2)
+def bprop_logaddexp2(x1, x2, out, dout):
+    dx1 = dout * jnp.exp(_LN2 * (_replace_inf(x1) - _replace_inf(out)))
+    dx2 = dout * jnp.exp(_LN2 * (_replace_inf(x2) - _replace_inf(out)))
+    return sum_to(dx1, x1), sum_to(dx2, x2)
+
+
+unary(Erfcx, lambda x, out: 2.0 * x * out - _TWO_OVER_SQRT_PI)
+unary(ReLU6Jax, lambda x, out: jnp.where((x > 0) & (x < 6), 1.0, 0.0).astype(out.dtype))
+
+
+@bprop_getters.register(SincMaclaurin)
+def get_bprop_sinc_maclaurin(self):
+    derivative = SincMaclaurin(self.k + 1)
+    return lambda x, out, dout: (dout * derivative(x),)
+
+
+# == a jaxpr's custom_jvp calls ===================================================
+def _sinc_maclaurin_call(body):
+    """`_sinc_maclaurin(k, x)` as `jnp.sinc` calls it: k = 0, whose body is
+    `x * 0 + 1`; another k, only JAX's own rule calls, keeps its body (None)."""
+    last = body.jaxpr.eqns[-1]
+    added = [v.val for v in last.invars if isinstance(v, jax_core.Literal)]
+    return SincMaclaurin(0) if last.primitive.name == "add" and added == [1.0] else None
+
+
+# (JAX source file, function name) of a custom_jvp function -> builder(body, a
+# ClosedJaxpr) of the primitive a call of it becomes (None: its body is imported)
+CUSTOM_JVP = {
+    ("jax/_src/scipy/special.py", "xlogy"): lambda body: XLogY(),
+    ("jax/_src/scipy/special.py", "xlog1py"): lambda body: XLog1pY(),
+    ("jax/_src/scipy/special.py", "_erfcx"): lambda body: Erfcx(),
+    ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
+    ("jax/_src/lax/other.py", "logaddexp2"): lambda body: LogAddExp2(),
+    ("jax/_src/nn/functions.py", "relu"): lambda body: ReLU(),
+    ("jax/_src/nn/functions.py", "relu6"): lambda body: ReLU6Jax(),
+    ("jax/_src/numpy/ufuncs.py", "_sinc_maclaurin"): _sinc_maclaurin_call,
+}
