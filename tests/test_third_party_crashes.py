@@ -281,3 +281,32 @@ def test_kwargs_forwarded_into_a_kwargs_function():
     dr = np.array([1.0, 2.0, 3.0])
     _check(_energy_of, dr, 2.0, argnums=0)
     _check(_energy_of, dr, 2.0, argnums=1)
+
+
+# -- `jax.vmap(f)` returned from a helper (jax-md's `space.map_product`) -----------------
+def _pair_displacement(ra, rb):
+    return ra - rb
+
+
+def _map_product(fn):
+    return jax.vmap(jax.vmap(fn, (0, None), 0), (None, 0), 0)
+
+
+def _map_rows(fn):
+    return jax.vmap(fn, (0, None), 0)
+
+
+def _pair_energy(r):
+    dr = _map_product(_pair_displacement)(r, 0.5 * r) + 1.0
+    return jnp.sum(jnp.sum(dr**2, axis=-1) ** 1.5) + jnp.sum(_map_rows(_pair_displacement)(r, r[0]))
+
+
+def test_a_vmapped_function_returned_from_a_helper():
+    """A vmapped function passed on or returned was a value with no rule
+    ("no bprop is registered for Vmapped"); it is now the function
+    `lambda *a: jax.vmap(f, ...)(*a)`, which the caller's call parses."""
+    r = np.arange(6.0).reshape(3, 2) ** 1.3
+    _check(_pair_energy, r)
+    close_jvp = jax.jvp(_pair_energy, (r,), (r,))
+    got = kt.jvp(_pair_energy, (r,), (r,))
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(close_jvp[1]), rtol=1e-10)

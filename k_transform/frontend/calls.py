@@ -87,6 +87,7 @@ class CallBuilder:
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
+            called_here(self, e.func)
             callee = self.expr(e.func)
         args = [self.current(self.expr(a)) for a in e.args]
         kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
@@ -312,6 +313,10 @@ class CallBuilder:
             model = lax_models.switch_model(len(branches), len(args) - 2)
             args = [args[0], *branches, *args[2:]]
         else:  # jax.vmap(fun, in_axes=0, out_axes=0, ...): a value called later
+            if id(e) not in _called(self) and _names_only(e.args[:1]):
+                # passed on or returned (jax-md's `map_product`): the function
+                # `lambda *a: jax.vmap(fun, ...)(*a)`, which the callers parse
+                return self.expr(_eta_expanded(e))
             options = {k: v for k, v in kwargs.items() if k not in ("in_axes", "out_axes")}
             static = [_known(a) for a in [*args[1:], *kwargs.values()]]
             if not args or any(v is _UNKNOWN for v in static):
@@ -462,6 +467,56 @@ def closure_transform(api: str, closure: FuncGraph) -> str:
 
 
 _UNKNOWN = object()
+
+
+def called_here(builder, e) -> None:
+    """Note that the expression `e` is called where it is written
+    (`jax.vmap(f)(x)`), not passed on."""
+    _called(builder).add(id(e))
+
+
+def _called(builder) -> set[int]:
+    if not hasattr(builder, "_called_here"):
+        builder._called_here = set()
+    return builder._called_here
+
+
+def _names_only(nodes) -> bool:
+    """Whether each expression only reads names (`f`, `self.f`, `vmap(f, 0)`,
+    a lambda): evaluated again at each call, it means the same."""
+    for node in nodes:
+        if isinstance(node, gast.Lambda):
+            continue
+        if isinstance(node, gast.Call):
+            if not _names_only([node.func, *node.args, *(k.value for k in node.keywords)]):
+                return False
+            continue
+        if not all(isinstance(n, _READS) for n in gast.walk(node)):
+            return False
+    return True
+
+
+_READS = (gast.Name, gast.Attribute, gast.Constant, gast.Tuple, gast.List, gast.Load)
+
+
+def _eta_expanded(e) -> gast.Lambda:
+    """`lambda *_kt_vargs: <e>(*_kt_vargs)` at `e`'s place."""
+    args = gast.arguments(
+        args=[],
+        posonlyargs=[],
+        vararg=gast.Name("_kt_vargs", gast.Param(), None, None),
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
+        defaults=[],
+    )
+    star = gast.Starred(value=gast.Name("_kt_vargs", gast.Load(), None, None), ctx=gast.Load())
+    body = gast.Call(func=e, args=[star], keywords=[])
+    lam = gast.Lambda(args=args, body=body)
+    for node in (lam, body, star, star.value, args.vararg):
+        gast.copy_location(node, e)
+        node.end_lineno, node.end_col_offset = e.end_lineno, e.end_col_offset
+    return lam
 
 
 def computes_as_python(fn) -> bool:

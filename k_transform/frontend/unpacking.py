@@ -17,6 +17,7 @@ import gast
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.frontend import sugar
+from k_transform.frontend.calls import called_here
 from k_transform.frontend.parse_sugar import call_of, maker_of
 from k_transform.ir.nodes import Constant, Node
 from k_transform.ops import python as prims
@@ -43,6 +44,7 @@ class UnpackingBuilder:
                 raise self.fp.unsupported("star-unpacking into a method call on a value", e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
+            called_here(self, e.func)
             callee = self.expr(e.func)
         args: list[Node] = []
         tail = None  # a last `*seq` whose length is known only when run
