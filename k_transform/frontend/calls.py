@@ -471,7 +471,8 @@ _UNKNOWN = object()
 
 def called_here(builder, e) -> None:
     """Note that the expression `e` is called where it is written
-    (`jax.vmap(f)(x)`), not passed on."""
+    (`jax.vmap(f)(x)`, or bound to a name and called later in the same
+    function), not passed on."""
     _called(builder).add(id(e))
 
 
@@ -500,23 +501,37 @@ _READS = (gast.Name, gast.Attribute, gast.Constant, gast.Tuple, gast.List, gast.
 
 
 def _eta_expanded(e) -> gast.Lambda:
-    """`lambda *_kt_vargs: <e>(*_kt_vargs)` at `e`'s place."""
+    """`lambda _kt_v0, ..., _kt_vn: <e>(_kt_v0, ..., _kt_vn)` at `e`'s place,
+    one parameter per item of a literal `in_axes`, else `lambda *_kt_v: <e>(*_kt_v)`."""
+    in_axes = e.args[1] if len(e.args) > 1 else None
+    in_axes = next((k.value for k in e.keywords if k.arg == "in_axes"), in_axes)
+    if isinstance(in_axes, (gast.Tuple, gast.List)):
+        names = [f"_kt_v{k}" for k in range(len(in_axes.elts))]
+        params, vararg = [gast.Name(n, gast.Param(), None, None) for n in names], None
+        passed = [gast.Name(n, gast.Load(), None, None) for n in names]
+    else:
+        params, vararg = [], gast.Name("_kt_v", gast.Param(), None, None)
+        passed = [gast.Starred(value=gast.Name("_kt_v", gast.Load(), None, None), ctx=gast.Load())]
     args = gast.arguments(
-        args=[],
+        args=params,
         posonlyargs=[],
-        vararg=gast.Name("_kt_vargs", gast.Param(), None, None),
+        vararg=vararg,
         kwonlyargs=[],
         kw_defaults=[],
         kwarg=None,
         defaults=[],
     )
-    star = gast.Starred(value=gast.Name("_kt_vargs", gast.Load(), None, None), ctx=gast.Load())
-    body = gast.Call(func=e, args=[star], keywords=[])
+    body = gast.Call(func=e, args=passed, keywords=[])
     lam = gast.Lambda(args=args, body=body)
-    for node in (lam, body, star, star.value, args.vararg):
-        gast.copy_location(node, e)
-        node.end_lineno, node.end_col_offset = e.end_lineno, e.end_col_offset
+    for node in gast.walk(lam):
+        if node is not e and not _within(node, e):
+            gast.copy_location(node, e)
+            node.end_lineno, node.end_col_offset = e.end_lineno, e.end_col_offset
     return lam
+
+
+def _within(node, e) -> bool:
+    return any(node is n for n in gast.walk(e))
 
 
 def computes_as_python(fn) -> bool:

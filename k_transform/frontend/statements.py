@@ -20,6 +20,7 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.frontend.calls import called_here
 from k_transform.frontend.expressions import BINOPS, lambda_def
 from k_transform.ir.nodes import Constant, Node
 from k_transform.ops import python as prims
@@ -73,6 +74,8 @@ class StatementBuilder:
             for target in s.targets:  # `f = lambda ...`: bound like a def
                 self.bind_closure(target.id, lambda_def(s.value, target.id))
             return
+        if isinstance(s.value, gast.Call):  # `vm = jax.vmap(f)`: called later, in place
+            called_here(self, s.value)
         value = self.expr(s.value)
         for target in s.targets:
             self.assign(target, value, s)
