@@ -162,11 +162,12 @@ JAC_BLOCKS, JAC_MATRIX = trees.JacobianBlocks(), trees.JacobianMatrix()
 FIELDS = prims.FieldsOf(("w", "b"))
 
 
-class Pair(typing.NamedTuple):  # a pytree node for MakeNode, FieldsOf, ReplaceFields
+class Pair(typing.NamedTuple):  # a pytree node for MakeNode, Unflatten, FieldsOf, ...
     w: object
     b: object
 
 
+UNFLATTEN = prims.Unflatten(jax.tree_util.tree_structure(Pair(0, 0)))
 SUM_TO = ops.SumTo()
 SPREAD_LIKE = ops.SpreadLike()
 ITEMS_GRAD = ops.ItemsGrad((0, 2, -4))  # -4 is row 0 again: its gradients add
@@ -474,6 +475,7 @@ CASES = [
     case(prims.ListDelete(), list_pop, (2,), (3,), (1,), args=lambda x, y, z: ([x, y, z], 1)),
     case(prims.Copy(), lambda x: x.copy(), (2, 3)),
     case(prims.MakeNode(Pair, ("w", "b")), lambda x, y: Pair(x, b=y), (2,), (3,)),
+    case(UNFLATTEN, lambda x, y: UNFLATTEN(x, y), (2,), (3,)),
     case(FIELDS, lambda x, y: FIELDS(Pair(x, y)), (2,), (3,), args=lambda x, y: (Pair(x, y),)),
     case(prims.ReplaceFields(("b",)), lambda x, y, z: Pair(x, y)._replace(b=z), (2,), (3,), (3,), args=lambda x, y, z: (Pair(x, y), (z,))),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501

@@ -72,6 +72,7 @@ from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
 from k_transform.ops.special import CUSTOM_JVP
 from k_transform.runtime.state import no_parameter_reads
+from k_transform.runtime.values import pytree_node
 
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
@@ -756,6 +757,11 @@ def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:
         for k in sorted(shape):
             kv += [Constant(k), _rebuild(graph, shape[k], outs, hint)]
         return graph.apply(Constant(prims.MakeDict()), *kv)
+    node = pytree_node(shape)  # a registered class, a NamedTuple, a dataclass
+    if node is not None:
+        children, treedef = node
+        items = [_rebuild(graph, child, outs, hint) for child in children]
+        return graph.apply(Constant(prims.Unflatten(treedef)), *items)
     raise KTransformError(
         f"cannot import the call {hint}(...): it returns a {type(shape).__name__}, "
         "not arrays in tuples, lists or dicts"

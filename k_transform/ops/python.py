@@ -187,6 +187,22 @@ class MakeNode(Primitive):
         return f"{e.ref(self.cls, self.cls.__name__)}({fields})"
 
 
+class Unflatten(Primitive):
+    """A registered pytree node (a class, a NamedTuple, a dataclass) made of
+    its children, one level down (`jax.tree_util.tree_unflatten`): what a
+    call imported from its jaxpr returns (jax-cosmo's `Cosmology`)."""
+
+    def __init__(self, treedef):
+        super().__init__("unflatten", treedef=treedef)
+
+    def impl(self, *children):
+        return jax.tree_util.tree_unflatten(self.treedef, list(children))
+
+    def emit(self, e, args):
+        unflatten = e.ref(jax.tree_util.tree_unflatten, "tree_unflatten")
+        return f"{unflatten}({e.ref(self.treedef, 'treedef')}, [{', '.join(args)}])"
+
+
 class FieldsOf(RuntimeCall):
     """The tuple of fields `names` of a pytree node (Nones for a None gradient)."""
 
@@ -767,6 +783,16 @@ def get_bprop_make_node(self):
 
     def bprop(xs, out, dout):
         return fields(dout)
+
+    return bprop
+
+
+@bprop_getters.register(Unflatten)
+def get_bprop_unflatten(self):
+    children = FieldsOf(tuple(range(self.treedef.num_leaves)))
+
+    def bprop(xs, out, dout):
+        return children(dout)
 
     return bprop
 

@@ -137,6 +137,7 @@ def replace_fields(x, values, names, grad: bool = False):
     if x is None:
         return None
     if isinstance(x, tuple) and hasattr(x, "_replace"):
+        names = [x._fields[n] if isinstance(n, int) else n for n in names]  # (a position)
         return x._replace(**dict(zip(names, values, strict=True)))
     node = pytree_node(x)
     if node is None and grad and not hasattr(x, "shape"):
