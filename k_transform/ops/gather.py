@@ -20,6 +20,7 @@ import numpy as np
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive
 from k_transform.ops.mapping import register_function
+from k_transform.ops.python import Written
 from k_transform.ops.structural import SumTo
 
 
@@ -164,6 +165,7 @@ def _segment_sum(call):
 # id. Indices, and the inputs that only give a shape, get None.
 
 sum_to = SumTo()
+applied = Written(kept=False)
 
 
 @bprop_getters.register(Gather)
@@ -195,7 +197,8 @@ def get_bprop_scatter_add(self):
     gather = Gather(0)
 
     def bprop(x, indices, updates, out, dout):
-        return dout, None, sum_to(gather(dout, indices), updates)
+        read = jnp.where(applied(x, indices), gather(dout, indices), 0.0)  # (drops: none)
+        return dout, None, sum_to(read, updates)
 
     return bprop
 
@@ -203,4 +206,13 @@ def get_bprop_scatter_add(self):
 @bprop_getters.register(UnsortedSegmentSum)
 def get_bprop_unsorted_segment_sum(self):
     gather = Gather(0)
-    return lambda data, segment_ids, out, dout: (gather(dout, segment_ids), None)
+    n = self.num_segments
+
+    def bprop(data, segment_ids, out, dout):
+        # a row whose id is out of range (a padding id, -1) is dropped: no gradient
+        inside = (segment_ids >= 0) & (segment_ids < n)
+        rows = gather(dout, jnp.where(inside, segment_ids, 0))
+        trailing = (1,) * (jnp.ndim(rows) - jnp.ndim(inside))
+        return jnp.where(jnp.reshape(inside, jnp.shape(inside) + trailing), rows, 0.0), None
+
+    return bprop

@@ -34,12 +34,12 @@ class IndexAdd(JaxPrimitive):
 
 
 class IndexMultiply(JaxPrimitive):
-    """`x.at[index].multiply(value)`; its gradient assumes distinct indices."""
+    """`x.at[index].multiply(value)`: repeated indices multiply by each."""
 
     n_inputs = 3
 
     def impl(self, x, index, value):
-        return x.at[index].multiply(value, unique_indices=True)
+        return x.at[index].multiply(value)
 
     def emit(self, e, args):
         return f"{args[0]}.at[{args[1]}].multiply({args[2]})"
@@ -125,17 +125,26 @@ for _name in ("divide", "power", "apply", "mul"):
 # `x.at[i].add/multiply`.
 
 sum_to = SumTo()
+applied = prims.Written(kept=False)
 
 
 @rule(IndexAdd)
 def bprop_index_add(x, index, value, out, dout):
-    return dout, None, sum_to(dout[index], value)
+    # an index out of bounds adds nothing (JAX drops it), so takes no gradient
+    return dout, None, sum_to(jnp.where(applied(x, index), dout[index], 0.0), value)
 
 
 @rule(IndexMultiply)
 def bprop_index_multiply(x, index, value, out, dout):
-    scale = jnp.ones_like(x).at[index].set(value)
-    return dout * scale, None, sum_to(dout[index] * x[index], value)
+    """Each update's factor is the product of the others at its index: 1 for
+    an index written once, else the product over all divided by its own (a
+    zero factor repeated gives NaN there, where JAX refuses the gradient)."""
+    scale = jnp.ones_like(x).at[index].multiply(value)
+    at = jnp.broadcast_to(value, jnp.shape(x[index]))
+    once = jnp.zeros_like(x).at[index].add(1.0)[index] == 1.0
+    others = jnp.where(once, 1.0, scale[index] / jnp.where(once, 1.0, at))
+    read = jnp.where(applied(x, index), dout[index] * x[index] * others, 0.0)
+    return dout * scale, None, sum_to(read, value)
 
 
 def _bprop_index_extremum(x, index, value, out, dout):

@@ -169,6 +169,7 @@ def _window_gather(p):
             indices_are_sorted=q["indices_are_sorted"],
             unique_indices=q["unique_indices"],
             mode=q["mode"],
+            fill_value=0,  # an update the scatter dropped (out of bounds) reads no gradient
         )
 
     return lambda avals: traced_op("gather", gather, avals)

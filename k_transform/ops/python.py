@@ -203,6 +203,20 @@ class Unflatten(Primitive):
         return f"{unflatten}({e.ref(self.treedef, 'treedef')}, [{', '.join(args)}])"
 
 
+class Written(RuntimeCall):
+    """`written(x, index, kept)`: which items of `x[index]` an update of
+    `x.at[index]` applies (`runtime.python.written`); no gradient."""
+
+    n_inputs = 2
+    rt_name = "written"
+
+    def __init__(self, kept: bool):
+        super().__init__("written", kept=kept)
+
+    def extra(self) -> list:
+        return [self.kept]
+
+
 class FieldsOf(RuntimeCall):
     """The tuple of fields `names` of a pytree node (Nones for a None gradient)."""
 
@@ -544,6 +558,7 @@ getitem_grad = GetItemGrad()
 sum_to = SumTo()
 zeros_like = ZerosLike()
 set_item = SetItem()
+kept_writes = Written(kept=True)
 to_list = Copy("list")
 to_tuple = Copy("tuple")
 zeros_value = zeros_like
@@ -714,7 +729,10 @@ def bprop_setitem(x, index, value, out, dout):
         dout = to_list(dout)
     # Read row `index` before writing it: XLA updates `dout` in place then
     # (written the other way round, a loop copied the whole array every step).
-    dvalue = sum_to(dout[index], value)  # value may broadcast
+    read = dout[index]
+    if not isinstance(x, (list, dict)):  # only the writes kept take a gradient
+        read = jnp.where(kept_writes(x, index), read, 0.0)
+    dvalue = sum_to(read, value)  # value may broadcast
     dx = set_item(dout, index, zeros_like(value))
     return dx, None, dvalue
 
@@ -823,7 +841,7 @@ def get_bprop_custom_cell(self):
     return self.cell.bprop  # the Cell's own bprop(*inputs, out, dout)
 
 
-zero_gradient(Not, Contains, MakeSlice)
+zero_gradient(Not, Contains, MakeSlice, Written)
 
 
 @bprop_getters.register(SoleInput)

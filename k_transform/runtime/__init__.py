@@ -56,6 +56,7 @@ from k_transform.runtime.python import (  # noqa: F401
     to_list,
     to_tuple,
     trip_count,
+    written,
     zip_length,
     zip_strict_length,
 )

@@ -63,6 +63,22 @@ def setitem(x, index, value):
     return jnp.asarray(x).at[index].set(value)
 
 
+def written(x, index, kept: bool):
+    """Which items of `x[index]` an update `x.at[index]` applies: not one out
+    of bounds (dropped, as JAX's scatter drops it), and with `kept` (a `set`)
+    only the last of repeated indices, whose value stays. True for a list or
+    a dict (every write applies)."""
+    if isinstance(x, (list, dict, tuple)):
+        return True
+    shape = jnp.shape(x)
+    inside = jnp.ones(shape, bool).at[index].get(mode="fill", fill_value=False)
+    if not kept or jnp.ndim(inside) == 0:  # (a single item cannot be overwritten)
+        return inside
+    ids = jnp.arange(inside.size).reshape(inside.shape)
+    last = jnp.full(shape, -1).at[index].set(ids)[index]
+    return inside & (last == ids)
+
+
 def _need_list(x, method: str):
     if not isinstance(x, list):
         raise KTransformError(
