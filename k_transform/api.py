@@ -30,6 +30,7 @@ from k_transform.ir.dot import to_dot
 from k_transform.ir.nodes import FuncGraph
 from k_transform.ir.printer import print_graph
 from k_transform.ir.verify import verify
+from k_transform.protocol import kt_attribute
 from k_transform.transforms import GradSpec, grad_graph
 
 _RENDERED = ("svg", "png", "jpeg", "jpg", "json", "plain")
@@ -44,10 +45,10 @@ def graph_of(fn, star_arity: int | None = None) -> FuncGraph:
     values in a `*args` parameter, to specialise the graph to (`parse`)."""
     if isinstance(fn, FuncGraph):
         return fn
-    graph_for = getattr(fn, "__kt_graph_for__", None)
+    graph_for = kt_attribute(fn, "__kt_graph_for__", None)
     if graph_for is not None and star_arity is not None:
         return graph_for(star_arity)
-    if isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+    if isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
         return fn.__kt_graph__
     if hasattr(type(fn), "__kt_lower__") and arity(fn) is not None:
         fn = target_of(fn, arity(fn))  # `kt.jacrev(f)`: a function calling it

@@ -47,6 +47,7 @@ from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ir.verify import verify
 from k_transform.ops.state import Assign
+from k_transform.protocol import kt_attribute
 from k_transform.runtime.bounds import (
     LoopBoundExceeded,
     bounded_loops,
@@ -494,7 +495,7 @@ def takes_star_args(fn) -> bool:
     """Whether `fn` (a Cell: its `construct`) has a `*args` parameter. A
     gradient or compiled function (it carries its graph) takes its target's
     parameters, whatever its Python signature."""
-    if isinstance(fn, FuncGraph) or isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+    if isinstance(fn, FuncGraph) or isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
         return False
     target = callables.unwrap(fn.construct if isinstance(fn, Cell) else fn)
     try:

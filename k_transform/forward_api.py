@@ -27,6 +27,7 @@ from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.targets import target_of
 from k_transform.ir.nodes import FuncGraph
+from k_transform.protocol import kt_attribute
 from k_transform.transforms import (
     jvp_graph,
 )
@@ -77,7 +78,7 @@ def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
     leaves some to their defaults (a `**kwargs` parameter: no keywords);
     those get zero tangents. A function whose Python signature is not its
     graph's (a graph, a gradient function) is left as it is."""
-    if isinstance(fn, FuncGraph) or isinstance(getattr(fn, "__kt_graph__", None), FuncGraph):
+    if isinstance(fn, FuncGraph) or isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
         return xs, vs
     try:
         flat_x, _ = bind_keywords(fn, xs, {})

@@ -16,6 +16,7 @@ from k_transform.api import graph_of
 from k_transform.compiled import CompiledGraph, bind_keywords, takes_star_args
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import FuncGraph
+from k_transform.protocol import kt_attribute
 
 
 class Jit:
@@ -90,7 +91,7 @@ class Jit:
             and self._training() is direct[1]
         ):
             return direct[2](*args)
-        if not kwargs and getattr(fn, "__kt_graph_for__", None) is not None:
+        if not kwargs and kt_attribute(fn, "__kt_graph_for__", None) is not None:
             return self.compiled(len(args))(*args)  # the gradient of a `*args` function
         if takes_star_args(self.__wrapped__):
             args, where = bind_keywords(self.__wrapped__, args, kwargs)

@@ -69,3 +69,14 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("k_transform.cell", "k_transform.runtime.state"),
     ),
 }
+
+
+def kt_attribute(value, name: str, default=None):
+    """`getattr(value, name, default)` for one of these attributes. An object
+    whose `__getattr__` raises another error than AttributeError for a name
+    it lacks (a dict read by attribute, `__getattr__ = dict.__getitem__`)
+    has none."""
+    try:
+        return getattr(value, name, default)
+    except Exception:  # noqa: BLE001 - the object's own error for a name it lacks
+        return default

@@ -66,6 +66,7 @@ from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.targets import arity, is_library, target_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
+from k_transform.protocol import kt_attribute
 from k_transform.runtime import host_log
 from k_transform.transforms import (
     GradSpec,
@@ -304,7 +305,7 @@ def spread_args(fn, n: int):
     x{n-1})`: what vjp, jvp and the Jacobians differentiate, one input per
     parameter (the graph of a `*args` function takes the tuple); for the
     gradient of a `*args` function, its gradient for `n` arguments."""
-    graph_for = getattr(fn, "__kt_graph_for__", None)
+    graph_for = kt_attribute(fn, "__kt_graph_for__", None)
     if graph_for is not None:
         return graph_for(n)
     if not takes_star_args(fn):
@@ -382,7 +383,7 @@ class GradFunction(CompiledGraph):
         self._by_keywords: dict[tuple, GradFunction] = {}
         star = not bound and (
             (isinstance(fn, types.FunctionType) and takes_star_args(fn))
-            or getattr(fn, "__kt_graph_for__", None) is not None  # grad(grad(f)), f(*args)
+            or kt_attribute(fn, "__kt_graph_for__", None) is not None  # grad(grad(f)), f(*args)
         )
         if star:
             # `def summed(*args): return jnp.sum(fun(*args))` (a user's `egrad`):

@@ -365,3 +365,34 @@ def test_a_pytree_node_returned_by_code_run_as_python(f):
     _check(f, p)
     _check_jvp(f, p, np.array([1.0, -0.5]))
     np.testing.assert_allclose(kt.hessian(f)(p), jax.hessian(f)(p), rtol=1e-10, atol=1e-12)
+
+
+# -- small things of real code ----------------------------------------------------------
+class _AttrDict(dict):
+    """A config read by attribute: `__getattr__` raises KeyError, not AttributeError."""
+
+    __getattr__ = dict.__getitem__
+
+
+_CFG = _AttrDict(scale=2.0)
+
+
+def _scaled(x):
+    return jnp.sum(_CFG.scale * x**2)
+
+
+def _scalar_tensordot(x):
+    return jnp.sum(jnp.tensordot(x[0], x, 0))
+
+
+def _inner_grad_of_a_broadcast(x):
+    return jax.grad(lambda m: jnp.sum(m * jnp.ones(2)))(x[0]) ** 2 + jnp.sum(x)
+
+
+@pytest.mark.parametrize("f", [_scaled, _scalar_tensordot, _inner_grad_of_a_broadcast])
+def test_crashes_of_small_things(f):
+    """A global whose `__getattr__` raises KeyError crashed the parser's
+    `__kt_*__` probes; a `dot_general` with a scalar operand raised an
+    IndexError; `jax.grad` inside the code gives a `convert_element_type`
+    a trivial `sharding` the importer refused."""
+    _check(f, X[:3])

@@ -31,6 +31,7 @@ import inspect
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import DebugInfo, FuncGraph
 from k_transform.ir.primitive import Primitive
+from k_transform.protocol import kt_attribute
 
 
 class BpropRegistry:
@@ -85,7 +86,7 @@ class BpropRegistry:
             raise KTransformError(exc.bare_message, debug) from None
         _check_arity(prim, bprop, n_inputs if prim.n_inputs is not None else 1, getter)
         graph = parse(bprop)
-        graph.no_gradient = getattr(bprop, "__kt_no_gradient__", False)  # helpers.no_gradient
+        graph.no_gradient = kt_attribute(bprop, "__kt_no_gradient__", False)  # helpers.no_gradient
         graph.rule_name = f"bprop of {type(prim).__name__} ({getter.__qualname__})"
         # Rules shipped with k_transform are verified by the registry sweep;
         # users' rules get their gradients' shapes checked at trace time.

@@ -12,6 +12,7 @@ import re
 
 from k_transform.codegen.emit import ModuleEmitter
 from k_transform.ir.nodes import FuncGraph
+from k_transform.protocol import kt_attribute
 
 
 def emit_source(graph: FuncGraph, comments: bool = True) -> tuple[str, str, dict]:
@@ -64,7 +65,7 @@ def user_line(exc: BaseException, fn) -> str | None:
         if tb.tb_frame.f_code.co_filename.startswith("<k_transform:"):
             frame = tb
         tb = tb.tb_next
-    files = getattr(fn, "__kt_files__", {})
+    files = kt_attribute(fn, "__kt_files__", {})
     if frame is None or frame.tb_frame.f_code.co_name not in files:
         return None
     lines = linecache.getlines(frame.tb_frame.f_code.co_filename)

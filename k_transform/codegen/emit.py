@@ -55,6 +55,7 @@ from k_transform.context import TRANSFORM
 from k_transform.ir.cse import pure_primitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
+from k_transform.protocol import kt_attribute
 
 _STANDARD_GLOBALS = {"_rt": rt, "jax": jax, "jnp": jnp, "np": np, "math": math}
 
@@ -258,7 +259,7 @@ class ModuleEmitter:
         holds_graphs = _prim_name(written) == "make_tuple"
         for a in written.args:
             value = a.value if isinstance(a, Constant) else None
-            if getattr(value, "__kt_parameter__", False) is True:
+            if kt_attribute(value, "__kt_parameter__", False) is True:
                 return False
             if isinstance(value, FuncGraph) and not holds_graphs:
                 return False
@@ -506,7 +507,7 @@ class ModuleEmitter:
                 self.copies[value.uid] = self.module_names.fresh(value.name)
                 self.pending.append(value)
             return self.copies[value.uid]
-        if getattr(value, "__kt_parameter__", False):
+        if kt_attribute(value, "__kt_parameter__", False):
             # Read when the code runs (bound by gradient functions), never baked in.
             return f"{self.ref(rt, '_rt')}.read_param({self.ref(value, value.name)})"
         return self.value_source(value, node.hint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from k_transform.protocol import kt_attribute
 from k_transform.runtime.values import strongly_typed
 
 float16 = jnp.float16
@@ -35,7 +36,7 @@ class _TensorType(type):
     or a Parameter (MindSpore's Parameter is a Tensor)."""
 
     def __instancecheck__(cls, obj) -> bool:
-        return isinstance(obj, jax.Array) or getattr(obj, "__kt_parameter__", False) is True
+        return isinstance(obj, jax.Array) or kt_attribute(obj, "__kt_parameter__", False) is True
 
 
 class Tensor(metaclass=_TensorType):

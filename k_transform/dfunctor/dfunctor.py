@@ -81,6 +81,7 @@ from k_transform.ops import python as prims
 from k_transform.ops import structural
 from k_transform.ops.mapping import primitive_for_value
 from k_transform.ops.state import Assign
+from k_transform.protocol import kt_attribute
 
 
 class LibraryK:
@@ -232,7 +233,7 @@ def param_key(param) -> structural.ParamKey:
 
 
 def _is_param(value) -> bool:
-    return getattr(value, "__kt_parameter__", False)
+    return kt_attribute(value, "__kt_parameter__", False)
 
 
 def _may_assign(node: Apply) -> bool:

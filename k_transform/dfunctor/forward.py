@@ -62,6 +62,7 @@ from k_transform.ops import structural
 from k_transform.ops.arithmetic import Add
 from k_transform.ops.mapping import primitive_for_value
 from k_transform.ops.state import Assign
+from k_transform.protocol import kt_attribute
 
 
 class _Unsupported(Exception):
@@ -673,7 +674,7 @@ def _check_constant(node: Constant) -> None:
     value = node.value
     if isinstance(value, FuncGraph) and value.parent is not None and value.free_variables():
         raise _Unsupported("a closure as a value")
-    if getattr(value, "__kt_parameter__", False):
+    if kt_attribute(value, "__kt_parameter__", False):
         raise _Unsupported("a kt.Parameter")
 
 

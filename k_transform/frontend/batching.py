@@ -31,6 +31,7 @@ from k_transform.context import TRANSFORM
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.lift import lifted
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.protocol import kt_attribute
 
 
 def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
@@ -73,7 +74,7 @@ def converted(builder, fun: Node):
     if not isinstance(fun, Constant):
         return None
     value = fun.value
-    graph = getattr(value, "__kt_graph__", None)  # a gradient function, a compiled program
+    graph = kt_attribute(value, "__kt_graph__", None)  # a gradient function, a compiled program
     if isinstance(graph, FuncGraph):
         value = graph
     if isinstance(value, FuncGraph) or is_user_function(value):

@@ -50,6 +50,7 @@ import gast
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import is_user_function
+from k_transform.protocol import kt_attribute
 
 _serial = itertools.count(1)
 
@@ -61,7 +62,7 @@ def user_call_method(value):
     cls = type(value)
     for attr in ("construct", "__call__"):
         method = getattr(cls, attr, None)
-        if getattr(method, "__kt_jit__", False):  # `@kt.jit def construct`: what it compiles
+        if kt_attribute(method, "__kt_jit__", False):  # `@kt.jit def construct`: what it compiles
             method = method.__wrapped__
         if is_user_function(method):
             return method

@@ -47,6 +47,7 @@ from k_transform.ops import tensor_methods
 from k_transform.ops.fold import fold_call
 from k_transform.ops.host import host_call, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
+from k_transform.protocol import kt_attribute
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 
@@ -159,7 +160,7 @@ class CallBuilder:
             return self.attribute_of(args[0], args[1].value, e)  # is `jnp.tanh`
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
-        if getattr(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
+        if kt_attribute(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
             closures = [a.value for a in args if _reads_the_caller(a)]
             if closures:  # transformed on its own, it would not see the caller's values
                 raise self.fp.unsupported(closure_transform(callee.hint, closures[0]), e)
@@ -167,10 +168,10 @@ class CallBuilder:
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
             raise self.fp.unsupported(f"{callee.hint}(...) given values known only at run time", e)
-        lower = getattr(value, "__kt_lower__", None)
+        lower = kt_attribute(value, "__kt_lower__", None)
         if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
             return lower(self, args, kwargs, e)
-        graph = getattr(value, "__kt_graph__", None)
+        graph = kt_attribute(value, "__kt_graph__", None)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
@@ -276,7 +277,7 @@ class CallBuilder:
             )
         given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
         # code run as Python is host code, unless it is library code of ours (`ode.adjoint`)
-        ours = getattr(value, "__kt_library__", False)
+        ours = kt_attribute(value, "__kt_library__", False)
         host = host_call(value, constant) or (python_code.reason(value) is not None and not ours)
         host = host or any(python_code.deferred(v) is not None for v in given)
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
@@ -382,7 +383,7 @@ class CallBuilder:
     def callee_graph(self, callee: Node) -> FuncGraph | None:
         """The graph a call of `callee` runs: a user function, method or Cell."""
         value = callee.value if isinstance(callee, Constant) else None
-        graph = getattr(value, "__kt_graph__", None)
+        graph = kt_attribute(value, "__kt_graph__", None)
         if isinstance(value, FuncGraph) or isinstance(graph, FuncGraph):
             return value if isinstance(value, FuncGraph) else graph
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
@@ -437,7 +438,7 @@ def _array_method_of_parameter(receiver: Constant, e) -> bool:
     """`self.w.sum()`, `self.w.abs()`: a method of a Parameter's value (read
     at run time, differentiated), not of the Parameter object (`set_data`)."""
     value = receiver.value
-    return getattr(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
+    return kt_attribute(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
 
 
 def _library_cell(value) -> bool:

@@ -81,6 +81,7 @@ from k_transform.frontend.unpacking import UnpackingBuilder
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.fold import fold, tuple_item, tuple_slice
+from k_transform.protocol import kt_attribute
 
 # Names the jump lowering introduces, with how generated code spells them.
 _SPECIALS = {
@@ -157,7 +158,7 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
 
 def parse_callable(value, star_arity: int | None = None) -> FuncGraph:
     """The graph of a callable that is not a Python function nor a wrapper."""
-    graph = getattr(value, "__kt_graph__", None)
+    graph = kt_attribute(value, "__kt_graph__", None)
     if isinstance(graph, FuncGraph):  # a gradient function or compiled program
         return graph
     if isinstance(value, functools.partial):
@@ -247,7 +248,10 @@ class FunctionParser:
         """A Python value as a node: user functions become graphs (k_transform's
         own API functions, marked `__kt_static__` or `__kt_lower__`, stay values:
         see `call`)."""
-        api = getattr(value, "__kt_static__", False) or hasattr(value, "__kt_lower__")
+        api = (
+            kt_attribute(value, "__kt_static__", False)
+            or kt_attribute(value, "__kt_lower__") is not None
+        )
         api = api or pytrees.is_replace(value)  # a primitive (`call`)
         model = lax_models.fixed_model(value)  # lax.scan, lax.while_loop, ...: Python
         if model is not None:

@@ -24,6 +24,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend.callables import custom_rule_kind
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import FuncGraph
+from k_transform.protocol import kt_attribute
 
 LIBRARY_ROOTS = ("jax", "jaxlib", "numpy", "scipy", "optax")  # array libraries
 
@@ -33,7 +34,7 @@ def is_library(fn) -> bool:
     ours to parse as the function differentiated; it is called from a small
     user-level graph (`target_of`), where the parser maps it to a primitive or
     imports its jaxpr."""
-    if isinstance(fn, (FuncGraph, Cell)) or hasattr(fn, "__kt_graph__"):
+    if isinstance(fn, (FuncGraph, Cell)) or kt_attribute(fn, "__kt_graph__") is not None:
         return False
     if hasattr(type(fn), "__kt_lower__"):  # an object lowered where it is called
         return True  # (`kt.jacrev(f)`): so a Jacobian of a Jacobian composes

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
+from k_transform.protocol import kt_attribute
 
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
@@ -87,7 +88,7 @@ def pure_primitive(prim: Primitive) -> bool:
 def _is_state(value) -> bool:
     """A value read when the code runs: a graph (a call may do anything) or a
     `kt.Parameter` (read through the current binding)."""
-    return isinstance(value, FuncGraph) or getattr(value, "__kt_parameter__", False) is True
+    return isinstance(value, FuncGraph) or kt_attribute(value, "__kt_parameter__", False) is True
 
 
 def _input_key(node: Node) -> tuple:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 
 from k_transform.ir.nodes import Constant
+from k_transform.protocol import kt_attribute
 
 
 class Primitive:
@@ -65,7 +66,9 @@ class Primitive:
     def __call__(self, *args):
         args = (*args, *self.missing_inputs(len(args)))
         if not self.takes_parameters:  # a `kt.Parameter` (a Cell run as Python) is its value
-            args = tuple(a.value() if getattr(a, "__kt_parameter__", False) else a for a in args)
+            args = tuple(
+                a.value() if kt_attribute(a, "__kt_parameter__", False) else a for a in args
+            )
         return self.impl(*args)
 
     def missing_inputs(self, n_args: int) -> tuple:

@@ -63,6 +63,7 @@ from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError, KTransformRuntimeError, KTransformValueError
 from k_transform.ir.nodes import Apply, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
+from k_transform.protocol import kt_attribute
 
 # -- MindSpore's type names ---------------------------------------------------
 _SIZED = {
@@ -123,7 +124,7 @@ def type_name(value) -> str:
         return next(name for kind, name in _SCALAR_NAMES.items() if isinstance(value, kind))
     if isinstance(value, np.generic):
         return _dtype_name(value.dtype)
-    if isinstance(value, jax.Array | np.ndarray) or getattr(value, "__kt_parameter__", False):
+    if isinstance(value, jax.Array | np.ndarray) or kt_attribute(value, "__kt_parameter__", False):
         return "Tensor"
     for kind, name in _PYTHON_KINDS:
         if isinstance(value, kind):

@@ -57,12 +57,22 @@ class Lowering:
     def expect(self, *used: str) -> None:
         """Refuse a parameter the twin does not express (one not in `used`
         and not None)."""
-        extra = {k: v for k, v in self.params.items() if k not in used and v is not None}
+        extra = {
+            k: v
+            for k, v in self.params.items()
+            if k not in used and v is not None and not _unsharded(k, v)
+        }
         if extra:
             raise KTransformError(
                 f"cannot import the lax primitive `{self.name}` with {extra}: its ops twin "
                 "has no such parameter"
             )
+
+
+def _unsharded(name: str, value) -> bool:
+    """A `sharding` over a mesh with no axes (what `jax.grad` inside traced
+    code gives a broadcast constant): the default placement."""
+    return name == "sharding" and getattr(getattr(value, "mesh", None), "axis_names", None) == ()
 
 
 TWINS: dict[str, object] = {}  # lax name -> builder(Lowering) -> Node (or None: PARTIAL)
@@ -235,6 +245,8 @@ def _dot_general(b: Lowering) -> Node | None:
 
 def _is_matmul(lhs: str, rhs: str, out: str) -> bool:
     """Whether `lhs,rhs->out` is numpy's `lhs @ rhs` (no broadcasting)."""
+    if not lhs or not rhs:  # a scalar operand: a product, not a matmul
+        return False
     if len(lhs) == 1 and len(rhs) == 1:
         return lhs == rhs and out == ""
     if len(lhs) == 1 or len(rhs) == 1:

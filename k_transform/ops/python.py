@@ -25,6 +25,7 @@ from k_transform.ir.primitive import MakeTuple, Primitive
 from k_transform.ops.base import RuntimeCall
 from k_transform.ops.host import is_pure
 from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
+from k_transform.protocol import kt_attribute
 from k_transform.runtime import host_log
 
 
@@ -684,7 +685,7 @@ def imports_jaxpr(prim) -> bool:
         return False
     if _no_gradient_call(prim.fn):
         return False
-    if getattr(prim.fn, "__kt_library__", False):  # `ops.tensor_methods`: jnp code of ours
+    if kt_attribute(prim.fn, "__kt_library__", False):  # `ops.tensor_methods`: jnp code of ours
         return True
     return not (getattr(prim.fn, "__module__", None) or "").startswith("k_transform.")
 

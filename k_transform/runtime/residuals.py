@@ -26,6 +26,7 @@ import types
 import jax
 import numpy as np
 
+from k_transform.protocol import kt_attribute
 from k_transform.runtime.values import UNDEFINED, is_tracer, pytree_node, rebuild
 
 _CONSTANT = (
@@ -83,7 +84,7 @@ class _Splitter:
                 self.array_ids[id(v)] = len(self.arrays)
                 self.arrays.append(v)
             return ("array", self.array_ids[id(v)])
-        if isinstance(v, _CONSTANT) or getattr(v, "__kt_constant__", False):
+        if isinstance(v, _CONSTANT) or kt_attribute(v, "__kt_constant__", False):
             return ("const", v)
         key = id(v)
         if key not in self.seen:  # each container once: closures' envs share sub-envs

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform.errors import KTransformError
+from k_transform.protocol import kt_attribute
 from k_transform.runtime.values import describe
 
 # -- parameters and state --------------------------------------------------
@@ -93,7 +94,7 @@ def assign(param, value, where: str = ""):
     """`param = value`, in program order: bound in the current scope, or set.
     The value takes the Parameter's dtype; a value of another shape is an
     error (MindSpore's `Assign`), raised at `where` ("file:line")."""
-    if not getattr(param, "__kt_parameter__", False):
+    if not kt_attribute(param, "__kt_parameter__", False):
         raise KTransformError(
             f"ops.assign: the first argument must be a Parameter known where the program "
             "is parsed (`self.w`, `self.params[0]`, `p` of `for p in self.params`), here it "
