@@ -122,7 +122,10 @@ def test_generator_every_class_renders_python(construct):
     is assigned into (the oracle spells it with `.at`) or a gradient is
     taken inside the program (`jax.grad` there)."""
 
-    @settings(max_examples=5, derandomize=True, database=None)
+    # (a loaded machine draws a program slowly: no health check, as for the fuzz run)
+    @settings(
+        max_examples=5, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(program=generator.programs((construct,)))
     def run(program):
         assert program.construct == construct

@@ -83,6 +83,7 @@ INTERNAL = (
     prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
     prims.PythonValueCall,  # math on shapes: tests/test_third_party_crashes.py
+    prims.Written,  # which scatter writes apply (no gradient): tests/test_scatter_writes.py
     control.EachItem,  # item k of a `for`'s tangent; each the other's rule:
     control.EachItemGrad,  # tests/test_structure_edges.py (jvp, grad, jvp of grad)
     ops.AddN,  # MindSpore's names, swept against jax.grad: tests/test_ms_dropin_ops.py

@@ -138,7 +138,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     effects happen once per call."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(list(args))
     leaves = [leaf for _, leaf in flat]
-    if not any(isinstance(leaf, jax.Array) for leaf in leaves):  # nothing to differentiate
+    arrays = any(isinstance(leaf, jax.Array) for leaf in leaves)
+    if host and not arrays:
         return _value_graph(fn, hint, kwnames, len(args), host)
     refused = python_code.reason(fn)  # a user function run as Python
     traced = [_traced(leaf, refused is not None) for leaf in leaves]
@@ -185,6 +186,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     except KTransformError:
         raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
+        if not arrays:  # given no JAX array, it has no gradient: run as Python computes it
+            return _value_graph(fn, hint, kwnames, len(args), host)  # (`"".join(names)`)
         if refused is not None:
             raise KTransformError(
                 f"{hint} runs as Python under JAX's tracer, since k_transform cannot parse it "
@@ -242,7 +245,7 @@ def _value_graph(fn, hint: str, kwnames: tuple, n_args: int, host: bool) -> Func
     """`fn(x0, ..., kw_a=...)` given no JAX array as one node with no
     gradient (cached by `fn` and arity): a `HostValue` for a host call, run
     per call, else a `PythonValueCall` (`"".join(names)`: a str, which JAX
-    could not trace)."""
+    cannot trace; what JAX traces is a constant of its jaxpr)."""
     key = ("host" if host else "value", id(fn), tuple(kwnames), n_args)
     _graphs = TRANSFORM.cache("jaxpr.graphs")
     entry = _graphs.get(key)

@@ -11,6 +11,7 @@ such as `mode=`) are refused by name.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from k_transform.bprop_registry.helpers import rule
 from k_transform.errors import KTransformError
@@ -39,10 +40,21 @@ class IndexMultiply(JaxPrimitive):
     n_inputs = 3
 
     def impl(self, x, index, value):
-        return x.at[index].multiply(value)
+        return x.at[index].multiply(value, unique_indices=_distinct(index))
 
     def emit(self, e, args):
         return f"{args[0]}.at[{args[1]}].multiply({args[2]})"
+
+
+def _distinct(index) -> bool:
+    """Whether `index` is known to hold no repeated position: an int, or a
+    concrete integer array without repeats (JAX differentiates its multiply
+    only so; k_transform's rule takes repeats too)."""
+    if isinstance(index, (int, np.integer)):
+        return True
+    if isinstance(index, np.ndarray) and np.issubdtype(index.dtype, np.integer):
+        return len(np.unique(index)) == index.size
+    return False
 
 
 class IndexMin(JaxPrimitive):
@@ -126,6 +138,7 @@ for _name in ("divide", "power", "apply", "mul"):
 
 sum_to = SumTo()
 applied = prims.Written(kept=False)
+index_multiply = IndexMultiply()
 
 
 @rule(IndexAdd)
@@ -139,7 +152,7 @@ def bprop_index_multiply(x, index, value, out, dout):
     """Each update's factor is the product of the others at its index: 1 for
     an index written once, else the product over all divided by its own (a
     zero factor repeated gives NaN there, where JAX refuses the gradient)."""
-    scale = jnp.ones_like(x).at[index].multiply(value)
+    scale = index_multiply(jnp.ones_like(x), index, value)
     at = jnp.broadcast_to(value, jnp.shape(x[index]))
     once = jnp.zeros_like(x).at[index].add(1.0)[index] == 1.0
     others = jnp.where(once, 1.0, scale[index] / jnp.where(once, 1.0, at))
