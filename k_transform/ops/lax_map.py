@@ -70,7 +70,7 @@ class Lowering:
 
 
 def _unsharded(name: str, value) -> bool:
-    """A `sharding` over a mesh with no axes (what `jax.grad` inside traced
+    """A `sharding` over a mesh with no axes (what a JAX gradient inside traced
     code gives a broadcast constant): the default placement."""
     return name == "sharding" and getattr(getattr(value, "mesh", None), "axis_names", None) == ()
 
