@@ -668,3 +668,82 @@ def test_batched_triangular_solve_second_order():
         return g
 
     _close_tree(kt.grad(second(kt.grad), (0, 1))(a, b), jax.grad(second(jax.grad), (0, 1))(a, b))
+
+
+# -- Python numbers where JAX wants a static argument ---------------------------------
+IDX = np.array([0, 5, 2, -1, 4])
+TIES = np.array([[3.0, -3.0, 2.0], [1.0, -2.0, 3.0]])  # |max| reached twice, rows tie too
+
+
+def norm_inf(x):
+    return jnp.linalg.norm(x.ravel(), jnp.inf) + jnp.linalg.norm(x.ravel(), -jnp.inf)
+
+
+def norm_inf_matrix(x):
+    return jnp.linalg.norm(x, jnp.inf) * jnp.linalg.norm(x, ord=1)  # max row / column sums
+
+
+def norm_ord(x):
+    return jnp.linalg.norm(x[0], ord=2) + jnp.linalg.norm(x[1], 3.0) + jnp.linalg.norm(x, "fro")
+
+
+def take_fill(x):
+    got = jnp.take(x.ravel(), IDX, mode="fill", fill_value=0.5)
+    other = jnp.take(x, IDX[:2], axis=1, mode="fill", fill_value=-1)  # an int, static already
+    return jnp.sum(got**2) + jnp.sum(other * x[0, 0])
+
+
+STATIC_NUMBERS = [norm_inf, norm_inf_matrix, norm_ord, take_fill]
+
+
+@pytest.mark.parametrize("f", STATIC_NUMBERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("at", [X - 0.5, TIES], ids=["distinct", "ties"])
+def test_python_numbers_stay_static(f, at):
+    """`jnp.linalg.norm(x, jnp.inf)`, `fill_value=0.0`: a Python float where
+    JAX wants a static argument was traced, and refused ('Non-hashable static
+    arguments'); it is static now. Exact at ties of a max-norm (JAX's split)."""
+    _close(kt.grad(f)(at), jax.grad(f)(at))
+    _close(kt.jit(kt.grad(f))(at), jax.grad(f)(at))
+    _close(kt.jvp(f, (at,), (V,))[1], jax.jvp(f, (at,), (V,))[1])
+
+
+def test_static_numbers_trace_per_value():
+    """Each value is its own trace (as `jax.jit`'s static arguments): -0.0 is not 0.0."""
+
+    def fill(x, value):
+        return jnp.take(x, np.array([0, 9]), mode="fill", fill_value=value)
+
+    def neg_zero(x):
+        return fill(x, -0.0)[1] * x[0]
+
+    def pos_zero(x):
+        return fill(x, 0.0)[1] * x[0] + jnp.sum(fill(x, 1.5))
+
+    x = X[0]
+    for f in (neg_zero, pos_zero):
+        value, grad = kt.value_and_grad(f)(x)
+        want_value, want_grad = jax.value_and_grad(f)(x)
+        assert np.signbit(float(value)) == np.signbit(float(want_value))
+        _close(value, want_value)
+        _close(grad, want_grad)
+    assert np.signbit(float(kt.value_and_grad(neg_zero)(x)[0]))
+
+
+def test_a_differentiated_fill_value_is_refused():
+    """A value with a gradient where JAX wants a static one: refused, as JAX refuses it."""
+
+    def f(x):
+        return jnp.sum(jnp.take(x, np.array([0, 9]), mode="fill", fill_value=x[1]))
+
+    with pytest.raises(Exception, match="concrete|static|hash"):
+        jax.grad(f)(X[0])
+    with pytest.raises(KTransformError, match="jnp.take") as info:
+        kt.grad(f)(X[0])
+    assert "test_jaxpr_import.py" in str(info.value)
+
+
+def test_matrix_two_norm_still_refused():
+    """`jnp.linalg.norm(m, 2)` of a matrix is its largest singular value: an
+    `svd` inside the jaxpr, which has no rule of ours yet."""
+    with pytest.raises(KTransformError, match="svd"):
+        kt.grad(lambda m: jnp.linalg.norm(m, ord=2))(X)

@@ -9,6 +9,7 @@ with the input's pytree type, as `jax.grad` gives them. Every case runs eagerly
 (`kt.set_mode("eager")`) and inside the user's own `jax.jit`.
 """
 
+import collections
 import dataclasses
 from typing import NamedTuple
 
@@ -281,3 +282,94 @@ def test_integer_leaf_vjp_zero(run):
     close(got[1], ref[1])
     assert ref[0]["n"].dtype == jax.dtypes.float0  # JAX's float0; ours a zero integer array
     np.testing.assert_array_equal(np.asarray(got[0]["n"]), 0)
+
+
+# -- dicts: iterated in differentiated code, and dict types kept -------------------
+class Registry(dict):
+    """A dict subclass registered as a pytree (keys sorted, as JAX's dict)."""
+
+
+jax.tree_util.register_pytree_with_keys(
+    Registry,
+    lambda d: (tuple((jax.tree_util.DictKey(k), d[k]) for k in sorted(d)), tuple(sorted(d))),
+    lambda keys, kids: Registry(zip(keys, kids, strict=True)),
+)
+
+
+def sum_squares(params):
+    total = 0.0
+    for k in params:
+        total = total + jnp.sum(params[k] ** 2)
+    return total
+
+
+def ordered_items(params):
+    total = 0.0
+    for k, v in params.items():  # noqa: B007 - the form users write
+        total = total * 2.0 + jnp.sum(jnp.sin(v))  # order matters
+    return total
+
+
+def sorted_keys(params):
+    total = 0.0
+    for k in sorted(params):
+        total = total * 3.0 + jnp.sum(params[k] * params[k][0])
+    return total
+
+
+def keys_as_list(params):
+    names = list(params)
+    sizes = [k for k in params if k != "w"]
+    total = len(params) * jnp.sum(params[names[0]] ** 2)
+    if "b" in params and "missing" not in params:
+        total = total + jnp.sum(jnp.cos(params[sizes[0]]))
+    return total
+
+
+def built_dict(x):
+    d = {"z": jnp.sin(x), "a": x**2}  # insertion order, not sorted
+    total = 0.0
+    for k in list(d):
+        total = total * 2.0 + jnp.sum(d[k])
+    return total + sum_squares(d) + len(d)
+
+
+DICT_FNS = [sum_squares, ordered_items, sorted_keys, keys_as_list]
+
+
+@pytest.mark.parametrize("f", DICT_FNS, ids=lambda f: f.__name__)
+def test_iterating_a_dict(f, run):
+    """`for k in d`, `.items()`, `sorted(d)`, `list(d)`, `len(d)`, `k in d`
+    (`list(d)` and comprehensions over a dict were refused: "iterating a
+    dict here is not supported")."""
+    params = {"w": W, "b": B}
+    close(run(kt.grad(f), params), jax.grad(f)(params))
+    tangent = {"w": W * 0.5 - 0.1, "b": B + 0.2}
+    got = run(lambda p, t: kt.jvp(f, (p,), (t,)), params, tangent)
+    close(got, jax.jvp(f, (params,), (tangent,)))
+
+
+def test_iterating_a_dict_built_inside(run):
+    """A dict built in the program iterates in insertion order, as Python's."""
+    x = B
+    assert float(built_dict(x)) == pytest.approx(float(jax.jit(built_dict)(x)))
+    close(run(kt.grad(built_dict), x), jax.grad(built_dict)(x))
+    close(run(kt.value_and_grad(built_dict), x), jax.value_and_grad(built_dict)(x))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [collections.OrderedDict, Registry, lambda items: collections.defaultdict(list, items)],
+    ids=["OrderedDict", "registered-subclass", "defaultdict"],
+)
+@pytest.mark.parametrize("f", [sum_squares, ordered_items], ids=lambda f: f.__name__)
+def test_dict_types_kept_by_the_gradient(make, f, run):
+    """The gradient of an OrderedDict, a defaultdict or a registered dict
+    subclass has the input's type (it came back a plain dict), as JAX's."""
+    params = make([("w", W), ("b", B)])
+    got, want = run(kt.grad(f), params), jax.grad(f)(params)
+    assert type(got) is type(want)
+    assert list(got) == list(want)
+    close(got, want)
+    _, back = kt.vjp(f, params)
+    assert type(back(1.0)[0]) is type(want)

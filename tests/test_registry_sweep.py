@@ -75,10 +75,13 @@ INTERNAL = (
     control.StackHeavy,
     control.LightGrad,
     control.HeavyGrad,
+    control.HeavyGradBack,
     prims.CustomBpropCall,
     ops.Assign,
     prims.SoleInput,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient)
     prims.SoleInputGrad,
+    prims.Iterated,  # a dict's keys, read by position: tests/test_pytrees.py (jvp through
+    prims.IteratedGrad,  # `list(d)` and comprehensions; lists: tests/test_syntax_support.py)
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
     prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
@@ -156,6 +159,8 @@ IDX = np.array([2, 0, 2], np.int32)
 GETITEM_GRAD = ops.GetItemGrad()
 TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
 TREE_STACK_AT, TREE_SET = trees.TreeStackAt(), trees.TreeSet()
+TREE_INDEX_AT, TREE_PUT_AT = trees.TreeIndexAt(), trees.TreePutAt()
+AXES = {"a": 0, "b": (None, 0)}  # a jax.vmap in_axes entry per leaf
 SCAN_LENGTH, BATCH_SIZE = trees.ScanLength(), trees.BatchSize()
 TREE_SIZE, RAVEL_ROWS = trees.TreeSize(), trees.RavelRows()
 UNRAVEL_ROWS, UNRAVEL_LEAD = trees.UnravelRows(), trees.UnravelRows(lead=True)
@@ -486,6 +491,8 @@ CASES = [
     # -- rows of pytrees (the lax.scan / jax.vmap models) --
     case(trees.TreeIndex(), lambda x: TREE_INDEX(x, 1), (3, 2), args=lambda x: (x, 1)),
     case(trees.TreePut(), lambda like, y: TREE_PUT(like, 2, y), (3, 2), (2,), args=lambda like, y: (like, 2, y)),  # noqa: E501
+    case(trees.TreeIndexAt(), lambda a, b, c: TREE_INDEX_AT({"a": a, "b": (b, c)}, AXES, 1), (3, 2), (2,), (3,), args=lambda a, b, c: ({"a": a, "b": (b, c)}, AXES, 1)),  # noqa: E501
+    case(trees.TreePutAt(), lambda a, b, c, ya, yb, yc: TREE_PUT_AT({"a": a, "b": (b, c)}, AXES, 2, {"a": ya, "b": (yb, yc)}), (3, 2), (2,), (3,), (2,), (2,), (), args=lambda a, b, c, ya, yb, yc: ({"a": a, "b": (b, c)}, AXES, 2, {"a": ya, "b": (yb, yc)})),  # noqa: E501
     case(trees.TreeStackAt(), lambda y: TREE_STACK_AT(y, 3, 1), (2,), args=lambda y: (y, 3, 1)),
     case(trees.TreeSet(), lambda ys, y: TREE_SET(ys, 0, y), (3, 2), (2,), args=lambda ys, y: (ys, 0, y)),  # noqa: E501
     case(trees.ScanLength(), lambda x: x * SCAN_LENGTH(x, None) * 0.0, (3, 2), args=lambda x: (x, None), mode="zero", value=False),  # noqa: E501

@@ -397,6 +397,13 @@ class HeavyGrad(_StackCall):
     rt_name = "heavy_grad"
 
 
+class HeavyGradBack(_StackCall):
+    """`heavy_grad_back(dd, stored, like)`: `heavy_grad`'s transpose in its `dout`."""
+
+    n_inputs = 3
+    rt_name = "heavy_grad_back"
+
+
 # == gradient rules ==============================================================
 # -- the items of a `for` over a sequence: EachItem and EachItemGrad are transposes ---
 each_item = EachItem()
@@ -480,9 +487,11 @@ zero_gradient(StackNonEmpty)
 zero_gradient(StackLog)
 
 # -- light/heavy (stacks in a loop's carry stored as counts): each gradient is linear
-# in `dout` and its own transpose, so these four rules close under differentiation.
+# in `dout`; `light_grad` is its own transpose, `heavy_grad` and `heavy_grad_back`
+# are each other's, so these five rules close under differentiation.
 light_grad = LightGrad()
 heavy_grad = HeavyGrad()
+heavy_grad_back = HeavyGradBack()
 
 
 @rule(StackLight)
@@ -502,4 +511,9 @@ def bprop_light_grad(dout, x, out, ddx):
 
 @rule(HeavyGrad)
 def bprop_heavy_grad(dout, stored, like, out, dd):
-    return heavy_grad(dd, stored, like), None, None
+    return heavy_grad_back(dd, stored, like), None, None
+
+
+@rule(HeavyGradBack)
+def bprop_heavy_grad_back(dd, stored, like, out, d):
+    return heavy_grad(d, stored, like), None, None

@@ -330,6 +330,12 @@ class CallBuilder:
             out_axes = _known(args[2]) if len(args) > 2 else out_axes
             if isinstance(in_axes, list):
                 in_axes = tuple(in_axes)
+            if isinstance(in_axes, dict):  # JAX's TypeError too
+                raise self.fp.error(
+                    "jax.vmap in_axes must be an int, None or a tuple with an entry per "
+                    f"positional argument, not the dict {in_axes!r} (write `in_axes=({{...}},)`)",
+                    e,
+                )
             prim = prims.Vmapped(in_axes, out_axes, tuple(sorted(options)))
             return self.apply(prim, args[0], node=e)
         graph = Constant(self.parse(model), self.debug(e), model.__name__)
@@ -549,15 +555,18 @@ def static_inputs(args) -> bool:
 
 
 def _known(node):
-    """The value of a constant, or of a tuple or list literal of them
-    (`in_axes=[0, None]`); `_UNKNOWN` otherwise."""
+    """The value of a constant, or of a tuple, list or dict literal of them
+    (`in_axes=[0, None]`, `in_axes=({"w": None, "b": 0}, 0)`); `_UNKNOWN` otherwise."""
     if isinstance(node, Constant):
         return node.value
     prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
-    if isinstance(prim, (prims.MakeTuple, prims.MakeList)):
+    if isinstance(prim, (prims.MakeTuple, prims.MakeList, prims.MakeDict)):
         items = [_known(a) for a in node.args]
-        if all(v is not _UNKNOWN for v in items):
-            return tuple(items) if isinstance(prim, prims.MakeTuple) else items
+        if any(v is _UNKNOWN for v in items):
+            return _UNKNOWN
+        if isinstance(prim, prims.MakeDict):
+            return dict(zip(items[0::2], items[1::2], strict=True))
+        return tuple(items) if isinstance(prim, prims.MakeTuple) else items
     return _UNKNOWN
 
 

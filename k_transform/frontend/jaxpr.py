@@ -110,6 +110,11 @@ def _traced(leaf, python: bool = False) -> bool:
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex))
 
 
+def _scalar(leaf) -> bool:
+    """Whether `leaf` is a Python or NumPy number (traced unless JAX wants it static)."""
+    return isinstance(leaf, (float, complex, np.generic)) and not isinstance(leaf, np.bool_)
+
+
 def _by_id(leaf) -> bool:
     """Whether a static leaf is unhashable, so cached by its id."""
     try:
@@ -120,7 +125,9 @@ def _by_id(leaf) -> bool:
 
 
 def _static_key(leaf):
-    return ("id", id(leaf)) if _by_id(leaf) else (type(leaf), leaf)
+    if _by_id(leaf):
+        return ("id", id(leaf))
+    return (type(leaf), leaf, repr(leaf)) if _scalar(leaf) else (type(leaf), leaf)  # -0.0
 
 
 def _struct(leaf):
@@ -143,6 +150,10 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         return _value_graph(fn, hint, kwnames, len(args), host)
     refused = python_code.reason(fn)  # a user function run as Python
     traced = [_traced(leaf, refused is not None) for leaf in leaves]
+    plan = (id(fn), tuple(kwnames), treedef, tuple(traced))
+    _wanted = TRANSFORM.cache("jaxpr.static_scalars")
+    if _wanted.get(plan, (None,))[0] is fn:  # JAX wants its Python numbers static
+        traced = [t and not _scalar(leaf) for leaf, t in zip(leaves, traced, strict=True)]
     structs = [_struct(leaf) for leaf, t in zip(leaves, traced, strict=True) if t]
     key = (
         id(fn),
@@ -186,6 +197,10 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     except KTransformError:
         raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
+        if not host and any(t and _scalar(leaf) for leaf, t in zip(leaves, traced, strict=True)):
+            retried = _with_static_scalars(fn, hint, kwnames, args, plan)
+            if retried is not None:
+                return retried
         if not arrays:  # given no JAX array, it has no gradient: run as Python computes it
             return _value_graph(fn, hint, kwnames, len(args), host)  # (`"".join(names)`)
         if refused is not None:
@@ -207,6 +222,22 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if not host:
         _graphs[key] = (held, graph)
     return graph
+
+
+def _with_static_scalars(fn, hint: str, kwnames: tuple, args: tuple, plan: tuple):
+    """The graph of the call traced with its Python and NumPy numbers static
+    (JAX wants a static value there: `jnp.linalg.norm(x, jnp.inf)`,
+    `jnp.take(..., fill_value=0.0)`), remembered for this `plan`; None when
+    that fails too. Exact: such a number is a constant of the program (a
+    value with a gradient is a JAX array), and each value traces its own
+    graph, as under `jax.jit`'s static arguments."""
+    _wanted = TRANSFORM.cache("jaxpr.static_scalars")
+    _wanted[plan] = (fn,)
+    try:
+        return imported_graph(fn, hint, kwnames, args)
+    except KTransformError:
+        del _wanted[plan]
+        return None
 
 
 _REFERENCE_OPS = frozenset({"new_ref", "empty_ref", "get", "swap", "addupdate", "free_ref"})

@@ -147,14 +147,28 @@ def switch_model(n_branches: int, n_ops: int):
     return _define(f"switch_{n_branches}_{n_ops}", "\n".join(lines) + "\n")
 
 
-@TRANSFORM.memoize("lax_models.vmap_model")
 def vmap_model(axes: tuple):
-    """The loop `jax.vmap(fun, in_axes=axes)(*args)` means, for len(axes) args."""
+    """The loop `jax.vmap(fun, in_axes=axes)(*args)` means, for len(axes) args
+    (cached by the axes' text: an entry may be a dict)."""
+    table = TRANSFORM.cache("lax_models.vmap_model")
+    key = repr(axes)
+    if key not in table:
+        table[key] = _vmap_model(axes)
+    return table[key]
+
+
+def _vmap_model(axes: tuple):
     args = [f"a{k}" for k in range(len(axes))]
 
+    def read(a, ax, i):
+        if ax is None:
+            return a
+        if isinstance(ax, (tuple, list, dict)):  # in_axes per leaf: `{"w": None, "b": 0}`
+            return f"trees.tree_index_at({a}, {ax!r}, {i})"
+        return f"trees.tree_index({a}, {i})"
+
     def row(i):
-        items = zip(args, axes, strict=True)
-        return ", ".join(a if ax is None else f"trees.tree_index({a}, {i})" for a, ax in items)
+        return ", ".join(read(a, ax, i) for a, ax in zip(args, axes, strict=True))
 
     name = f"vmap_{len(axes)}"
     source = (
@@ -189,14 +203,30 @@ def vmap_axes(in_axes, out_axes, n_args: int, kwargs: dict) -> tuple:
             "differentiated code (out_axes=0 is)"
         )
     axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n_args
-    if len(axes) != n_args or any(a not in (0, None) for a in axes):
+    leaves = jax.tree_util.tree_leaves(axes, is_leaf=lambda a: a is None)
+    if len(axes) != n_args or any(a not in (0, None) for a in leaves):
         raise KTransformError(
             f"jax.vmap with in_axes={in_axes!r} over {n_args} arguments is not supported by "
-            "k_transform in differentiated code (0 or None per argument is)"
+            "k_transform in differentiated code (0 or None per argument or per leaf is)"
         )
-    if all(a is None for a in axes):
+    keys = [k for a in axes for k in _dict_keys(a)]
+    if any(type(k) not in (str, int) for k in keys):
+        raise KTransformError(
+            f"jax.vmap with in_axes={in_axes!r}: k_transform reads dict in_axes keyed by "
+            "strings or ints"
+        )
+    if all(a is None for a in leaves):
         raise KTransformError("jax.vmap with every in_axes None has no axis to map")
     return axes
+
+
+def _dict_keys(axes) -> list:
+    """The keys of the dicts in an `in_axes` entry."""
+    if isinstance(axes, dict):
+        return [*axes, *(k for a in axes.values() for k in _dict_keys(a))]
+    if isinstance(axes, (tuple, list)):
+        return [k for a in axes for k in _dict_keys(a)]
+    return []
 
 
 def fixed_model(value):

@@ -209,6 +209,8 @@ class SugarBuilder:
     def sequence_view(self, seq: Node, it) -> View:
         if isinstance(seq, Constant) and isinstance(seq.value, dict):
             seq = Constant(tuple(seq.value), seq.debug, seq.hint)  # iterating a dict: its keys
+        elif not isinstance(seq, Constant) and self.static_items(seq) is None:
+            seq = self.apply(prims.Iterated(), seq, node=it)  # a dict: its keys
         read = self.hide(seq)
 
         def item(b, i):

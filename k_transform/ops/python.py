@@ -552,6 +552,28 @@ class SoleInputGrad(RuntimeCall):
         super().__init__("sole_input_grad")
 
 
+class Iterated(RuntimeCall):
+    """What `for item in seq` visits, read by position (comprehensions,
+    `list(seq)`): a dict's keys, else `seq` (`rt.iterated`)."""
+
+    n_inputs = 1
+    rt_name = "iterated"
+
+    def __init__(self):
+        super().__init__("iterated")
+
+
+class IteratedGrad(RuntimeCall):
+    """The gradient of `seq` from the gradient `d` of `iterated(seq)`: none
+    for a dict, else `d`."""
+
+    n_inputs = 2
+    rt_name = "iterated_grad"
+
+    def __init__(self):
+        super().__init__("iterated_grad")
+
+
 # == gradient rules ==============================================================
 # Tuples, lists and dicts are variadic: their inputs come packed (see the registry).
 
@@ -861,5 +883,25 @@ def get_bprop_sole_input_grad(self):
 
     def bprop(inputs, d, out, dout):
         return zeros_like(inputs), pick(dout)
+
+    return bprop
+
+
+@bprop_getters.register(Iterated)
+def get_bprop_iterated(self):
+    back = IteratedGrad()
+
+    def bprop(seq, out, dout):
+        return (back(seq, dout),)
+
+    return bprop
+
+
+@bprop_getters.register(IteratedGrad)
+def get_bprop_iterated_grad(self):
+    back = IteratedGrad()
+
+    def bprop(seq, d, out, dout):
+        return None, back(seq, dout)
 
     return bprop

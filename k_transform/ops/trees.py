@@ -25,6 +25,12 @@ TreeIndex = elementwise("TreeIndex", rt.tree_index, "_rt.tree_index", 2, "Row `i
 TreePut = elementwise(
     "TreePut", rt.tree_put, "_rt.tree_put", 3, "Zeros like `like` with `y` in row `i`."
 )
+TreeIndexAt = elementwise(
+    "TreeIndexAt", rt.tree_index_at, "_rt.tree_index_at", 3, "Row `i` of the leaves `axes` maps."
+)
+TreePutAt = elementwise(
+    "TreePutAt", rt.tree_put_at, "_rt.tree_put_at", 4, "The transpose of `tree_index_at`."
+)
 TreeStackAt = elementwise(
     "TreeStackAt", rt.tree_stack_at, "_rt.tree_stack_at", 3, "`n` rows, `y` in row `i`."
 )
@@ -61,6 +67,8 @@ JacobianMatrix = elementwise(
 
 tree_index = TreeIndex()
 tree_put = TreePut()
+tree_index_at = TreeIndexAt()
+tree_put_at = TreePutAt()
 tree_stack_at = TreeStackAt()
 tree_set = TreeSet()
 scan_length = ScanLength()
@@ -104,6 +112,16 @@ def bprop_tree_index(xs, i, out, dout):
 @rule(TreePut)
 def bprop_tree_put(like, i, y, out, dout):
     return None, None, tree_index(dout, i)
+
+
+@rule(TreeIndexAt)
+def bprop_tree_index_at(xs, axes, i, out, dout):
+    return tree_put_at(xs, axes, i, dout), None, None
+
+
+@rule(TreePutAt)
+def bprop_tree_put_at(like, axes, i, y, out, dout):
+    return None, None, None, tree_index_at(dout, axes, i)
 
 
 @rule(TreeStackAt)

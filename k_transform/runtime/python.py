@@ -355,6 +355,18 @@ def as_sequence(x, kind: str):
     return list(x) if kind == "list" else tuple(x)
 
 
+def iterated(seq):
+    """What `for item in seq` visits, read by position: a dict's keys, in
+    order (`list(d)`, `[k for k in d]`), else `seq` itself."""
+    return tuple(seq) if isinstance(seq, dict) else seq
+
+
+def iterated_grad(seq, d):
+    """The gradient of `seq` from that of `iterated(seq)`: none for a dict
+    (its keys have none), else `d`."""
+    return None if isinstance(seq, dict) else d
+
+
 def dict_keys(d) -> tuple:
     """The keys of a dict, in order (`for k, v in d.items()`)."""
     if not isinstance(d, dict):

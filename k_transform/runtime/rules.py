@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from k_transform.runtime.values import add_grad, rebuild, zeros_like_value
+from k_transform.runtime.values import add_grad, dict_like, rebuild, zeros_like_value
 
 
 # -- helpers of gradient rules ---------------------------------------------------
@@ -85,7 +85,7 @@ def getitem_grad(x, index, dout):
     if isinstance(x, dict):
         grads = {k: zeros_like_value(v) for k, v in x.items()}
         grads[index] = dout
-        return grads
+        return dict_like(x, grads)
     padded = _pad_into(x, index, dout)
     if padded is not None:
         return padded
@@ -105,7 +105,7 @@ def items_grad(x, indices: tuple, *douts):
             got[k] = add_grad(got[k], d) if k in got else d
         pairs = x.items() if is_dict else enumerate(x)
         grads = {k: got[k] if k in got else zeros_like_value(v) for k, v in pairs}
-        return grads if is_dict else rebuild(x, list(grads.values()))
+        return dict_like(x, grads) if is_dict else rebuild(x, list(grads.values()))
     grads = [getitem_grad(x, i, d) for i, d in zip(indices, douts, strict=True)]
     return functools.reduce(add_grad, grads)
 

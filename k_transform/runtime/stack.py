@@ -31,7 +31,10 @@ unknown length): cons lists line up at their top, so adding them works.
 Our generated loops only push or only pop a given stack, so a slot below
 `n` is never overwritten while it is below `n`: every version of a stack in
 one loop shares the final buffer. `light`/`heavy` use this to store a
-loop's stacks per iteration as counts only.
+loop's stacks per iteration as counts only. A sequence a loop run in Python
+grows (a comprehension, `append`, star-unpacking: at third order, of
+gradients holding stacks) grows at its end, so an iteration's stored items
+pair with the final sequence's first ones (`_grown`).
 """
 
 from __future__ import annotations
@@ -575,6 +578,19 @@ def light(tree):
     return tree
 
 
+def _grown(stored, like) -> list:
+    """The items of `like` (a sequence in a loop's final carry) that those of
+    `stored` (the same sequence stored by an iteration, or a gradient of it)
+    pair with: its first ones, as a loop run in Python grows a sequence at
+    its end (`light`/`heavy`). Under lax a carry keeps its structure."""
+    if len(stored) > len(like):
+        raise KTransformError(
+            f"internal: a loop shrank a sequence of {len(stored)} items holding loop "
+            f"stacks to {len(like)} (only growing one at its end is supported)"
+        )
+    return list(like)[: len(stored)]
+
+
 def heavy(stored, like):
     """Undo `light`, taking buffers from `like` (the loop's final carry)."""
     if not has_stacks(like):  # (a list the loop grows is longer in `like`)
@@ -582,15 +598,17 @@ def heavy(stored, like):
     if isinstance(like, BufStack):
         return BufStack(like.buf, stored, like.memo)
     if isinstance(like, (tuple, list)):
-        return rebuild(like, [heavy(s, x) for s, x in zip(stored, like, strict=True)])
+        parts = zip(stored, _grown(stored, like), strict=True)
+        return rebuild(stored, [heavy(s, x) for s, x in parts])
     if isinstance(like, dict):
         return {k: heavy(stored[k], x) for k, x in like.items()}
     return stored
 
 
 # `light`/`heavy` are primitives of K of a loop as IR (`control.k_loops`), so
-# their gradients are written with these two, and differentiate again: each is
-# linear in `dout` and its own transpose.
+# their gradients are written with these three, and differentiate again: each
+# is linear in `dout`; `light_grad` is its own transpose, `heavy_grad` and
+# `heavy_grad_back` are each other's.
 def light_grad(dout, x):
     """`dout`, a gradient of `light(x)` (or of `heavy(., x)`'s stored part), as
     a gradient of `x`: None where `x` holds a BufStack (a count has none)."""
@@ -601,7 +619,8 @@ def light_grad(dout, x):
     if isinstance(x, PyStack) and not is_stack(dout):  # stored as a count (see `_in_layout`)
         return None
     if isinstance(x, (tuple, list)) and isinstance(dout, (tuple, list)):
-        return rebuild(dout, [light_grad(d, v) for d, v in zip(dout, x, strict=True)])
+        parts = zip(dout, _grown(dout, x), strict=True)  # (`heavy`'s rule: x is longer)
+        return rebuild(dout, [light_grad(d, v) for d, v in parts])
     if isinstance(x, dict) and isinstance(dout, dict):
         return {k: light_grad(dout[k], v) for k, v in x.items() if k in dout}
     return dout
@@ -610,25 +629,45 @@ def light_grad(dout, x):
 def heavy_grad(dout, stored, like):
     """The gradient of `heavy(stored, like)` for `like`'s stacks: `dout`'s
     stacks below each stored count (slots above it belong to other
-    iterations); None elsewhere (the rest of `like` is not read). `like` is
-    a tuple (the final carry): the gradient is a tuple of as many items."""
+    iterations), with `like`'s counts; None elsewhere (the rest of `like` is
+    not read). `like` is a tuple (the final carry): the gradient is a tuple
+    of as many items."""
     if isinstance(like, tuple) and isinstance(dout, (tuple, list)):
-        return tuple(_heavy_part(d, s, x) for d, s, x in zip(dout, stored, like, strict=True))
-    return _heavy_part(dout, stored, like)
+        parts = zip(dout, stored, like, strict=True)
+        return tuple(_heavy_part(d, s, x, back=False) for d, s, x in parts)
+    return _heavy_part(dout, stored, like, back=False)
 
 
-def _heavy_part(dout, stored, like):
+def heavy_grad_back(dd, stored, like):
+    """`heavy_grad`'s transpose: `dd`, a gradient of `like`, as one of
+    `heavy(stored, like)`: its stacks below each stored count, with that
+    count (a gradient stack's count is its primal's: `stack_push_grad` and
+    `stack_pop_grad` read and write the slot it names); None elsewhere."""
+    if isinstance(like, tuple) and isinstance(dd, (tuple, list)):
+        parts = zip(dd, stored, like, strict=True)
+        return rebuild(stored, [_heavy_part(d, s, x, back=True) for d, s, x in parts])
+    return _heavy_part(dd, stored, like, back=True)
+
+
+def _heavy_part(dout, stored, like, back: bool):
     if dout is None or not has_stacks(like):  # (a list the loop grows is longer in `like`)
         return None
     if isinstance(like, BufStack):
         if isinstance(dout, PyStack):
             raise KTransformError("internal: a Python stack as the gradient of a buffer stack")
-        return _below(dout, stored, like.n) if isinstance(dout, BufStack) else None
+        count = stored if back else like.n
+        return _below(dout, stored, count) if isinstance(dout, BufStack) else None
     if isinstance(like, (tuple, list)) and isinstance(dout, (tuple, list)):
-        parts = zip(dout, stored, like, strict=True)
-        return rebuild(like, [_heavy_part(d, s, x) for d, s, x in parts])
+        # a sequence the loop grew (`_grown`): `stored`'s items pair with `like`'s first ones
+        paired = _grown(stored, like)
+        parts = zip(dout[: len(stored)], stored, paired, strict=True)
+        items = [_heavy_part(d, s, x, back) for d, s, x in parts]
+        if back:
+            return rebuild(stored, items)
+        return rebuild(like, items + [None] * (len(like) - len(stored)))  # (not read)
     if isinstance(like, dict) and isinstance(dout, dict):
-        return {k: _heavy_part(dout.get(k), stored[k], x) for k, x in like.items()}
+        keys = stored if back else like
+        return {k: _heavy_part(dout.get(k), stored[k], like[k], back) for k in keys}
     return None
 
 

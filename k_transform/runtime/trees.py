@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from k_transform.errors import KTransformError
+from k_transform.runtime.values import dict_like, rebuild
 
 
 def _leaves_of(tree):
@@ -43,13 +44,36 @@ def scan_length(xs, length=None) -> int:
     return n
 
 
+def _mapped_leaves(axis, arg) -> list:
+    """The leaves of `arg` that `axis` (0, None, or a prefix tree of them) maps."""
+    if axis is None:
+        return []
+    if isinstance(axis, (tuple, list, dict)):
+        keys = list(axis.keys() if isinstance(axis, dict) else range(len(axis)))
+        if not isinstance(arg, type(axis)) and not (
+            isinstance(axis, (tuple, list)) and isinstance(arg, (tuple, list))
+        ):
+            raise KTransformError(
+                f"jax.vmap in_axes {axis!r} is not a tree prefix of its argument, a "
+                f"{type(arg).__name__}"
+            )
+        arg_keys = list(arg.keys() if isinstance(arg, dict) else range(len(arg)))
+        if sorted(map(repr, keys)) != sorted(map(repr, arg_keys)):
+            raise KTransformError(
+                f"jax.vmap in_axes {axis!r} is not a tree prefix of its argument (keys or "
+                f"length differ: {arg_keys!r})"
+            )
+        return [leaf for k in keys for leaf in _mapped_leaves(axis[k], arg[k])]
+    return _leaves_of(arg)
+
+
 def batch_size(axes, args) -> int:
-    """The size of the mapped axis of `jax.vmap`'s arguments (`axes`: 0 or None each)."""
+    """The size of the mapped axis of `jax.vmap`'s arguments (`axes`: 0 or
+    None each, or a prefix tree of them: `{"w": None, "b": 0}`)."""
     sizes = {
         jnp.shape(leaf)[0]
         for arg, axis in zip(args, axes, strict=True)
-        if axis is not None
-        for leaf in _leaves_of(arg)
+        for leaf in _mapped_leaves(axis, arg)
     }
     if len(sizes) != 1:
         raise KTransformError(
@@ -93,6 +117,34 @@ def tree_put(like, i, y):
         return zeros.at[i].set(v)
 
     return _map2(put, like, y)
+
+
+def _at_axes(f, axes, x, y):
+    """`f(axis, part of x, part of y)` over the parts of `x` (and of `y`, a
+    gradient shaped like it, or None) that the leaves of `axes` reach
+    (`axes`: a prefix tree of `x`, as a `jax.vmap` `in_axes` entry)."""
+    if x is None:
+        return None
+    if not isinstance(axes, (tuple, list, dict)):
+        return f(axes, x, y)
+    keys = list(axes.keys() if isinstance(axes, dict) else range(len(axes)))
+    read = lambda t, k: t.get(k) if isinstance(t, dict) else t[k]  # noqa: E731 (a zero: absent)
+    parts = [_at_axes(f, axes[k], read(x, k), None if y is None else read(y, k)) for k in keys]
+    if isinstance(x, dict):
+        return dict_like(x, dict(zip(keys, parts, strict=True)))
+    return rebuild(x, parts)
+
+
+def tree_index_at(xs, axes, i):
+    """Item `i` of the leaves of `xs` that `axes` maps (0), the others as they are (None)."""
+    return _at_axes(lambda ax, x, _: x if ax is None else tree_index(x, i), axes, xs, None)
+
+
+def tree_put_at(like, axes, i, y):
+    """The gradient of `tree_index_at(like, axes, i)` from that of its result `y`."""
+    if y is None:
+        return None
+    return _at_axes(lambda ax, x, d: d if ax is None else tree_put(x, i, d), axes, like, y)
 
 
 def tree_stack_at(y, n, i):

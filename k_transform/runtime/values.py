@@ -104,6 +104,23 @@ def pytree_node(x):
     return None if jax.tree_util.treedef_is_leaf(treedef) else (children, treedef)
 
 
+def dict_like(x, grads: dict):
+    """`grads` (gradients by key) as a container of `x`'s dict type: an
+    OrderedDict, a defaultdict or a registered dict subclass keeps its type
+    (and its pytree metadata), as JAX's gradients do; a plain dict, or
+    `grads` whose keys are not `x`'s, stays a plain dict."""
+    if type(x) is dict or not isinstance(x, dict) or not isinstance(grads, dict):
+        return grads
+    node = pytree_node(x)
+    if node is None:
+        return grads
+    flat = jax.tree_util.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)[0]
+    keys = [getattr(path[0], "key", UNDEFINED) for path, _ in flat]
+    if any(k is UNDEFINED for k in keys) or set(keys) != set(grads):
+        return grads
+    return jax.tree_util.tree_unflatten(node[1], [grads[k] for k in keys])
+
+
 def rebuild(x, children):
     """A container of `x`'s type (tuple, list, NamedTuple, pytree node) over `children`."""
     node = pytree_node(x)
@@ -270,7 +287,7 @@ def add_grad(a, b):
         out = dict(a)
         for key, value in b.items():
             out[key] = add_grad(out[key], value) if key in out else value
-        return out
+        return dict_like(a, out)
     node = pytree_node(a)
     if node is not None:
         kids = pytree_node(b)[0]
@@ -475,7 +492,7 @@ def input_grad(d, arg, integers: bool = False):
 def _container_input_grad(d, arg, node, integers: bool):
     if isinstance(arg, dict):
         d = d if isinstance(d, dict) else {}
-        return {k: input_grad(d.get(k), v, integers) for k, v in arg.items()}
+        return dict_like(arg, {k: input_grad(d.get(k), v, integers) for k, v in arg.items()})
     kids = node[0] if node is not None else list(arg)
     if d is None or d is UNDEFINED:
         d_kids = [None] * len(kids)
