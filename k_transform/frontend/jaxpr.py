@@ -197,7 +197,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     except KTransformError:
         raise
     except Exception as exc:  # noqa: BLE001 - any tracing failure is the user's call
-        if not host and any(t and _scalar(leaf) for leaf, t in zip(leaves, traced, strict=True)):
+        retry = not host and refused is None  # (user code run as Python runs once)
+        if retry and any(t and _scalar(leaf) for leaf, t in zip(leaves, traced, strict=True)):
             retried = _with_static_scalars(fn, hint, kwnames, args, plan)
             if retried is not None:
                 return retried
