@@ -32,7 +32,9 @@ import types
 import gast
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.static import StaticFacts
 from k_transform.errors import KTransformError
@@ -74,6 +76,8 @@ class CallBuilder:
             k.arg is None for k in e.keywords
         ):
             return self.unpacking_call(e)
+        if isinstance(e.func, gast.Attribute) and e.func.attr == "sort":
+            return self.sort_call(e)
         if mutation_base(e) is not None:
             receiver = self.read(e.func.value.id, e)
             if not (isinstance(receiver, Constant) and not isinstance(receiver.value, list)):
@@ -122,6 +126,29 @@ class CallBuilder:
             new = self.apply((prim or prims.ListInsert)(), lst, *args, node=e)
         self.bind(name, new)
         return result
+
+    def sort_call(self, e) -> Node:
+        """`x.sort(...)`: a JAX array's returns the sorted array; a list's (or a
+        NumPy array's) sorts it in place: refused, here where the receiver is
+        known to be a list, else when the program runs (`rt.sort_method`)."""
+        receiver = self.expr(e.func.value)
+        value = receiver.value if isinstance(receiver, Constant) else None
+        if isinstance(value, (list, np.ndarray)) or (
+            isinstance(receiver, Apply) and isinstance(receiver.fn.value, prims.MakeList)
+        ):
+            what = gast.unparse(e.func.value).strip()
+            raise self.fp.unsupported(f"the in-place method call `{what}.sort(...)`", e)
+        if isinstance(receiver, Constant):  # `np.sort(x)`, a module's function
+            callee = self.attribute_of(receiver, "sort", e.func)
+            args = [self.current(self.expr(a)) for a in e.args]
+            kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
+            return self.call(callee, args, kwargs, e)
+        args = [self.expr(a) for a in e.args]
+        kwnames = tuple(k.arg for k in e.keywords)
+        kwvals = [self.expr(k.value) for k in e.keywords]
+        where = self.const(self.where(e), e)
+        sort = prims.LibraryCall(rt.sort_method, "_rt.sort_method", kwnames)
+        return self.apply(sort, receiver, where, *args, *kwvals, node=e)
 
     def method_call(self, receiver: Node, e) -> Node:
         args = [self.expr(a) for a in e.args]

@@ -28,12 +28,21 @@ import types
 
 import gast
 
+from k_transform import ops
 from k_transform.frontend.desugar import FUNCTION_SCOPES, loaded_names, walk_scope
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ops import python as prims
 
 _SCOPES = FUNCTION_SCOPES
 _DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
+_HOLDERS = (
+    prims.MakeTuple,
+    prims.MakeList,
+    prims.MakeDict,
+    prims.SetItem,
+    prims.AsSequence,
+    ops.BINARY["add"],
+)
 _SIMPLE = (gast.Expr, gast.Assign, gast.AugAssign, gast.AnnAssign, gast.Return, gast.Assert)
 
 
@@ -173,13 +182,26 @@ class ClosureScope:
         return view.materialize(site)
 
     def current_items(self, value: Node) -> Node:
-        """A tuple or list built here whose items include closures, refreshed."""
+        """A tuple, list or dict built here whose items include closures,
+        refreshed: also through `list(...)` of one and `d[k] = v` (what a list
+        or dict comprehension ends with, so that its closures see the final
+        value of its variables, as Python's do)."""
         maker = (
             value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
         )
-        if not isinstance(maker, (prims.MakeTuple, prims.MakeList)):
+        if isinstance(maker, prims.AsSequence):
+            inner = self.current_items(value.args[0])
+            return value if inner is value.args[0] else self.apply(maker, inner)
+        if isinstance(maker, prims.SetItem):
+            items = [
+                self.current_items(value.args[0]),
+                *value.args[1:2],
+                self.current(value.args[2]),
+            ]
+        elif isinstance(maker, (prims.MakeTuple, prims.MakeList, prims.MakeDict)):
+            items = [self.current(a) for a in value.args]
+        else:
             return value
-        items = [self.current(a) for a in value.args]
         if all(a is b for a, b in zip(items, value.args, strict=True)):
             return value
         return self.apply(maker, *items)
@@ -320,12 +342,7 @@ class ClosureScope:
         """A closure carried out of a loop body that runs as a loop (not unrolled)
         would have to see the bindings of a later time: refused."""
         for name in carried:
-            value = body.peek(name)
-            items = sequence_items(value) or []
-            sites = [site_of(v) for v in [value, *items]]
-            if isinstance(value, ClosureSite):
-                sites.append(value)
-            for site in filter(None, sites):
+            for site in closure_sites(body.peek(name)):
                 raise _runs_as_python(
                     self.fp.error(
                         f"the closure {site.name!r} is created in the body of a loop that is "
@@ -405,10 +422,65 @@ def closure_item(seq, index) -> Node | None:
     return None
 
 
+def dict_closure_item(d, key) -> Node | None:
+    """`d[key]` when `d` is a dict built in the graph (`{...}` and `d[k] = v`
+    with constant keys), `key` constant and the item a closure: as
+    `closure_item`, so that its call sees the bindings of that time."""
+    if not isinstance(key, Constant):
+        return None
+    while is_maker(d, prims.SetItem):
+        k, v = d.args[1], d.args[2]
+        if not isinstance(k, Constant):
+            return None
+        if _same_key(k.value, key.value):
+            return v if site_of(v) is not None else None
+        d = d.args[0]
+    if is_maker(d, prims.MakeDict):
+        pairs = list(zip(d.args[0::2], d.args[1::2], strict=True))
+        for k, v in reversed(pairs):
+            if not isinstance(k, Constant):
+                return None
+            if _same_key(k.value, key.value):
+                return v if site_of(v) is not None else None
+    return None
+
+
+def _same_key(a, b) -> bool:
+    try:
+        return hash(a) == hash(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - an unhashable or odd key: not known here
+        return False
+
+
+def holds_closure(node) -> bool:
+    """Whether `node` is a closure or a tuple, list or dict built in the graph
+    holding one (at any depth)."""
+    if site_of(node) is not None:
+        return True
+    if is_maker(node, prims.MakeDict):
+        return any(holds_closure(v) for v in node.args[1::2])
+    return any(holds_closure(v) for v in sequence_items(node) or [])
+
+
+def closure_sites(node, depth: int = 0) -> list[ClosureSite]:
+    """The closures a value built in the graph may hold: through tuples,
+    lists, dicts, `+`, `d[k] = v` and `list(...)` (what a loop body carries)."""
+    if isinstance(node, ClosureSite):
+        return [node]
+    site = site_of(node)
+    if site is not None:
+        return [site]
+    if depth > 64 or not isinstance(node, Apply) or not isinstance(node.fn, Constant):
+        return []
+    if not isinstance(node.fn.value, _HOLDERS):
+        return []
+    return [s for a in node.args for s in closure_sites(a, depth + 1)]
+
+
 def join_closures(left, right):
     """`left + right` of two tuples (or two lists) holding closures, as one maker."""
     a, b = sequence_items(left), sequence_items(right)
-    if a is None or b is None or not any(site_of(v) is not None for v in a + b):
+    if a is None or b is None or not any(holds_closure(v) for v in a + b):
         return None
     kinds = {sequence_kind(left), sequence_kind(right)}
     if len(kinds) != 1:

@@ -25,7 +25,7 @@ import gast
 from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.frontend.desugar import assigned_names, exposed_names, loaded_names
-from k_transform.frontend.parse_sugar import View
+from k_transform.frontend.parse_sugar import View, cells_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 
@@ -87,7 +87,7 @@ class ControlFlowBuilder:
             return
         carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
-        head = range_args if range_args is not None else [_cells_of(self.expr(s.iter))]
+        head = range_args if range_args is not None else [cells_of(self.expr(s.iter))]
         if range_args is None and _is_constant_sequence(head[0]):
             self.unrolled_for(s, head[0])
             return
@@ -136,6 +136,7 @@ class ControlFlowBuilder:
             body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
         body_b.assign(s.target, view.item(body_b, position), s)
         body_b.block(s.body)
+        self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
         prim = control.ForEach(len(carried), self.where(s)).with_host([body_b.graph])
@@ -222,19 +223,6 @@ def close_graphs(builders: list[ControlFlowBuilder]) -> list[Node]:
 
 def _is_constant_sequence(node: Node) -> bool:
     return isinstance(node, Constant) and isinstance(node.value, (tuple, list))
-
-
-def _cells_of(node: Node) -> Node:
-    """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
-    its Cells, for a `for` loop to unroll; any other node as it is."""
-    value = node.value if isinstance(node, Constant) else None
-    if not hasattr(value, "construct"):
-        return node
-    if hasattr(type(value), "__iter__"):
-        return Constant(tuple(value), node.debug, node.hint)
-    if hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__"):
-        return Constant(tuple(value[k] for k in range(len(value))), node.debug, node.hint)
-    return node
 
 
 def _returns_on_every_path(s) -> bool:

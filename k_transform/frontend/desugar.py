@@ -11,7 +11,9 @@ After `lower_jumps(fdef)` a function body has only structured control flow:
 - `break` sets a flag `_kt_breakN = True`. A `while` test becomes
   `not _kt_breakN and test`; a `for` over a range becomes such a `while` over
   its index, so it stops iterating; a `for` over a sequence (tuple, list,
-  array rows) keeps its structure and guards its body with `if not _kt_breakN`.
+  array rows) keeps its structure and guards its body with `if not _kt_breakN`,
+  and so does a range `for` whose index bounds a slice (`x[:i]`: the index
+  must stay a Python int, as it does where the range is static).
 - `return v` inside a loop sets `_kt_ret = v`, `_kt_has_ret = True` and breaks;
   after the loop `if _kt_has_ret: return _kt_ret` continues the lowering.
 
@@ -149,7 +151,11 @@ class JumpLowering:
         guard = False
         if brk is not None:
             pre.append(_assign(brk, _const(False), s))
-            if isinstance(s, gast.For) and _is_range_call(s.iter):
+            if (
+                isinstance(s, gast.For)
+                and _is_range_call(s.iter)
+                and not _index_sliced(s.target, s.body)
+            ):
                 s, setup = self._for_to_while(s)  # a range loop stops at the break
                 pre.extend(setup)
             guard = isinstance(s, gast.For)
@@ -190,6 +196,20 @@ class JumpLowering:
         body = [bind, _assign(idx, advance, s), *s.body]
         loop = _located(gast.While(test=test, body=body, orelse=[]), s)
         return loop, setup
+
+
+def _index_sliced(target, body) -> bool:
+    """Whether the index of `for target in range(...)` bounds a slice in
+    `body` (`x[:i]`): as a `while` the index is a traced number, which a slice
+    cannot take; kept a `for`, it stays a Python int where the range is
+    static (the iterations after a break do nothing)."""
+    names = {n.id for n in gast.walk(target) if isinstance(n, gast.Name)}
+    return any(
+        isinstance(n, gast.Slice)
+        and any(isinstance(m, gast.Name) and m.id in names for m in gast.walk(n))
+        for stmt in body
+        for n in gast.walk(stmt)
+    )
 
 
 def _is_ret_check(s) -> bool:
@@ -269,7 +289,8 @@ def _walk_scope(node):
 # Methods that mutate their receiver: the parser makes the first four
 # functional (it rebinds the receiver); the others are refused.
 LIST_MUTATORS = ("append", "extend", "insert", "pop")
-REFUSED_MUTATORS = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
+# (`x.sort()` is not among them: a JAX array's returns a new array, see `CallBuilder.sort_call`.)
+REFUSED_MUTATORS = ("remove", "clear", "reverse", "fill", "resize", "put", "itemset")
 
 
 def mutation_base(node) -> gast.Name | None:

@@ -13,11 +13,21 @@ stale when a guard of it, or of any graph it reaches (the helpers it calls),
 fails; the parse cache then parses the function again, and a gradient or
 compiled function transforms again before its next call (`grad.CompiledGraph`).
 Checks compare identities, so a call pays one dictionary look-up per name.
+
+A NumPy array read so is a constant of the program, but Python sees its
+contents when the line runs: a guard of one also keeps a copy of its bytes
+(`(namespace, name, value, snapshot)`; the snapshot None for any other
+value), and the graph is stale once the array was changed in place
+(`W[0, 0] = 10.0` between two calls). That check reads the array at each
+call, as `jax.grad` converts it at each call; a program compiled with
+`kt.jit` is traced again (JAX's `jit` would keep the value of its trace).
 """
 
 from __future__ import annotations
 
 import types
+
+import numpy as np
 
 from k_transform.ir.nodes import FuncGraph
 from k_transform.ir.primitive import Primitive
@@ -33,10 +43,12 @@ class Recorder:
         self.reads: dict[tuple[int, str | None], tuple] = {}
 
     def read_global(self, namespace: dict, name: str, value) -> None:
-        self.reads.setdefault((id(namespace), name), (namespace, name, value))
+        if (id(namespace), name) not in self.reads:
+            self.reads[id(namespace), name] = (namespace, name, value, _snapshot(value))
 
     def read_cell(self, cell, value) -> None:
-        self.reads.setdefault((id(cell), None), (cell, None, value))
+        if (id(cell), None) not in self.reads:
+            self.reads[id(cell), None] = (cell, None, value, _snapshot(value))
 
     def guards(self) -> tuple:
         return tuple(self.reads.values())
@@ -91,14 +103,38 @@ def guards_of(graph: FuncGraph) -> tuple:
     return result
 
 
+def _snapshot(value) -> tuple | None:
+    """The shape, dtype and bytes of a NumPy array (None for any other value,
+    and for an array of Python objects)."""
+    if type(value) is not np.ndarray or value.dtype.hasobject:
+        return None
+    return value.shape, value.dtype, value.tobytes()
+
+
+def _changed(array: np.ndarray, snapshot: tuple) -> bool:
+    """Whether `array` no longer holds what `snapshot` recorded (its bytes
+    compared, so that a NaN equals itself and -0.0 differs from 0.0)."""
+    shape, dtype, data = snapshot
+    return array.shape != shape or array.dtype != dtype or array.tobytes() != data
+
+
+def _fails(container, name, value, snapshot) -> bool:
+    if _current(container, name) is not value:
+        return True
+    return snapshot is not None and _changed(value, snapshot)
+
+
 def stale(guards: tuple) -> bool:
-    """Whether a name a guard read no longer holds the value read then."""
-    for container, name, value in guards:  # a loop: this runs at every call
+    """Whether a name a guard read no longer holds the value read then (or
+    an array read then was changed in place)."""
+    for container, name, value, snapshot in guards:  # a loop: this runs at every call
         if _current(container, name) is not value:
+            return True
+        if snapshot is not None and _changed(value, snapshot):
             return True
     return False
 
 
 def stale_names(guards: tuple) -> list[str]:
     """The names of the failed guards (for messages)."""
-    return [n or "<closure cell>" for c, n, v in guards if _current(c, n) is not v]
+    return [g[1] or "<closure cell>" for g in guards if _fails(*g)]

@@ -53,6 +53,19 @@ def call_of(fn, name: str):
     return prims.LibraryCall(fn, f"_rt.{name}")
 
 
+def cells_of(node: Node) -> Node:
+    """A container Cell (`CellList`, `SequentialCell`) as the constant tuple of
+    its Cells, for a `for` loop (or `enumerate`, `zip`) to unroll; any other node as it is."""
+    value = node.value if isinstance(node, Constant) else None
+    if not hasattr(value, "construct"):
+        return node
+    if hasattr(type(value), "__iter__"):
+        return Constant(tuple(value), node.debug, node.hint)
+    if hasattr(type(value), "__getitem__") and hasattr(type(value), "__len__"):
+        return Constant(tuple(value[k] for k in range(len(value))), node.debug, node.hint)
+    return node
+
+
 class SugarBuilder:
     """The methods of `GraphBuilder` for the constructs in the module docstring."""
 
@@ -69,6 +82,12 @@ class SugarBuilder:
     def comprehension(self, e, kind: str) -> Node:
         if any(g.is_async for g in e.generators):
             raise self.fp.unsupported("an async comprehension", e)
+        if kind == "genexpr" and _yields_closures_over_targets(e):
+            # Lazy: each closure sees the variable's value when it is called,
+            # which depends on how far its consumer has advanced the generator.
+            raise self.fp.unsupported(
+                "a generator expression yielding lambdas that read its own variables", e
+            )
         return self.run_sugar(sugar.comprehension(e, self.sugar_name(kind, e)), e)
 
     def sugar_name(self, kind: str, e) -> str:
@@ -207,6 +226,7 @@ class SugarBuilder:
         return View(self.length_of(keys, it), item)
 
     def sequence_view(self, seq: Node, it) -> View:
+        seq = cells_of(seq)
         if isinstance(seq, Constant) and isinstance(seq.value, dict):
             seq = Constant(tuple(seq.value), seq.debug, seq.hint)  # iterating a dict: its keys
         elif not isinstance(seq, Constant) and self.static_items(seq) is None:
@@ -350,3 +370,14 @@ _BUILTINS = {
     round: "builtin_scalar",
     isinstance: "builtin_scalar",
 }
+
+
+def _yields_closures_over_targets(e) -> bool:
+    """Whether the element of comprehension `e` holds a lambda reading one of
+    the names its `for` clauses bind."""
+    targets = {n.id for g in e.generators for n in gast.walk(g.target) if isinstance(n, gast.Name)}
+    return any(
+        isinstance(n, gast.Lambda)
+        and any(isinstance(m, gast.Name) and m.id in targets for m in gast.walk(n.body))
+        for n in gast.walk(e.elt)
+    )

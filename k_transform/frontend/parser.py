@@ -65,6 +65,7 @@ from k_transform.frontend.closures import (
     ClosureScope,
     ClosureSite,
     closure_item,
+    dict_closure_item,
     join_closures,
     site_of,
     thread_nonlocal_calls,
@@ -350,7 +351,7 @@ class GraphBuilder(
         if folded is not None:
             return folded
         if isinstance(prim, prims.GetItem):
-            item = tuple_item(*args) or closure_item(*args)
+            item = tuple_item(*args) or closure_item(*args) or dict_closure_item(*args)
             if item is not None:
                 return item
             items = tuple_slice(*args)

@@ -15,6 +15,7 @@ container). `if`/`while`/`for` are `k_transform.frontend.control_flow`.
 from __future__ import annotations
 
 import copy
+import types
 
 import gast
 
@@ -95,6 +96,12 @@ class StatementBuilder:
             return  # a docstring
         if self.append_closure(s.value):
             return
+        if _is_sort_call(s.value) and not _names_module(self, s.value.func.value):
+            # Its value unused: the in-place sort of a list or a NumPy array.
+            what = gast.unparse(s.value.func.value).strip()
+            raise self.fp.error(
+                f"the in-place method call `{what}.sort(...)` is not supported by k_transform", s
+            )
         self.expr(s.value)
 
     def stmt_Pass(self, s) -> None:
@@ -150,3 +157,17 @@ def _with_ctx(target, ctx):
             n.ctx = gast.Load()
     node.ctx = ctx
     return node
+
+
+def _names_module(builder, e) -> bool:
+    """Whether `e` is a name bound to a module (`np` of `np.sort(x)`)."""
+    if not isinstance(e, gast.Name):
+        return False
+    value = builder.read(e.id, e)
+    return isinstance(value, Constant) and isinstance(value.value, types.ModuleType)
+
+
+def _is_sort_call(e) -> bool:
+    """`x.sort(...)` (a JAX array's returns a new array, so as a statement it
+    only means something for a list or a NumPy array, which it sorts in place)."""
+    return isinstance(e, gast.Call) and isinstance(e.func, gast.Attribute) and e.func.attr == "sort"

@@ -56,7 +56,20 @@ def fold(prim, args) -> Constant | None:
             return Constant(values[0][values[1]], NO_DEBUG)
         except (IndexError, KeyError, TypeError):
             return None
+    if isinstance(prim, prims.GetItem) and _container_cell(values[0]):
+        try:  # `self.blocks[i]` of a CellList: the sub-Cell (its code is k_transform's)
+            return Constant(values[0][values[1]], NO_DEBUG)
+        except (IndexError, KeyError, TypeError):
+            return None
     return _evaluate(prim.impl, values, {})
+
+
+def _container_cell(value) -> bool:
+    """A Cell whose items k_transform's own code reads (`CellList`, `SequentialCell`)."""
+    getitem = getattr(type(value), "__getitem__", None)
+    return hasattr(value, "construct") and (getattr(getitem, "__module__", "") or "").startswith(
+        "k_transform."
+    )
 
 
 def fold_call(fn, args, kwargs) -> Constant | None:

@@ -125,11 +125,11 @@ def _at_refused(name: str):
 
 register_method("set", helper=True)(_at_update("set", prims.SetItem))
 register_method("add", helper=True)(_at_update("add", IndexAdd))
-register_method("multiply", helper=True)(_at_update("multiply", IndexMultiply))
+register_method("multiply", "mul", helper=True)(_at_update("multiply", IndexMultiply))
 register_method("min", helper=True)(_at_update("min", IndexMin))
 register_method("max", helper=True)(_at_update("max", IndexMax))
 register_method("get", helper=True)(_at_update("get", prims.GetItem, n_values=0))
-for _name in ("divide", "power", "apply", "mul"):
+for _name in ("divide", "power", "apply"):
     register_method(_name, helper=True)(_at_refused(_name))
 
 

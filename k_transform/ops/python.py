@@ -800,7 +800,7 @@ def bprop_copy(x, out, dout):
 
 
 # Attributes that describe an array rather than compute from it.
-STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype")
+STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype", "nbytes", "itemsize")
 
 
 @bprop_getters.register(GetAttr)

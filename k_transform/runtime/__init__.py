@@ -53,6 +53,7 @@ from k_transform.runtime.python import (  # noqa: F401
     setitem,
     sole_input,
     sole_input_grad,
+    sort_method,
     static_filter,
     to_int,
     to_list,

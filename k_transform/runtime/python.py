@@ -392,6 +392,20 @@ def static_filter(cond, where: str = ""):
     return cond
 
 
+def sort_method(x, where: str, *args, **kwargs):
+    """`x.sort(...)`: a JAX array's returns the sorted array; a list's and a
+    NumPy array's sort in place, which k_transform does not model."""
+    if isinstance(x, (list, np.ndarray)):
+        raise KTransformError(
+            f"the in-place method call `.sort(...)` of a {type(x).__name__} is not supported "
+            f"by k_transform (use sorted(...) or jnp.sort(...)){describe(where)}"
+        )
+    return x.sort(*args, **kwargs)
+
+
+sort_method.__kt_library__ = True  # differentiated through its jaxpr (`jnp.sort`'s)
+
+
 def sole_input(inputs):
     """`inputs[0]` for a tuple or list (of one), else `inputs` (see `ops.python.SoleInput`)."""
     if type(inputs) not in (tuple, list):
