@@ -38,7 +38,15 @@ from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.static import StaticFacts
 from k_transform.errors import KTransformError
-from k_transform.frontend import batching, callables, jax_custom, lax_models, python_code, pytrees
+from k_transform.frontend import (
+    batching,
+    callables,
+    effects,
+    jax_custom,
+    lax_models,
+    python_code,
+    pytrees,
+)
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_library_value, is_user_function
@@ -52,6 +60,9 @@ from k_transform.ops.mapping import Call, adapt_function, adapt_method
 from k_transform.protocol import kt_attribute
 
 MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+MUTATING_METHODS = (*LIST_MUTATORS, *effects.MUTATING_METHODS)
+# In-place list and array methods, refused on an item or attribute whatever it is.
+ORIGINAL_REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
 
 # Which arguments are plain Python values whenever the code runs (shapes, ints)
 _STATIC = StaticFacts()
@@ -80,15 +91,20 @@ class CallBuilder:
             return self.sort_call(e)
         if mutation_base(e) is not None:
             receiver = self.read(e.func.value.id, e)
-            if not (isinstance(receiver, Constant) and not isinstance(receiver.value, list)):
+            constant = isinstance(receiver, Constant) and not isinstance(receiver.value, list)
+            if not constant and _takes_mutation(e.func.attr, receiver):
                 return self.mutating_call(e, receiver)
         if isinstance(e.func, gast.Attribute):
             receiver = self.expr(e.func.value)
-            if not isinstance(receiver, Constant) and e.func.attr in MUTATORS:
+            if not isinstance(receiver, Constant) and e.func.attr in (
+                *LIST_MUTATORS,
+                *ORIGINAL_REFUSED,
+            ):
                 raise self.fp.unsupported(
-                    f"the in-place method call `.{e.func.attr}(...)` on an item or attribute", e
+                    f"the in-place method call `{_called_text(e)}(...)` on an item or attribute", e
                 )
             if not isinstance(receiver, Constant) or _array_method_of_parameter(receiver, e):
+                self.check_method_effect(receiver, e)
                 return self.method_call(receiver, e)
             callee = self.attribute_of(receiver, e.func.attr, e.func)
         else:
@@ -110,6 +126,8 @@ class CallBuilder:
                 "instead)",
                 e,
             )
+        if method == "update" and effects.is_plain_dict(lst, prims):
+            return self.dict_update(name, lst, e)
         if method in REFUSED_MUTATORS:
             raise self.fp.unsupported(f"the in-place method call `{name}.{method}(...)`", e)
         arity = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1)}[method]
@@ -149,6 +167,54 @@ class CallBuilder:
         where = self.const(self.where(e), e)
         sort = prims.LibraryCall(rt.sort_method, "_rt.sort_method", kwnames)
         return self.apply(sort, receiver, where, *args, *kwvals, node=e)
+
+    def dict_update(self, name: str, d: Node, e) -> Node:
+        """`d.update({"k": v, ...}, k2=v2)` on a plain dict: `d` rebound to
+        the dict with those items assigned in order (`dict_items`)."""
+        if len(e.args) > 1 or (e.args and not _literal_dict(e.args[0])):
+            raise self.fp.unsupported(f"`{name}.update(...)` of a dict not written at the call", e)
+        keys = [
+            *(e.args[0].keys if e.args else []),
+            *(gast.Constant(k.arg, None) for k in e.keywords),
+        ]
+        values = [*(e.args[0].values if e.args else []), *(k.value for k in e.keywords)]
+        self.bind(name, self.dict_items(d, keys, values, e))
+        return self.const(None, e)
+
+    def dict_items(self, d: Node, keys, values, e) -> Node:
+        """`d` with the items `keys[k]: values[k]` assigned in order, every key
+        and value evaluated first, as Python evaluates a dict display."""
+        parts = [(self.expr(k), self.expr(v)) for k, v in zip(keys, values, strict=True)]
+        for key, value in parts:
+            d = self.apply(prims.SetItem(), d, key, value, node=e)
+        return d
+
+    def dict_merge(self, left: Node, right, e) -> Node | None:
+        """`left | {...}` and `left |= {...}` when `left` is a plain dict (None
+        when it is not one and the right side no dict display); a merge the
+        parser cannot see item by item is refused."""
+        plain = effects.is_plain_dict(left, prims)
+        if plain and _literal_dict(right):
+            return self.dict_items(left, right.keys, right.values, e)
+        if plain or isinstance(right, (gast.Dict, gast.DictComp)):
+            raise self.fp.unsupported("`|` or `|=` of dicts not written as a dict display", e)
+        return None
+
+    def check_method_effect(self, receiver: Node, e) -> None:
+        """Refuse a method of a program value that may change it
+        (`k_transform.frontend.effects`): an in-place method of a builtin
+        container, or a method of a user class's object writing to `self`."""
+        method = e.func.attr
+        if method in MUTATING_METHODS and effects.mutable_builtin(receiver, prims):
+            raise self.fp.unsupported(f"the in-place method call `{_called_text(e)}(...)`", e)
+        cls = effects.user_class_of(receiver, prims)
+        where = effects.method_writes_self(cls, method) if cls is not None else None
+        if where is not None:
+            raise self.fp.unsupported(
+                f"`{_called_text(e)}(...)`, a method of {cls.__name__} that changes its object "
+                f"({where}),",
+                e,
+            )
 
     def method_call(self, receiver: Node, e) -> Node:
         args = [self.expr(a) for a in e.args]
@@ -210,6 +276,10 @@ class CallBuilder:
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             graph = Constant(self.parse(value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
+        written = effects.library_write(value, tuple(kwargs))
+        if written is not None:
+            hint = callee.hint or getattr(value, "__name__", "fn")
+            raise self.fp.unsupported(f"`{hint}(...)`, which {written},", e)
         if isinstance(value, Primitive):
             if kwargs:
                 raise self.fp.unsupported(f"keyword arguments to the primitive {value.name}", e)
@@ -292,6 +362,13 @@ class CallBuilder:
         refused = python_code.deferred(value)
         if refused is not None:  # a user function the parser refused, now called
             raise refused
+        if python_code.reason(value) is not None:  # run as Python: may it change an argument?
+            where = effects.mutated_parameters(value)
+            if where is not None:
+                raise self.fp.unsupported(
+                    f"`{hint}(...)`, a function run as Python that changes an argument ({where}),",
+                    e,
+                )
         if python_code.reason(value) is not None and inspect.isgeneratorfunction(value):
             # its result is a generator, no array: the caller runs as Python too
             raise self.fp.unsupported(f"a call of the generator function {hint}", e)
@@ -465,6 +542,23 @@ class CallBuilder:
             else:
                 raise self.fp.error(f"{graph.name}() missing argument {name!r}", e)
         return out
+
+
+def _takes_mutation(method: str, receiver: Node) -> bool:
+    """Whether `name.method(...)` is modelled or refused as a mutation of
+    `name`: the list methods and the in-place array methods whatever `name`
+    holds; the other mutating names (`update`, `add`) on a builtin container
+    (else a method of an object, `acc.add(x)`: `check_method_effect`)."""
+    return method in (*LIST_MUTATORS, *ORIGINAL_REFUSED) or effects.mutable_builtin(receiver, prims)
+
+
+def _literal_dict(e) -> bool:
+    """A dict display without `**` unpacking: its keys are known one by one."""
+    return isinstance(e, gast.Dict) and all(k is not None for k in e.keys)
+
+
+def _called_text(e) -> str:
+    return gast.unparse(e.func).strip()
 
 
 def _array_method_of_parameter(receiver: Constant, e) -> bool:

@@ -32,6 +32,8 @@ from collections import Counter
 
 import gast
 
+from k_transform.frontend.effects import LIST_MUTATORS, REFUSED_MUTATORS
+
 SPECIAL_NAMES = ("_kt_undefined", "_kt_range_cond")
 
 
@@ -286,11 +288,12 @@ def _walk_scope(node):
     return walk_scope([node])
 
 
-# Methods that mutate their receiver: the parser makes the first four
-# functional (it rebinds the receiver); the others are refused.
-LIST_MUTATORS = ("append", "extend", "insert", "pop")
-# (`x.sort()` is not among them: a JAX array's returns a new array, see `CallBuilder.sort_call`.)
-REFUSED_MUTATORS = ("remove", "clear", "reverse", "fill", "resize", "put", "itemset")
+# Methods that mutate their receiver (`frontend.effects`): the parser makes
+# the list methods functional (it rebinds the receiver), and a plain dict's
+# `update`; the others are refused.
+
+
+_LIST_AND_ARRAY = (*LIST_MUTATORS, "remove", "clear", "reverse", "sort", "fill", "resize", "put")
 
 
 def mutation_base(node) -> gast.Name | None:
@@ -303,7 +306,9 @@ def mutation_base(node) -> gast.Name | None:
     if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
         receiver = node.func.value
         if node.func.attr in LIST_MUTATORS + REFUSED_MUTATORS and isinstance(receiver, gast.Name):
-            return receiver
+            # `self.update(...)`: a method of the object, not a dict's
+            own = receiver.id == "self" and node.func.attr not in _LIST_AND_ARRAY
+            return None if own else receiver
     return None
 
 

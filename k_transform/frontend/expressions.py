@@ -93,7 +93,12 @@ class ExpressionBuilder:
 
     def expr_BinOp(self, e) -> Node:
         op = ops.BINARY[BINOPS[type(e.op)]]()
-        return self.apply(op, self.expr(e.left), self.expr(e.right), node=e)
+        left = self.expr(e.left)
+        if isinstance(e.op, gast.BitOr):  # `d | {...}`: a new dict, items assigned in order
+            merged = self.dict_merge(left, e.right, e)
+            if merged is not None:
+                return merged
+        return self.apply(op, left, self.expr(e.right), node=e)
 
     def expr_UnaryOp(self, e) -> Node:
         if isinstance(e.op, gast.Not):

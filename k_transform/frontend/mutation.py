@@ -48,6 +48,11 @@ _VIEWS = frozenset(
 _FRESH_BUILTINS = frozenset(("list", "dict", "sorted", "tuple"))
 _FRESH_METHODS = frozenset(("copy", "astype", "tolist"))
 _MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+# Refused before parsing: the list and array methods with no model. The
+# others (`d.update`, `s.add`, a user object's `acc.add`) are checked for other
+# references here like a list; the parser models or refuses them at the call
+# (`frontend.effects`), a plain function then running as Python.
+_REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
 
 
 class _Event:
@@ -119,7 +124,10 @@ class _Facts(gast.NodeVisitor):
         targets = s.targets if isinstance(s, gast.Assign) else [s.target]
         if isinstance(s, gast.AugAssign):
             name = s.target.id if isinstance(s.target, gast.Name) else None
-            if name in self.lists or (name and isinstance(value, (gast.List, gast.ListComp))):
+            in_place = isinstance(value, (gast.List, gast.ListComp)) or (
+                isinstance(s.op, gast.BitOr) and isinstance(value, (gast.Dict, gast.Set))
+            )
+            if name in self.lists or (name and in_place):
                 self.mutations.append(_Event(name, s, self.index, self.loops))
             self.alias_calls(s, s)
             return
@@ -199,7 +207,10 @@ def check_mutations(fdef, params, error, constants=()) -> None:
     facts = _Facts(set(params))
     facts.run(fdef.body)
     for m in facts.mutations:
-        if not (isinstance(m.node, gast.Call) and m.name in constants):
+        call = isinstance(m.node, gast.Call)
+        if call and m.node.func.attr not in (*LIST_MUTATORS, *_REFUSED, "update"):
+            continue  # never modelled (`s.add`, `acc.add`): the parser refuses it at the call
+        if not (call and m.name in constants):
             _check_one(m, facts, error)
 
 
@@ -213,7 +224,7 @@ def _check_one(m: _Event, facts: _Facts, error) -> None:
             "k_transform cannot carry that change back (return the new value instead)",
             m.node,
         )
-    if isinstance(m.node, gast.Call) and m.node.func.attr in REFUSED_MUTATORS:
+    if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):
         raise error(
@@ -287,6 +298,8 @@ def _is_list_value(e) -> bool:
 def _describe(node) -> str:
     if isinstance(node, gast.Call):
         return f"`{node.func.value.id}.{node.func.attr}(...)`"
+    if isinstance(node, gast.AugAssign) and isinstance(node.op, gast.BitOr):
+        return f"`{node.target.id} |= ...` (a dict or set updated in place)"
     if isinstance(node, gast.AugAssign):
         return f"`{node.target.id} += ...` (a list extended in place)"
     return f"`{gast.unparse(node)} = ...`"

@@ -21,9 +21,10 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.frontend import effects
 from k_transform.frontend.calls import called_here
 from k_transform.frontend.expressions import BINOPS, lambda_def
-from k_transform.ir.nodes import Constant, Node
+from k_transform.ir.nodes import Apply, Constant, Node
 from k_transform.ops import python as prims
 
 UNSUPPORTED_STATEMENTS = {
@@ -84,7 +85,12 @@ class StatementBuilder:
     def stmt_AugAssign(self, s) -> None:
         op = ops.BINARY[BINOPS[type(s.op)]]()
         load = _as_load(s.target)
-        value = self.apply(op, self.expr(load), self.expr(s.value), node=s)
+        left = self.expr(load)
+        merged = self.dict_merge(left, s.value, s) if isinstance(s.op, gast.BitOr) else None
+        if merged is not None:  # `d |= {...}`: the items assigned in order
+            self.assign(s.target, merged, s)
+            return
+        value = self.apply(op, left, self.expr(s.value), node=s)
         self.assign(s.target, value, s)
 
     def stmt_AnnAssign(self, s) -> None:
@@ -102,7 +108,14 @@ class StatementBuilder:
             raise self.fp.error(
                 f"the in-place method call `{what}.sort(...)` is not supported by k_transform", s
             )
-        self.expr(s.value)
+        value = self.expr(s.value)
+        if _object_method(value):
+            # its value unused, it can only act by changing its receiver or the host
+            raise self.fp.unsupported(
+                f"`{gast.unparse(s.value.func).strip()}(...)`, a method call whose value is "
+                "unused (it may change its object),",
+                s,
+            )
 
     def stmt_Pass(self, s) -> None:
         return None
@@ -140,6 +153,17 @@ class StatementBuilder:
             raise self.fp.unsupported("assignment to an attribute (`obj.attr = ...`)", s)
         else:
             raise self.fp.unsupported(f"assignment to {type(target).__name__}", s)
+
+
+def _object_method(node) -> bool:
+    """A method call of an object the program made (`acc = Acc()`, `s = set()`)."""
+    prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
+    if not isinstance(prim, prims.MethodCall):
+        return False
+    receiver = node.args[0]
+    return effects.user_class_of(receiver, prims) is not None or effects.mutable_builtin(
+        receiver, prims
+    )
 
 
 def _as_load(target):

@@ -1,0 +1,218 @@
+"""Calls that may change their arguments in place: modelled, or refused.
+
+The IR has no effects on objects: a value is what its node computes. The
+parser models the in-place changes it understands as a new value rebound to
+the variable (`k_transform.frontend.mutation`): `a[i] = v`, the list methods
+`append`, `extend`, `insert`, `pop`, and a plain dict's `update(...)` and
+`|=` with literal keys (item assignments, one per key). Any other call that
+may write into one of its arguments, or into its receiver, would run in the
+generated code on a value no later node depends on, or be dropped as dead
+code: a silently wrong value and gradient. The parser refuses each one
+(`parser.unsupported`, naming the call and the user's line; a plain function
+then runs as Python, under JAX's tracer, where the change is Python's own):
+
+- a method known to change its receiver (`MUTATING_METHODS`: the in-place
+  methods of lists, dicts, sets, deques and numpy arrays) on a local name the
+  parser does not model, an item, an attribute, or an object of the program;
+- a numpy function that writes into an argument (`IN_PLACE_FUNCTIONS`:
+  `np.fill_diagonal`, `np.copyto`, `np.put`, ..., `np.add.at`), or any
+  library call given `out=`;
+- a method of an object of a user class made by the program (`acc = Acc()`)
+  whose source writes to `self` (`self.total = ...`, `self.items.append(v)`,
+  `self.w[i] = v`, a call of another such method), and a call of a user
+  function run as Python that writes to one of its parameters
+  (`mutated_parameters`);
+- a method call of a program value whose result is unused (`acc.add(x)`): it
+  can act only by changing its receiver or the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import types
+
+import gast
+import numpy as np
+
+from k_transform.errors import KTransformError
+from k_transform.frontend.source import Source
+
+# Methods the parser makes functional on a local variable (`mutation.py`).
+LIST_MUTATORS = ("append", "extend", "insert", "pop")
+# Methods of builtin containers and numpy arrays that change their receiver.
+MUTATING_METHODS = (
+    "remove clear reverse sort fill resize put itemset setfield partition setflags byteswap "
+    "update setdefault popitem add discard intersection_update difference_update "
+    "symmetric_difference_update appendleft extendleft popleft rotate"
+).split()
+# (`x.sort()` is not refused by name: a JAX array's returns a new array, see
+# `CallBuilder.sort_call`, which refuses a list's.)
+REFUSED_MUTATORS = tuple(m for m in MUTATING_METHODS if m not in (*LIST_MUTATORS, "sort"))
+_MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque, np.ndarray)
+
+IN_PLACE_FUNCTIONS = (
+    np.fill_diagonal,
+    np.copyto,
+    np.put,
+    np.place,
+    np.putmask,
+    np.put_along_axis,
+    np.random.shuffle,
+)
+
+
+def library_write(fn, kwnames) -> str | None:
+    """How a call of library function `fn` writes into an argument, or None."""
+    if any(fn is f for f in IN_PLACE_FUNCTIONS):
+        return "writes into its first argument"
+    if isinstance(getattr(fn, "__self__", None), np.ufunc) and fn.__name__ == "at":
+        return "writes into its first argument"
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, _MUTABLE_TYPES) and getattr(fn, "__name__", "") in MUTATING_METHODS:
+        return f"changes the {type(owner).__name__} it is called on"
+    module = getattr(fn, "__module__", None) or ""
+    if "out" in kwnames and not module.startswith(("jax", "k_transform")):
+        return "writes into its `out=` argument"
+    return None
+
+
+def is_plain_dict(node, prims) -> bool:
+    """Whether the parser's `node` surely is a plain `dict` (a display, a
+    comprehension or `dict(...)`, item-assigned since)."""
+    while True:
+        value = getattr(getattr(node, "fn", None), "value", None)
+        if isinstance(value, prims.SetItem):
+            node = node.args[0]
+            continue
+        if isinstance(value, prims.MakeDict):
+            return True
+        return isinstance(value, prims.LibraryCall) and value.fn is dict
+
+
+def mutable_builtin(node, prims) -> bool:
+    """Whether `node` surely is a builtin mutable container or a numpy array
+    (a display, `set()`, `collections.deque(...)`, a constant one)."""
+    if not hasattr(node, "fn"):
+        return isinstance(getattr(node, "value", None), _MUTABLE_TYPES)
+    value = getattr(getattr(node, "fn", None), "value", None)
+    if isinstance(value, (prims.MakeList, prims.ListAppend, prims.ListExtend, prims.ListInsert)):
+        return True
+    if isinstance(value, prims.LibraryCall) and isinstance(value.fn, type):
+        return issubclass(value.fn, _MUTABLE_TYPES)
+    return is_plain_dict(node, prims)
+
+
+def user_class_of(node, prims):
+    """The user class whose instance the program made at `node` (`Acc()`)."""
+    value = getattr(getattr(node, "fn", None), "value", None)
+    if isinstance(value, prims.LibraryCall) and isinstance(value.fn, type):
+        cls = value.fn
+        if cls.__module__ != "builtins" and not cls.__module__.startswith(("jax", "numpy")):
+            return cls
+    return None
+
+
+def method_writes_self(cls, name: str) -> str | None:
+    """Where method `name` of user class `cls` writes to `self` (see `mutated_parameters`)."""
+    method = inspect.getattr_static(cls, name, None)
+    if not isinstance(method, types.FunctionType):
+        return None
+    return _writes(method, first_only=True)
+
+
+def mutated_parameters(fn) -> str | None:
+    """Where user function `fn` writes into one of its parameters: an
+    attribute or item store under it (`p.a = v`, `p[i] = v`, `p.a[i] += v`,
+    `del p[k]`), a mutating method of it or of its parts (`p.items.append(v)`),
+    `setattr(p, ...)`, or (for `self`) a call of a method that does. A
+    description of the first such write, with its line, or None."""
+    return _writes(fn, first_only=False)
+
+
+def _writes(fn, first_only: bool) -> str | None:
+    try:
+        tree, first_line = _tree(fn)
+    except (KTransformError, OSError, TypeError, SyntaxError):
+        return None
+    params = [a.id for a in tree.args.args + tree.args.posonlyargs + tree.args.kwonlyargs]
+    params = params[:1] if first_only else params
+    if not params:
+        return None
+    for node in _own_nodes(tree.body):
+        root = _written_root(node)
+        if root is not None and root.id in params:
+            return _located(node, fn, first_line)
+        if first_only and _calls_writing_self(node, params[0], fn):
+            return _located(node, fn, first_line)
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _tree(fn):
+    source = Source(fn)
+    return source.tree, source.first_line
+
+
+def _located(node, fn, first_line: int) -> str:
+    text = gast.unparse(node).strip().splitlines()[0]
+    return f"`{text}` ({fn.__code__.co_filename}, line {node.lineno + first_line - 1})"
+
+
+def _written_root(node) -> gast.Name | None:
+    """The variable under the object `node` writes, if it writes into one."""
+    targets = []
+    if isinstance(node, (gast.Assign, gast.Delete)):
+        targets = node.targets
+    elif isinstance(node, (gast.AugAssign, gast.AnnAssign)):
+        targets = [node.target]
+    for t in targets:
+        if isinstance(t, (gast.Attribute, gast.Subscript)):
+            return _root(t)
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
+        if node.func.attr in MUTATING_METHODS + list(LIST_MUTATORS):
+            return _root(node.func.value)
+    if isinstance(node, gast.Call) and isinstance(node.func, gast.Name):
+        if node.func.id in ("setattr", "delattr") and node.args:
+            return _root(node.args[0])
+    return None
+
+
+def _root(e) -> gast.Name | None:
+    while isinstance(e, (gast.Attribute, gast.Subscript)):
+        e = e.value
+    return e if isinstance(e, gast.Name) else None
+
+
+def _calls_writing_self(node, self_name: str, fn) -> bool:
+    """`self.helper(...)` where `helper` writes to `self` (one level deep)."""
+    if not (isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute)):
+        return False
+    owner = node.func.value
+    if not (isinstance(owner, gast.Name) and owner.id == self_name):
+        return False
+    cls = _defining_class(fn)
+    other = inspect.getattr_static(cls, node.func.attr, None) if cls is not None else None
+    return (
+        isinstance(other, types.FunctionType)
+        and other is not fn
+        and (_writes(other, first_only=True) is not None)
+    )
+
+
+def _defining_class(fn):
+    qual = fn.__qualname__.split(".")
+    if len(qual) < 2:
+        return None
+    return fn.__globals__.get(qual[-2])
+
+
+def _own_nodes(body):
+    """The nodes of `body`, not descending into nested defs, lambdas and classes."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
+            stack.extend(gast.iter_child_nodes(node))
