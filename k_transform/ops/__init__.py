@@ -15,7 +15,8 @@ from k_transform.ops import (
     functional,
     gather,
     indexing,
-    lax_rules,  # noqa: F401 - registers the rules of imported lax primitives
+    lax_linalg_rules,  # noqa: F401 - registers the rules of imported lax primitives
+    lax_rules,  # noqa: F401
     lax_shape_rules,  # noqa: F401
     linalg,
     nn,

@@ -64,6 +64,7 @@ def aval_of(x) -> tuple:
 VARIADIC = frozenset(
     {
         "concatenate",
+        "custom_linear_solve",
         "select_n",
         "dynamic_slice",
         "dynamic_update_slice",

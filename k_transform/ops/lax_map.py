@@ -29,6 +29,7 @@ it is differentiated). A parameter no twin expresses (`accuracy`,
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from k_transform.errors import KTransformError
@@ -196,6 +197,19 @@ for _name, _cls in {
 @twin("cumsum")
 def _cumsum(b: Lowering) -> Node:
     return b(rd.Cumsum(b.params["axis"], b.params["reverse"]), b.args[0])
+
+
+@twin("cummax", "cummin")
+def _running_extremum(b: Lowering) -> Node:
+    """`jax.lax.associative_scan(lax.max, x, axis, reverse)` (`lax.min`), a
+    library call: JAX's jvp of `cummax` is that scan's, whose `max` splits
+    a tie in halves pair by pair, so ties get JAX's shares (the value is the
+    same; differentiated, its jaxpr is imported)."""
+    b.expect("axis", "reverse")
+    combine = jax.lax.max if b.name == "cummax" else jax.lax.min
+    scan = prims.LibraryCall(jax.lax.associative_scan, "associative_scan", ("axis", "reverse"))
+    axis, reverse = Constant(b.params["axis"]), Constant(b.params["reverse"])
+    return b(scan, Constant(combine, hint=b.name), b.args[0], axis, reverse)
 
 
 @twin("cumprod")

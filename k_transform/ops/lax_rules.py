@@ -18,13 +18,13 @@ Lax binary operations broadcast rank-0 operands (weak-typed literals), hence
 
 A lax class with no rule of its own gets `LaxPrimitive`'s, which refuses,
 naming the lax primitive (or gives no gradient when no input is a float):
-linear algebra primitives (`lu`, `eigh`, `qr`, `svd`: jnp.linalg's mapped
-functions have rules; `cholesky` of an input not symmetrized first and a
-complex `triangular_solve`: the others are `ops.linalg` twins, `lax_map`), windowed reductions
-(`reduce_window*`, `select_and_*`), `cummax`/`cummin`, scatters that multiply
-or take a min or max, the incomplete gamma and beta functions, `zeta`,
-complex numbers, FFTs. `sort` with several keys refuses in its rule.
-This module holds the elementwise rules, `lax_shape_rules` the others.
+`eig`, `tridiagonal_solve` and a complex `triangular_solve` (`eigh`, `svd`,
+`qr`, `lu`, `cholesky`, `custom_linear_solve`: `lax_linalg_rules`), windowed
+reductions (`reduce_window*`, `select_and_*`), scatters that multiply or
+take a min or max, the incomplete gamma and beta functions, `zeta`, complex
+numbers, FFTs. `sort` with several keys refuses in its rule. This module
+holds the elementwise rules, `lax_shape_rules` and `lax_linalg_rules` the
+others (`cummax`/`cummin` are imported as JAX's scan: `lax_map`).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ bprop_getters.register(EffectCall)(_no_gradient)
 
 # Refused on purpose, each by its class (a lax primitive missing here and from
 # every table is refused by `LaxPrimitive`'s rule, with the same message).
-_LINALG = "linear algebra inside a jaxpr (jnp.linalg's mapped functions have rules)"
+_LINALG = "this linear-algebra primitive"
 REFUSED = {
     **dict.fromkeys(("complex", "real", "imag", "conj", "fft"), "complex numbers"),
     **dict.fromkeys(
@@ -117,8 +117,6 @@ REFUSED = {
     "regularized_incomplete_beta": "the incomplete beta function",
     "zeta": "the Hurwitz zeta function",
     "reduce": "a reducer given as a jaxpr",
-    "cummax": "running maxima",
-    "cummin": "running minima",
     **dict.fromkeys(("scatter-mul", "scatter-min", "scatter-max"), "a non-additive scatter"),
     "approx_top_k": "approximate top-k",
     **dict.fromkeys(
@@ -132,9 +130,8 @@ REFUSED = {
         ),
         "windowed reductions",
     ),
-    "custom_linear_solve": "a linear solve given as jaxprs",
     **dict.fromkeys(
-        ("cholesky", "eig", "eigh", "lu", "qr", "svd", "triangular_solve", "tridiagonal_solve"),
+        ("eig", "triangular_solve", "tridiagonal_solve"),
         _LINALG,
     ),
 }

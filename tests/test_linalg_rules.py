@@ -1,0 +1,153 @@
+"""Rules of the lax linear-algebra primitives a library call's jaxpr holds
+(`k_transform/ops/lax_linalg_rules.py`: `eigh`, `svd`, `qr`, `cholesky`,
+`lu`, `custom_linear_solve`) and `cummax`/`cummin` (`ops.lax_map`).
+
+Each loss calls the public `jnp.linalg` / `jax.scipy.linalg` / `lax`
+function in code the parser reads; oracle: `jax.grad`, `jax.jvp` (and
+`jax.hessian` for a few) of the same function, float32, on small random
+well-conditioned matrices. Losses of eigen/singular vectors are gauge
+invariant (`v v^T`, `u s vt`), as the vectors' signs are arbitrary.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+import k_transform as kt
+
+RNG = np.random.RandomState(0)
+SQUARE = jnp.asarray(RNG.randn(4, 4), jnp.float32)
+TALL = jnp.asarray(RNG.randn(4, 3), jnp.float32)
+WIDE = jnp.asarray(RNG.randn(3, 4), jnp.float32)
+TIES = jnp.asarray([[1.0, 2.0], [1.0, 0.0], [1.0, 3.0], [1.0, 3.0], [0.0, 3.0]], jnp.float32)
+EYE = jnp.eye(4, dtype=jnp.float32)
+WEIGHTS = jnp.arange(1.0, 6.0, dtype=jnp.float32)[:, None]
+
+
+def spd(a):
+    return a @ a.T + 4.0 * jnp.eye(a.shape[0], dtype=a.dtype)
+
+
+def eigenvalues(a):
+    return jnp.sum(jnp.linalg.eigh(a + a.T)[0] ** 3)
+
+
+def eigenvectors(a):
+    v = jnp.linalg.eigh(a + a.T)[1][:, :2]
+    return jnp.sum(jnp.sin(v @ v.T))
+
+
+def singular_values(a):
+    s = jnp.linalg.svd(a, compute_uv=False)
+    return jnp.sum(s**2 * jnp.arange(s.shape[0], dtype=s.dtype))
+
+
+def svd_reconstruction(a):
+    u, s, vt = jnp.linalg.svd(a, full_matrices=False)
+    return jnp.sum(jnp.sin((u * s) @ vt))
+
+
+def svd_leading_pair(a):
+    u, s, vt = jnp.linalg.svd(a, full_matrices=False)
+    return jnp.sum(jnp.sin(u[:, :2] @ vt[:2])) * s[0]
+
+
+def qr_factors(a):
+    q, r = jnp.linalg.qr(a)
+    return jnp.sum(jnp.sin(q)) + jnp.sum(r**2)
+
+
+def cho_factor(a):
+    return jnp.sum(jnp.sin(jsl.cho_factor(spd(a), lower=True)[0]))
+
+
+def solve_pos(a):
+    return jnp.sum(jnp.sin(jsl.solve(spd(a), jnp.arange(4.0), assume_a="pos")))
+
+
+def solve_pos_matrix(a):
+    return jnp.sum(jnp.sin(jsl.solve(spd(a), a[:, :2], assume_a="pos")))
+
+
+def solve_general(a):
+    return jnp.sum(jnp.sin(jsl.solve(a + 4.0 * jnp.eye(4), a[:, 1])))
+
+
+def lu_factor(a):
+    return jnp.sum(jnp.sin(jsl.lu_factor(a)[0]))
+
+
+def expm(a):
+    return jnp.sum(jnp.sin(jsl.expm(0.3 * a)))
+
+
+def pinv(a):
+    return jnp.sum(jnp.sin(jnp.linalg.pinv(a)))
+
+
+def lstsq(a):
+    return jnp.sum(jnp.sin(jnp.linalg.lstsq(a, jnp.arange(4.0))[0]))
+
+
+def cummax(a):
+    return jnp.sum(jnp.sin(jax.lax.cummax(a, axis=0)) * jnp.arange(4.0)[:, None])
+
+
+def cummin_reverse(a):
+    return jnp.sum(jnp.sin(jax.lax.cummin(a, axis=1, reverse=True)) * jnp.arange(4.0))
+
+
+def cummax_ties(a):  # JAX's shares of a tie: halves, pair by pair in its scan
+    return jnp.sum(jax.lax.cummax(a, axis=0) * WEIGHTS)
+
+
+def cummax_ties_reverse(a):
+    return jnp.sum(jax.lax.cummax(a, axis=0, reverse=True) * WEIGHTS)
+
+
+CASES = [
+    (eigenvalues, SQUARE),
+    (eigenvectors, SQUARE),
+    (singular_values, TALL),
+    (singular_values, WIDE),
+    (svd_reconstruction, TALL),
+    (svd_leading_pair, TALL),
+    (svd_leading_pair, WIDE),
+    (qr_factors, TALL),
+    (qr_factors, SQUARE),
+    (cho_factor, SQUARE),
+    (solve_pos, SQUARE),
+    (solve_pos_matrix, SQUARE),
+    (solve_general, SQUARE),
+    (lu_factor, SQUARE),
+    (expm, SQUARE),
+    (pinv, TALL),
+    (lstsq, TALL),
+    (cummax, SQUARE),
+    (cummin_reverse, SQUARE),
+    (cummax_ties, TIES),
+    (cummax_ties_reverse, TIES),
+]
+
+
+def _close(ours, theirs, tol=2e-4):
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(
+    "f, x", CASES, ids=[f"{f.__name__}-{'x'.join(map(str, x.shape))}" for f, x in CASES]
+)
+def test_grad_and_jvp(f, x):
+    _close(kt.grad(f)(x), jax.grad(f)(x))
+    v = jnp.asarray(RNG.randn(*x.shape), x.dtype)
+    _close(kt.jvp(f, (x,), (v,))[1], jax.jvp(f, (x,), (v,))[1])
+
+
+@pytest.mark.parametrize("f", [eigenvalues, qr_factors])
+def test_hessian(f):
+    x = TALL if f is qr_factors else SQUARE
+    _close(kt.hessian(f)(x), jax.hessian(f)(x), tol=2e-3)
