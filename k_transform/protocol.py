@@ -55,6 +55,7 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
             "k_transform.ode",
             "k_transform.frontend.batching",
             "k_transform.mindspore.tensor",
+            "k_transform.runtime.python",
             "k_transform.runtime.values",
         ),
     ),

@@ -29,13 +29,13 @@ then runs as Python, under JAX's tracer, where the change is Python's own):
 from __future__ import annotations
 
 import collections
-import functools
 import inspect
 import types
 
 import gast
 import numpy as np
 
+from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import Source
 
@@ -149,10 +149,14 @@ def _writes(fn, first_only: bool) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=512)
 def _tree(fn):
-    source = Source(fn)
-    return source.tree, source.first_line
+    """`fn`'s parsed source and first line, cached for the transform."""
+    trees = TRANSFORM.cache("effects.trees")
+    entry = trees.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        source = Source(fn)
+        entry = trees[id(fn)] = (fn, source.tree, source.first_line)
+    return entry[1], entry[2]
 
 
 def _located(node, fn, first_line: int) -> str:
