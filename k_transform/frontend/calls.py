@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.static import StaticFacts
@@ -50,7 +51,7 @@ from k_transform.frontend import (
 from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_library_value, is_user_function
-from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import tensor_methods
@@ -268,7 +269,9 @@ class CallBuilder:
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
-            result = self.apply(callee, *self.bind_call(value, args, kwargs, e), node=e)
+            bound = self.bind_call(value, args, kwargs, e)
+            self.check_changed_arguments(value, bound, e)
+            result = self.apply(callee, *bound, node=e)
             result = self.thread_nonlocals(value, result, e)
             if value.closure_site is not None:
                 self.note_returned_closures(value, result, e)
@@ -514,6 +517,34 @@ class CallBuilder:
         if n == 1 and not is_tuple:  # a tuple of one or a lone value: known when run
             return [self.apply(prims.SoleInput(), node)]
         return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
+
+    def check_changed_arguments(self, graph: FuncGraph, bound: list[Node], e) -> None:
+        """Refuse a call passing an object `graph` would change in place (its
+        `changed_parameters`), which the caller would not see change; a
+        parameter of the caller passed on makes the caller's own."""
+        if not graph.changed_parameters or graph.param_names is None:
+            return
+        function = self
+        while function.closed:
+            function = function.parent
+        for name, arg in zip(graph.param_names, bound, strict=False):
+            if name not in graph.changed_parameters:
+                continue
+            condition, where = graph.changed_parameters[name]
+            if condition == "not None" and isinstance(arg, Constant) and arg.value is None:
+                continue
+            if condition == "mutable" and isinstance(arg, Parameter):
+                if arg.graph is function.graph:
+                    function.graph.changed_parameters.setdefault(arg.name, (condition, where))
+                continue
+            operators = tuple(ops.BINARY.values()) + tuple(ops.UNARY.values())
+            if condition == "mutable" and not effects.may_be_mutable(arg, prims, operators):
+                continue
+            raise self.fp.unsupported(
+                f"`{graph.name}(...)` given for {name!r} an object it changes in place, "
+                f"{where}, which k_transform would not show the caller,",
+                e,
+            )
 
     def bind_call(self, graph: FuncGraph, args, kwargs, e) -> list[Node]:
         """Positional and keyword arguments matched to `graph`'s parameters."""

@@ -220,3 +220,48 @@ def _own_nodes(body):
         yield node
         if not isinstance(node, (gast.FunctionDef, gast.Lambda, gast.ClassDef)):
             stack.extend(gast.iter_child_nodes(node))
+
+
+_IMMUTABLE_TYPES = (int, float, complex, str, bytes, tuple, frozenset, type(None), np.generic)
+
+
+def may_be_mutable(node, prims, operators: tuple, depth: int = 0) -> bool:
+    """Whether `node`'s value may be a list, a NumPy array or another object
+    an augmented assignment changes in place (`a += v`), as far as the parser
+    knows: a display, a mutable constant, a library function's result (not
+    JAX's), an item of such, an operator on such (`l * 2`). A parameter or a
+    user function's result counts as an array (the caller checks what it
+    passes: `FuncGraph.changed_parameters`)."""
+    if depth > 8:
+        return True
+    if not hasattr(node, "fn"):  # a Constant, or a Parameter
+        value = getattr(node, "value", None)
+        return hasattr(node, "value") and not (
+            isinstance(value, _IMMUTABLE_TYPES) or type(value).__module__.startswith("jax")
+        )
+    prim = getattr(node.fn, "value", None)
+    if prim is None or not hasattr(prim, "impl"):
+        return False  # a user function's (a graph's) result
+    if isinstance(prim, prims.LibraryCall):
+        module = getattr(prim.fn, "__module__", None) or ""
+        return not module.startswith(("jax", "k_transform"))
+    if type(prim).__module__ == prims.__name__:
+        if isinstance(prim, (prims.GetItem, prims.SetItem)):
+            return may_be_mutable(node.args[0], prims, operators, depth + 1)
+        return isinstance(prim, _MUTABLE_MAKERS(prims))
+    if isinstance(prim, operators):  # `l * 2` of a list, `a + b` of NumPy arrays
+        return any(may_be_mutable(a, prims, operators, depth + 1) for a in node.args)
+    return False
+
+
+def _MUTABLE_MAKERS(prims) -> tuple:
+    return (
+        prims.MakeList,
+        prims.MakeDict,
+        prims.ListAppend,
+        prims.ListExtend,
+        prims.ListInsert,
+        prims.ListDelete,
+        prims.Copy,
+        prims.MethodCall,
+    )

@@ -56,15 +56,17 @@ _REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "item
 
 
 class _Event:
-    def __init__(self, name: str, node, index: int, loops: tuple):
+    def __init__(self, name: str, node, index: int, loops: tuple, stmt=None):
         self.name, self.node, self.index, self.loops = name, node, index, loops
+        self.stmt = stmt
 
 
 class _Facts(gast.NodeVisitor):
     """One pass over a function body, statements numbered in source order."""
 
-    def __init__(self, params: set[str]):
+    def __init__(self, params: set[str], list_names: set[str] = frozenset()):
         self.params = params
+        self.list_names = list_names  # names every binding of which makes a list
         self.index = 0
         self.loops: tuple = ()
         self.depth = 0  # nesting in if/loop bodies
@@ -75,6 +77,10 @@ class _Facts(gast.NodeVisitor):
         self.iterated: list[_Event] = []  # `for _ in a`: the loop node as `loops[-1]`
         self.closure_reads: dict[str, set[str]] = {}  # def name -> names it reads
         self.lists: set[str] = set()  # names bound to a list: `+=` extends them in place
+        self.item_aliases: list[_Event] = []  # `r = m[0]`: `.depth` levels of items of `m`
+        self.views: list[_Event] = []  # `v = a[1:]`, `v = a.T`: a NumPy view of `a`
+        self.augmented: list[_Event] = []  # `a op= v` on a name
+        self.none_guards: dict[str, int] = {}  # `if p is None: p = []` at the top: p -> index
 
     def run(self, stmts) -> None:
         for s in stmts:
@@ -91,7 +97,7 @@ class _Facts(gast.NodeVisitor):
             for n in _walk_scope(part):
                 base = mutation_base(n)
                 if base is not None:
-                    self.mutations.append(_Event(base.id, n, self.index, self.loops))
+                    self.mutations.append(_Event(base.id, n, self.index, self.loops, s))
         if isinstance(s, (gast.Assign, gast.AnnAssign, gast.AugAssign)):
             self.assignment(s)
         elif isinstance(s, gast.For):
@@ -99,6 +105,9 @@ class _Facts(gast.NodeVisitor):
             self.alias_lambdas(s.iter, s)
             for name in _passes(s.iter):
                 self.iterated.append(_Event(name, s, self.index, (*self.loops, s)))
+            self.alias_items(s.iter, s, 1)
+        elif isinstance(s, gast.If) and self.depth == 0 and _none_test(s.test) in self.params:
+            self.none_guards[_none_test(s.test)] = self.index
         else:
             for part in _header(s):
                 self.alias_calls(part, s)
@@ -124,6 +133,8 @@ class _Facts(gast.NodeVisitor):
         targets = s.targets if isinstance(s, gast.Assign) else [s.target]
         if isinstance(s, gast.AugAssign):
             name = s.target.id if isinstance(s.target, gast.Name) else None
+            if name is not None:
+                self.augmented.append(_Event(name, s, self.index, self.loops))
             in_place = isinstance(value, (gast.List, gast.ListComp)) or (
                 isinstance(s.op, gast.BitOr) and isinstance(value, (gast.Dict, gast.Set))
             )
@@ -131,11 +142,16 @@ class _Facts(gast.NodeVisitor):
                 self.mutations.append(_Event(name, s, self.index, self.loops))
             self.alias_calls(s, s)
             return
+        # `a = b = []`: one object under two names, so neither is a fresh one
+        shared = len(targets) > 1 and not isinstance(value, gast.Constant)
         for target in targets:
-            self.bind_target(target, value, s)
+            self.bind_target(target, None if shared else value, s)
         same = {t.id for t in targets if isinstance(t, gast.Name) and isinstance(value, gast.Name)}
         for name in _passes(value) - same:  # `a = a` makes no new reference
             self.aliases.append(_Event(name, s, self.index, self.loops))
+        self.alias_items(value, s, 0)
+        for name in _viewed(value):
+            self.views.append(_Event(name, s, self.index, self.loops))
         self.alias_calls(s, s)
 
     def bind_target(self, target, value, s) -> None:
@@ -161,7 +177,16 @@ class _Facts(gast.NodeVisitor):
                     for arg in n.args:
                         for name in _passes(arg):
                             self.aliases.append(_Event(name, s, self.index, self.loops))
+                        self.alias_items(arg, s, 0)
         self.alias_lambdas(node, s)
+
+    def alias_items(self, e, s, deeper: int) -> None:
+        """References to items of a container kept by `e` (`r = m[0]`,
+        `(m[0], 1)`, `for v in m[0]`): `depth` levels of items of `m`."""
+        for name, depth in _item_passes(e):
+            event = _Event(name, s, self.index, self.loops)
+            event.depth = depth + deeper
+            self.item_aliases.append(event)
 
     def alias_lambdas(self, node, s) -> None:
         for n in _walk_scope(node):
@@ -176,6 +201,9 @@ class _Facts(gast.NodeVisitor):
     def is_fresh(self, e) -> bool:
         if isinstance(e, (gast.List, gast.ListComp, gast.Dict, gast.DictComp, gast.Tuple)):
             return True
+        if isinstance(e, gast.Subscript) and isinstance(e.slice, gast.Slice):
+            # `a[:]` of a list is a copy (of a NumPy array, a view)
+            return isinstance(e.value, gast.Name) and e.value.id in self.list_names
         if isinstance(e, (gast.Constant, gast.BinOp, gast.UnaryOp, gast.Compare)):
             return True
         if isinstance(e, gast.IfExp):
@@ -200,21 +228,55 @@ class _Facts(gast.NodeVisitor):
         return isinstance(owner, gast.Name) and owner.id not in self.locals
 
 
-def check_mutations(fdef, params, error, constants=()) -> None:
+class Shared:
+    """What `check_mutations` leaves to the parser, which knows the values:
+    `augmented`, the augmented assignments `a op= v` (by line and column)
+    whose object another reference may see (in place on a list or a NumPy
+    array, a rebinding on a JAX array or a number); `parameters`, those on a
+    parameter not rebound yet (the caller's object); `not_none`, the
+    parameters mutated after `if p is None: p = []` (the caller's object
+    unless it passes None), each with the mutation's node."""
+
+    def __init__(self):
+        self.augmented: dict[tuple, str] = {}
+        self.parameters: dict[tuple, str] = {}
+        self.not_none: dict[str, object] = {}
+
+
+def check_mutations(fdef, params, error, constants=(), unsupported=None) -> Shared:
     """Raise `error(message, node)` where a mutation in `fdef` could be seen
-    through another reference (see the module docstring). `constants`: names
-    bound to fixed objects (a method's `self`), whose method calls are calls."""
-    facts = _Facts(set(params))
+    through another reference (see the module docstring); `unsupported(what,
+    node)` where that holds only for a local object (the function then runs
+    as Python, exactly). `constants`: names bound to fixed objects (a
+    method's `self`), whose method calls are calls."""
+    facts = _Facts(set(params), _list_names(fdef, params))
     facts.run(fdef.body)
+    unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
+    shared = Shared()
     for m in facts.mutations:
         call = isinstance(m.node, gast.Call)
         if call and m.node.func.attr not in (*LIST_MUTATORS, *_REFUSED, "update"):
             continue  # never modelled (`s.add`, `acc.add`): the parser refuses it at the call
         if not (call and m.name in constants):
-            _check_one(m, facts, error)
+            _check_one(m, facts, error, unsupported, shared)
+    for a in facts.augmented:
+        _check_augmented(a, facts, shared)
+    return shared
 
 
-def _check_one(m: _Event, facts: _Facts, error) -> None:
+def _check_augmented(a: _Event, facts: _Facts, shared: Shared) -> None:
+    key = (a.node.lineno, a.node.col_offset)
+    text = f"`{gast.unparse(a.node).strip()}`"
+    if a.name in facts.params and not _rebound_before(a, facts):
+        shared.parameters[key] = text
+    others = [b for b in facts.aliases + facts.iterated + facts.views if b.name == a.name]
+    if any(_may_follow(b, a) for b in others):
+        shared.augmented[key] = text
+    elif any(not fresh for fresh, *_ in facts.bindings.get(a.name, [])):
+        shared.augmented[key] = text
+
+
+def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> None:
     what = _describe(m.node)
     if isinstance(m.node, gast.Call) and m.name not in facts.locals:
         return  # a module's function (`np.sort(x)`), or a global: see the parser
@@ -227,18 +289,25 @@ def _check_one(m: _Event, facts: _Facts, error) -> None:
     if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):
-        raise error(
-            f"{what} mutates an item of the container {m.name!r}, which other references may "
-            "share (for an array, index it as `a[i, j] = v`)",
-            m.node,
-        )
+        _check_items(m, facts, error, unsupported)
     for fresh, node, _, _ in facts.bindings.get(m.name, []):
+        if not fresh and _chained(node):  # `a = b = []`: both names local
+            raise unsupported(
+                f"{what}, a change of {m.name!r} whose object another name shares (`a = b = "
+                f"...` at line {node.lineno}; a copy, `{m.name}.copy()`, is not shared),",
+                m.node,
+            )
         if not fresh:
             raise error(
                 f"{what} mutates {m.name!r}, whose object may be shared with another reference "
                 f"(bound at line {node.lineno}); make a copy first (`{m.name}.copy()`)",
                 m.node,
             )
+    guard = facts.none_guards.get(m.name)
+    if m.name in facts.params and not _rebound_before(m, facts) and guard is not None:
+        if guard < m.index:  # `if acc is None: acc = []`: the caller's object unless None
+            shared.not_none.setdefault(m.name, m.node)
+            return
     if m.name in facts.params and not _rebound_before(m, facts):
         raise error(
             f"{what} mutates the argument {m.name!r}, which the caller also holds; copy it "
@@ -266,18 +335,126 @@ def _rebound_before(m: _Event, facts: _Facts) -> bool:
     return any(top and index < m.index for _, _, index, top in facts.bindings.get(m.name, []))
 
 
+def _check_items(m: _Event, facts: _Facts, error, unsupported) -> None:
+    """`m[i][j] = v` on a container: exact while the items it writes into are
+    objects of their own, referenced only there: every binding of `m` and
+    every item put in since makes new, distinct items (`[[0.0] * 3 for _ in
+    range(3)]`, not `[[0.0] * 3] * 3` or `[row, row]`), and no reference to
+    an item is taken before (`r = m[0]`)."""
+    what, depth = _describe(m.node), _store_depth(m.node) - 1
+    for fresh, node, _, _ in facts.bindings.get(m.name, []):
+        value = getattr(node, "value", None)
+        if not (fresh and _distinct(facts, value, depth)):
+            # items of this function's own making (`[[0.0] * 3] * 3`): it may run as Python
+            local = fresh and not _passes(value) and not _chained(node)
+            raise (unsupported if local else _refused(error))(
+                f"{what}, a change of an item of the container {m.name!r} whose items may be "
+                f"shared (bound at line {node.lineno}),",
+                m.node,
+            )
+    for e in facts.mutations:
+        if e.name == m.name and e is not m and not _puts_distinct(e, facts, depth):
+            raise _refused(error)(
+                f"{what}, a change of an item of {m.name!r}, which line {e.node.lineno} may "
+                "have made shared,",
+                m.node,
+            )
+    for a in facts.item_aliases:
+        if a.name == m.name and a.depth <= depth and _may_follow(a, m):
+            raise unsupported(
+                f"{what}, a change of an item of {m.name!r} that another reference holds "
+                f"(line {a.node.lineno}),",
+                m.node,
+            )
+
+
+def _refused(error):
+    return lambda what, node: error(f"{what} is refused: copy the items it shares", node)
+
+
+def _chained(s) -> bool:
+    return isinstance(s, gast.Assign) and len(s.targets) > 1
+
+
+def _puts_distinct(e: _Event, facts: _Facts, depth: int) -> bool:
+    """Whether mutation `e` of a container puts only new, distinct items in."""
+    node = e.node
+    if isinstance(node, gast.Call):
+        attr, args = node.func.attr, node.args
+        if attr == "pop":
+            return True
+        if attr == "extend":
+            return len(args) == 1 and _distinct(facts, args[0], depth)
+        return bool(args) and _fresh_object(facts, args[-1], depth - 1)
+    if isinstance(node, gast.AugAssign):
+        return _distinct(facts, node.value, depth)
+    if isinstance(node, gast.Subscript) and _store_depth(node) > 1:
+        return True  # a deeper change: checked on its own
+    value = _stored_value(node, e)
+    if value is None:
+        return False
+    if isinstance(node.slice, gast.Slice):
+        return _distinct(facts, value, depth)
+    return _fresh_object(facts, value, depth - 1)
+
+
+def _stored_value(target, e: _Event):
+    """The value of the assignment statement storing to `target`."""
+    s = e.stmt
+    if isinstance(s, gast.Assign) and len(s.targets) == 1 and s.targets[0] is target:
+        return s.value
+    return None
+
+
+def _distinct(facts: _Facts, e, depth: int) -> bool:
+    """`e` makes a container whose items, `depth` levels down, are new
+    objects, each referenced once (a display or comprehension of such)."""
+    if depth <= 0:
+        return True
+    if isinstance(e, (gast.List, gast.Tuple)):
+        return all(_fresh_object(facts, x, depth - 1) for x in e.elts)
+    if isinstance(e, gast.Dict):
+        return all(_fresh_object(facts, x, depth - 1) for x in e.values)
+    if isinstance(e, gast.ListComp):
+        return _fresh_object(facts, e.elt, depth - 1)
+    if isinstance(e, gast.DictComp):
+        return _fresh_object(facts, e.value, depth - 1)
+    return False
+
+
+def _fresh_object(facts: _Facts, e, depth: int) -> bool:
+    if isinstance(e, gast.Starred):
+        return False
+    return facts.is_fresh(e) and _distinct(facts, e, depth)
+
+
+def _store_depth(node) -> int:
+    """2 for `m[i][j] = v`: how many subscripts the store goes through."""
+    depth = 0
+    while isinstance(node, gast.Subscript):
+        node, depth = node.value, depth + 1
+    return depth
+
+
 def _nested_in_list(m: _Event, facts: _Facts) -> bool:
     """`a[i][j] = v` where `a` may be a container (a list, dict or tuple, even
     a shallow `.copy()` of one), whose items are objects of their own; an
     array (`jnp.zeros(...)`, arithmetic) is fine."""
     if not isinstance(m.node.value, gast.Subscript):
         return False
-    containers = (gast.List, gast.ListComp, gast.Dict, gast.DictComp, gast.Tuple)
     for _, node, _, _ in facts.bindings.get(m.name, []):
-        value = getattr(node, "value", None)
-        if isinstance(value, containers) or _is_list_value(value) or _is_copy(value):
+        if _container(getattr(node, "value", None)):
             return True
     return any(isinstance(e.node, gast.Call) and e.name == m.name for e in facts.mutations)
+
+
+def _container(e) -> bool:
+    """`e` may make a list, dict or tuple: a display, a copy, `[[0.0] * 3] * 3`."""
+    if isinstance(e, (gast.List, gast.ListComp, gast.Dict, gast.DictComp, gast.Tuple)):
+        return True
+    if isinstance(e, gast.BinOp):
+        return _container(e.left) or _container(e.right)
+    return _is_list_value(e) or _is_copy(e)
 
 
 def _is_copy(e) -> bool:
@@ -367,3 +544,75 @@ def _is_called(name: gast.Name, s) -> bool:
 
 def _walk_scope(node):
     return walk_scope([node], FUNCTION_SCOPES, enter_roots=True)
+
+
+def _item_passes(e) -> set[tuple[str, int]]:
+    """`(m, k)` for each `m[i]...` (k subscripts) whose object `e` may
+    evaluate to or hold in a new container (see `_passes`)."""
+    if isinstance(e, gast.Subscript):
+        depth = _store_depth(e)
+        root = e
+        while isinstance(root, gast.Subscript):
+            root = root.value
+        return {(root.id, depth)} if isinstance(root, gast.Name) else set()
+    parts: list = []
+    if isinstance(e, (gast.Tuple, gast.List, gast.Set)):
+        parts = e.elts
+    elif isinstance(e, gast.Dict):
+        parts = list(e.values)
+    elif isinstance(e, gast.IfExp):
+        parts = [e.body, e.orelse]
+    elif isinstance(e, gast.BoolOp):
+        parts = e.values
+    elif isinstance(e, (gast.Starred, gast.NamedExpr)):
+        parts = [e.value]
+    elif isinstance(e, gast.Call) and _user_call(e.func):
+        parts = [*e.args, *[k.value for k in e.keywords]]
+    out: set = set()
+    for p in parts:
+        out |= _item_passes(p)
+    return out
+
+
+def _viewed(e) -> set[str]:
+    """Names whose NumPy array `e` may be a view of: `a[1:]`, `a[0]`,
+    `a.T`, `a.reshape(...)`, `np.asarray(a)` (of a list, a new list or an item)."""
+    while isinstance(e, (gast.Subscript, gast.Attribute)):
+        e = e.value
+    if isinstance(e, gast.Call) and isinstance(e.func, gast.Attribute) and e.func.attr in _VIEWS:
+        owner = e.func.value
+        return _viewed(owner) | {n for a in e.args for n in _viewed(a) | _passes(a)}
+    return {e.id} if isinstance(e, gast.Name) else set()
+
+
+def _none_test(test) -> str | None:
+    """`p` of a test `p is None`."""
+    if (
+        isinstance(test, gast.Compare)
+        and isinstance(test.left, gast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], gast.Is)
+        and isinstance(test.comparators[0], gast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return test.left.id
+    return None
+
+
+def _list_names(fdef, params) -> set[str]:
+    """Names every binding of which (in `fdef`, outside nested functions)
+    makes a list (a display, a comprehension, `list(...)`): `a[:]` of one is a copy."""
+    nodes = list(walk_scope(fdef.body, FUNCTION_SCOPES))
+    lists, listed = set(), set()
+    for n in nodes:
+        if isinstance(n, gast.Assign) and _is_list_value(n.value):
+            for t in n.targets:
+                if isinstance(t, gast.Name):
+                    lists.add(t.id)
+                    listed.add(id(t))
+    others = set(params) | {
+        n.id
+        for n in nodes
+        if isinstance(n, gast.Name) and isinstance(n.ctx, gast.Store) and id(n) not in listed
+    }
+    return lists - others

@@ -52,6 +52,8 @@ import functools
 import inspect
 import types
 
+import gast
+
 from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.cell import Parameter as CellParameter
@@ -401,7 +403,12 @@ class GraphBuilder(
         thread_nonlocal_calls(fdef, self.fp.error)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
         constants = {params[0].id} if bound_self is not None and params else set()
-        check_mutations(fdef, [a.id for a in params], self.fp.error, constants)
+        self.shared = check_mutations(
+            fdef, [a.id for a in params], self.fp.error, constants, self.fp.unsupported
+        )
+        for name, node in self.shared.not_none.items():
+            where = f"`{gast.unparse(node).strip()}` (line {self.debug(node).line})"
+            self.graph.changed_parameters[name] = ("not None", where)
         self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
         self.nonlocals = self.declare_nonlocals(fdef)
         self.load_counts = loaded_names(fdef)

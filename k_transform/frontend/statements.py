@@ -90,8 +90,29 @@ class StatementBuilder:
         if merged is not None:  # `d |= {...}`: the items assigned in order
             self.assign(s.target, merged, s)
             return
+        if isinstance(s.target, gast.Name):
+            self.augmented_in_place(s, left)
         value = self.apply(op, left, self.expr(s.value), node=s)
         self.assign(s.target, value, s)
+
+    def augmented_in_place(self, s, left: Node) -> None:
+        """`a op= v` changes a list or a NumPy array in place, a rebinding
+        here: refused where another reference may see the object (that
+        `check_mutations` found); on a parameter, the caller checks what it
+        passes (`FuncGraph.changed_parameters`)."""
+        function = self
+        while function.closed:
+            function = function.parent
+        shared, key = function.shared, (s.lineno, s.col_offset)
+        if key in shared.parameters and not isinstance(left, Constant):
+            where = f"{shared.parameters[key]} (line {self.debug(s).line})"
+            function.graph.changed_parameters.setdefault(s.target.id, ("mutable", where))
+        if key in shared.augmented and _may_be_mutable(left):
+            raise self.fp.unsupported(
+                f"{shared.augmented[key]} (in place on a list or a NumPy array) where another "
+                f"reference to {s.target.id!r} may see the change",
+                s,
+            )
 
     def stmt_AnnAssign(self, s) -> None:
         if s.value is not None:
@@ -153,6 +174,11 @@ class StatementBuilder:
             raise self.fp.unsupported("assignment to an attribute (`obj.attr = ...`)", s)
         else:
             raise self.fp.unsupported(f"assignment to {type(target).__name__}", s)
+
+
+def _may_be_mutable(node) -> bool:
+    operators = tuple(ops.BINARY.values()) + tuple(ops.UNARY.values())
+    return effects.may_be_mutable(node, prims, operators)
 
 
 def _object_method(node) -> bool:

@@ -172,6 +172,11 @@ class FuncGraph:
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
         self.guards: tuple | None = None
+        # Parameters a parsed function may change in place, by what its
+        # caller passes: name -> (condition, where); condition "mutable" (an
+        # augmented assignment, in place on a list or a NumPy array) or
+        # "not None" (`if acc is None: acc = []` then `acc.append(v)`).
+        self.changed_parameters: dict[str, tuple[str, str]] = {}
         self.k_order = 0
 
     # -- building ---------------------------------------------------------
