@@ -71,7 +71,7 @@ _STATIC = StaticFacts()
 
 # Builtins that take functions or order values: no model of them on program
 # values (`sorted(xs)`, `map(f, xs)`); a plain function using them runs as Python.
-_PYTHON_ONLY_BUILTINS = (sorted, map, filter, zip)
+_PYTHON_ONLY_BUILTINS = (sorted, map, filter, zip, iter, next)
 # Mutable array references: a function making one runs as Python, and its
 # jaxpr's reference operations become values (`jaxpr.discharged`).
 _REFERENCE_MAKERS = tuple(getattr(jax, n) for n in ("new_ref", "empty_ref") if hasattr(jax, n))
@@ -489,7 +489,16 @@ class CallBuilder:
         return self.call(fn, [*bound, *args], {**keywords, **kwargs}, e)
 
     def replace_fields(self, receiver: Node, kwargs: dict[str, Node], e) -> Node:
-        """`receiver` with the fields `kwargs` replaced (`_replace`, `dataclasses.replace`)."""
+        """`receiver` with the fields `kwargs` replaced (`_replace`, `dataclasses.replace`).
+        A dataclass JAX does not know as a pytree is an opaque object: replaced
+        as Python replaces it (a new instance), from values known while parsing."""
+        if isinstance(receiver, Constant) and pytrees.opaque_dataclass(receiver.value):
+            if not all(isinstance(v, Constant) for v in kwargs.values()):
+                raise self.fp.unsupported(
+                    "dataclasses.replace() of a dataclass that is not a pytree, "
+                    "with values of the program",
+                    e,
+                )
         values = self.apply(prims.MakeTuple(), *kwargs.values(), node=e)
         return self.apply(prims.ReplaceFields(tuple(kwargs)), receiver, values, node=e)
 

@@ -31,10 +31,18 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.frontend import sugar
 from k_transform.frontend.calls import static_inputs
-from k_transform.ir.nodes import Apply, Constant, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 
 _DICT_VIEWS = ("items", "keys", "values")
+CONSUMED = "_kt_consumed"  # marks a generator expression a builtin consumes at once
+
+
+def consumed(iterable) -> None:
+    """Mark `iterable`, if a generator expression, as consumed at once by the
+    builtin it is the argument of (`SugarBuilder.expr_GeneratorExp`)."""
+    if isinstance(iterable, gast.GeneratorExp):
+        setattr(iterable, CONSUMED, True)
 
 
 class View:
@@ -74,6 +82,16 @@ class SugarBuilder:
         return self.comprehension(e, "listcomp")
 
     def expr_GeneratorExp(self, e) -> Node:
+        """A generator expression is a one-shot, lazy iterator: kept exact
+        only as the sole iterable of a builtin that consumes it at once
+        (`sum`, `min`, `max`, `any`, `all`, `list`, `tuple`: `consumed`),
+        where its items, made eagerly, are the items Python's consumer sees."""
+        if not getattr(e, CONSUMED, False):
+            raise self.fp.unsupported(
+                "a generator expression other than the argument of sum, min, max, any, "
+                "all, list or tuple (a lazy, one-shot iterator; use a list comprehension)",
+                e,
+            )
         return self.comprehension(e, "genexpr")
 
     def expr_DictComp(self, e) -> Node:
@@ -286,6 +304,8 @@ class SugarBuilder:
         if len(e.args) not in (1, 2) or set(kw) - {"start"} or (len(e.args) == 2 and kw):
             raise self.fp.error("sum() takes an iterable and an optional start", e)
         start = e.args[1] if len(e.args) == 2 else kw.get("start", gast.Constant(0, None))
+        if isinstance(start, (gast.Constant, gast.Name)):  # nothing runs before it is consumed
+            consumed(e.args[0])
         return self.run_sugar(sugar.total(e.args[0], start, self.sugar_name("sum", e), e), e)
 
     def builtin_extreme(self, e, fn) -> Node:
@@ -295,6 +315,7 @@ class SugarBuilder:
         if not e.args:
             raise self.fp.error(f"{fn.value.__name__}() expects at least one argument", e)
         it = e.args[0] if len(e.args) == 1 else gast.Tuple(elts=list(e.args), ctx=gast.Load())
+        consumed(it)
         name = self.sugar_name(fn.value.__name__, e)
         return self.run_sugar(sugar.extreme(sugar.locate(it, e), is_max, name, e), e)
 
@@ -305,7 +326,34 @@ class SugarBuilder:
         if not e.args:
             return self.apply(prims.MakeList() if as_list else prims.MakeTuple(), node=e)
         name = self.sugar_name(fn.value.__name__, e)
+        consumed(e.args[0])
         return self.run_sugar(sugar.collect(e.args[0], as_list, name, e), e)
+
+    def builtin_truth(self, e, fn) -> Node:
+        """`any(items)` / `all(items)`: Python's on Python values; over traced
+        truth values, their traced reduction (`rt.truth_any`), as a value or
+        an `if` test. Over a generator expression running host code, refused:
+        Python stops at the first decisive item, and would not run the rest."""
+        if e.keywords or len(e.args) != 1:
+            raise self.fp.error(f"{fn.value.__name__}() takes exactly one argument", e)
+        arg = e.args[0]
+        if isinstance(arg, gast.GeneratorExp):
+            consumed(arg)
+            name = self.sugar_name(fn.value.__name__, e)
+            items = self.run_sugar(sugar.collect(arg, False, name, e), e)
+            maker = maker_of(items)
+            if isinstance(maker, FuncGraph) and maker.may_call_host():
+                raise self.fp.unsupported(
+                    f"{fn.value.__name__}() of a generator expression running host code "
+                    "(Python stops at the first decisive item, and runs none of the rest)",
+                    e,
+                )
+        else:
+            items = self.expr(arg)
+        if isinstance(items, Constant):
+            return self.call(fn, [items], {}, e)
+        reduce = rt.truth_any if fn.value is any else rt.truth_all
+        return self.apply(call_of(reduce, reduce.__name__), items, node=e)
 
     def builtin_iterator(self, e, fn) -> Node:
         raise self.fp.unsupported(
@@ -316,8 +364,8 @@ class SugarBuilder:
 
     def builtin_scalar(self, e, fn) -> Node:
         """`abs`, `float`, `int`, `round`, `isinstance`: folded on constants;
-        on a traced value `abs` is `jnp.abs`, `float` a cast to the float type
-        (gradient 1), `int` truncation (gradient 0), `round` `jnp.round`."""
+        on a traced value `abs` is `jnp.abs`, `int` truncation (gradient 0),
+        `round` `jnp.round`; `float` refused, as JAX's gradient refuses it."""
         args = [self.expr(a) for a in e.args]
         kwargs = {k.arg: self.expr(k.value) for k in e.keywords}
         value = fn.value
@@ -325,14 +373,20 @@ class SugarBuilder:
             return self.isinstance_call(fn, args, e)
         if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]) or len(args) != 1:
             return self.call(fn, args, kwargs, e)
-        if value in (abs, round) and static_inputs([*args, *kwargs.values()]):
+        if value in (abs, round, float) and static_inputs([*args, *kwargs.values()]):
             return self.call(fn, args, kwargs, e)  # on a shape: Python's (`calls.call`)
         if kwargs:
             raise self.fp.unsupported(f"{value.__name__}() of a traced value", e)
-        if value is float:
-            return self.apply(ops.Cast(), args[0], Constant(float, hint="float"), node=e)
+        if value is float:  # JAX's gradient raises ConcretizationTypeError
+            raise self.fp.unsupported(
+                "float() of a traced value (its Python number is not known while tracing: "
+                "use x.astype(float), or jax.lax.stop_gradient(x) for a constant)",
+                e,
+            )
         if value is int:
             return self.apply(call_of(rt.to_int, "to_int"), args[0], node=e)
+        if value is bool:  # a traced truth value, as the test of an `if` is
+            return self.apply(call_of(rt.to_bool, "to_bool"), args[0], node=e)
         target = jnp.abs if value is abs else jnp.round
         return self.call(self.fp.value_node(target, f"jnp.{target.__name__}", e), args, {}, e)
 
@@ -367,6 +421,9 @@ _BUILTINS = {
     abs: "builtin_scalar",
     float: "builtin_scalar",
     int: "builtin_scalar",
+    bool: "builtin_scalar",
+    any: "builtin_truth",
+    all: "builtin_truth",
     round: "builtin_scalar",
     isinstance: "builtin_scalar",
 }

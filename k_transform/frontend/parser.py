@@ -209,6 +209,9 @@ class FunctionParser:
                 continue  # an empty cell: unassigned in the enclosing function
         self.globals = fn.__globals__
         self.guards = guards.Recorder()  # the names read, so a rebinding is seen
+        # Names the functions it runs as Python may rebind (`guards.rebinds`),
+        # with the node naming such a function, for the message.
+        self.rebinds: dict[tuple[int, str | None], tuple[str, object, str]] = {}
         # Nodes whose ids key closure bindings: held, so no id is reused meanwhile.
         self.held: list = []
 
@@ -226,6 +229,22 @@ class FunctionParser:
         tree = self.source.tree
         builder = GraphBuilder(self, graph, None, closed=False, fdef=tree)
         builder.build_function(tree, self.bound_self)
+        graph.rebinds = self.rebinds
+        self.check_rebinds(graph)
+
+    def check_rebinds(self, graph: FuncGraph) -> None:
+        """Refuse a function that reads a global or closure name which a
+        function it calls, run as Python, may rebind (`global SCALE`): the
+        graph holds the value read at transform time, Python reads it again."""
+        rebound = {}
+        for g in graph.reachable():
+            rebound.update(g.rebinds)
+        names = guards.rebound_reads(graph, self.guards, {k: v[0] for k, v in rebound.items()})
+        if names:
+            name, node, fn_name = next(v for v in rebound.values() if v[0] == names[0])
+            raise self.unsupported(
+                f"reading the name {name!r}, which `{fn_name}` (run as Python) may rebind,", node
+            )
 
     # -- global names -------------------------------------------------------
     def resolve_global(self, name: str, node) -> Node:
@@ -265,6 +284,9 @@ class FunctionParser:
             except KTransformError as exc:  # run as Python, if it can be (python_code)
                 if not python_code.runs_as_python(value, exc):
                     python_code.defer(value, exc)  # raised where it is called
+        if is_user_function(value) and not api:  # run as Python: it may rebind names
+            for key, name in guards.rebinds(value).items():
+                self.rebinds.setdefault(key, (name, node, hint))
         return Constant(value, self.source.debug(node), hint)
 
 

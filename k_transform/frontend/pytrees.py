@@ -63,3 +63,9 @@ def constructor(cls, args: list, kwargs: dict):
 def is_replace(value) -> bool:
     """`dataclasses.replace`."""
     return value is dataclasses.replace
+
+
+def opaque_dataclass(value) -> bool:
+    """An instance of a dataclass JAX does not know as a pytree."""
+    kind = type(value)
+    return dataclasses.is_dataclass(kind) and field_names(kind) is None

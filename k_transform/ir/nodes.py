@@ -177,6 +177,9 @@ class FuncGraph:
         # augmented assignment, in place on a list or a NumPy array) or
         # "not None" (`if acc is None: acc = []` then `acc.append(v)`).
         self.changed_parameters: dict[str, tuple[str, str]] = {}
+        # Globals and closure cells the functions it runs as Python may
+        # rebind (`frontend.guards.rebinds`): key -> (name, node, function).
+        self.rebinds: dict = {}
         self.k_order = 0
 
     # -- building ---------------------------------------------------------

@@ -693,6 +693,9 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.dict_keys,
     rt.keys_within,
     rt.to_int,
+    rt.to_bool,
+    rt.truth_any,
+    rt.truth_all,
     rt.static_filter,
 )
 

@@ -381,6 +381,40 @@ def to_int(x):
     return int(x)
 
 
+def to_bool(x):
+    """`bool(x)`: Python's for a concrete value; for a traced array of one
+    item, its traced truth value (an array of more raises, as Python's)."""
+    if not is_tracer(x):
+        return bool(x)
+    if jnp.size(x) != 1:
+        raise ValueError(
+            "The truth value of an array with more than one element is ambiguous. "
+            "Use a.any() or a.all()"
+        )
+    return jnp.reshape(x, ()).astype(bool)
+
+
+def truth_any(items):
+    """`any(items)`: Python's over concrete items; a traced reduction over
+    the traced truth values once no concrete item decides it."""
+    return _truth(items, True)
+
+
+def truth_all(items):
+    """`all(items)`: as `truth_any`."""
+    return _truth(items, False)
+
+
+def _truth(items, decisive: bool):
+    items = list(items)
+    if any(not is_tracer(v) and bool(v) is decisive for v in items):
+        return decisive
+    traced = [to_bool(v) for v in items if is_tracer(v)]
+    if not traced:
+        return not decisive
+    return (jnp.any if decisive else jnp.all)(jnp.stack(traced))
+
+
 def static_filter(cond, where: str = ""):
     """A comprehension's `if` filter: concrete, or the list's length would
     depend on data (which a traced program cannot give a Python list)."""

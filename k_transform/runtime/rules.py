@@ -23,7 +23,10 @@ def mul_grad(d, factor):
     repeated sequence (`[x] * 3`: a list or tuple) and the count `factor`,
     `Repeated(d)`; for the count itself (its factor the sequence), None: an
     int has no gradient. (`d * 3` repeated the gradient list instead: only
-    the first copy's gradient reached `x`.)"""
+    the first copy's gradient reached `x`.) A None (a zero gradient, as of
+    a bool from `any(...)` in a second derivative) stays None."""
+    if d is None or factor is None:
+        return None
     if isinstance(d, (tuple, list)) and not isinstance(d, Repeated):
         if isinstance(factor, (tuple, list)):
             return None

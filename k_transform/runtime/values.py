@@ -16,6 +16,7 @@ subclasses `GradValue`; `add_grad`, `zeros_like_value` and `fit` defer to it.
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import types
 
@@ -161,6 +162,8 @@ def replace_fields(x, values, names, grad: bool = False):
         # the zero gradient of an object that is no pytree (a host value, made
         # by host code from constants: `Lin(3.0)`): its attributes take none
         return x
+    if node is None and dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **dict(zip(names, values, strict=True)))  # a new instance
     if node is None:
         raise KTransformError(f"`.{names[0]}` of a {type(x).__name__}: not a pytree with fields")
     children, treedef = node
