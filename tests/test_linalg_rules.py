@@ -1,6 +1,8 @@
 """Rules of the lax linear-algebra primitives a library call's jaxpr holds
 (`k_transform/ops/lax_linalg_rules.py`: `eigh`, `svd`, `qr`, `cholesky`,
-`lu`, `custom_linear_solve`) and `cummax`/`cummin` (`ops.lax_map`).
+`lu`, `custom_linear_solve`), `cummax`/`cummin` (`ops.lax_map`), and JAX's
+own rules of `det` and `pinv` (`ops.linalg`), finite at singular matrices
+and repeated singular values where the steps' are not.
 
 Each loss calls the public `jnp.linalg` / `jax.scipy.linalg` / `lax`
 function in code the parser reads; oracle: `jax.grad`, `jax.jvp` (and
@@ -93,6 +95,10 @@ def lstsq(a):
     return jnp.sum(jnp.sin(jnp.linalg.lstsq(a, jnp.arange(4.0))[0]))
 
 
+def cho_solve(a):  # cho_factor's `lower` flag stays a Python bool
+    return jnp.sum(jnp.sin(jsl.cho_solve(jsl.cho_factor(spd(a)), jnp.arange(4.0))))
+
+
 def cummax(a):
     return jnp.sum(jnp.sin(jax.lax.cummax(a, axis=0)) * jnp.arange(4.0)[:, None])
 
@@ -127,6 +133,7 @@ CASES = [
     (expm, SQUARE),
     (pinv, TALL),
     (lstsq, TALL),
+    (cho_solve, SQUARE),
     (cummax, SQUARE),
     (cummin_reverse, SQUARE),
     (cummax_ties, TIES),
@@ -145,6 +152,52 @@ def test_grad_and_jvp(f, x):
     _close(kt.grad(f)(x), jax.grad(f)(x))
     v = jnp.asarray(RNG.randn(*x.shape), x.dtype)
     _close(kt.jvp(f, (x,), (v,))[1], jax.jvp(f, (x,), (v,))[1])
+
+
+def _low_rank(m: int, n: int, rank: int):
+    return jnp.asarray(RNG.randn(m, rank) @ RNG.randn(rank, n), jnp.float32)
+
+
+def pinv_hermitian_rtol(a):  # a traced rtol; pinv of (a + a^T) / 2
+    return jnp.sum(jnp.sin(jnp.linalg.pinv(a, rtol=0.05, hermitian=True)) * jnp.arange(3.0))
+
+
+def det_sin(a):
+    return jnp.sin(2.0 * jnp.linalg.det(a))
+
+
+def det_in_library(a):  # jax.scipy.linalg.det: jnp.linalg.det's custom_jvp in a jaxpr
+    return jsl.det(a) * 3.0
+
+
+SINGULAR = [
+    (pinv, jnp.eye(4, 3, dtype=jnp.float32)),  # repeated singular values
+    (pinv_hermitian_rtol, jnp.diag(jnp.asarray([2.0, 1.0, 0.0], jnp.float32))),
+    (det_sin, _low_rank(4, 4, 3)),
+    (det_sin, jnp.diag(jnp.asarray([1.0, 2.0, 0.0, 0.0], jnp.float32))),
+    (det_in_library, _low_rank(4, 4, 3)),
+]
+
+
+@pytest.mark.parametrize(
+    "f, x", SINGULAR, ids=[f"{f.__name__}-{k}" for k, (f, _) in enumerate(SINGULAR)]
+)
+def test_singular_points(f, x):
+    """JAX's rules give finite numbers there (NaN from the steps)."""
+    expected = jax.grad(f)(x)
+    assert np.all(np.isfinite(expected))
+    _close(kt.grad(f)(x), expected)
+    v = jnp.asarray(RNG.randn(*x.shape), x.dtype)
+    _close(kt.jvp(f, (x,), (v,))[1], jax.jvp(f, (x,), (v,))[1])
+
+
+def test_det_second_order():
+    """Reverse over reverse through `adjugate` (an LU): a Hessian-vector
+    product at a nonsingular matrix."""
+    w = jnp.asarray(RNG.randn(4, 4), jnp.float32)
+    ours = kt.grad(lambda a: jnp.sum(kt.grad(det_sin)(a) * w))(SQUARE)
+    theirs = jax.grad(lambda a: jnp.sum(jax.grad(det_sin)(a) * w))(SQUARE)
+    _close(ours, theirs, tol=2e-3)
 
 
 @pytest.mark.parametrize("f", [eigenvalues, qr_factors])

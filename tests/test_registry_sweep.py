@@ -102,6 +102,7 @@ INTERNAL = (
     OverloadIndex,  # MultitypeFuncGraph's dispatch: tests/test_ms_multitype.py
     MakePartial,
     Custom,  # ops.Custom(func_type="pyfunc"): tests/test_ms_custom.py
+    ops.Pinv,  # jnp.linalg.pinv's custom_jvp body, in a jaxpr: tests/test_linalg_rules.py
 )
 
 

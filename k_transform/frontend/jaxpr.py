@@ -370,7 +370,8 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
             return _inline(graph, ours.jaxpr, [Constant(c) for c in ours.consts], args, None)
         ruled = _jax_rule_primitive(eqn, body) if name == "custom_jvp_call" else None
         if ruled is not None:
-            operands = args[eqn.params["num_consts"] :]
+            takes_consts = getattr(ruled, "takes_consts", False)  # (`ops.linalg.Pinv`)
+            operands = args if takes_consts else args[eqn.params["num_consts"] :]
             debug = DebugInfo(name=name)
             return [graph.apply(Constant(ruled, hint=ruled.name), *operands, debug=debug)]
         if isinstance(body, jex_core.ClosedJaxpr):
@@ -736,18 +737,23 @@ CONTROL = {"while": _while, "cond": _cond, "scan": _scan}
 
 
 class _Static:
-    """A function a library call returns (`ravel_pytree`'s `unflatten`): a
-    value of the call's graph, the same at each call with these argument
-    shapes; a call of it in the program is a call of a library function. One
-    holding a traced array (a closure over the call's values) is refused: it
-    would carry a value of this trace out of it."""
+    """A function or a Python scalar a library call returns (`ravel_pytree`'s
+    `unflatten`, `cho_factor`'s `lower` flag): a value of the call's graph,
+    the same at each call with these argument shapes (a Python value cannot
+    depend on a traced one); a call of a function is a call of a library
+    function, a flag stays a Python value that JAX takes as static. A
+    function holding a traced array (a closure over the call's values) is
+    refused: it would carry a value of this trace out of it."""
 
     def __init__(self, value):
         self.value = value
 
     @staticmethod
     def of(leaf, hint: str):
-        """`leaf` as a _Static if it is a function, else None (an array)."""
+        """`leaf` as a _Static if it is a function or a Python scalar, else
+        None (an array)."""
+        if isinstance(leaf, (bool, int, float, complex, str)):
+            return _Static(leaf)
         if not callable(leaf) or hasattr(leaf, "shape"):
             return None
         if _holds_a_tracer(leaf):

@@ -1,7 +1,7 @@
 """Gradient rules of the lax linear-algebra primitives with no `ops` twin
 (`eigh`, `svd`, `qr`, `cholesky` of an operand not symmetrized first), as a
-library call's jaxpr holds them (`jnp.linalg.eigh`, `svd`, `qr`, `pinv`'s
-steps, `jax.scipy.linalg.cho_factor`).
+library call's jaxpr holds them (`jnp.linalg.eigh`, `svd`, `qr`, `lstsq`'s
+steps, `jax.scipy.linalg.cho_factor`; `pinv` and `det` are `ops.linalg`'s).
 
 Same contract as `k_transform.ops.lax_rules`: a getter per lax class reads
 the parameters and input avals statically and returns a bprop written with

@@ -4,19 +4,28 @@
 `Cholesky` (lower factor), `TriangularSolve(lower, trans, unit_diagonal)(a,
 b)` (`jax.scipy.linalg.solve_triangular`; b a vector or a matrix),
 `Norm(keep_dims)(x, axis)` (`jnp.linalg.norm` with the default ord: the
-2-norm of vectors, Frobenius of matrices) and `Einsum(equation)(a, b)` for two
-operands with explicit letters (no `...`, no letter twice in one operand).
+2-norm of vectors, Frobenius of matrices), `Einsum(equation)(a, b)` for two
+operands with explicit letters (no `...`, no letter twice in one operand) and
+`Pinv(body, hermitian)` (`jnp.linalg.pinv`, as its jaxpr holds it).
+
+`Det` and `Pinv` have rules of JAX's own (a `custom_jvp`), finite where the
+steps' are not: `det`'s gradient at a singular matrix is its cofactor matrix
+(`adjugate`, JAX's `_cofactor_solve`), `pinv`'s at repeated or zero
+singular values is Golub and Pereyra's formula (the steps, an `svd`, divide
+by differences of singular values).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+from jax.extend import core as jax_core
 
 from k_transform.bprop_registry.helpers import rule
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.ops.base import AttrPrimitive, JaxPrimitive, elementwise
 from k_transform.ops.mapping import NONE, map_functions, register_function
 from k_transform.ops.math import Tril, Triu
 from k_transform.ops.reduce import _unreduce
@@ -104,6 +113,26 @@ class Einsum(JaxPrimitive):
         return f"{e.ref(jnp.einsum, 'jnp.einsum')}({self.equation!r}, {args[0]}, {args[1]})"
 
 
+class Pinv(AttrPrimitive):
+    """`Pinv(body, hermitian)(*consts, a)`: `jnp.linalg.pinv(a, rtol, hermitian)`
+    computed by `body`, the ClosedJaxpr of JAX's custom_jvp `_pinv` as a
+    jaxpr's `custom_jvp_call` holds it: a traced `rtol` is its one constant
+    (an input before `a`, no gradient), a static one is baked in.
+    `takes_consts`: the importer passes the call's constants too."""
+
+    takes_consts = True
+
+    def __init__(self, body, hermitian: bool = False):
+        super().__init__(body=body, hermitian=hermitian)
+        self.n_inputs = len(body.jaxpr.invars)
+
+    def impl(self, *args):
+        return jax_core.jaxpr_as_fun(self.body)(*args)[0]
+
+    def __repr__(self):
+        return f"Pinv[hermitian={self.hermitian}]"
+
+
 map_functions(
     {
         Inv: (jnp.linalg.inv, np.linalg.inv),
@@ -182,9 +211,65 @@ def bprop_solve(a, b, out, dout):
     return sum_to(da, a), sum_to(db, b)
 
 
+def adjugate(a):
+    """adj(a) = det(a) a^-1, finite where a is singular: JAX's
+    `_cofactor_solve(a, I)` (its `det`'s jvp rule). With p a = l u, adj(a) =
+    det(a) u^-1 l^-1 p. u's last pivot (0 at rank n - 1) is replaced by 1 /
+    (the signed product of the others) and the rows of l^-1 p but the last
+    are scaled by det(a): one solve with that u is det(a) u^-1 l^-1 p, with
+    no division by the last pivot. Where that solve still overflows (another
+    pivot is 0: rank n - 2 or less), adj(a) = 0, as JAX's."""
+    n = a.shape[-1]
+    if n == 1:
+        return jnp.ones_like(a)
+    lu, pivots, permutation = jax.lax.linalg.lu(a)
+    parity = jnp.count_nonzero(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
+    sign = (1 - 2 * (parity % 2)).astype(a.dtype)
+    partial_det = jnp.cumprod(jnp.diagonal(lu, axis1=-2, axis2=-1), axis=-1) * sign[..., None]
+    lu = lu.at[..., -1, -1].set(1.0 / partial_det[..., -2])
+    ones = jnp.ones(a.shape[:-1] + (1,), a.dtype)
+    test = jsl.solve_triangular(lu, ones, lower=False)
+    singular = jnp.any(jnp.isnan(test) | jnp.isinf(test), axis=(-2, -1))[..., None, None]
+    rows = (jnp.expand_dims(permutation, -1) == jnp.arange(n)).astype(a.dtype)  # p
+    x = jnp.where(singular, 0.0, rows)
+    x = jsl.solve_triangular(lu, x, lower=True, unit_diagonal=True)
+    scale = jnp.where(jnp.arange(n) == n - 1, 1.0, partial_det[..., -1:])
+    x = jsl.solve_triangular(lu, x * jnp.expand_dims(scale, -1), lower=False)
+    return jnp.where(singular, 0.0, x)
+
+
 @rule(Det)
 def bprop_det(a, out, dout):
-    return (_as_matrix(dout * out) * _t(jnp.linalg.inv(a)),)
+    """JAX's rule: d det = tr(adj(a) da), finite at a singular a."""
+    return (_as_matrix(dout) * _t(adjugate(a)),)
+
+
+def _pinv_gradient(a, p, g):
+    """JAX's jvp (Golub and Pereyra), P = pinv(a), transposed:
+    da = -P^T g P^T + (I - a P) g^T P P^T + P^T P g^T (I - P a)."""
+    x = (_t(g) @ p) @ _t(p)
+    y = _t(p) @ (p @ _t(g))
+    return -(_t(p) @ g @ _t(p)) + x - a @ (p @ x) + y - (y @ p) @ a
+
+
+def _symmetric(a):
+    return 0.5 * (a + _t(a))
+
+
+@bprop_getters.register(Pinv)
+def get_bprop_pinv(self):
+    """`hermitian`: pinv reads (a + a^T) / 2, so does JAX's rule (its
+    gradient is symmetrized); the constant `rtol` gets none."""
+    hermitian = self.hermitian
+
+    def gradient(a, out, dout):
+        if hermitian:
+            return _symmetric(_pinv_gradient(_symmetric(a), out, dout))
+        return _pinv_gradient(a, out, dout)
+
+    if self.n_inputs == 2:
+        return lambda rtol, a, out, dout: (None, gradient(a, out, dout))
+    return lambda a, out, dout: (gradient(a, out, dout),)
 
 
 @rule(Slogdet)

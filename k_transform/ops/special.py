@@ -5,7 +5,10 @@ Their bodies compute the value safely (`where(x == 0, 0, x * log(y))`, a
 `max` and an `abs` in `logaddexp`, a Maclaurin constant in `sinc` at 0), and
 differentiating those steps gives other numbers than JAX at the special points:
 `xlogy(0, y)`' is 0 there (JAX: `log y`), `logaddexp` at a tie has second
-derivative 0 (JAX: 1/4), `relu6` at 0 and 6 gets half (JAX: 0). Each rule
+derivative 0 (JAX: 1/4), `relu6` at 0 and 6 gets half (JAX: 0), `det` (from
+an LU) at a singular matrix and `pinv` (from an `svd`) at repeated or zero
+singular values give NaN (JAX: cofactors, a finite formula; those two
+primitives and rules are `ops.linalg`'s `Det` and `Pinv`). Each rule
 below is the JAX rule written with primitives that differentiate again, so
 jvp and second derivatives are JAX's too.
 
@@ -34,6 +37,7 @@ from jax.extend import core as jax_core
 from k_transform.bprop_registry.helpers import rule, unary
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.ops.linalg import Det, Pinv
 from k_transform.ops.mapping import map_functions
 from k_transform.ops.math import ReLU
 from k_transform.ops.structural import SumTo
@@ -133,8 +137,27 @@ def _sinc_maclaurin_call(body):
     return SincMaclaurin(0) if last.primitive.name == "add" and added == [1.0] else None
 
 
+def _calls(jaxpr, name: str) -> bool:
+    """Whether `jaxpr` (or one inside it, a `jit`'s) has an equation of lax `name`."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            return True
+        inner = eqn.params.get("jaxpr")
+        if inner is not None and _calls(getattr(inner, "jaxpr", inner), name):
+            return True
+    return False
+
+
+def _pinv_call(body):
+    """`jnp.linalg.pinv`'s `_pinv`: `hermitian` is static, so not a parameter
+    of the call, but its body then decomposes with `eigh` (else `svd`)."""
+    return Pinv(body, hermitian=_calls(body.jaxpr, "eigh"))
+
+
 # (JAX source file, function name) of a custom_jvp function -> builder(body, a
-# ClosedJaxpr) of the primitive a call of it becomes (None: its body is imported)
+# ClosedJaxpr) of the primitive a call of it becomes (None: its body is
+# imported); the primitive takes the call's operands after its constants, or
+# all of them when it `takes_consts`
 CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "xlogy"): lambda body: XLogY(),
     ("jax/_src/scipy/special.py", "xlog1py"): lambda body: XLog1pY(),
@@ -144,4 +167,6 @@ CUSTOM_JVP = {
     ("jax/_src/nn/functions.py", "relu"): lambda body: ReLU(),
     ("jax/_src/nn/functions.py", "relu6"): lambda body: ReLU6Jax(),
     ("jax/_src/numpy/ufuncs.py", "_sinc_maclaurin"): _sinc_maclaurin_call,
+    ("jax/_src/numpy/linalg.py", "_det"): lambda body: Det(),
+    ("jax/_src/numpy/linalg.py", "_pinv"): _pinv_call,
 }
