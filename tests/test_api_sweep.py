@@ -471,7 +471,6 @@ _SERIES = (
     "NaN partials (our own rule for it would fix this)"
 )
 KNOWN_FAILING = {
-    "jnp.polyfit": "the lax primitive `svd` has no gradient rule (linalg inside a jaxpr)",
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jnp.piecewise": _FN_ARG + " (tracing fails: 'tuple' object has no attribute 'astype')",
     "jsp.betainc": "the lax primitive `regularized_incomplete_beta` has no gradient rule",

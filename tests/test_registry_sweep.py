@@ -87,6 +87,7 @@ INTERNAL = (
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
     prims.PythonValueCall,  # math on shapes: tests/test_third_party_crashes.py
     prims.Written,  # which scatter writes apply (no gradient): tests/test_scatter_writes.py
+    prims.ArrayIndex,  # a list index of an array (no gradient): tests/test_crash_fixes.py
     control.EachItem,  # item k of a `for`'s tangent; each the other's rule:
     control.EachItemGrad,  # tests/test_structure_edges.py (jvp, grad, jvp of grad)
     ops.AddN,  # MindSpore's names, swept against jax.grad: tests/test_ms_dropin_ops.py
@@ -158,6 +159,7 @@ SHIFTS = Arr(value=[1, 2, 0], domain="int")
 UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
 IDX = np.array([2, 0, 2], np.int32)
 GETITEM_GRAD = ops.GetItemGrad()
+GRAD_ITEM = ops.GradItem()
 TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
 TREE_STACK_AT, TREE_SET = trees.TreeStackAt(), trees.TreeSet()
 TREE_INDEX_AT, TREE_PUT_AT = trees.TreeIndexAt(), trees.TreePutAt()
@@ -178,6 +180,8 @@ UNFLATTEN = prims.Unflatten(jax.tree_util.tree_structure(Pair(0, 0)))
 SUM_TO = ops.SumTo()
 SPREAD_LIKE = ops.SpreadLike()
 ITEMS_GRAD = ops.ItemsGrad((0, 2, -4))  # -4 is row 0 again: its gradients add
+GRAD_ITEMS = ops.GradItems((0, 2, -4))
+ITEMS_GRAD_OF = ops.ItemsGradOf((0, 2, -4))
 SPLIT_LIKE = ops.SplitLike(1)
 INVERT_PERMUTATION = ops.InvertPermutation()
 MATMUL_TB = ops.MatMul(transpose_b=True)
@@ -486,9 +490,12 @@ CASES = [
     case(FIELDS, lambda x, y: FIELDS(Pair(x, y)), (2,), (3,), args=lambda x, y: (Pair(x, y),)),
     case(prims.ReplaceFields(("b",)), lambda x, y, z: Pair(x, y)._replace(b=z), (2,), (3,), (3,), args=lambda x, y, z: (Pair(x, y), (z,))),  # noqa: E501
     case(ops.GetItemGrad(), lambda x, d: GETITEM_GRAD(x, IDX, d), (4, 2), (3, 2), args=lambda x, d: (x, IDX, d)),  # noqa: E501
+    case(ops.GradItem(), lambda d: GRAD_ITEM(d, IDX), (4, 2), args=lambda d: (d, IDX)),
     case(ops.SumTo(), lambda g, like: SUM_TO(g, like), (2, 3, 4), (3, 1)),
     case(ops.SpreadLike(), lambda d, g: SPREAD_LIKE(d, g), (3, 1), (2, 3, 4)),
     case(ops.ItemsGrad((0, 2, -4)), lambda x, a, b, c: ITEMS_GRAD(x, a, b, c), (4, 2), (2,), (2,), (2,)),  # noqa: E501
+    case(ops.GradItems((0, 2, -4)), lambda d: GRAD_ITEMS(d), (4, 2)),
+    case(ops.ItemsGradOf((0, 2, -4)), lambda x, a, b, c: ITEMS_GRAD_OF(x, (a, b, c)), (4, 2), (2,), (2,), (2,), args=lambda x, a, b, c: (x, (a, b, c))),  # noqa: E501
     # -- rows of pytrees (the lax.scan / jax.vmap models) --
     case(trees.TreeIndex(), lambda x: TREE_INDEX(x, 1), (3, 2), args=lambda x: (x, 1)),
     case(trees.TreePut(), lambda like, y: TREE_PUT(like, 2, y), (3, 2), (2,), args=lambda like, y: (like, 2, y)),  # noqa: E501

@@ -20,7 +20,7 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.control import prims as control
 from k_transform.frontend import guards
-from k_transform.frontend.closures import ClosureSite
+from k_transform.frontend.closures import ClosureSite, is_maker
 from k_transform.frontend.control_flow import close_graphs
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
@@ -209,7 +209,19 @@ class ExpressionBuilder:
         return self.fp.value_node(attr, hint, e)
 
     def expr_Subscript(self, e) -> Node:
-        return self.apply(prims.GetItem(), self.expr(e.value), self.index(e.slice), node=e)
+        value = self.expr(e.value)
+        return self.apply(prims.GetItem(), value, self.item_index(value, e.slice), node=e)
+
+    def item_index(self, container: Node, s) -> Node:
+        """The index of `container[s]`. A list (a literal, or a name bound to
+        one) means NumPy's integer or boolean array index where `container`
+        is an array at run time (`rt.array_index`; JAX refuses a list)."""
+        index = self.index(s)
+        if is_maker(index, prims.MakeList) or (
+            isinstance(index, Constant) and isinstance(index.value, list)
+        ):
+            return self.apply(prims.ArrayIndex(), container, index, node=s)
+        return index
 
     def index(self, s) -> Node:
         if isinstance(s, gast.Slice):

@@ -167,7 +167,7 @@ class StatementBuilder:
                 self.assign(elt, item, s)
         elif isinstance(target, gast.Subscript):
             container = self.expr(_as_load(target.value))
-            index = self.index(target.slice)
+            index = self.item_index(container, target.slice)
             updated = self.apply(prims.SetItem(), container, index, value, node=s)
             self.assign(_as_store(target.value), updated, s)
         elif isinstance(target, gast.Attribute):

@@ -52,6 +52,10 @@ GetItemGrad = elementwise(
     "GetItemGrad", rt.getitem_grad, "_rt.getitem_grad", 3, "Zeros like `x` with `dout` at `index`."
 )
 
+GradItem = elementwise(
+    "GradItem", rt.grad_item, "_rt.grad_item", 2, "`d[index]`, None where the gradient `d` is None."
+)
+
 
 class ItemsGrad(RuntimeCall):
     """`items_grad(x, d_1, ..., d_n)`: the gradient of `x` from those of its
@@ -69,6 +73,38 @@ class ItemsGrad(RuntimeCall):
     def emit(self, e, args):
         fn, indices = e.ref(self.module, self.alias), e.value_source(self.indices)
         return f"{fn}.items_grad({args[0]}, {indices}, {', '.join(args[1:])})"
+
+
+class GradItems(RuntimeCall):
+    """`grad_items(d)`: the tuple of the items `indices` of the gradient `d`
+    (`rt.grad_items`; `ItemsGrad`'s rule, without a loop over `indices`)."""
+
+    n_inputs = 1
+    rt_name = "grad_items"
+
+    def __init__(self, indices: tuple):
+        super().__init__("grad_items", indices=indices)
+
+    def extra(self) -> list:
+        return [self.indices]
+
+
+class ItemsGradOf(RuntimeCall):
+    """`items_grad_of(x, douts)`: `ItemsGrad` with its item gradients as one
+    tuple (`rt.items_grad_of`); `GradItems`' transpose."""
+
+    n_inputs = 2
+    rt_name = "items_grad_of"
+
+    def __init__(self, indices: tuple):
+        super().__init__("items_grad_of", indices=indices)
+
+    def impl(self, x, douts):
+        return rt.items_grad_of(x, self.indices, douts)
+
+    def emit(self, e, args):
+        fn, indices = e.ref(self.module, self.alias), e.value_source(self.indices)
+        return f"{fn}.items_grad_of({args[0]}, {indices}, {args[1]})"
 
 
 ZerosLike = elementwise(
@@ -257,21 +293,47 @@ class JoinAux(RuntimeCall):
 # K-graphs differentiate again.
 
 getitem_grad = GetItemGrad()
+grad_item = GradItem()
 sum_to = SumTo()
 zeros_like = ZerosLike()
 
 
 @rule(GetItemGrad)
 def bprop_getitem_grad(x, index, dout_, out, dd):
-    return zeros_like(x), None, dd[index]
+    return zeros_like(x), None, grad_item(dd, index)
+
+
+@rule(GradItem)
+def bprop_grad_item(d, index, out, dout):
+    return getitem_grad(d, index, dout), None
 
 
 @bprop_getters.register(ItemsGrad)
 def get_bprop_items_grad(self):
-    indices = self.indices
+    items = GradItems(self.indices)
 
     def bprop(xs, out, dout):
-        return (zeros_like(xs[0]), *[dout[i] for i in indices])
+        return (zeros_like(xs[0]),) + items(dout)
+
+    return bprop
+
+
+@bprop_getters.register(GradItems)
+def get_bprop_grad_items(self):
+    back = ItemsGradOf(self.indices)
+
+    def bprop(d, out, dout):
+        return (back(d, dout),)
+
+    return bprop
+
+
+@bprop_getters.register(ItemsGradOf)
+def get_bprop_items_grad_of(self):
+    items = GradItems(self.indices)
+
+    def bprop(x, douts, out, dout):
+        return zeros_like(x), items(dout)
 
     return bprop
 

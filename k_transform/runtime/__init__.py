@@ -28,8 +28,10 @@ from k_transform.runtime.bounds import (  # noqa: F401
 from k_transform.runtime.python import (  # noqa: F401
     NO_CAUSE,
     Formatted,
+    array_index,
     as_sequence,
     assert_,
+    assigned_span,
     copy_value,
     dict_keys,
     each_count,
@@ -68,7 +70,10 @@ from k_transform.runtime.python import (  # noqa: F401
 )
 from k_transform.runtime.rules import (  # noqa: F401
     getitem_grad,
+    grad_item,
+    grad_items,
     items_grad,
+    items_grad_of,
     mul_grad,
     spread_like,
     sum_to,

@@ -63,6 +63,19 @@ def setitem(x, index, value):
     return jnp.asarray(x).at[index].set(value)
 
 
+def array_index(x, index):
+    """The index of `x[index]` for a list `index`: where `x` is an array, the
+    integer or boolean array NumPy reads the list as (JAX refuses a list);
+    for a list, tuple, dict or other object, `index` itself, as Python has it."""
+    if not isinstance(index, list) or isinstance(x, (list, tuple, dict)):
+        return index
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        return index
+    if any_traced(index):
+        return jnp.asarray(index)
+    return np.asarray(index, dtype=np.intp if not index else None)
+
+
 def written(x, index, kept: bool):
     """Which items of `x[index]` an update `x.at[index]` applies: not one out
     of bounds (dropped, as JAX's scatter drops it), and with `kept` (a `set`)
@@ -127,6 +140,18 @@ def insert_position(n: int, index: int) -> int:
 def pop_position(n: int, index: int) -> int:
     """The position `pop(index)` removes from a list of length `n`."""
     return index + n if index < 0 else index
+
+
+def assigned_span(n: int, index: slice, n_out: int) -> slice:
+    """Where the items `lst[index] = v` assigned sit in the new list, for a
+    list of length `n` that has length `n_out` after: a simple slice
+    (step 1) replaces `lst[start:stop]` by all of `v`, so the list may grow
+    or shrink; an extended slice keeps the length and the positions."""
+    start, stop, step = index.indices(n)
+    if step != 1:
+        return slice(start, stop, step)
+    stop = max(stop, start)
+    return slice(start, start + n_out - n + stop - start)
 
 
 def copy_value(x):

@@ -79,8 +79,10 @@ def spread_like(d, g, tail: bool = False):
 
 def getitem_grad(x, index, dout):
     """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
-    if isinstance(x, range):  # integers: no gradient
+    if x is None or isinstance(x, range):  # no gradient (`x`: a zero gradient), integers
         return None
+    if dout is None:
+        return zeros_like_value(x)
     if isinstance(x, (tuple, list)):
         grads = [zeros_like_value(v) for v in x]
         grads[index] = dout
@@ -94,6 +96,23 @@ def getitem_grad(x, index, dout):
         return padded
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return zeros.at[index].add(jnp.asarray(dout, zeros.dtype))
+
+
+def grad_item(d, index):
+    """Item `index` of the gradient `d` of a sequence or dict: None where `d`
+    is None (the zero gradient, whose items are all zero)."""
+    return None if d is None else d[index]
+
+
+def grad_items(d, indices: tuple) -> tuple:
+    """The items `indices` of the gradient `d` (`grad_item` of each)."""
+    return tuple(grad_item(d, i) for i in indices)
+
+
+def items_grad_of(x, indices: tuple, douts):
+    """`items_grad` with the item gradients as one tuple (None: all zero),
+    the transpose of `grad_items`."""
+    return items_grad(x, indices, *(douts if douts is not None else (None,) * len(indices)))
 
 
 def items_grad(x, indices: tuple, *douts):
