@@ -335,7 +335,13 @@ def _module(path: pathlib.Path, name: str, fn: str):
     return module
 
 
-def test_env_keys_unique_per_source_file(tmp_path):
+def test_env_keys_unique_per_source_file(tmp_path, monkeypatch):
+    # (files under no `sys.path` entry: shown by base name; an earlier test of
+    # the run may have put a folder above `tmp_path` on the path)
+    outside = [
+        p for p in sys.path if not str(tmp_path).startswith(os.path.abspath(p or ".") + os.sep)
+    ]
+    monkeypatch.setattr(sys, "path", outside)
     (tmp_path / "other").mkdir()
     sin_g = _module(tmp_path / "mod_sin.py", "mod_sin", "sin")
     cos_g = _module(tmp_path / "mod_cos.py", "mod_cos", "cos")

@@ -167,6 +167,9 @@ class StatementBuilder:
                 self.assign(elt, item, s)
         elif isinstance(target, gast.Subscript):
             container = self.expr(_as_load(target.value))
+            if isinstance(target.slice, gast.Slice) and _known_list(container):
+                # (SetItem's rule keeps a list's length; a slice may change it)
+                raise self.fp.unsupported("assignment to a slice of a list (`a[i:j] = ...`)", s)
             index = self.item_index(container, target.slice)
             updated = self.apply(prims.SetItem(), container, index, value, node=s)
             self.assign(_as_store(target.value), updated, s)
@@ -174,6 +177,14 @@ class StatementBuilder:
             raise self.fp.unsupported("assignment to an attribute (`obj.attr = ...`)", s)
         else:
             raise self.fp.unsupported(f"assignment to {type(target).__name__}", s)
+
+
+def _known_list(node) -> bool:
+    """Whether the parser's `node` surely is a Python list."""
+    if isinstance(node, Constant):
+        return isinstance(node.value, list)
+    prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
+    return isinstance(prim, (prims.MakeList, prims.ListAppend, prims.ListExtend, prims.ListInsert))
 
 
 def _may_be_mutable(node) -> bool:

@@ -429,7 +429,7 @@ def clip_by_value(x, clip_value_min=None, clip_value_max=None):
     """min(max(x, low), high), on a tensor or each of a tuple or list: at a
     bound the derivative is 1/2 (MindSpore's maximum and minimum share ties)."""
     if isinstance(x, (tuple, list)):
-        return type(x)(clip_by_value(t, clip_value_min, clip_value_max) for t in x)
+        return type(x)([clip_by_value(t, clip_value_min, clip_value_max) for t in x])
     if clip_value_min is not None:
         x = jnp.maximum(x, clip_value_min)
     if clip_value_max is not None:
@@ -447,7 +447,7 @@ def clip_by_global_norm(x, clip_norm=1.0, use_norm=None):
     if use_norm is not None:
         raise ValueError("ops.clip_by_global_norm: `use_norm` only supports None (MindSpore's)")
     scale = clip_norm / jnp.maximum(_global_norm(x), clip_norm)
-    return type(x)(t * scale for t in x)
+    return type(x)([t * scale for t in x])
 
 
 def clip_by_norm(x, max_norm, norm_type=2.0, error_if_nonfinite=False):
@@ -461,7 +461,7 @@ def clip_by_norm(x, max_norm, norm_type=2.0, error_if_nonfinite=False):
             1 / norm_type
         )
     scale = jnp.minimum(max_norm / (total + 1e-6), 1.0)
-    return type(x)(t * scale for t in xs) if many else x * scale
+    return type(x)([t * scale for t in xs]) if many else x * scale
 
 
 # -- losses (`reduction`: "mean", "sum" or "none")

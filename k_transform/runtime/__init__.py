@@ -31,7 +31,6 @@ from k_transform.runtime.python import (  # noqa: F401
     array_index,
     as_sequence,
     assert_,
-    assigned_span,
     copy_value,
     dict_keys,
     each_count,
