@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml | $(PY)
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n auto --dist worksteal
 
 lint: install
 	$(VENV)/bin/ruff check $(SOURCES)

@@ -148,12 +148,13 @@ def test_jvp_and_second_order_eager(name, restore_mode):
 
 @pytest.mark.parametrize("name", GRAPH)
 def test_jvp_and_second_order_jitted(name, restore_mode):
-    for args in CASES[name].inputs[:2]:
-        check_jvp_and_second_order(CASES[name], args)
+    # (one input: each compiles anew; eager mode above runs the second one)
+    check_jvp_and_second_order(CASES[name], CASES[name].inputs[0])
 
 
-@pytest.mark.parametrize("name", EAGER)
+@pytest.mark.parametrize("name", [n for n in EAGER if n not in GRAPH_THIRD])
 def test_third_order_eager(name, restore_mode):
+    """(The programs of `GRAPH_THIRD` are checked compiled, below.)"""
     kt.set_mode("eager")
     check_third_order(CASES[name], CASES[name].inputs[0])
 

@@ -308,13 +308,15 @@ def test_jacobian_positions_with_aux(jac, run):
     close(got, theirs(with_aux, argnums=(0, 1), has_aux=True)(Y, Z))
 
 
-@pytest.mark.parametrize("jitted", [False, True], ids=["graph", "kt_jit"])
-@pytest.mark.parametrize("inner", list(KT_JACOBIANS))
-@pytest.mark.parametrize("outer", list(KT_JACOBIANS))
+@pytest.mark.parametrize(
+    ("outer", "inner", "jitted"),
+    [(o, i, False) for o in KT_JACOBIANS for i in KT_JACOBIANS] + [("jacfwd", "jacrev", True)],
+    ids=lambda v: {False: "graph", True: "kt_jit"}.get(v, v) if isinstance(v, bool) else v,
+)
 def test_nested_jacobians_positions(outer, inner, jitted):
     """`jacfwd(jacrev(f))` with several positions and outputs, both output-major
-    (compiled and inside `kt.jit`; eager mode runs the same program op by op:
-    left out for CI time, as the other tests here cover it)."""
+    (compiled, and one pair inside `kt.jit`; eager mode runs the same program
+    op by op: left out for CI time, as the other tests here cover it)."""
     ours = KT_JACOBIANS[outer](KT_JACOBIANS[inner](vector_output, (0, 1)), (0, 1))
     theirs = JAX_JACOBIANS[outer](JAX_JACOBIANS[inner](vector_output, (0, 1)), (0, 1))
     call = kt.jit(lambda y, z: ours(y, z)) if jitted else ours
