@@ -4,14 +4,13 @@ gradient equal Python's, checked against JAX's or float64 finite differences)
 or refused naming the line (`kt.set_strict(True)`); refused, a plain function
 runs as Python, so its numbers are Python's."""
 
-import inspect
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import k_transform as kt
+from tests.refusals import line_of, strict_refusal
 
 X = jnp.array(0.7)
 V = jnp.array([0.5, -1.0, 2.0])
@@ -238,17 +237,9 @@ def test_shared_objects_give_pythons_numbers(fn, x, call, mode):
 
 @pytest.mark.parametrize("fn, x, call", REFUSED, ids=[c[0].__name__ for c in REFUSED])
 def test_shared_objects_are_refused_naming_the_line(fn, x, call):
-    kt.set_strict(True)
-    try:
-        with pytest.raises(kt.KTransformError) as info:
-            kt.value_and_grad(fn)(x)
-    finally:
-        kt.set_strict(False)
-    message = str(info.value)
+    message = strict_refusal(fn, x)
     assert "test_aliasing.py" in message
-    lines, first = inspect.getsourcelines(fn)
-    line = next(first + k for k, text in enumerate(lines) if call in text)
-    assert f"line {line}" in message, message
+    assert f"line {line_of(fn, call)}" in message, message
 
 
 def test_items_put_by_name_stay_errors():

@@ -16,6 +16,7 @@ import pytest
 
 import k_transform as kt
 from k_transform.frontend import guards, parser
+from tests.refusals import line_of, strict_refusal
 
 X = jnp.array(0.7)
 V = jnp.array([0.5, -1.0, 2.0])
@@ -34,18 +35,10 @@ def same_as_jax(fn, x):
 def refused_at(fn, x, text: str, needle: str, where=None):
     """Strict mode refuses `fn` with a message holding `text`, naming the line
     of `fn` (or of `where`) holding `needle`."""
-    kt.set_strict(True)
-    try:
-        with pytest.raises(kt.KTransformError) as info:
-            kt.value_and_grad(fn)(x)
-    finally:
-        kt.set_strict(False)
-    message = str(info.value)
+    message = strict_refusal(fn, x)
     assert text in message
     assert "test_host_semantics.py" in message
-    lines, first = inspect.getsourcelines(where or fn)
-    line = next(first + k for k, t in enumerate(lines) if needle in t)
-    assert f"line {line}" in message
+    assert f"line {line_of(where or fn, needle)}" in message
 
 
 # -- containers changed in place between calls ---------------------------------------------

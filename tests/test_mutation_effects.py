@@ -13,6 +13,7 @@ import pytest
 
 import k_transform as kt
 from k_transform.frontend import python_code
+from tests.refusals import line_of, strict_refusal
 
 
 class Acc:
@@ -243,18 +244,10 @@ def test_value_and_gradient_are_pythons_or_refused(fn, x, call):
     "fn, x, call", [c for c in CASES if c[2]], ids=[c[0].__name__ for c in CASES if c[2]]
 )
 def test_strict_mode_names_the_call_and_line(fn, x, call):
-    kt.set_strict(True)
-    try:
-        with pytest.raises(kt.KTransformError) as info:
-            kt.value_and_grad(fn)(x)
-    finally:
-        kt.set_strict(False)
-    message = str(info.value)
+    message = strict_refusal(fn, x)
     assert call in message
     assert __file__ in message or "test_mutation_effects.py" in message
-    lines, first = inspect.getsourcelines(fn)
-    line = next(first + k for k, text in enumerate(lines) if call + "(" in text)
-    assert f"line {line}" in message
+    assert f"line {line_of(fn, call + '(')}" in message
 
 
 @pytest.mark.parametrize("fn", [dict_update_keyword, dict_ior, dict_or], ids=lambda f: f.__name__)
