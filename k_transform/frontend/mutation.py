@@ -486,23 +486,28 @@ def _passes(e) -> set[str]:
     """Variables whose object `e` may evaluate to, or hold in a new container."""
     if isinstance(e, gast.Name):
         return {e.id}
-    parts: list = []
-    if isinstance(e, (gast.Tuple, gast.List, gast.Set)):
-        parts = e.elts
-    elif isinstance(e, gast.Dict):
-        parts = [*e.values, *[k for k in e.keys if k is not None]]
-    elif isinstance(e, gast.IfExp):
-        parts = [e.body, e.orelse]
-    elif isinstance(e, gast.BoolOp):
-        parts = e.values
-    elif isinstance(e, (gast.Starred, gast.NamedExpr)):
-        parts = [e.value]
-    elif isinstance(e, gast.Call) and _user_call(e.func):
-        parts = [*e.args, *[k.value for k in e.keywords]]
     out: set[str] = set()
-    for p in parts:
+    for p in _parts(e, keys=True):
         out |= _passes(p)
     return out
+
+
+def _parts(e, keys: bool) -> list:
+    """The subexpressions whose objects `e` may evaluate to or hold in a new
+    container (a dict's keys too where `keys`), or pass to a user function."""
+    if isinstance(e, (gast.Tuple, gast.List, gast.Set)):
+        return e.elts
+    if isinstance(e, gast.Dict):
+        return [*e.values, *[k for k in e.keys if k is not None and keys]]
+    if isinstance(e, gast.IfExp):
+        return [e.body, e.orelse]
+    if isinstance(e, gast.BoolOp):
+        return e.values
+    if isinstance(e, (gast.Starred, gast.NamedExpr)):
+        return [e.value]
+    if isinstance(e, gast.Call) and _user_call(e.func):
+        return [*e.args, *[k.value for k in e.keywords]]
+    return []
 
 
 def _user_call(func) -> bool:
@@ -555,21 +560,8 @@ def _item_passes(e) -> set[tuple[str, int]]:
         while isinstance(root, gast.Subscript):
             root = root.value
         return {(root.id, depth)} if isinstance(root, gast.Name) else set()
-    parts: list = []
-    if isinstance(e, (gast.Tuple, gast.List, gast.Set)):
-        parts = e.elts
-    elif isinstance(e, gast.Dict):
-        parts = list(e.values)
-    elif isinstance(e, gast.IfExp):
-        parts = [e.body, e.orelse]
-    elif isinstance(e, gast.BoolOp):
-        parts = e.values
-    elif isinstance(e, (gast.Starred, gast.NamedExpr)):
-        parts = [e.value]
-    elif isinstance(e, gast.Call) and _user_call(e.func):
-        parts = [*e.args, *[k.value for k in e.keywords]]
     out: set = set()
-    for p in parts:
+    for p in _parts(e, keys=False):
         out |= _item_passes(p)
     return out
 
