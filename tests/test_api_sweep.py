@@ -617,7 +617,12 @@ def test_matches_jax(name):
     check_case(name)
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_FAILING))
+# Series `while`s whose failure shows only after 5-15 s of compiling (CI time);
+# `jsp.exp1`, checked, fails for the same reason.
+SLOW_TO_FAIL = {"jsp.hyp2f1", "jsp.expn"}
+
+
+@pytest.mark.parametrize("name", sorted(set(KNOWN_FAILING) - SLOW_TO_FAIL))
 def test_known_failing_still_fails(name):
     """A fixed function must leave KNOWN_FAILING (and count as passing)."""
     # a refusal (a KTransformError, never a bare error) or a wrong value (AssertionError);
