@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.codegen.static import StaticFacts
@@ -546,8 +545,7 @@ class CallBuilder:
                 if arg.graph is function.graph:
                     function.graph.changed_parameters.setdefault(arg.name, (condition, where))
                 continue
-            operators = tuple(ops.BINARY.values()) + tuple(ops.UNARY.values())
-            if condition == "mutable" and not effects.may_be_mutable(arg, prims, operators):
+            if condition == "mutable" and not effects.may_be_mutable(arg, prims):
                 continue
             raise self.fp.unsupported(
                 f"`{graph.name}(...)` given for {name!r} an object it changes in place, "

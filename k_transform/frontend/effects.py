@@ -38,6 +38,7 @@ import numpy as np
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import Source
+from k_transform.ops.arithmetic import BINARY, UNARY
 
 # Methods the parser makes functional on a local variable (`mutation.py`).
 LIST_MUTATORS = ("append", "extend", "insert", "pop")
@@ -222,10 +223,11 @@ def _own_nodes(body):
             stack.extend(gast.iter_child_nodes(node))
 
 
+_OPERATORS = (*BINARY.values(), *UNARY.values())  # the operator primitives
 _IMMUTABLE_TYPES = (int, float, complex, str, bytes, tuple, frozenset, type(None), np.generic)
 
 
-def may_be_mutable(node, prims, operators: tuple, depth: int = 0) -> bool:
+def may_be_mutable(node, prims, depth: int = 0) -> bool:
     """Whether `node`'s value may be a list, a NumPy array or another object
     an augmented assignment changes in place (`a += v`), as far as the parser
     knows: a display, a mutable constant, a library function's result (not
@@ -247,10 +249,10 @@ def may_be_mutable(node, prims, operators: tuple, depth: int = 0) -> bool:
         return not module.startswith(("jax", "k_transform"))
     if type(prim).__module__ == prims.__name__:
         if isinstance(prim, (prims.GetItem, prims.SetItem)):
-            return may_be_mutable(node.args[0], prims, operators, depth + 1)
+            return may_be_mutable(node.args[0], prims, depth + 1)
         return isinstance(prim, _MUTABLE_MAKERS(prims))
-    if isinstance(prim, operators):  # `l * 2` of a list, `a + b` of NumPy arrays
-        return any(may_be_mutable(a, prims, operators, depth + 1) for a in node.args)
+    if isinstance(prim, _OPERATORS):  # `l * 2` of a list, `a + b` of NumPy arrays
+        return any(may_be_mutable(a, prims, depth + 1) for a in node.args)
     return False
 
 

@@ -22,8 +22,8 @@ value; None for any other value), and the graph is stale once the value was
 changed in place (`W[0, 0] = 10.0`, `CFG["lr"] = 0.1`, `ks.append(k)` between
 two calls). Each call checks the items by identity: about 1 us for a
 small dict of lists, 15 us for a list of a thousand floats. An array's
-bytes are read at each call, as `jax.grad` converts it at each call; a program compiled with
-`kt.jit` is traced again (JAX's `jit` would keep the value of its trace).
+bytes are read at each call (Python reads the array then); a program
+compiled with `kt.jit` is traced again (JAX's `jit` would keep the value of its trace).
 """
 
 from __future__ import annotations

@@ -188,8 +188,7 @@ def _known_list(node) -> bool:
 
 
 def _may_be_mutable(node) -> bool:
-    operators = tuple(ops.BINARY.values()) + tuple(ops.UNARY.values())
-    return effects.may_be_mutable(node, prims, operators)
+    return effects.may_be_mutable(node, prims)
 
 
 def _object_method(node) -> bool:
