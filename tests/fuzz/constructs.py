@@ -772,3 +772,134 @@ class Constructs:
         return self.carried(
             scope, indent, v, t, cls, f"{t} = {t}.step()", f"{t}.h = jnp.tanh({t}.h + {t}.c)"
         )
+
+    # -- names sharing one list, dict or object (frontend/mutation.py, effects.py) --
+    def c_aliasing(self, scope, depth, indent):
+        """Two names for one list or dict: `a = b = []`, `b = a` then `+=`,
+        `*=` or `extend` through one name, rows repeated by `*`, a helper
+        that appends to its argument, a row taken out of a nested list and
+        written; and shallow copies (`list(a)`, `a[:]`, `a.copy()`), which
+        share nothing at the top. A change through one name is seen through
+        the other, and only there: the result reads both names."""
+        a, b = self.fresh("a"), self.fresh("b")
+        v1, v2 = self.vec(scope), self.vec(scope)
+        kind = self.integer(0, 6)
+        if kind == 0:
+            lines = [f"{indent}{a} = {b} = []", f"{indent}{a}.append({v1})"]
+            lines.append(f"{indent}{b}.append({v2})")
+            use = f"{b}[0] - 0.5 * {a}[-1] * len({a})"
+        elif kind == 1:
+            op = self.choice((f" += [{v2}]", " *= 2", f".extend([{v2}])"))
+            lines = [f"{indent}{a} = [{v1}]", f"{indent}{b} = {a}", f"{indent}{b}{op}"]
+            use = f"jnp.sum(jnp.stack({a}), axis=0) * 0.5 + {b}[-1]"
+        elif kind == 2:
+            lines = [f"{indent}{a} = [[{v1}]] * 2", f"{indent}{a}[0].append({v2})"]
+            use = f"{a}[1][-1] * len({a}[1]) + {a}[0][0]"
+        elif kind == 3:
+            push = self.fresh("push")
+            self.helpers.append(
+                [f"def {push}(lst, v):", "    lst.append(jnp.tanh(v))", "    return len(lst)"]
+            )
+            lines = [f"{indent}{a} = [{v1}]", f"{indent}{b} = {push}({a}, {v2})"]
+            use = f"{a}[-1] * {b} + {a}[0]"
+        elif kind == 4:
+            lines = [f"{indent}{a} = {{'w': {v1}}}", f"{indent}{b} = {a}"]
+            lines.append(f"{indent}{b}['w'] = {b}['w'] * 0.5 + {v2}")
+            use = f"{a}['w']"
+        elif kind == 5:
+            copy = self.choice((f"list({a})", f"{a}[:]", f"{a}.copy()"))
+            lines = [f"{indent}{a} = [{v1}]", f"{indent}{b} = {copy}"]
+            lines += [f"{indent}{a}.append({v2})", f"{indent}{a}[0] = {a}[0] * 2.0"]
+            use = f"{b}[-1] * len({b}) + {a}[-1]"
+        else:
+            row = self.fresh("row")
+            lines = [f"{indent}{a} = [[{v1}, {v2}], [{v2}, {v1}]]", f"{indent}{row} = {a}[0]"]
+            lines.append(f"{indent}{row}[1] = jnp.tanh({row}[1]) * 0.5")
+            use = f"{a}[0][1] + {a}[1][0] * 0.5"
+        return lines + [self.assign_result(scope, indent, use)]
+
+    def c_dicts(self, scope, depth, indent):
+        """A dict of vectors changed in place: `update` (keywords or a dict),
+        `setdefault`, `|=`, writing every key in a loop over the dict, a
+        dict comprehension over `items()`, `get` with a default, `pop`,
+        `del` then a new key (its order: `values()` reads in insertion
+        order)."""
+        d, e = self.fresh("d"), self.fresh("e")
+        v3 = self.vec(scope)
+        lines = [f"{indent}{d} = {{'p': {self.vec(scope)}, 'q': {self.vec(scope)}}}"]
+        kind = self.integer(0, 6)
+        if kind == 0:
+            update = self.choice((f"q={v3}", f"{{'r': {v3}}}", f"{{'p': {v3}, 'r': {v3}}}"))
+            lines.append(f"{indent}{d}.update({update})")
+            use = f"0.5 * sum({d}.values()) * len({d})"
+        elif kind == 1:
+            lines += [f"{indent}{e} = {d}.setdefault('r', {v3})", f"{indent}{d}.setdefault('p', x)"]
+            use = f"{d}['r'] * {d}['p'] + {e}"
+        elif kind == 2:
+            lines.append(f"{indent}{d} |= {{'q': {v3}}}")
+            use = f"{d}['q'] + {d}['p']"
+        elif kind == 3:
+            k = self.fresh("k")
+            lines += [f"{indent}for {k} in {d}:", f"{indent}    {d}[{k}] = jnp.tanh({d}[{k}])"]
+            use = f"{d}['p'] - 0.5 * {d}['q']"
+        elif kind == 4:
+            k, w = self.fresh("k"), self.fresh("w")
+            lines.append(f"{indent}{e} = {{{k}: {w} * 0.5 for {k}, {w} in {d}.items()}}")
+            use = f"{e}['q'] + sum(list({e}.values())) + {d}['p']"
+        elif kind == 5:
+            lines.append(f"{indent}{e} = {d}.get('r', {v3}) + {d}.pop('q')")
+            use = f"{e} * len({d}) + {d}['p']"
+        else:
+            lines += [f"{indent}del {d}['p']", f"{indent}{d}['s'] = {v3}"]
+            use = f"list({d}.values())[0] + 0.5 * list({d}.values())[-1] * len({d})"
+        return lines + [self.assign_result(scope, indent, use)]
+
+    def c_objects(self, scope, depth, indent):
+        """A user object whose methods change it (`self.total = ...`,
+        `self.items.append`, `return self` for chaining), called in straight
+        code, in a loop, in a traced branch with the result unused, through
+        a second name, after its attribute is set from outside; a property
+        reading its state."""
+        cls, o = self.fresh("Acc"), self.fresh("o")
+        self.helpers.append(
+            [
+                f"class {cls}:",
+                "    def __init__(self, scale):",
+                "        self.scale = scale",
+                "        self.total = 0.0",
+                "        self.items = []",
+                "",
+                "    def add(self, v):",
+                "        self.total = self.total + v * self.scale",
+                "        self.items.append(v)",
+                "        return self",
+                "",
+                "    @property",
+                "    def count(self):",
+                "        return len(self.items)",
+            ]
+        )
+        v1, v2 = self.vec(scope), self.vec(scope)
+        lines = [f"{indent}{o} = {cls}({self.choice((-1.5, 0.3, 0.5, 2.0))})"]
+        kind = self.integer(0, 5)
+        if kind == 0:
+            lines += [f"{indent}{o}.add({v1})", f"{indent}{o}.add({v2})"]
+        elif kind == 1:
+            i = self.fresh("i")
+            inner = scope.child("range")
+            inner.scalars.append(f"({i} + 1.0)")
+            lines += [
+                f"{indent}for {i} in range({self.integer(1, 3)}):",
+                f"{indent}    {o}.add(jnp.tanh({self.vec(inner)}))",
+            ]
+        elif kind == 2:
+            p = self.fresh("p")
+            lines += [f"{indent}{p} = {o}", f"{indent}{p}.add({v1})"]
+        elif kind == 3:
+            lines += [f"{indent}{o}.scale = 0.25", f"{indent}{o}.add({v1})"]
+        elif kind == 4:
+            lines += [f"{indent}if {self.condition(scope)}:", f"{indent}    {o}.add({v1})"]
+        else:
+            lines[0] = f"{indent}{o} = {cls}(0.3).add({v1}).add({v2})"
+        use = f"{o}.total * {o}.count + {v2}"
+        return lines + [self.assign_result(scope, indent, use)]
