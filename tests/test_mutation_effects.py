@@ -197,6 +197,12 @@ X0 = jnp.array(0.7)
 X3 = jnp.array([0.5, -1.0, 2.0])
 X33 = jnp.arange(9.0).reshape(3, 3) / 4
 
+
+def dict_pop(x):  # (a list's pop is modelled; a dict's runs as Python)
+    d = {"a": x, "b": 2.0 * x}
+    v = d.pop("a") + d.pop("c", x)
+    return jnp.sum(v * d["b"]) * len(d)
+
 # function, argument, the call the error names (None: modelled, no error)
 CASES = [
     (obj_state, X0, "acc.add"),
@@ -212,6 +218,7 @@ CASES = [
     (dict_setdefault, X0, "d.setdefault"),
     (dict_update_variable, X0, "d.update"),
     (dict_popitem, X0, "d.popitem"),
+    (dict_pop, X0, "d.pop"),
     (set_add, X0, "s.add"),
     (deque_appendleft, X0, "q.appendleft"),
     (fill_diagonal, X33, "np.fill_diagonal"),

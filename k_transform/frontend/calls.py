@@ -128,7 +128,7 @@ class CallBuilder:
             )
         if method == "update" and effects.is_plain_dict(lst, prims):
             return self.dict_update(name, lst, e)
-        if method in REFUSED_MUTATORS:
+        if method in REFUSED_MUTATORS or (method == "pop" and effects.is_plain_dict(lst, prims)):
             raise self.fp.unsupported(f"the in-place method call `{name}.{method}(...)`", e)
         arity = {"append": (1, 1), "extend": (1, 1), "insert": (2, 2), "pop": (0, 1)}[method]
         if e.keywords or not arity[0] <= len(e.args) <= arity[1]:

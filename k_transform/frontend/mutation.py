@@ -64,9 +64,10 @@ class _Event:
 class _Facts(gast.NodeVisitor):
     """One pass over a function body, statements numbered in source order."""
 
-    def __init__(self, params: set[str], list_names: set[str] = frozenset()):
+    def __init__(self, params: set[str], list_names=frozenset(), dict_names=frozenset()):
         self.params = params
         self.list_names = list_names  # names every binding of which makes a list
+        self.dict_names = dict_names  # ... a dict
         self.index = 0
         self.loops: tuple = ()
         self.depth = 0  # nesting in if/loop bodies
@@ -249,7 +250,8 @@ def check_mutations(fdef, params, error, constants=(), unsupported=None) -> Shar
     node)` where that holds only for a local object (the function then runs
     as Python, exactly). `constants`: names bound to fixed objects (a
     method's `self`), whose method calls are calls."""
-    facts = _Facts(set(params), _list_names(fdef, params))
+    dicts = _names_made(fdef, params, _is_dict_value)
+    facts = _Facts(set(params), _list_names(fdef, params), dicts)
     facts.run(fdef.body)
     unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
     shared = Shared()
@@ -314,7 +316,11 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
             f"first (`{m.name} = {m.name}.copy()`)",
             m.node,
         )
-    for a in facts.aliases + facts.iterated:
+    # (a loop's own reference to what it iterates over ends with the loop)
+    iterating = [
+        a for a in facts.iterated if a.node in m.loops and not _writes_loop_key(a, m, facts)
+    ]
+    for a in facts.aliases + iterating:
         if a.name == m.name and _may_follow(a, m):
             raise error(
                 f"{what} mutates {m.name!r} while another reference to it exists (line "
@@ -505,6 +511,8 @@ def _parts(e, keys: bool) -> list:
         return e.values
     if isinstance(e, (gast.Starred, gast.NamedExpr)):
         return [e.value]
+    if _dict_view(e) is not None:  # `d.items()`: a live view of `d` (a loop over it sees writes)
+        return [_dict_view(e)]
     if isinstance(e, gast.Call) and _user_call(e.func):
         return [*e.args, *[k.value for k in e.keywords]]
     return []
@@ -591,13 +599,63 @@ def _none_test(test) -> str | None:
     return None
 
 
+def _dict_view(e):
+    """`d` of `d.items()`, `d.values()` or `d.keys()`, else None."""
+    if isinstance(e, gast.Call) and not e.args and not e.keywords:
+        if isinstance(e.func, gast.Attribute) and e.func.attr in ("items", "values", "keys"):
+            return e.func.value
+    return None
+
+
+def _writes_loop_key(loop: _Event, m: _Event, facts: _Facts) -> bool:
+    """`for k in d: d[k] = ...` (or `+=`; `for k, v in d.items()` too) on a
+    dict: a write at the key the loop is at adds no key and changes no value
+    the loop reads later, so the loop runs on as Python's would (the
+    parser's loop reads the dict's items once, at its start)."""
+    s, target = loop.node, m.node
+    if not (isinstance(s, gast.For) and m.name in facts.dict_names):
+        return False
+    key = s.target
+    view = _dict_view(s.iter)
+    if view is not None and s.iter.func.attr == "items":
+        key = s.target.elts[0] if isinstance(s.target, gast.Tuple) else None
+    elif view is None and not isinstance(s.iter, gast.Name):
+        return False
+    elif view is not None and s.iter.func.attr == "values":
+        return False
+    return (
+        isinstance(key, gast.Name)
+        and isinstance(target, gast.Subscript)
+        and isinstance(target.ctx, gast.Store)
+        and isinstance(target.slice, gast.Name)
+        and target.slice.id == key.id
+        and not any(
+            isinstance(n, gast.Name) and n.id == key.id and isinstance(n.ctx, gast.Store)
+            for b in s.body
+            for n in gast.walk(b)
+        )
+    )
+
+
+def _is_dict_value(e) -> bool:
+    if isinstance(e, (gast.Dict, gast.DictComp)):
+        return True
+    return isinstance(e, gast.Call) and isinstance(e.func, gast.Name) and e.func.id == "dict"
+
+
 def _list_names(fdef, params) -> set[str]:
     """Names every binding of which (in `fdef`, outside nested functions)
     makes a list (a display, a comprehension, `list(...)`): `a[:]` of one is a copy."""
+    return _names_made(fdef, params, _is_list_value)
+
+
+def _names_made(fdef, params, made) -> set[str]:
+    """Names every binding of which (in `fdef`, outside nested functions) is
+    a value `made(value)` holds for: a new list, a new dict."""
     nodes = list(walk_scope(fdef.body, FUNCTION_SCOPES))
     lists, listed = set(), set()
     for n in nodes:
-        if isinstance(n, gast.Assign) and _is_list_value(n.value):
+        if isinstance(n, gast.Assign) and made(n.value):
             for t in n.targets:
                 if isinstance(t, gast.Name):
                     lists.add(t.id)
