@@ -278,7 +278,7 @@ class CallBuilder:
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             graph = Constant(self.parse(value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
-        written = effects.library_write(value, tuple(kwargs))
+        written = effects.library_write(value, tuple(kwargs), [*args, *kwargs.values()])
         if written is not None:
             hint = callee.hint or getattr(value, "__name__", "fn")
             raise self.fp.unsupported(f"`{hint}(...)`, which {written},", e)

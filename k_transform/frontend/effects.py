@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import operator
 import types
 
 import gast
@@ -53,6 +54,9 @@ MUTATING_METHODS = (
 REFUSED_MUTATORS = tuple(m for m in MUTATING_METHODS if m not in (*LIST_MUTATORS, "sort"))
 _MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque, np.ndarray)
 
+_IN_PLACE_OPERATORS = (
+    "add and concat floordiv lshift matmul mod mul or pow rshift sub truediv xor".split()
+)
 IN_PLACE_FUNCTIONS = (
     np.fill_diagonal,
     np.copyto,
@@ -61,22 +65,57 @@ IN_PLACE_FUNCTIONS = (
     np.putmask,
     np.put_along_axis,
     np.random.shuffle,
+    operator.setitem,
+    operator.delitem,
+    # `operator.iadd(l, m)` and the other in-place operators extend a list,
+    # update a dict or set, or write a NumPy array, as `l += m` does
+    *(getattr(operator, "i" + op) for op in _IN_PLACE_OPERATORS),
 )
 
 
-def library_write(fn, kwnames) -> str | None:
-    """How a call of library function `fn` writes into an argument, or None."""
+# Modules whose functions change no argument but those named above: any
+# other library function given a host object may change it (`heapq.heappush`,
+# `bisect.insort`), and the parser reads host objects while it transforms.
+_PURE_MODULES = ("jax", "jaxlib", "numpy", "scipy", "math", "builtins", "functools", "operator")
+
+
+def library_write(fn, kwnames, args=()) -> str | None:
+    """How a call of library function `fn` (given the parser's `args`)
+    writes into an argument or a host object, or None."""
     if any(fn is f for f in IN_PLACE_FUNCTIONS):
         return "writes into its first argument"
+    host = [a.value for a in args if type(a).__name__ == "Constant" and _host_object(a.value)]
+    if host and (fn is setattr or fn is delattr):
+        return f"changes the host object {type(host[0]).__name__} it is given"
+    module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "")
+    if host and not (module or "").lstrip("_").startswith(_PURE_MODULES + ("k_transform",)):
+        return f"may change the host object ({type(host[0]).__name__}) it is given"
     if isinstance(getattr(fn, "__self__", None), np.ufunc) and fn.__name__ == "at":
         return "writes into its first argument"
     owner = getattr(fn, "__self__", None)
-    if isinstance(owner, _MUTABLE_TYPES) and getattr(fn, "__name__", "") in MUTATING_METHODS:
+    if isinstance(owner, _MUTABLE_TYPES) and getattr(fn, "__name__", "") in (
+        *MUTATING_METHODS,
+        *LIST_MUTATORS,  # (modelled on a local variable only: here a host object's)
+    ):
         return f"changes the {type(owner).__name__} it is called on"
     module = getattr(fn, "__module__", None) or ""
     if "out" in kwnames and not module.startswith(("jax", "k_transform")):
         return "writes into its `out=` argument"
     return None
+
+
+def _host_object(value) -> bool:
+    """Whether `value`, a constant of the program (a global, a closure's
+    value, an attribute of one), is an object a call could change: a
+    mutable container, a NumPy array, a class or an instance of a user
+    class."""
+    if isinstance(value, _MUTABLE_TYPES):
+        return True
+    kind = value if isinstance(value, type) else type(value)
+    module = getattr(kind, "__module__", "") or ""
+    return hasattr(value, "__dict__") and not isinstance(value, types.ModuleType) and not (
+        callable(value) and not isinstance(value, type)
+    ) and not module.startswith(_PURE_MODULES + ("k_transform",))
 
 
 def is_plain_dict(node, prims) -> bool:
