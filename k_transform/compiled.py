@@ -41,7 +41,7 @@ from k_transform.codegen.compile import compile_graph, user_line
 from k_transform.context import TRANSFORM
 from k_transform.control import policy
 from k_transform.errors import KTransformError, KTransformRuntimeError, UnboundedRecursion
-from k_transform.frontend import callables
+from k_transform.frontend import callables, effects
 from k_transform.frontend.guards import guards_of, stale, stale_names
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
@@ -221,6 +221,10 @@ class CompiledGraph:
         jit_host: bool = False,
     ):
         self.guards = guards_of(primal or graph)
+        # A graph that changes a parameter in place (`l *= 2`): each call checks
+        # that the caller's argument is no object Python would change.
+        source = primal or graph
+        self._changing = source if source.changed_parameters else None
         self.remake = remake
         self.fn = fn
         self.jit = jit
@@ -268,6 +272,10 @@ class CompiledGraph:
         self.__dict__.update(fresh.__dict__, **kept)
 
     def __call__(self, *args):
+        if self._changing is not None:
+            refused = effects.changed_arguments(self._changing, args)
+            if refused is not None:
+                raise KTransformError(refused)
         direct = self._direct
         # The common call, arrays only as the last such call, goes straight to
         # that call's program: the loop below without its lookups.

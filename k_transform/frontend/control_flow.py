@@ -64,9 +64,9 @@ class ControlFlowBuilder:
     def stmt_While(self, s) -> None:
         carried = self.carried(s, s.body, s.test)
         init = [self.read(v, s) for v in carried]
-        cond_b = self.subgraph("while", s, "cond", carried)
+        cond_b = self.subgraph("while", s, "cond", carried, init)
         cond_b.graph.output = cond_b.expr(s.test)
-        body_b = self.subgraph("while", s, "body", carried)
+        body_b = self.subgraph("while", s, "body", carried, init)
         body_b.loop_live |= set(carried)
         body_b.block(s.body)
         self.refuse_carried_closures(body_b, carried, s)
@@ -102,8 +102,11 @@ class ControlFlowBuilder:
         body_b = self.subgraph("for", s, "body", [])
         body_b.loop_live |= set(carried)
         item = body_b.graph.add_parameter("item", self.debug(s.target))
-        for v in carried:
+        if range_args is None:
+            body_b.entry_values[item] = ("items", head[0])
+        for v, value in zip(carried, init, strict=True):
             body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+            body_b.entry_values[body_b.vars[v]] = value
         body_b.assign(s.target, item, s)
         body_b.block(s.body)
         self.refuse_carried_closures(body_b, carried, s)
@@ -132,8 +135,9 @@ class ControlFlowBuilder:
         body_b = self.subgraph("for", s, "body", [])
         body_b.loop_live |= set(carried)
         position = body_b.graph.add_parameter("position", self.debug(s.target))
-        for v in carried:
+        for v, value in zip(carried, init, strict=True):
             body_b.vars[v] = body_b.graph.add_parameter(v, self.debug(s, v))
+            body_b.entry_values[body_b.vars[v]] = value
         body_b.assign(s.target, view.item(body_b, position), s)
         body_b.block(s.body)
         self.refuse_carried_closures(body_b, carried, s)
@@ -163,13 +167,17 @@ class ControlFlowBuilder:
         d = self.debug(s)
         return f"{d.file}:{d.line}"
 
-    def subgraph(self, kind: str, s, part: str, params=()) -> ControlFlowBuilder:
+    def subgraph(self, kind: str, s, part: str, params=(), init=()) -> ControlFlowBuilder:
+        """A closed graph's builder; `params`, its leading parameters (a
+        loop's carried variables), start as the enclosing values `init`."""
         d = self.debug(s)
         name = f"{self.fdef_name()}_{kind}{d.line}_{part}"
         graph = FuncGraph(name, parent=self.graph, debug=d, kind=f"{kind}_{part}")
         builder = type(self)(self.fp, graph, self, closed=True, fdef=self.fdef)
-        for v in params:
+        for v, value in zip(params, init or [None] * len(params), strict=True):
             builder.vars[v] = graph.add_parameter(v, self.debug(s, v))
+            if value is not None:
+                builder.entry_values[builder.vars[v]] = value
         return builder
 
     def fdef_name(self) -> str:

@@ -233,13 +233,20 @@ class Shared:
     """What `check_mutations` leaves to the parser, which knows the values:
     `augmented`, the augmented assignments `a op= v` (by line and column)
     whose object another reference may see (in place on a list or a NumPy
-    array, a rebinding on a JAX array or a number); `parameters`, those on a
-    parameter not rebound yet (the caller's object); `not_none`, the
-    parameters mutated after `if p is None: p = []` (the caller's object
-    unless it passes None), each with the mutation's node."""
+    array, a rebinding on a JAX array or a number); `items`, the augmented
+    assignments to an item, `m[i] op= v`, whose item another reference may
+    see (the rows of `[[0.0] * 2] * 3`, `r = m[0]` before); `viewed`, the
+    item assignments `a[i] = v` (and `a[i] op= v`) after a NumPy view of `a`
+    was taken (`v = a[1:]`, `a.T`: the view sees the write; a list's slice is
+    a copy); `parameters`, those on a parameter not rebound yet (the
+    caller's object); `not_none`, the parameters mutated after `if p is
+    None: p = []` (the caller's object unless it passes None), each with the
+    mutation's node."""
 
     def __init__(self):
         self.augmented: dict[tuple, str] = {}
+        self.items: dict[tuple, str] = {}
+        self.viewed: dict[tuple, str] = {}
         self.parameters: dict[tuple, str] = {}
         self.not_none: dict[str, object] = {}
 
@@ -261,6 +268,8 @@ def check_mutations(fdef, params, error, constants=(), unsupported=None) -> Shar
             continue  # never modelled (`s.add`, `acc.add`): the parser refuses it at the call
         if not (call and m.name in constants):
             _check_one(m, facts, error, unsupported, shared)
+        if isinstance(m.node, gast.Subscript):
+            _check_item_store(m, facts, shared)
     for a in facts.augmented:
         _check_augmented(a, facts, shared)
     return shared
@@ -276,6 +285,19 @@ def _check_augmented(a: _Event, facts: _Facts, shared: Shared) -> None:
         shared.augmented[key] = text
     elif any(not fresh for fresh, *_ in facts.bindings.get(a.name, [])):
         shared.augmented[key] = text
+
+
+def _check_item_store(m: _Event, facts: _Facts, shared: Shared) -> None:
+    """`a[i] = v` or `a[i] op= v`: left to the parser (`Shared.items`,
+    `Shared.viewed`) where it may change an object another reference sees."""
+    key = (m.stmt.lineno, m.stmt.col_offset)
+    whole = isinstance(m.stmt, (gast.Assign, gast.AugAssign, gast.AnnAssign))
+    text = f"`{gast.unparse(m.stmt if whole else m.node).strip()}`"
+    if any(v.name == m.name and _may_follow(v, m) for v in facts.views):
+        shared.viewed[key] = text
+    augmented = isinstance(m.stmt, gast.AugAssign) and m.stmt.target is m.node
+    if augmented and _item_sharing(m, facts, _store_depth(m.node)) is not None:
+        shared.items[key] = text  # in place on the item where it is a list or an array
 
 
 def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> None:
@@ -343,35 +365,43 @@ def _rebound_before(m: _Event, facts: _Facts) -> bool:
 
 def _check_items(m: _Event, facts: _Facts, error, unsupported) -> None:
     """`m[i][j] = v` on a container: exact while the items it writes into are
-    objects of their own, referenced only there: every binding of `m` and
-    every item put in since makes new, distinct items (`[[0.0] * 3 for _ in
-    range(3)]`, not `[[0.0] * 3] * 3` or `[row, row]`), and no reference to
-    an item is taken before (`r = m[0]`)."""
-    what, depth = _describe(m.node), _store_depth(m.node) - 1
+    objects of their own, referenced only there (see `_item_sharing`)."""
+    found = _item_sharing(m, facts, _store_depth(m.node) - 1)
+    if found is not None:
+        local, what = found
+        raise (unsupported if local else _refused(error))(what, m.node)
+
+
+def _item_sharing(m: _Event, facts: _Facts, depth: int) -> tuple[bool, str] | None:
+    """Why the items `depth` levels down in the container `m` writes into
+    may be shared, or None: exact while every binding of `m` and every item
+    put in since makes new, distinct items (`[[0.0] * 3 for _ in range(3)]`,
+    not `[[0.0] * 3] * 3` or `[row, row]`), and no reference to an item is
+    taken before (`r = m[0]`). `(local, message)`: `local` where only this
+    function's own objects may be shared (it may run as Python)."""
+    what = _describe(m.node)
     for fresh, node, _, _ in facts.bindings.get(m.name, []):
         value = getattr(node, "value", None)
         if not (fresh and _distinct(facts, value, depth)):
             # items of this function's own making (`[[0.0] * 3] * 3`): it may run as Python
             local = fresh and not _passes(value) and not _chained(node)
-            raise (unsupported if local else _refused(error))(
+            return local, (
                 f"{what}, a change of an item of the container {m.name!r} whose items may be "
-                f"shared (bound at line {node.lineno}),",
-                m.node,
+                f"shared (bound at line {node.lineno}),"
             )
     for e in facts.mutations:
         if e.name == m.name and e is not m and not _puts_distinct(e, facts, depth):
-            raise _refused(error)(
+            return False, (
                 f"{what}, a change of an item of {m.name!r}, which line {e.node.lineno} may "
-                "have made shared,",
-                m.node,
+                "have made shared,"
             )
     for a in facts.item_aliases:
         if a.name == m.name and a.depth <= depth and _may_follow(a, m):
-            raise unsupported(
+            return True, (
                 f"{what}, a change of an item of {m.name!r} that another reference holds "
-                f"(line {a.node.lineno}),",
-                m.node,
+                f"(line {a.node.lineno}),"
             )
+    return None
 
 
 def _refused(error):
@@ -385,6 +415,10 @@ def _chained(s) -> bool:
 def _puts_distinct(e: _Event, facts: _Facts, depth: int) -> bool:
     """Whether mutation `e` of a container puts only new, distinct items in."""
     node = e.node
+    if isinstance(e.stmt, gast.AugAssign) and e.stmt.target is node:
+        # `m[i] op= v`: the item itself (in place) or a new one, with v's items
+        # `_store_depth` levels down
+        return _distinct(facts, e.stmt.value, depth - _store_depth(node))
     if isinstance(node, gast.Call):
         attr, args = node.func.attr, node.args
         if attr == "pop":
@@ -449,8 +483,9 @@ def _nested_in_list(m: _Event, facts: _Facts) -> bool:
     if not isinstance(m.node.value, gast.Subscript):
         return False
     for _, node, _, _ in facts.bindings.get(m.name, []):
-        if _container(getattr(node, "value", None)):
-            return True
+        value = getattr(node, "value", None)
+        if _container(value) or (isinstance(value, gast.Subscript) and facts.is_fresh(value)):
+            return True  # (the second: `m[:]` of a list, a copy sharing its items)
     return any(isinstance(e.node, gast.Call) and e.name == m.name for e in facts.mutations)
 
 

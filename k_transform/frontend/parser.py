@@ -311,6 +311,9 @@ class GraphBuilder(
         self.closed = closed
         self.vars: dict[str, Node] = {}
         self.captures: dict[str, Node] = {}  # name -> outer node (closed graphs)
+        # a loop body's parameter -> the enclosing value it starts as (a carried
+        # variable), or ("items", seq) for the item of `for v in seq`
+        self.entry_values: dict[Node, object] = {}
         self.fdef = fdef  # the gast FunctionDef this graph's function comes from
         self.locals = parent.locals if closed else set()
         self.load_counts = parent.load_counts if closed else None
@@ -429,7 +432,8 @@ class GraphBuilder(
             fdef, [a.id for a in params], self.fp.error, constants, self.fp.unsupported
         )
         for name, node in self.shared.not_none.items():
-            where = f"`{gast.unparse(node).strip()}` (line {self.debug(node).line})"
+            d = self.debug(node)
+            where = f"`{gast.unparse(node).strip()}` ({d.file}, line {d.line})"
             self.graph.changed_parameters[name] = ("not None", where)
         self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
         self.nonlocals = self.declare_nonlocals(fdef)

@@ -92,6 +92,8 @@ class StatementBuilder:
             return
         if isinstance(s.target, gast.Name):
             self.augmented_in_place(s, left)
+        elif isinstance(s.target, gast.Subscript):
+            self.changed_in_place(s, left, "items", "an item another reference may hold")
         value = self.apply(op, left, self.expr(s.value), node=s)
         self.assign(s.target, value, s)
 
@@ -105,14 +107,48 @@ class StatementBuilder:
             function = function.parent
         shared, key = function.shared, (s.lineno, s.col_offset)
         if key in shared.parameters and not isinstance(left, Constant):
-            where = f"{shared.parameters[key]} (line {self.debug(s).line})"
+            d = self.debug(s)
+            where = f"{shared.parameters[key]} ({d.file}, line {d.line})"
             function.graph.changed_parameters.setdefault(s.target.id, ("mutable", where))
-        if key in shared.augmented and _may_be_mutable(left):
-            raise self.fp.unsupported(
-                f"{shared.augmented[key]} (in place on a list or a NumPy array) where another "
-                f"reference to {s.target.id!r} may see the change",
-                s,
-            )
+        self.changed_in_place(
+            s, left, "augmented", f"where another reference to {s.target.id!r} may see the change"
+        )
+
+    def changed_in_place(self, s, left: Node, kind: str, where: str) -> None:
+        """Refuse `s`, an augmented assignment that `check_mutations` left in
+        `Shared.<kind>`, where `left` may be a list or a NumPy array, which
+        it changes in place (a JAX array or a number it rebinds)."""
+        function = self
+        while function.closed:
+            function = function.parent
+        text = getattr(function.shared, kind).get((s.lineno, s.col_offset))
+        if text is not None and self.may_be_mutable(left, s):
+            raise self.fp.unsupported(f"{text} (in place on a list or a NumPy array) {where}", s)
+
+    def may_be_mutable(self, node: Node, s) -> bool:
+        """`effects.may_be_mutable`, a loop's parameters standing for the
+        values they start as; the function's own parameters are left to
+        its caller (`FuncGraph.changed_parameters`), as changed by `s`."""
+        function = self
+        while function.closed:
+            function = function.parent
+        d = self.debug(s)
+        where = f"`{gast.unparse(s).strip()}` ({d.file}, line {d.line})"
+
+        def resolve(p):
+            builder = self
+            while builder.closed and p.graph is not builder.graph:
+                builder = builder.parent
+            if p.graph is not builder.graph:
+                return None
+            if builder.closed:
+                entry = builder.entry_values.get(p)
+                return entry if entry is not None else builder.captures.get(p.name)
+            if builder is function:
+                function.graph.changed_parameters.setdefault(p.name, ("mutable", where))
+            return None
+
+        return effects.may_be_mutable(node, prims, resolve=resolve)
 
     def stmt_AnnAssign(self, s) -> None:
         if s.value is not None:
@@ -167,6 +203,9 @@ class StatementBuilder:
                 self.assign(elt, item, s)
         elif isinstance(target, gast.Subscript):
             container = self.expr(_as_load(target.value))
+            if isinstance(target.value, gast.Name) and not _known_list(container):
+                if not effects.is_plain_dict(container, prims):  # (a list's slice: a copy)
+                    self.changed_in_place(s, container, "viewed", "after a view of it was taken")
             if isinstance(target.slice, gast.Slice) and _known_list(container):
                 # (SetItem's rule keeps a list's length; a slice may change it)
                 raise self.fp.unsupported("assignment to a slice of a list (`a[i:j] = ...`)", s)

@@ -771,7 +771,12 @@ def bprop_setitem(x, index, value, out, dout):
     if not isinstance(x, (list, dict)):  # only the writes kept take a gradient
         read = jnp.where(kept_writes(x, index), read, 0.0)
     dvalue = sum_to(read, value)  # value may broadcast
-    dx = set_item(dout, index, zeros_like(value))
+    if isinstance(x, list) or (isinstance(x, dict) and index in x):
+        # the item it replaced, whose structure `x`'s gradient keeps (`m[0] += [v]`
+        # makes a longer row)
+        dx = set_item(dout, index, zeros_like(x[index]))
+    else:
+        dx = set_item(dout, index, zeros_like(value))
     return dx, None, dvalue
 
 
