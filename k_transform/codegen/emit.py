@@ -68,7 +68,12 @@ class ModuleEmitter:
         self.by_id: dict[int, str] = {id(v): k for k, v in _STANDARD_GLOBALS.items()}
         # `_` is the throwaway of tuple unpacking: no variable is ever named so.
         self.module_names = Namer([*self.globals, "_"])
-        self.graph_names: dict[int, str] = {}
+        # The two kinds of graph names (see `module_def` and `graph_name`): a
+        # module-level `def`'s name is the graph's for the whole module; a
+        # nested `def`'s only for the function being written (and a branch
+        # written inline defines its closures afresh: `_forget`).
+        self.module_defs: dict[int, str] = {}  # graph uid -> its module-level def
+        self.graph_names: dict[int, str] = {}  # nested graph uid -> its def here
         self.pending: list[FuncGraph] = []
         # top-level graphs a `def` line names as a default: defined first
         self.in_headers: set[int] = set()
@@ -80,7 +85,6 @@ class ModuleEmitter:
         self._uses: dict[int, list] = {}  # node id -> its readers (see uses_in)
         self._uses_read: set[int] = set()  # graphs whose reads are in _uses
         self.scope: list[FuncGraph] = []  # the graph being emitted and those enclosing it
-        self.copies: dict[int, str] = {}  # closed nested graphs emitted at module level
         self.static = StaticFacts()  # which switches are written as Python `if`s
         self.view = CodeView()  # the graphs as written: shared subexpressions, tuples
         self.files: dict[str, str] = {}  # generated function name -> its source file
@@ -103,10 +107,20 @@ class ModuleEmitter:
 
     def graph_ref(self, graph: FuncGraph) -> str:
         """The name of a top-level graph, emitted into this module."""
-        self.pending.append(graph)
-        return self.graph_name(graph, self.module_names)
+        return self.module_def(graph)
+
+    def module_def(self, graph: FuncGraph) -> str:
+        """The name of `graph`'s module-level `def`, written once (queued
+        here): a top-level graph, or a copy of a closed nested graph used
+        outside its parent. The same name wherever the module calls it, also
+        where the graph is a branch written inline too (`_static_if`)."""
+        if graph.uid not in self.module_defs:
+            self.module_defs[graph.uid] = self.module_names.fresh(graph.name)
+            self.pending.append(graph)
+        return self.module_defs[graph.uid]
 
     def graph_name(self, graph: FuncGraph, namer: Namer) -> str:
+        """The name of the nested `def` of `graph` in the function being written."""
         if graph.uid not in self.graph_names:
             self.graph_names[graph.uid] = namer.fresh(graph.name)
         return self.graph_names[graph.uid]
@@ -114,8 +128,7 @@ class ModuleEmitter:
     # -- module ----------------------------------------------------------------------
     def emit_module(self, root: FuncGraph) -> tuple[str, str]:
         """Source of `root` and every top-level graph it reaches; its name."""
-        name = self.graph_name(root, self.module_names)
-        self.pending.append(root)
+        name = self.module_def(root)
         chunks = []
         while self.pending:
             graph = self.pending.pop(0)
@@ -123,7 +136,10 @@ class ModuleEmitter:
                 continue
             self.emitted.add(graph.uid)
             namer = Namer(outer=self.module_names)
-            fname = self.copies.get(graph.uid)
+            # nested defs are named afresh in each function (a graph nested in
+            # one written before was named by that function's namer)
+            self.graph_names.clear()
+            fname = self.module_defs[graph.uid]
             chunks.append((graph.uid, "\n".join(self.emit_graph(graph, namer, {}, 0, fname))))
         # a graph a `def` line names as a default is defined before it
         chunks.sort(key=lambda chunk: chunk[0] not in self.in_headers)
@@ -142,7 +158,7 @@ class ModuleEmitter:
 
     def _emit_graph(self, graph, namer, names, depth, fname) -> list[str]:
         if fname is None:
-            fname = self.graph_name(graph, self.module_names if graph.parent is None else namer)
+            fname = self.graph_name(graph, namer)
         self.files.setdefault(fname, graph.debug.file)  # its `# line N` comments are of it
         self._def_path.append(fname)
         try:
@@ -304,11 +320,17 @@ class ModuleEmitter:
         return found
 
     def _forget(self, branch: FuncGraph, names: dict) -> None:
-        """Drop the names of `branch`'s nodes and nested graphs, so that a
-        branch written inline twice computes into fresh variables."""
+        """Drop the names of `branch`'s nodes and of the graphs nested in it,
+        so that a branch written inline twice computes into fresh variables
+        and defines its closures afresh. The name of a `def` of `branch`
+        itself stays: code elsewhere may call the branch by it (a graph is a
+        static `if`'s branch in one place and a traced switch's in another,
+        as K of a rule whose branch calls the rule's primitive again)."""
         for g in branch.reachable():
-            if g is branch or any(a is branch for a in g.ancestors()):
+            inside = any(a is branch for a in g.ancestors())
+            if inside:
                 self.graph_names.pop(g.uid, None)
+            if g is branch or inside:
                 for n in [*g.parameters, *g.nodes]:
                     names.pop(id(n), None)
 
@@ -495,18 +517,14 @@ class ModuleEmitter:
             return names[id(node)]
         value = node.value
         if isinstance(value, FuncGraph):
-            if value.parent is None:
-                self.pending.append(value)
-                return self.graph_name(value, self.module_names)
-            if value.uid in self.graph_names and any(g is value.parent for g in self.scope):
+            nested_here = value.parent is not None and any(g is value.parent for g in self.scope)
+            if nested_here and value.uid in self.graph_names:
                 return self.graph_names[value.uid]
-            # Not nested here: a closed graph (no free variables) from elsewhere,
-            # such as a branch of an inlined rule or a loop body that K of a
-            # loop calls (k_transform.control.k_loops): a module-level copy.
-            if value.uid not in self.copies:
-                self.copies[value.uid] = self.module_names.fresh(value.name)
-                self.pending.append(value)
-            return self.copies[value.uid]
+            # A top-level graph, or a closed graph (no free variables) not
+            # nested here, such as a branch of an inlined rule or a loop body
+            # that K of a loop calls (k_transform.control.k_loops): a
+            # module-level def (for a nested graph, a copy).
+            return self.module_def(value)
         if kt_attribute(value, "__kt_parameter__", False):
             # Read when the code runs (bound by gradient functions), never baked in.
             return f"{self.ref(rt, '_rt')}.read_param({self.ref(value, value.name)})"

@@ -7,6 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 _STATE = {"rng": np.random.RandomState(0)}
+# Functions `set_seed(seed)` also calls: the random streams kept elsewhere
+# (`ops.dropout`'s key), registered once, when their module is imported.
+RESEED_HOOKS: list = []
 
 
 def set_seed(seed: int) -> None:
@@ -14,6 +17,13 @@ def set_seed(seed: int) -> None:
     global one (`np.random.randn` after `ms.set_seed(1)` draws the same)."""
     _STATE["rng"] = np.random.RandomState(seed)
     np.random.seed(seed)
+    for hook in RESEED_HOOKS:
+        hook(seed)
+
+
+def on_set_seed(hook) -> None:
+    """Call `hook(seed)` at each `set_seed`."""
+    RESEED_HOOKS.append(hook)
 
 
 def generator() -> np.random.RandomState:

@@ -206,9 +206,6 @@ class StatementBuilder:
             if isinstance(target.value, gast.Name) and not _known_list(container):
                 if not effects.is_plain_dict(container, prims):  # (a list's slice: a copy)
                     self.changed_in_place(s, container, "viewed", "after a view of it was taken")
-            if isinstance(target.slice, gast.Slice) and _known_list(container):
-                # (SetItem's rule keeps a list's length; a slice may change it)
-                raise self.fp.unsupported("assignment to a slice of a list (`a[i:j] = ...`)", s)
             index = self.item_index(container, target.slice)
             updated = self.apply(prims.SetItem(), container, index, value, node=s)
             self.assign(_as_store(target.value), updated, s)

@@ -139,6 +139,22 @@ def narrow(input, axis, start, length):  # noqa: A002
     return jax.lax.slice_in_dim(input, start, start + length, axis=axis)
 
 
+def roll(input, shifts, dims=None):  # noqa: A002
+    """`shifts` along `dims` (an int each, or sequences of one length);
+    `dims` None rolls the flattened input by one shift, shape restored."""
+    if dims is None:
+        if isinstance(shifts, (tuple, list)):
+            if len(shifts) != 1:
+                raise ValueError(f"ops.roll: without `dims`, `shifts` must be one shift: {shifts}")
+            shifts = shifts[0]
+        return jnp.roll(input, shifts)
+    shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+    dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    if len(shifts) != len(dims):
+        raise ValueError(f"ops.roll: `shifts` {shifts} and `dims` {dims} differ in length")
+    return jnp.roll(input, shifts, dims)
+
+
 def ravel(input):  # noqa: A002
     return jnp.ravel(input)
 

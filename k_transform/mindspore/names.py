@@ -24,7 +24,15 @@ from k_transform.common.tensor import tensor
 from k_transform.forward_api import derivative, jet, jvp, linearize
 from k_transform.jacobians import jacfwd, jacrev
 from k_transform.jit_api import jit
-from k_transform.mindspore import cells, communication, context, functions, loops, multitype
+from k_transform.mindspore import (
+    cells,
+    communication,
+    context,
+    functions,
+    loops,
+    multitype,
+    nn_functions,
+)
 from k_transform.mindspore.custom import Custom, custom_vjp
 from k_transform.nn import wrap
 from k_transform.ops.functional import FUNCTIONS
@@ -146,7 +154,7 @@ FORWARD = {"linearize": linearize, "jet": jet, "derivative": derivative}
 COMPOSED = pick(
     functions,
     "ones zeros full full_like fill eye arange linspace "
-    "cat flatten split chunk unbind unsqueeze permute swapaxes flip narrow ravel "
+    "cat flatten split chunk unbind unsqueeze permute swapaxes flip narrow ravel roll "
     "repeat_interleave index_select gather_elements masked_fill one_hot pad "
     "subtract multiply divide true_divide negative floor_divide remainder round "
     "lt gt le ge eq ne isnan isinf isfinite logical_and logical_or logical_not depend "
@@ -155,6 +163,13 @@ COMPOSED = pick(
     "clip_by_value clip_by_global_norm clip_by_norm "
     "binary_cross_entropy_with_logits binary_cross_entropy nll_loss cross_entropy "
     "mse_loss l1_loss smooth_l1_loss kl_div cosine_similarity dense",
+)
+# MindSpore's functional nn ops (`k_transform/mindspore/nn_functions.py`), parsed as user code
+COMPOSED.update(
+    pick(
+        nn_functions,
+        "conv1d conv2d max_pool2d avg_pool2d adaptive_avg_pool2d interpolate dropout dropout2d",
+    )
 )
 # `F.partial(fn, *args)`: functools.partial's meaning (HyperMap reads one built in the program)
 FUNCTIONAL = {**FUNCTIONS, **COMPOSED, **TRANSFORMS, **FORWARD, "partial": multitype.Partial()}

@@ -694,6 +694,7 @@ NON_DIFFERENTIABLE_CALLS = (
     jax.random.split,
     jax.random.PRNGKey,
     rt.insert_position,
+    rt.assigned_span,
     rt.pop_position,
     rt.range_cond,  # the condition of a `for` over a range lowered to `while`
     rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
@@ -765,6 +766,14 @@ def bprop_getitem(x, index, out, dout):
 def bprop_setitem(x, index, value, out, dout):
     if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
         dout = to_list(dout)
+    if isinstance(index, slice) and isinstance(x, list):  # the list may grow or shrink
+        span = rt.assigned_span(len(x), index, len(out))
+        dvalue = dout[span]
+        if isinstance(value, tuple):
+            dvalue = to_tuple(dvalue)
+        elif not isinstance(value, list):  # the rows of an array
+            dvalue = jnp.stack(dvalue)
+        return set_item(dout, span, zeros_value(x[index])), None, dvalue
     # Read row `index` before writing it: XLA updates `dout` in place then
     # (written the other way round, a loop copied the whole array every step).
     read = dout[index]

@@ -31,6 +31,7 @@ from k_transform.runtime.python import (  # noqa: F401
     array_index,
     as_sequence,
     assert_,
+    assigned_span,
     copy_value,
     dict_keys,
     each_count,

@@ -142,6 +142,20 @@ def pop_position(n: int, index: int) -> int:
     return index + n if index < 0 else index
 
 
+def assigned_span(n: int, index: slice, n_out: int) -> slice:
+    """Where the items `lst[index] = v` assigned sit in the new list, for a
+    list of length `n` that has length `n_out` after: a simple slice
+    (step 1) replaces `lst[start:stop]` by all of `v`, so the list may grow
+    or shrink; an extended slice keeps the length and the positions (`index`
+    itself: `indices` of `a[::-1]` gives a stop of -1, which as a slice
+    bound would mean the last item)."""
+    start, stop, step = index.indices(n)
+    if step != 1:
+        return index
+    stop = max(stop, start)
+    return slice(start, start + n_out - n + stop - start)
+
+
 def copy_value(x):
     """`x.copy()`: a list, dict or numpy array copied; jax arrays are immutable."""
     if isinstance(x, (list, dict, np.ndarray)):
