@@ -577,3 +577,22 @@ def test_effects_and_parameter_reads_are_never_shared():
     assert source.count("_rt.print_(a)") == 2 and source.count("_rt.read_param(w)") == 2
     np.testing.assert_allclose(g(jnp.float32(0.5)), 5.0)  # w + (w + 1) at w = 2
     np.testing.assert_allclose(w.data, 3.0)
+
+
+def _clip_sin(x, hi):
+    return jnp.sum(jnp.sin(jnp.clip(x, 0.0, hi)))
+
+
+def test_a_constant_reaching_a_rules_is_test_is_emitted_as_its_value():
+    """clip's rule tests `lo is None`; with `lo` a literal known only as the
+    code is written, `0.0 is None` is a SyntaxWarning (an error under -W
+    error): its value is written instead."""
+    import warnings
+
+    x = jnp.array([-1.0, 0.5, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SyntaxWarning)
+        source = kt.get_source(kt.grad(_clip_sin))
+        grad = kt.grad(_clip_sin)(x, 1.0)
+    assert not re.search(r"[\d.]+ is (not )?None", source)
+    np.testing.assert_allclose(grad, jax.grad(_clip_sin)(x, 1.0), rtol=1e-6)

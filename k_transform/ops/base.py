@@ -14,6 +14,8 @@ Rules live in `k_transform.bprop_registry`.
 
 from __future__ import annotations
 
+import ast
+
 from k_transform import runtime as rt
 from k_transform.ir.primitive import Primitive
 
@@ -69,7 +71,26 @@ class OperatorPrimitive(Primitive):
     def emit(self, e, args):
         if len(args) == 1:
             return f"{self.symbol}{args[0]}"
+        singletons = ("None", "True", "False")
+        if (
+            self.symbol in ("is", "is not")
+            and any(a in singletons for a in args)
+            and all(map(_singleton_or_literal, args))
+        ):
+            # `0 is None`: a constant reached a rule's branch only as it was
+            # emitted; Python warns on `is` with a literal, so write its value
+            # (well defined: one side is a singleton)
+            return repr(type(self).op(*map(ast.literal_eval, args)))
         return f"{args[0]} {self.symbol} {args[1]}"
+
+
+def _singleton_or_literal(text: str) -> bool:
+    """Whether `text` is a Python literal of a number, string, None, True or False."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def operator_primitive(name: str, op, symbol: str, n_inputs: int = 2, doc: str = "") -> type:
