@@ -224,6 +224,9 @@ class CompiledGraph:
         # A graph that changes a parameter in place (`l *= 2`): each call checks
         # that the caller's argument is no object Python would change.
         source = primal or graph
+        if primal is not None and primal.changed_parameters:
+            if graph.param_names == primal.param_names:  # (code calling this graph checks too)
+                graph.changed_parameters = {**primal.changed_parameters, **graph.changed_parameters}
         self._changing = source if source.changed_parameters else None
         self.remake = remake
         self.fn = fn

@@ -80,6 +80,24 @@ def test_an_argument_changed_in_place_is_refused_at_the_call(fn, arg, line, api)
     np.testing.assert_array_equal(given, arg)  # nothing ran
 
 
+NESTED = {
+    "hessian": kt.hessian,
+    "grad of grad": lambda fn: kt.grad(lambda x, lst: kt.grad(fn)(x, lst)),
+    "jacrev of grad": lambda fn: kt.jacrev(kt.grad(fn)),
+}
+
+
+@pytest.mark.parametrize("api", NESTED)
+def test_a_nested_derivative_of_a_function_changing_its_argument_is_refused(api):
+    """The gradient's graph carries its function's changed parameters, so
+    a derivative of it (or code calling it) checks them too (before,
+    `kt.hessian` and a gradient of a gradient ran, the list unchanged)."""
+    given = [1.0, 2.0]
+    with pytest.raises(kt.KTransformError, match="changes its argument"):
+        NESTED[api](grows_itself)(jnp.asarray(X), given)
+    assert given == [1.0, 2.0]
+
+
 @pytest.mark.parametrize("fn", [grows_in_helper, grows_itself], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("arg", [jnp.array([1.0, 2.0]), (1.0, 2.0)], ids=["array", "tuple"])
 def test_an_argument_rebound_not_changed_is_modelled(fn, arg):
