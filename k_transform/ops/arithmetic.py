@@ -131,7 +131,10 @@ def bprop_div(x, y, out, dout):
 
 @rule(Pow)
 def bprop_pow(x, y, out, dout):
-    dx = dout * y * x ** (y - 1)
+    # `x ** 0` has no slope: y * x ** -1 would be NaN at x = 0 (JAX's rule
+    # selects 0 there too); `(y == 0)` makes that 0 * x ** 0, static for a
+    # Python exponent, and has no gradient of its own
+    dx = dout * y * x ** (y - 1 + (y == 0))
     safe_x = jnp.where(x > 0, x, 1.0)
     dy = dout * out * jnp.where(x > 0, jnp.log(safe_x), 0.0)
     return sum_to(dx, x), sum_to(dy, y)
