@@ -381,3 +381,44 @@ def test_items_of_their_own_are_modelled(fn):
     py_value, fd_grad = _python_value_and_grad(fn, X)
     np.testing.assert_allclose(value, py_value, rtol=1e-6)
     np.testing.assert_allclose(grad, fd_grad, rtol=1e-3, atol=1e-3)
+
+
+def _rows_in_a_branching_loop(x, at):
+    out = jnp.ones_like(x)
+    for i in range(3):
+        if x[0] > 0:
+            out = at(out, i, jnp.tanh(out[i - 1]), "set")
+        else:
+            out = at(out, i, 1.0, "add")
+    out = at(out, 0, 2.0, "multiply")
+    return jnp.sum(out * x)
+
+
+def array_rows_in_a_branching_loop(x):
+    out = jnp.ones_like(x)
+    for i in range(3):
+        if x[0] > 0:
+            out[i] = jnp.tanh(out[i - 1])
+        else:
+            out[i] += 1.0
+    out[0] *= 2.0  # a JAX array's item: rebound, as `out.at[0].multiply(2.0)`
+    return jnp.sum(out * x)
+
+
+def test_an_array_item_after_a_loop_with_branches_is_modelled():
+    """The question whether `out[0]` may be a list or a NumPy array follows
+    the loop and its branches back to `jnp.ones_like` (it gave up after 8
+    levels before, and the function ran as Python, where JAX refuses it)."""
+    x = jnp.array([0.3, -0.2, 0.5])
+    kt.set_strict(True)
+    try:
+        value, grad = kt.value_and_grad(array_rows_in_a_branching_loop)(x)
+    finally:
+        kt.set_strict(False)
+
+    def oracle(x):
+        return _rows_in_a_branching_loop(x, lambda a, i, v, op: getattr(a.at[i], op)(v))
+
+    ref_value, ref_grad = jax.value_and_grad(oracle)(x)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-6)

@@ -115,9 +115,12 @@ def _host_object(value) -> bool:
         return True
     kind = value if isinstance(value, type) else type(value)
     module = getattr(kind, "__module__", "") or ""
-    return hasattr(value, "__dict__") and not isinstance(value, types.ModuleType) and not (
-        callable(value) and not isinstance(value, type)
-    ) and not module.startswith(_PURE_MODULES + ("k_transform",))
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, types.ModuleType)
+        and not (callable(value) and not isinstance(value, type))
+        and not module.startswith(_PURE_MODULES + ("k_transform",))
+    )
 
 
 def is_plain_dict(node, prims) -> bool:
@@ -268,6 +271,10 @@ _OPERATORS = (*BINARY.values(), *UNARY.values())  # the operator primitives
 _IMMUTABLE_TYPES = (int, float, complex, str, bytes, tuple, frozenset, type(None), np.generic)
 
 
+_SEARCH = 5_000
+_steps = [_SEARCH]  # what is left of the current question's steps
+
+
 def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
     """Whether `node`'s value may be a list, a NumPy array or another object
     an augmented assignment changes in place (`a += v`), as far as the parser
@@ -279,8 +286,14 @@ def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
     enclosing graph (a loop's carried value at entry, a captured variable),
     `("items", seq)` for the item of a loop over `seq`, or None. A
     parameter it leaves unknown counts as an array (the caller checks what
-    it passes: `FuncGraph.changed_parameters`)."""
-    if depth > 8:
+    it passes: `FuncGraph.changed_parameters`).
+
+    Past `_SEARCH` steps of one question (loops, branches and helpers
+    nest), the answer is the cautious one: it may be."""
+    if depth == 0:
+        _steps[0] = _SEARCH
+    _steps[0] -= 1
+    if _steps[0] < 0 or depth > 64:
         return True
     if isinstance(node, Parameter):
         found = resolve(node) if resolve is not None else None
