@@ -48,8 +48,12 @@ def unrolls_when_parsed(trips: int) -> bool:
     return trips <= UNROLL_LIMIT
 
 
-def unrolls(step, xs, carry) -> bool:
+def unrolls(step, xs, carry, breaks: bool = False) -> bool:
     """Whether a run-time `for` of `step` over `xs` (static length) unrolls.
+    One whose `break` flag is traced (`breaks`) unrolls only where it must
+    (short, or its body needs the counter as an int): unrolled, every
+    iteration after the break would still run its test, while its
+    `lax.while_loop` stops there.
     A loop whose carry holds a stack is a loop of a derivative (K of a loop
     written as IR, `control.k_loops`): unrolled, each of its iterations would
     carry its K-body and a reverse to every further order, which its forward
@@ -70,7 +74,7 @@ def unrolls(step, xs, carry) -> bool:
     jaxpr = _iteration(step, xs, carry)
     if jaxpr is CONCRETE_COUNTER:
         return True  # `t[i]` of a tuple, `range(i)`: only Python's iterations run it
-    if len(xs) > UNROLL_BUDGET or _is_array(xs):
+    if breaks or len(xs) > UNROLL_BUDGET or _is_array(xs):
         return False
     if not _holds_stack(carry):
         return len(xs) * _size(jaxpr, len(xs)) <= UNROLL_BUDGET
@@ -142,15 +146,33 @@ CONCRETE_COUNTER = object()  # `_iteration`: the body needs its counter as a Pyt
 def _iteration(step, xs, carry):
     """The jaxpr of one iteration, traced with an abstract loop counter for
     a range; `CONCRETE_COUNTER` if the body needs the counter as a Python int
-    (indexes a tuple with it, takes `range(i)`: traced, JAX's conversion
-    error); None if it cannot be traced abstractly otherwise (the scan it
-    gets reports what went wrong)."""
+    (`x[:i]`, `range(i)`, `lst[i]`, `jnp.zeros(i)`, `f"{i}"` as a key, an `if`
+    on it choosing branches of different types: whatever fails with the
+    counter traced and runs with it an int); None if it cannot be traced
+    abstractly otherwise (the scan it gets reports what went wrong)."""
     first = jax.ShapeDtypeStruct((), jnp.int32) if isinstance(xs, range) else _first(xs)
+    jaxpr = _traced(step, first, carry)
+    if jaxpr is None and isinstance(xs, range) and len(xs):
+        if _traced(step, xs.start, carry) is not None:
+            return CONCRETE_COUNTER
+    return jaxpr
+
+
+def needs_int_counter(step, i: int, carry) -> bool:
+    """Whether the body `step(counter, carry)` cannot be traced with its
+    counter traced and can with the counter the Python int `i`."""
+    counter = jax.ShapeDtypeStruct((), jnp.int32)
+    return _traced(step, counter, carry) is None and _traced(step, i, carry) is not None
+
+
+def _traced(step, head, carry):
+    """The jaxpr of `step(head, carry)` on abstract carries (and `head`, unless
+    it is a Python int), or None where it fails."""
     try:
         with forked():  # an `ops.Assign` in the body stays in the probe
-            return jax.make_jaxpr(step)(first, shape_of(carry))
-    except (jax.errors.TracerIntegerConversionError, jax.errors.ConcretizationTypeError):
-        return CONCRETE_COUNTER if isinstance(xs, range) else None
+            if isinstance(head, int):
+                return jax.make_jaxpr(lambda cr: step(head, cr))(shape_of(carry))
+            return jax.make_jaxpr(step)(head, shape_of(carry))
     except Exception:  # noqa: BLE001
         return None
 

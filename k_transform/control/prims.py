@@ -12,6 +12,9 @@ value they read arrives as an argument):
     for_each[n_carry](sequence, body_graph, *carry, *invariants)
         body_graph(item, *carry, *inv) -> carry tuple
 
+A `for` with a `break` has `until=k`: carry k is its break flag (the body
+does nothing once it is set), and the loop stops where it is known to be set.
+
 Loops return the final carry tuple. `break`, `continue` and early `return`
 are lowered before this point (`k_transform.frontend.desugar`). At run time each
 primitive picks Python control flow for concrete conditions and `lax.cond`,
@@ -65,12 +68,12 @@ class ControlPrimitive(Primitive):
 
     def options(self) -> dict:
         """Keyword arguments of the runtime helper: `where`, and the loop's
-        options when set (`grads`, `host`, `popping`, `records`)."""
+        options when set (`grads`, `host`, `popping`, `records`, `until`)."""
         out = {"where": self.where} if self.where else {}
         for flag in ("grads", "host"):
             if self.attrs.get(flag):
                 out[flag] = True
-        for name in ("popping", "records"):
+        for name in ("popping", "records", "until"):
             if self.attrs.get(name) is not None:
                 out[name] = self.attrs[name]
         return out
@@ -199,8 +202,11 @@ class ForRange(LoopPrimitive):
     k_slots = (3,)
     nondiff_slots = (0, 1, 2, 3)
 
-    def __init__(self, n_carry: int, where: str = "", grads: bool = False, records=None):
-        super().__init__("for_range", n_carry, where, grads, records=records)
+    def __init__(
+        self, n_carry: int, where: str = "", grads: bool = False, records=None, until=None
+    ):
+        # `until`: the carry that is the loop's break flag (see the module docstring)
+        super().__init__("for_range", n_carry, where, grads, records=records, until=until)
 
     def graph_arity(self, slot, n_args):
         return n_args - 4 + 1
@@ -217,8 +223,10 @@ class ForEach(LoopPrimitive):
     k_slots = (1,)
     nondiff_slots = (1,)
 
-    def __init__(self, n_carry: int, where: str = "", grads: bool = False, records=None):
-        super().__init__("for_each", n_carry, where, grads, records=records)
+    def __init__(
+        self, n_carry: int, where: str = "", grads: bool = False, records=None, until=None
+    ):
+        super().__init__("for_each", n_carry, where, grads, records=records, until=until)
 
     def graph_arity(self, slot, n_args):
         return n_args - 2 + 1

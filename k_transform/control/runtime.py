@@ -716,36 +716,69 @@ def for_range(
     grads=False,
     records=None,
     host=False,
+    until=None,
 ):
     """`for i in range(start, stop, step): carry = body(i, *carry, *inv)`
     (`records`: see `while_loop`; a long one keeps `kt.set_for_checkpoints`;
-    `host`: the body runs host code, so the iterations stay Python's)."""
+    `host`: the body runs host code, so the iterations stay Python's;
+    `until`: the carry that is the loop's break flag, see `_stopped`).
+
+    Over a static range the index is a Python int in every iteration that
+    runs in Python: all of them where the carry is concrete, and under a
+    trace while the break flag is known and wherever the loop unrolls
+    (`control.policy`: also where the body needs the int, `x[:i]`,
+    `range(i)`). Only a loop run under `lax` has a traced index."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if not (is_tracer(start) or is_tracer(stop) or is_tracer(step)):
         indices = range(int(start), int(stop), int(step))
+        if until is not None:  # Python's iterations while the break flag is known
+            for k, i in enumerate(indices):
+                if is_tracer(carry[until]) or carry[until]:
+                    indices = indices[k:]
+                    break
+                carry = _iteration(body_fn, (i, *carry, *inv), records)
+            else:
+                return carry
         run = lambda i, cr: tuple(body_fn(i, *cr, *inv))  # noqa: E731
         plain = _Recording(run, carry, records)
-        out = None if host else _try_lax(lambda: _lax_for(plain, indices, carry, inv, where, grads))
+        lax_for = lambda: _lax_for(plain, indices, carry, inv, where, grads, until)  # noqa: E731
+        out = None if host or _stopped(carry, until) else _try_lax(lax_for)
         if out is not None:
             return out
         for i in indices:
+            if _stopped(carry, until):
+                break
             carry = _iteration(body_fn, (i, *carry, *inv), records)
         return carry
     refusal = ("a `for` whose body", "range", where)
     if host:
         raise _traced_host(*refusal)
-    args = (start, stop, step, body_fn, carry, inv, where, grads, records)
+    args = (start, stop, step, body_fn, carry, inv, where, grads, records, until)
     return _try_lax(lambda: _for_traced_range(*args), refusal)
 
 
-def _lax_for(plain, indices, carry, inv, where, grads):
-    """A `for` over static `indices` under `lax`, or None where it unrolls."""
+def _stopped(carry, until) -> bool:
+    """Whether a loop with a break flag (carry `until`) is known to have
+    broken: the flag is concrete and set. (A traced flag: the iterations
+    after the break run and do nothing, the body being guarded by it.)"""
+    return until is not None and not is_tracer(carry[until]) and bool(carry[until])
+
+
+def _lax_for(plain, indices, carry, inv, where, grads, until=None):
+    """A `for` over static `indices` under `lax`, or None where it unrolls.
+    One with a break flag (`until`) is a `lax.while_loop` that stops at the
+    break, as Python does (a `lax.scan` would run every iteration)."""
     if (
         not any_traced((carry, inv))
         or _walks_pystack(grads, carry)
-        or policy.unrolls(plain.step, indices, plain.carry)
+        or policy.unrolls(plain.step, indices, plain.carry, breaks=until is not None)
     ):
         return None
+    if until is not None:
+        body_fn = lambda i, *cr: plain.run_full(i, cr)  # noqa: E731
+        start, stop, step = indices.start, indices.stop, indices.step
+        args = (body_fn, carry, (), where, grads, plain.k, until, len(indices))
+        return _for_traced_range(start, stop, step, *args)
     xs = jnp.asarray(indices)
     slots = bounds.for_checkpoints()
     if plain.checkpoints() and slots is not None and len(indices) > slots:
@@ -759,24 +792,63 @@ def _lax_for(plain, indices, carry, inv, where, grads):
     return _scan(lambda i, cr: plain.run_full(i, cr), xs, carry, where, grads)
 
 
-def _for_traced_range(start, stop, step, body_fn, carry, inv, where, grads, records):
+def _for_traced_range(
+    start, stop, step, body_fn, carry, inv, where, grads, records, until=None, trips=None
+):
+    """A `for` over a range as a `lax.while_loop` over its index (traced), which
+    stops at the break flag `until` where there is one; `trips`: the trip
+    count where it is static (the slots a recording loop stores). A body that
+    needs its index as a Python int is refused here (`_needs_int_index`)."""
+    args = (start, stop, step, body_fn, carry, inv, where, grads, records, until, trips)
+    try:
+        return _index_loop(*args)
+    except (TypeError, IndexError, KeyError, ValueError) as e:
+        refusal = _needs_int_index(e, start, body_fn, carry, inv, records, where)
+        if refusal is None:
+            raise
+        raise refusal from e
+
+
+def _needs_int_index(error, start, body_fn, carry, inv, records, where):
+    """The KTransformError for `error`, raised tracing a `for` whose index is
+    traced, where the body runs with the index a Python int instead (it needs
+    one: `x[:i]`, `range(i)`, `jnp.zeros(i)`, `lst[i]`); else None. JAX
+    refuses the same Python under `jax.jit`, with a traced range."""
+    plain = _Recording(lambda i, cr: tuple(body_fn(i, *cr, *inv)), carry, records)
+    i = 0 if is_tracer(start) else int(start)
+    if not policy.needs_int_counter(plain.step, i, plain.carry):
+        return None
+    text = str(error).strip().splitlines()
+    return KTransformError(
+        "the body of this `for` needs its index as a Python int, and the loop runs under "
+        "`lax`, where the index is traced: its range's bounds are traced (under a jit); make "
+        "them static (Python ints, a static argument, an array's shape) or call without a jit "
+        f"({type(error).__name__}: {text[0] if text else ''}){describe(where)}"
+    )
+
+
+def _index_loop(start, stop, step, body_fn, carry, inv, where, grads, records, until, trips):
     step_ = jnp.asarray(step)
     at = lambda k: start + k * step_  # noqa: E731 - the loop variable of iteration k
     plain = _Recording(lambda i, cr: tuple(body_fn(i, *cr, *inv)), carry, records)
+
+    def inside(i, cr):
+        more = jnp.where(step_ > 0, i < stop, i > stop)
+        return more if until is None else more & ~condition(cr[until], "break", where)
+
     if records is not None and not bounds.can_retrace() and plain.checkpoints():
-        running = lambda k, cr: jnp.where(step_ > 0, at(k) < stop, at(k) > stop)  # noqa: E731
+        running = lambda k, cr: inside(at(k), cr)  # noqa: E731
         return plain.run(running, carry, where, grads, at)
 
     def cond(state):
-        i = state[0]
-        return jnp.where(step_ > 0, i < stop, i > stop)
+        return inside(state[0], state[1:])
 
     def body(state):
         i, cr = state[0], state[1:]
         return (i + step_, *like_carry(tuple(body_fn(i, *cr, *inv)), cr, grads))
 
     first = lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv))  # noqa: E731
-    carry = settle_carry(first, carry, where, None, grads)
+    carry = settle_carry(first, carry, where, trips, grads)
     out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
     return rs.check_stacks(out[1:], where)
 
@@ -891,14 +963,25 @@ def _reverse_checkpoints(body_fn, carry, inv, k, where, grads):
 
 
 def for_each(
-    seq, body_fn, n_carry, *values, where: str = "", grads=False, records=None, host=False
+    seq,
+    body_fn,
+    n_carry,
+    *values,
+    where: str = "",
+    grads=False,
+    records=None,
+    host=False,
+    until=None,
 ):
     """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists,
     arrays (`records`: see `while_loop`; unrolled as the loop it records;
-    `host`: the body runs host code, so the iterations stay Python's)."""
+    `host`: the body runs host code, so the iterations stay Python's;
+    `until`: the break flag, see `for_range`)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
         for item in seq:
+            if _stopped(carry, until):
+                break
             carry = _iteration(body_fn, (item, *carry, *inv), records)
         return carry
     if jnp.ndim(seq) == 0:
@@ -916,10 +999,12 @@ def for_each(
             return plain.scan(seq, where, grads)
         return _scan(run, seq, carry, where, grads)
 
-    out = None if host else _try_lax(under_lax)
+    out = None if host or _stopped(carry, until) else _try_lax(under_lax)
     if out is not None:
         return out
     for k in range(seq.shape[0]):
+        if _stopped(carry, until):
+            break
         carry = _iteration(body_fn, (seq[k], *carry, *inv), records)
     return carry
 

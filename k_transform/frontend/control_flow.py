@@ -89,14 +89,15 @@ class ControlFlowBuilder:
         range_args = self.range_args(s.iter)
         head = range_args if range_args is not None else [cells_of(self.expr(s.iter))]
         if range_args is None and _is_constant_sequence(head[0]):
-            self.unrolled_for(s, head[0])
+            seq = head[0]
+            self.unrolled(s, carried, (self.fp.value_node(v, seq.hint, s) for v in seq.value))
             return
         if range_args is not None and all(isinstance(a, Constant) for a in range_args):
             indices = range(*(a.value for a in range_args))
             if policy.unrolls_when_parsed(len(indices)):
                 # A short static range: what the runtime would unroll anyway,
                 # unrolled here so the loop differentiates to any order.
-                self.unrolled_for(s, Constant(tuple(indices), self.debug(s)))
+                self.unrolled(s, carried, (self.const(i, s) for i in indices))
                 return
         init = [self.read(v, s) for v in carried]
         body_b = self.subgraph("for", s, "body", [])
@@ -112,21 +113,30 @@ class ControlFlowBuilder:
         self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
-        where, n = self.where(s), len(carried)
-        prim = control.ForRange(n, where) if range_args is not None else control.ForEach(n, where)
+        where, n, until = self.where(s), len(carried), _until(s, carried)
+        loop = control.ForRange if range_args is not None else control.ForEach
+        prim = loop(n, where, until=until)
         prim = prim.with_host([body_b.graph])
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, *head, body, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)
 
-    def unrolled_for(self, s, seq: Constant) -> None:
-        """`for` over a constant tuple or list (sub-Cells, Parameters, numbers):
-        the body is repeated for each item, which stays a constant."""
-        for item in seq.value:
-            self.assign(s.target, self.fp.value_node(item, seq.hint, s), s)
+    def unrolled(self, s, carried: list[str], items) -> None:
+        """`for` over constant `items` (nodes: the indices of a short static
+        range, sub-Cells, Parameters, numbers): the body is repeated for each,
+        its target bound to the item, a constant. What the loop carries is an
+        output of the `if`s in the body, as in a loop body (the next copy reads
+        it); copies stop after a `break` known while parsing (its flag a
+        constant True, `desugar`)."""
+        outer_live = self.loop_live
+        self.loop_live = outer_live | set(carried)
+        flag = getattr(s, "break_flag", None)
+        for item in items:
+            self.assign(s.target, item, s)
             self.block(s.body)
-            if self.returned:
-                return
+            if self.returned or (flag is not None and _is_true(self.read(flag, s))):
+                break
+        self.loop_live = outer_live
 
     def positional_loop(self, s, positions: Node, view: View) -> None:
         """`for i in positions: target = view.item(i); body` as a `for_each`."""
@@ -143,7 +153,8 @@ class ControlFlowBuilder:
         self.refuse_carried_closures(body_b, carried, s)
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
-        prim = control.ForEach(len(carried), self.where(s)).with_host([body_b.graph])
+        prim = control.ForEach(len(carried), self.where(s), until=_until(s, carried))
+        prim = prim.with_host([body_b.graph])
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, positions, body, *init, *inv, node=s)
         self.bind_outputs(carried, result, s)
@@ -227,6 +238,16 @@ def close_graphs(builders: list[ControlFlowBuilder]) -> list[Node]:
             params.append(captured.get(name) or b.graph.add_parameter(name))
         b.graph.parameters = params
     return list(order.values())
+
+
+def _until(s, carried: list[str]) -> int | None:
+    """The carry that is the break flag of loop `s` (`desugar`), if it has one."""
+    flag = getattr(s, "break_flag", None)
+    return carried.index(flag) if flag in carried else None
+
+
+def _is_true(node: Node) -> bool:
+    return isinstance(node, Constant) and node.value is True
 
 
 def _is_constant_sequence(node: Node) -> bool:

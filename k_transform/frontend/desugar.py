@@ -9,11 +9,17 @@ After `lower_jumps(fdef)` a function body has only structured control flow:
 - `continue` ends its loop body: the rest of the body moves into the
   non-continuing branch of the `if` around it.
 - `break` sets a flag `_kt_breakN = True`. A `while` test becomes
-  `not _kt_breakN and test`; a `for` over a range becomes such a `while` over
-  its index, so it stops iterating; a `for` over a sequence (tuple, list,
-  array rows) keeps its structure and guards its body with `if not _kt_breakN`,
-  and so does a range `for` whose index bounds a slice (`x[:i]`: the index
-  must stay a Python int, as it does where the range is static).
+  `not _kt_breakN and test`. A `for` (over a range or a sequence) keeps its
+  structure and guards its body with `if not _kt_breakN`; the flag's name is
+  left on the `For` node as `break_flag`, so that the loop stops where Python
+  stops: the parser unrolling a short static loop stops at a flag it knows to
+  be true, and the run time (`for_range`/`for_each` with `until=`) at a flag
+  whose value is concrete. Only where the flag is traced do the iterations
+  after it run (doing nothing), unrolled or under `lax`. So the index of a
+  `for` over a static range stays a Python int wherever Python's iterations
+  run (`x[:i]`, `range(i)`, `lst[i]`, `jnp.zeros(i)`, `f"{i}"`), as it does
+  in a loop without a jump (`control.policy` unrolls a loop whose body needs
+  it).
 - `return v` inside a loop sets `_kt_ret = v`, `_kt_has_ret = True` and breaks;
   after the loop `if _kt_has_ret: return _kt_ret` continues the lowering.
 
@@ -34,7 +40,7 @@ import gast
 
 from k_transform.frontend.effects import LIST_MUTATORS, REFUSED_MUTATORS
 
-SPECIAL_NAMES = ("_kt_undefined", "_kt_range_cond")
+SPECIAL_NAMES = ("_kt_undefined",)
 
 
 def _name(id_: str, ctx=None) -> gast.Name:
@@ -56,10 +62,6 @@ def _located(node, at):
 
 def _const(value) -> gast.Constant:
     return gast.Constant(value=value, kind=None)
-
-
-def _call(fn: str, *args: gast.expr) -> gast.Call:
-    return gast.Call(func=_name(fn), args=list(args), keywords=[])
 
 
 class _Loop:
@@ -150,28 +152,22 @@ class JumpLowering:
         brk = self.fresh("break") if has_break else None
         loop = _Loop(brk)
         pre: list = []
-        guard = False
+        guard = brk is not None and isinstance(s, gast.For)
         if brk is not None:
             pre.append(_assign(brk, _const(False), s))
-            if (
-                isinstance(s, gast.For)
-                and _is_range_call(s.iter)
-                and not _index_sliced(s.target, s.body)
-            ):
-                s, setup = self._for_to_while(s)  # a range loop stops at the break
-                pre.extend(setup)
-            guard = isinstance(s, gast.For)
             if not guard:
                 not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
                 s.test = _located(gast.BoolOp(op=gast.And(), values=[not_brk, s.test]), s)
         s.body = self.lower_block(s.body, loop) or [gast.copy_location(gast.Pass(), s)]
         if guard:
-            # `for item in seq` (a tuple, a list, array rows): after the break the
-            # remaining iterations do nothing, so the loop keeps its structure
-            # (unrolled, Python or lax.scan).
+            # A `for` keeps its structure (its target stays what it iterates:
+            # a Python int over a static range): an iteration after the break
+            # does nothing, and the loop stops at a flag known to be set
+            # (`break_flag`, see the module docstring).
             not_brk = gast.UnaryOp(op=gast.Not(), operand=_name(brk))
             skip = gast.If(test=_located(not_brk, s), body=s.body, orelse=[])
             s.body = [_located(skip, s)]
+            s.break_flag = brk
         post = []
         if has_return:
             check = gast.If(
@@ -182,50 +178,9 @@ class JumpLowering:
             post.append(_located(check, s))
         return [*pre, s, *post]
 
-    def _for_to_while(self, s: gast.For):
-        """`for t in range(...)` as a `while` over its index (used when it breaks)."""
-        idx, stop_n, step_n = self.fresh("i"), self.fresh("stop"), self.fresh("step")
-        args = list(s.iter.args)
-        start, stop, step = (
-            (_const(0), args[0], _const(1))
-            if len(args) == 1
-            else (args[0], args[1], args[2] if len(args) == 3 else _const(1))
-        )
-        setup = [_assign(idx, start, s), _assign(stop_n, stop, s), _assign(step_n, step, s)]
-        test = _call("_kt_range_cond", _name(idx), _name(stop_n), _name(step_n))
-        advance = gast.BinOp(left=_name(idx), op=gast.Add(), right=_name(step_n))
-        bind = _located(gast.Assign(targets=[s.target], value=_name(idx), type_comment=None), s)
-        body = [bind, _assign(idx, advance, s), *s.body]
-        loop = _located(gast.While(test=test, body=body, orelse=[]), s)
-        return loop, setup
-
-
-def _index_sliced(target, body) -> bool:
-    """Whether the index of `for target in range(...)` bounds a slice in
-    `body` (`x[:i]`): as a `while` the index is a traced number, which a slice
-    cannot take; kept a `for`, it stays a Python int where the range is
-    static (the iterations after a break do nothing)."""
-    names = {n.id for n in gast.walk(target) if isinstance(n, gast.Name)}
-    return any(
-        isinstance(n, gast.Slice)
-        and any(isinstance(m, gast.Name) and m.id in names for m in gast.walk(n))
-        for stmt in body
-        for n in gast.walk(stmt)
-    )
-
 
 def _is_ret_check(s) -> bool:
     return isinstance(s, gast.If) and isinstance(s.test, gast.Name) and s.test.id == "_kt_has_ret"
-
-
-def _is_range_call(node) -> bool:
-    return (
-        isinstance(node, gast.Call)
-        and isinstance(node.func, gast.Name)
-        and node.func.id == "range"
-        and not node.keywords
-        and 1 <= len(node.args) <= 3
-    )
 
 
 def _always_returns(stmts) -> bool:

@@ -149,11 +149,9 @@ class SugarBuilder:
             it = it.args[0]
         view = self.view(it)
         if isinstance(view.length, Constant):
-            for k in range(view.length.value):
-                self.assign(s.target, view.item(self, self.const(k, s)), s)
-                self.block(s.body)
-                if self.returned:
-                    return
+            carried = self.carried(s, s.body, s.iter, target=s.target)
+            items = (view.item(self, self.const(k, s)) for k in range(view.length.value))
+            self.unrolled(s, carried, items)
             return
         positions = self.apply(call_of(rt.indices, "indices"), view.length, node=s)
         self.positional_loop(s, positions, view)

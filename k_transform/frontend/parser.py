@@ -89,7 +89,6 @@ from k_transform.protocol import kt_attribute
 # Names the jump lowering introduces, with how generated code spells them.
 _SPECIALS = {
     "_kt_undefined": (rt.UNDEFINED, "_rt.UNDEFINED"),
-    "_kt_range_cond": (rt.range_cond, "_rt.range_cond"),
 }
 
 UNDEFINED = Constant(rt.UNDEFINED, hint="UNDEFINED")

@@ -696,7 +696,6 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.insert_position,
     rt.assigned_span,
     rt.pop_position,
-    rt.range_cond,  # the condition of a `for` over a range lowered to `while`
     rt.indices,  # positions, lengths and keys of iteration by position (parse_sugar)
     rt.seq_len,
     rt.trip_count,  # the reverse loops of `for`s (control.k_loops)

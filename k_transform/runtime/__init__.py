@@ -50,7 +50,6 @@ from k_transform.runtime.python import (  # noqa: F401
     print_,
     raise_,
     raised_at_run_time,
-    range_cond,
     seq_len,
     setitem,
     sole_input,

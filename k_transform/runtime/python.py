@@ -23,13 +23,6 @@ def not_(x):
     return not x
 
 
-def range_cond(i, stop, step):
-    """`i` is still inside `range(..., stop, step)`."""
-    if is_tracer(i) or is_tracer(stop) or is_tracer(step):
-        return jnp.where(step > 0, i < stop, i > stop)
-    return i < stop if step > 0 else i > stop
-
-
 class Formatted:
     """An f-string with traced values, printed later by `jax.debug.print`."""
 
