@@ -124,12 +124,14 @@ def _host_object(leaf) -> bool:
 
 
 def _hashable(x):
-    """A hashable stand-in for a static argument (slices are unhashable)."""
+    """A hashable stand-in for a static argument (slices are unhashable),
+    with the type of each part: `(True,)` and `(1,)`, or `1` and an IntEnum
+    member, are equal and hash alike, yet a program may tell them apart."""
     if isinstance(x, tuple):
-        return tuple(_hashable(v) for v in x)
+        return (type(x), tuple(_hashable(v) for v in x))
     if isinstance(x, slice):
-        return ("slice", x.start, x.stop, x.step)
-    return x
+        return (slice, _hashable(x.start), _hashable(x.stop), _hashable(x.step))
+    return (type(x), x)
 
 
 MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count

@@ -32,10 +32,11 @@ from k_transform.frontend import lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value
-from k_transform.ir.nodes import NO_DEBUG, FuncGraph
+from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
 from k_transform.ops import python as prims
 from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
+from k_transform.runtime.values import pytree_node
 
 
 class TracedCallK(LibraryK):
@@ -127,6 +128,9 @@ class DynamicCallK(DynamicK):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
         hint = getattr(fn, "__name__", None) or type(fn).__name__
         user = not is_library_value(fn)
+        if pytree_node(fn) is not None:  # `layer(x)`, a pytree module: its leaves get gradients
+            with no_parameter_reads(hint) if user else contextlib.nullcontext():
+                return _object_call(self.order, len(args))(fn, *args)
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
             return TracedCallK(call, self.order, self.debug)(*args)
@@ -161,6 +165,53 @@ class DynamicCallK(DynamicK):
 
     def __repr__(self):
         return f"K{self.order}[call]"
+
+
+def _object_call(order: int, n_args: int):
+    """The generated function of `DynamicCallK(order)` for a callable pytree
+    node (a module registered with `register_pytree_node_class` or
+    `register_dataclass`) given `n_args` arguments: `obj(*args)` is
+    `obj.__call__(*args)`, a method call whose first input is `obj`, so its
+    leaves get gradients as `layer.apply(x)`'s do.
+
+    A call of a run-time value returns `(result, bprop)` with `bprop(dout)`
+    giving `(d_callee, *d_args)`; K of a graph call gives `(env, d_obj,
+    *d_args)`. So order 1 is the graph `Q_1(obj, *args) = wrap(K(G))`, where
+    `G` calls the method and `wrap(k)` returns `k`'s result and a bprop
+    without `k`'s first gradient (G's empty env); order n is `wrap(K(Q_n-1))`,
+    K of the order below with the same convention, to any order."""
+    key = (order, n_args)
+    compiled = TRANSFORM.cache("traced.object_calls")
+    if key not in compiled:
+        graph = _call_method_graph(n_args)
+        for _ in range(order):
+            graph = _without_env(k_graph(graph), n_args)
+        compiled[key] = compile_graph(graph)
+    return compiled[key]
+
+
+def _call_method_graph(n_args: int) -> FuncGraph:
+    graph = FuncGraph("call_object")
+    params = [graph.add_parameter(n) for n in ["obj", *(f"x{k}" for k in range(n_args))]]
+    graph.param_names = [p.name for p in params]
+    graph.output = graph.apply(Constant(prims.MethodCall("__call__")), *params)
+    return graph
+
+
+def _without_env(k: FuncGraph, n_args: int) -> FuncGraph:
+    """`(obj, *args) -> (result, dout -> bprop(dout)[1:])` of `(result, bprop) = k(obj, *args)`."""
+    graph = FuncGraph(f"{k.name}_object")
+    params = [graph.add_parameter(n) for n in ["obj", *(f"x{k}" for k in range(n_args))]]
+    graph.param_names = [p.name for p in params]
+    pair = graph.apply(Constant(k), *params)
+    item = Constant(prims.GetItem())
+    result, bprop = (graph.apply(item, pair, Constant(j)) for j in (0, 1))
+    back = FuncGraph(f"{k.name}_object_bprop", parent=graph)
+    grads = back.apply(bprop, back.add_parameter("dout"))
+    kept = [back.apply(item, grads, Constant(j)) for j in range(1, n_args + 2)]
+    back.output = back.apply(Constant(prims.MakeTuple()), *kept)
+    graph.output = graph.apply(Constant(prims.MakeTuple()), result, Constant(back))
+    return graph
 
 
 def _host_receiver(call, args) -> bool:

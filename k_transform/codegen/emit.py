@@ -802,21 +802,26 @@ def _graph_inputs(node: Apply) -> list[FuncGraph]:
 
 
 def _literal(value) -> str | None:
-    """Python source for simple constants, else None."""
-    if value is None or value is Ellipsis or isinstance(value, (bool, str)):
+    """Python source for simple constants, else None (then the value is
+    referenced by a global name). Only the exact built-in types: a subclass
+    (an IntEnum member, a float-mixin Enum, NumPy's float64, a str subclass)
+    has a repr that is not a literal, or is one of another type, so it is
+    referenced as itself."""
+    kind = type(value)
+    if value is None or value is Ellipsis or kind in (bool, str, bytes):
         return "..." if value is Ellipsis else repr(value)
-    if isinstance(value, int):
+    if kind is int:
         return repr(value) if value >= 0 else f"({value!r})"
-    if isinstance(value, float):
+    if kind is float:
         if math.isnan(value) or math.isinf(value):
             return f"float({str(value)!r})"
-        return repr(value) if value >= 0 or math.copysign(1, value) > 0 else f"({value!r})"
-    if isinstance(value, tuple):
+        return repr(value) if math.copysign(1, value) > 0 else f"({value!r})"  # -0.0 too
+    if kind is tuple:  # not a namedtuple: its items alone would lose its type
         items = [_literal(v) for v in value]
         if any(i is None for i in items):
             return None
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
-    if isinstance(value, slice):
+    if kind is slice:
         parts = [_literal(p) for p in (value.start, value.stop, value.step)]
         return None if None in parts else f"slice({', '.join(parts)})"
     return None

@@ -56,10 +56,15 @@ _serial = itertools.count(1)
 
 
 def user_call_method(value):
-    """`construct` of a Cell-like object, or a user-written `__call__`."""
+    """`construct` of a Cell-like object, or a user-written `__call__`. A
+    `__call__` the user wrote on a Cell comes first: it is what Python calls
+    (k_transform's own Cells' `__call__` run `construct`, or check inputs)."""
     if isinstance(value, (type, types.FunctionType, functools.partial)):
         return None
     cls = type(value)
+    call = getattr(cls, "__call__", None)  # noqa: B004 -- the method itself, not callable()
+    if is_user_function(call) and not (call.__module__ or "").startswith("k_transform."):
+        return call
     for attr in ("construct", "__call__"):
         method = getattr(cls, attr, None)
         if kt_attribute(method, "__kt_jit__", False):  # `@kt.jit def construct`: what it compiles

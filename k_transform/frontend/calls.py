@@ -47,7 +47,12 @@ from k_transform.frontend import (
     python_code,
     pytrees,
 )
-from k_transform.frontend.desugar import LIST_MUTATORS, REFUSED_MUTATORS, mutation_base
+from k_transform.frontend.desugar import (
+    LIST_MUTATORS,
+    REFUSED_MUTATORS,
+    mutation_base,
+    walk_scope,
+)
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
@@ -110,9 +115,30 @@ class CallBuilder:
         else:
             called_here(self, e.func)
             callee = self.expr(e.func)
+            if isinstance(callee, Constant) and callee.value is super and not e.args:
+                return self.super_call(callee, e)
         args = [self.current(self.expr(a)) for a in e.args]
         kwargs = {k.arg: self.current(self.expr(k.value)) for k in e.keywords}
         return self.call(self.current(callee), args, kwargs, e)
+
+    def super_call(self, callee: Constant, e) -> Node:
+        """`super()` as Python means it: `super(__class__, first)`, where
+        `__class__` is the cell of the class the method was defined in and
+        `first` the current value of its first parameter (CPython reads both
+        from the frame). Where Python raises instead (no class cell, no
+        positional parameter, inside a comprehension, lambda or nested def
+        other than the one parsed here), the function runs as Python."""
+        if e.keywords:
+            raise self.fp.unsupported("`super()` given keyword arguments", e)
+        params = [*self.fdef.args.posonlyargs, *self.fdef.args.args]
+        direct = any(n is e for n in walk_scope([self.fdef], enter_roots=True))
+        if "__class__" not in self.fp.cells or not params or not direct:
+            raise self.fp.unsupported("`super()` outside a method's own body", e)
+        cls = self.fp.resolve_global("__class__", e)
+        first = self.read(params[0].id, e)
+        if isinstance(first, Constant) and first.value is rt.UNDEFINED:
+            raise self.fp.unsupported(f"`super()` after `del {params[0].id}`", e)
+        return self.call(callee, [cls, self.current(first)], {}, e)
 
     def mutating_call(self, e, lst: Node) -> Node:
         """`lst.append(v)`, `.extend(s)`, `.insert(i, v)`, `.pop(i)`: `lst` is
@@ -251,6 +277,13 @@ class CallBuilder:
         value = callee.value
         if value is getattr and _constant_attribute(args, kwargs):  # getattr(jnp, "tanh")
             return self.attribute_of(args[0], args[1].value, e)  # is `jnp.tanh`
+        if value is type and len(args) == 1 and not kwargs and _plain_constant(args[0]):
+            return Constant(type(args[0].value), self.debug(e), "type")  # runs no user code
+        if value is super and not kwargs and all(isinstance(a, Constant) for a in args):
+            try:  # `super(C, self)`: made here, so `.f(x)` is C's parent's method, parsed
+                return Constant(super(*[a.value for a in args]), self.debug(e), "super")
+            except TypeError:
+                pass  # raised when the line runs, as Python does (a LibraryCall below)
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if kt_attribute(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
@@ -275,6 +308,10 @@ class CallBuilder:
             if value.closure_site is not None:
                 self.note_returned_closures(value, result, e)
             return result
+        if isinstance(value, types.MethodType) and value.__func__ is Cell.__call__:
+            # `super().__call__(x)` in a Cell's own `__call__`: Cell's runs `construct`
+            construct = self.attribute_of(Constant(value.__self__), "construct", e)
+            return self.call(construct, args, kwargs, e)
         if isinstance(value, types.MethodType) and is_user_function(value.__func__):
             graph = Constant(self.parse(value), self.debug(e), callee.hint)
             return self.call(graph, args, kwargs, e)
@@ -588,6 +625,11 @@ def _takes_mutation(method: str, receiver: Node) -> bool:
     holds; the other mutating names (`update`, `add`) on a builtin container
     (else a method of an object, `acc.add(x)`: `check_method_effect`)."""
     return method in (*LIST_MUTATORS, *ORIGINAL_REFUSED) or effects.mutable_builtin(receiver, prims)
+
+
+def _plain_constant(node: Node) -> bool:
+    """A constant that is the Python object it holds (not a parsed function)."""
+    return isinstance(node, Constant) and not isinstance(node.value, FuncGraph)
 
 
 def _literal_dict(e) -> bool:

@@ -373,8 +373,9 @@ def zeros_like_value(x):
         return None
     if isinstance(x, (types.ModuleType, type)):  # `jnp`, `jnp.float32`: `shape` and `dtype`
         return None  # are their attributes, not an array's
-    if isinstance(x, (int, float)):
-        return type(x)(0)
+    if isinstance(x, (int, float)):  # an IntEnum member's zero is a plain 0
+        exact = type(x) in (int, float) or isinstance(x, np.generic)
+        return type(x)(0) if exact else (0 if isinstance(x, int) else 0.0)
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return jnp.zeros(jnp.shape(x), jnp.result_type(x))
     if callable(x):
