@@ -18,8 +18,8 @@ compiled to Python; on each call it
 
 Shared by the API families (`reverse`, `forward_api`, `jacobians`,
 `jit_api`): `without_aux` and `compiled_forward` (the first output, and the
-whole output, for `has_aux`), `bind_keywords` (a call's arguments as the
-graph's positional ones), and `check_float_inputs`, JAX's refusal of integer
+whole output, for `has_aux`), `bind_keywords` and `with_defaults` (a call's
+arguments as the graph's positional ones), and `check_float_inputs`, JAX's refusal of integer
 inputs to differentiate.
 """
 
@@ -223,6 +223,7 @@ class CompiledGraph:
         jit_host: bool = False,
     ):
         self.guards = guards_of(primal or graph)
+        self._primal = primal
         # A graph that changes a parameter in place (`l *= 2`): each call checks
         # that the caller's argument is no object Python would change.
         source = primal or graph
@@ -250,6 +251,24 @@ class CompiledGraph:
         # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
         self.host = graph.calls_host() and not jit_host
         self.jit_host = jit_host
+        # The defaults of `fn`'s parameters (not arrays) by position: an
+        # argument that is one is a constant of the program (`_parts`).
+        self.defaults = default_arguments(fn, primal or graph)
+
+    def under_jit(self) -> CompiledGraph:
+        """This program as `kt.jit` runs it: compiled even where it calls host
+        code (which then runs when it is traced, as under `jax.jit`); a
+        subclass that binds its own arguments (a gradient function) makes
+        itself again so."""
+        remake = self.remake
+        return CompiledGraph(
+            self._compiled_graph,
+            self.fn,
+            self.jit,
+            primal=self._primal,
+            remake=None if remake is None else lambda: remake().under_jit(),
+            jit_host=True,
+        )
 
     @functools.cached_property
     def run(self):
@@ -306,19 +325,19 @@ class CompiledGraph:
         values = tuple([p.data for p in self.params])
         parts = self._parts(args, values)
         if parts is None:
-            return self._eager(values, rt.as_jax_inputs(args))
+            return self._eager(values, self._inputs(args))
         fixed, traced, retrace = parts
         # What tracing depends on beyond the arguments: the retrace mode, the
         # loop settings and whether checkpointed loops report their recompute
         # (a program is shared by gradient objects).
-        statics = tuple((k, type(v), _hashable(v)) for k, v in fixed.items()) if fixed else ()
+        statics = tuple(self._static_key(k, v) for k, v in fixed.items()) if fixed else ()
         for _ in range(MAX_RETRACES):
             key = (len(args), statics, retrace, _trace_settings())
             jitted = self._jitted.get(key)
             if jitted is None:
                 jitted = self._jitted[key] = self._jit(key, fixed, len(args), retrace)
             if jitted is _EAGER:
-                return self._eager(values, rt.as_jax_inputs(args))
+                return self._eager(values, self._inputs(args))
             try:
                 result = self._finish(key, jitted(values, traced))
             except Exception as exc:  # noqa: BLE001 -- see `_recover`
@@ -348,7 +367,7 @@ class CompiledGraph:
                 raise exc.with_traceback(None) from None
             self._jitted[key] = _EAGER
             warnings.warn(_recursion_runs_eagerly(exc), stacklevel=4)
-            return self._eager(values, rt.as_jax_inputs(args))
+            return self._eager(values, self._inputs(args))
         if _grow_loop_bound(exc):
             return _RETRY
         raised = rt.raised_at_run_time(exc)  # a `raise` the program reached
@@ -356,24 +375,58 @@ class CompiledGraph:
             raise raised from None
         raise exc
 
+    def _defaulted(self, args: tuple) -> set[int]:
+        """The positions of `args` holding their parameter's default object:
+        a call left them to their defaults (`bind_keywords`)."""
+        defaults = self.defaults
+        return {k for k, d in defaults.items() if k < len(args) and args[k] is d}
+
+    def _inputs(self, args: tuple) -> tuple:
+        """`args` for a run op by op: NumPy values and Python floats made JAX
+        arrays, as a jit makes them; a default left to itself is Python's
+        own object, as in a call of the function."""
+        defaulted = self._defaulted(args) if self.defaults else ()
+        made = rt.as_jax_inputs(args)
+        return tuple(args[k] if k in defaulted else a for k, a in enumerate(made))
+
+    def _static_key(self, k: int, v) -> tuple:
+        """A static argument as part of a program's key: its value, or for a
+        default left to itself, its position (the same object at each call,
+        which need not be hashable)."""
+        if k in self.defaults and v is self.defaults[k]:
+            return (k, "default")
+        return (k, type(v), _hashable(v))
+
     def _parts(self, args: tuple, values: tuple):
         """`(static arguments by position, traced ones, whether loops may
-        retrace)` of a compiled call, or None for a call run op by op."""
+        retrace)` of a compiled call, or None for a call run op by op.
+
+        A parameter the call left to its default is a constant of the
+        program, as in Python (`jax.jit` does not trace defaults either): a
+        default object (`cfg=Config()`) is no refused argument under
+        `kt.jit`; elsewhere one that is a host object runs per call, as any
+        host object argument."""
         use_jit = (_mode["jit"] and not self.host) if self.jit is None else self.jit
-        if use_jit and _all_concrete(args) and _all_concrete(values):
+        compiled = self.jit or self.jit_host
+        defaulted = self._defaulted(args) if self.defaults else set()
+        if use_jit and not defaulted and _all_concrete(args) and _all_concrete(values):
             return {}, args, True  # arrays only (the common call): nothing static, no tracer
-        leaves = jax.tree_util.tree_leaves(args) if use_jit else ()
+        given = [a for k, a in enumerate(args) if k not in defaulted]
+        leaves = jax.tree_util.tree_leaves(given) if use_jit else ()
         objects = [type(a).__name__ for a in leaves if _host_object(a)]
-        if objects and (self.jit or self.jit_host):
+        if objects and compiled:
             raise KTransformError(
                 f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
                 f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "
                 "numbers and static values (read the object as a global, or call "
                 "without kt.jit: its methods then run per call)"
             )
+        if not compiled and use_jit:  # a default generator's methods run per call too
+            held = jax.tree_util.tree_leaves([args[k] for k in defaulted])
+            objects += [type(a).__name__ for a in held if _host_object(a)]
         if not use_jit or objects:  # a generator's methods are host code: per call
             return None
-        static = tuple(k for k, a in enumerate(args) if _is_static(a))
+        static = tuple(k for k, a in enumerate(args) if k in defaulted or _is_static(a))
         traced = tuple(a for k, a in enumerate(args) if k not in static)
         # Under a user's own jax.jit no retrace can happen: loops checkpoint instead.
         return {k: args[k] for k in static}, traced, not rt.any_traced((values, traced))
@@ -502,6 +555,45 @@ def bind_keywords(fn, args: tuple, kwargs: dict) -> tuple[tuple, list]:
             where.append((len(flat), None))
         flat.append(bound.arguments[name])
     return tuple(flat), where
+
+
+def with_defaults(fn, args: tuple) -> tuple:
+    """`args` followed by the defaults of the parameters of `fn` they leave
+    out (a `**kwargs` parameter: no keywords), as a call of `fn` binds them;
+    `args` as they are for what has no Python signature of its graph's (a
+    graph, a gradient function) or none at all."""
+    if isinstance(fn, FuncGraph) or isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
+        return args
+    try:
+        return bind_keywords(fn, args, {})[0]
+    except KTransformError:  # no Python signature to read: called as it is
+        return args
+
+
+def default_arguments(fn, graph: FuncGraph) -> dict[int, object]:
+    """The default objects of the parameters of `fn` (its Python signature:
+    positions as `bind_keywords` makes them), or where it has none of its
+    graph's (a graph, a gradient function), of `graph`'s (its constants).
+    Array defaults are left out: traced as any array argument."""
+    found = {}
+    if fn is not None and not isinstance(fn, FuncGraph):
+        if isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
+            return {}  # a gradient function: its Python signature is not its graph's
+        target = fn.construct if isinstance(fn, Cell) else fn
+        try:
+            sig = inspect.signature(callables.unwrap(target), follow_wrapped=False)
+        except (TypeError, ValueError):
+            return {}
+        for k, p in enumerate(sig.parameters.values()):
+            if p.default is not p.empty:
+                found[k] = p.default
+    else:
+        graph = fn if isinstance(fn, FuncGraph) else graph
+        for k, name in enumerate(graph.param_names or ()):
+            node = (graph.defaults or {}).get(name)
+            if isinstance(node, Constant) and not isinstance(node.value, FuncGraph):
+                found[k] = node.value
+    return {k: d for k, d in found.items() if not isinstance(d, (jax.Array, np.ndarray))}
 
 
 def takes_star_args(fn) -> bool:

@@ -22,12 +22,11 @@ from k_transform.compiled import (
     bind_keywords,
     check_float_inputs,
     takes_star_args,
+    with_defaults,
 )
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.targets import target_of
-from k_transform.ir.nodes import FuncGraph
-from k_transform.protocol import kt_attribute
 from k_transform.transforms import (
     jvp_graph,
 )
@@ -78,12 +77,7 @@ def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
     leaves some to their defaults (a `**kwargs` parameter: no keywords);
     those get zero tangents. A function whose Python signature is not its
     graph's (a graph, a gradient function) is left as it is."""
-    if isinstance(fn, FuncGraph) or isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
-        return xs, vs
-    try:
-        flat_x, _ = bind_keywords(fn, xs, {})
-    except KTransformError:  # no Python signature to read: called as it is
-        return xs, vs
+    flat_x = with_defaults(fn, xs)
     rest = tuple(_zero_tangent(x) for x in flat_x[len(xs) :])
     return flat_x, (*vs, *rest)
 

@@ -2,8 +2,11 @@
 
 `Jit` keeps one `CompiledGraph` per Cell `training` flag and per number of
 `*args` values; keyword arguments and defaults bind as in a call of the
-function (`compiled.bind_keywords`). Inside transformed code a `Jit` is its
-function's graph (`__kt_graph__`).
+function (`compiled.bind_keywords`; a default left to itself is a constant of
+the program). A compiled function given to it (`kt.jit(kt.grad(f))`) is made
+again for `kt.jit` (`CompiledGraph.under_jit`) and binds its arguments as it
+always does. Inside transformed code a `Jit` is its function's graph
+(`__kt_graph__`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from k_transform.api import graph_of
 from k_transform.compiled import CompiledGraph, bind_keywords, takes_star_args
 from k_transform.frontend.parser import parse
 from k_transform.ir.nodes import FuncGraph
-from k_transform.protocol import kt_attribute
 
 
 class Jit:
@@ -60,6 +62,9 @@ class Jit:
         compiles a Cell once per phase: `set_train` switches between them)
         and, for a function with `*args`, for the number of values in it."""
         key = (self._training(), star_arity)
+        if key not in self._compiled and isinstance(self.__wrapped__, CompiledGraph):
+            # a gradient function binds keywords, defaults and `*args` itself
+            self._compiled[key] = self.__wrapped__.under_jit()
         if key not in self._compiled:
             graph = graph_of(self.__wrapped__, star_arity)
             remake = functools.partial(self._remake, key, star_arity)
@@ -69,8 +74,6 @@ class Jit:
         return self._compiled[key]
 
     def _remake(self, key, star_arity) -> CompiledGraph:
-        if isinstance(self.__wrapped__, CompiledGraph):  # kt.jit(kt.grad(f))
-            self.__wrapped__.refresh()
         del self._compiled[key]
         self._direct = None
         return self.compiled(star_arity)
@@ -91,8 +94,8 @@ class Jit:
             and self._training() is direct[1]
         ):
             return direct[2](*args)
-        if not kwargs and kt_attribute(fn, "__kt_graph_for__", None) is not None:
-            return self.compiled(len(args))(*args)  # the gradient of a `*args` function
+        if isinstance(fn, CompiledGraph):  # kt.jit(kt.grad(f)): it binds its arguments
+            return self.compiled()(*args, **kwargs)
         if takes_star_args(self.__wrapped__):
             args, where = bind_keywords(self.__wrapped__, args, kwargs)
             return self.compiled(sum(k is not None for _, k in where))(*args)

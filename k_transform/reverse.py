@@ -58,6 +58,7 @@ from k_transform.compiled import (
     check_float_inputs,
     parameters_of,
     takes_star_args,
+    with_defaults,
 )
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor.builder import Builder, new_graph
@@ -271,10 +272,14 @@ def vjp(fn, *inputs, weights=None, has_aux=False):
     returns a tuple of the inputs' gradients; with `weights`,
     `(input gradients, weight gradients)` (a bare gradient for one Parameter).
     For a tuple output, `vjp_fn(v0, v1)` (MindSpore's) is `vjp_fn((v0, v1))`.
-    `fn` may take `*args` (`spread_args`)."""
-    primal = graph_of(spread_args(target_of(fn, len(inputs)), len(inputs)))
+    `fn` may take `*args` (`spread_args`); a parameter left to its default
+    is passed its default and has no gradient, as in JAX's vjp."""
+    target = spread_args(target_of(fn, len(inputs)), len(inputs))
+    primal = graph_of(target)
+    given, inputs = len(inputs), with_defaults(target, inputs)
     params, single = as_weights(weights)
-    spec = GradSpec("all", params, single, sens_param=True, has_aux=bool(has_aux))
+    positions = "all" if len(inputs) == given else tuple(range(given))
+    spec = GradSpec(positions, params, single, sens_param=True, has_aux=bool(has_aux))
     grad_fn = GradFunction(primal, spec)
     if primal.may_call_host():
         # the value as the pullback computes it (K of `fn`): host code runs once,
@@ -366,6 +371,7 @@ class GradFunction(CompiledGraph):
         jit: bool | None = None,
         api: str | None = None,
         bound: bool = False,
+        jit_host: bool = False,
     ):
         self.spec = spec
         self.api = api
@@ -374,12 +380,13 @@ class GradFunction(CompiledGraph):
         # object asking for it: a fresh `kt.grad(f)(x)` transforms nothing
         # and reuses the compiled code while f's names hold (guards).
         made = TRANSFORM.cache("grad.functions")
-        key = (id(fn), getattr(fn, "training", None), spec, jit, api, bound)
+        key = (id(fn), getattr(fn, "training", None), spec, jit, api, bound, jit_host)
         entry = made.get(key)
         if entry is not None and entry[0] is fn and not stale(entry[1].guards):
             self.__dict__.update(entry[1].__dict__, constant_sequences=False)
             return
-        remake = functools.partial(GradFunction, fn, spec, jit, api, bound)
+        remake = functools.partial(GradFunction, fn, spec, jit, api, bound, jit_host)
+        self._made = (fn, spec, jit, api, bound)
         self._by_keywords: dict[tuple, GradFunction] = {}
         star = not bound and (
             (isinstance(fn, types.FunctionType) and takes_star_args(fn))
@@ -390,7 +397,7 @@ class GradFunction(CompiledGraph):
             # called with positional arguments, it is made per number of them,
             # so `fun(*args)` is a call of known arity and, nested
             # (`egrad(egrad(f))`), each level a function of those arguments.
-            self._star = (fn, spec, jit, api, bound)
+            self._star = (fn, spec, jit, api, bound, jit_host)
             self._arities: dict[int, GradFunction] = {}
             self.__kt_graph_for__ = lambda n: self._for_arity(n).__kt_graph__
         try:
@@ -399,8 +406,10 @@ class GradFunction(CompiledGraph):
             if not star:
                 raise
             return  # made per arity only (keywords then cannot be bound)
-        # `bound`: called with the graph's own parameters (see `_keyword_call`).
-        self._binds = not bound and primal.signature is not None
+        # `bound` (or a graph given): called with the graph's own parameters
+        # (see `_keyword_call`).
+        graph_given = isinstance(fn, FuncGraph)
+        self._binds = not bound and not graph_given and primal.signature is not None
         # Parameters a call may leave to their defaults (bound like keywords).
         names, defaults = primal.param_names or (), primal.defaults
         self._n_params = (
@@ -411,7 +420,7 @@ class GradFunction(CompiledGraph):
         # `return_ids`: the ids are attached after the call (strings are no
         # jit outputs); called inside transformed code, the graph holds them.
         graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))
-        super().__init__(graph, fn, jit, primal=primal, remake=remake)
+        super().__init__(graph, fn, jit, primal=primal, remake=remake, jit_host=jit_host)
         if isinstance(fn, types.FunctionType) and not spec.sens_param:
             # called as `fn` is (`grad(grad(f))(a)` leaves f's defaults to it)
             self.__signature__ = inspect.signature(fn)
@@ -427,6 +436,15 @@ class GradFunction(CompiledGraph):
             return f"<k_transform gradient of {getattr(self._star[0], '__name__', '?')}(*args)>"
         return super().__repr__()
 
+    def under_jit(self) -> GradFunction:
+        """This gradient function as `kt.jit` runs it (see `CompiledGraph`):
+        made again with the same target and options, so that it binds
+        keywords, defaults and `*args` as a call of it does."""
+        fn, spec, jit, api, bound = self._made
+        made = GradFunction(fn, spec, jit, api, bound, jit_host=True)
+        made.constant_sequences = self.constant_sequences  # GradOperation's
+        return made
+
     def _per_arity(self, kwargs: dict) -> bool:
         """Whether this call goes to the per-arity gradient of a `*args`
         function (keywords keep the generic graph, where there is one)."""
@@ -435,8 +453,9 @@ class GradFunction(CompiledGraph):
     def _for_arity(self, n: int) -> GradFunction:
         """A `*args` function's gradient for `n` arguments (its graph specialised)."""
         if n not in self._arities:
-            fn, spec, jit, api, bound = self._star
-            self._arities[n] = GradFunction(spread_args(fn, n), spec, jit, api, bound)
+            fn, spec, jit, api, bound, jit_host = self._star
+            made = GradFunction(spread_args(fn, n), spec, jit, api, bound, jit_host)
+            self._arities[n] = made
         return self._arities[n]
 
     def __call__(self, *args, **kwargs):
@@ -533,7 +552,9 @@ class GradFunction(CompiledGraph):
     def _run_spec(self, spec: GradSpec, flat: tuple, sens: tuple):
         key = (spec.inputs, len(flat))
         if key not in self._by_keywords:
-            self._by_keywords[key] = GradFunction(self.fn, spec, self.jit, bound=True)
+            self._by_keywords[key] = GradFunction(
+                self.fn, spec, self.jit, bound=True, jit_host=self.jit_host
+            )
         return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
 
 

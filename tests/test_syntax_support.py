@@ -397,8 +397,8 @@ def test_refused_constructs_are_named(fn, words):
 
 def test_regression_zip_strict(mode):
     check(zip_strict_unequal, jnp.array([1.0, 2.0]))
-    with pytest.raises(kt.KTransformError, match="strict"):
-        kt.compile(zip_strict_unequal)(jnp.ones(3))
+    with pytest.raises(ValueError, match=r"zip\(\) argument 2 is shorter than argument 1"):
+        kt.compile(zip_strict_unequal)(jnp.ones(3))  # Python's exception and message
 
 
 def test_regression_gradient_of_varargs_function(mode):

@@ -204,6 +204,14 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
                 return retried
         if not arrays:  # given no JAX array, it has no gradient: run as Python computes it
             return _value_graph(fn, hint, kwnames, len(args), host)  # (`"".join(names)`)
+        if refused is not None and _users_exception(exc):
+            # the user's own exception (a KeyError, a StopIteration, a check of
+            # theirs): Python raises it running the function, and so do we
+            exc.add_note(
+                f"raised in {hint}, which k_transform runs as Python under JAX's tracer "
+                f"since it cannot parse it ({refused.bare_message})"
+            )
+            raise exc
         if refused is not None:
             raise KTransformError(
                 f"{hint} runs as Python under JAX's tracer, since k_transform cannot parse it "
@@ -223,6 +231,16 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if not host:
         _graphs[key] = (held, graph)
     return graph
+
+
+def _users_exception(exc: Exception) -> bool:
+    """Whether `exc`, raised running user code as Python, is what Python
+    raises running it (a KeyError, a StopIteration, the user's own check):
+    not JAX's refusal of what its tracer cannot do (a Python `if` on a traced
+    value, `float(x)`), nor a name undefined (refused with its line, as the
+    parser found it)."""
+    jax_refusal = (jax.errors.JAXTypeError, jax.errors.JAXIndexError)
+    return not isinstance(exc, (*jax_refusal, NameError))
 
 
 def _with_static_scalars(fn, hint: str, kwnames: tuple, args: tuple, plan: tuple):

@@ -180,12 +180,10 @@ class SugarBuilder:
         strict = self.zip_strict(it)
         parts = [self.view(a) for a in it.args]
         lengths = [p.length for p in parts]
-        if all(isinstance(n, Constant) for n in lengths):
-            values = [n.value for n in lengths]
-            if strict and len(set(values)) > 1:
-                raise self.fp.error(f"zip(strict=True) of lengths {values}", it)
+        values = [n.value for n in lengths if isinstance(n, Constant)]
+        if len(values) == len(lengths) and not (strict and len(set(values)) > 1):
             length = self.const(min(values, default=0), it)
-        else:
+        else:  # (unequal lengths with strict=True: Python's ValueError when the zip runs)
             helper = call_of(rt.zip_strict_length, "zip_strict_length") if strict else None
             helper = helper or call_of(rt.zip_length, "zip_length")
             length = self.apply(helper, *lengths, node=it)

@@ -10,10 +10,14 @@ on that account: as under JAX's own gradient, it runs as Python, at each call
 in program order, and a program calling it is not compiled ahead.
 
 What JAX's tracer cannot run is refused as under `jax.jit` (a Python `if`
-on a traced value, `float(x)`), with the reason the source was refused.
-Where running it would lose a gradient it is refused too: a Parameter it
-reads without being passed it (`runtime.state.no_parameter_reads`), and a method of a
-Cell, a `*args` or keyword-only signature at the top (these stay errors).
+on a traced value, `float(x)`), with the reason the source was refused;
+an exception Python itself raises running it (a KeyError, a StopIteration)
+is raised as it is (`jaxpr.imported_graph`). Where running it would lose a
+gradient it is refused too: a Parameter it reads without being passed it
+(`runtime.state.no_parameter_reads`), and a Cell's method. At the top (the
+function given to a transform, `python_graph`) it may be a bound method or
+an object with a `__call__`, and take defaults (it sees the default
+objects themselves) and keyword-only parameters; not `*args` or `**kwargs`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from __future__ import annotations
 import inspect
 import types
 
+from k_transform.cell import Cell
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
+from k_transform.frontend.callables import user_call_method
+from k_transform.frontend.signature import signature_of
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
@@ -79,24 +86,55 @@ def deferred(fn) -> KTransformError | None:
 
 def python_graph(fn, exc: KTransformError) -> FuncGraph:
     """The graph of a top-level `fn` the parser refused with `exc`: one host
-    call of `fn` on its parameters. Raises `exc` when `fn` cannot run so
-    (a method, a Cell's `construct`, a signature with `*args`, `**kwargs`,
-    keyword-only parameters or defaults: the gradient API passes a default
-    as an array, where Python would see the default itself)."""
-    if isinstance(fn, types.MethodType) or not isinstance(fn, types.FunctionType):
+    call of `fn` on its parameters (keyword-only ones passed by keyword).
+    `fn` is a function, a bound method or an object with a user `__call__`
+    (`self` is the object itself, as in a call). A default the caller does
+    not pass is the default object itself, as Python passes it (the graph's
+    defaults; `compiled.CompiledGraph` keeps such an argument as it is).
+    Raises `exc` when `fn` cannot run so: a signature with `*args` or
+    `**kwargs` (the graph would take them packed), or a Cell's method (its
+    Parameters' gradients and its `bprop` are read from its parsed graph:
+    run as Python, they would be lost)."""
+    target = _host_target(fn, exc)
+    params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
         raise exc
-    params = inspect.signature(fn).parameters.values()
-    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    if any(p.kind not in plain or p.default is not p.empty for p in params):
+    if not runs_as_python(target, exc):
         raise exc
-    if not runs_as_python(fn, exc):
-        raise exc
-    graph = FuncGraph(fn.__name__)
+    if fn is not target:  # what the graph calls is what runs as Python (`reason`)
+        TRANSFORM.cache("python_code.functions")[id(fn)] = (fn, exc)
+    name = getattr(target, "__name__", type(fn).__name__)
+    graph = FuncGraph(name)
     names = [p.name for p in params]
-    args = [graph.add_parameter(name) for name in names]
+    args = [graph.add_parameter(n) for n in names]
     graph.param_names = names
-    graph.defaults = {}
-    call = prims.LibraryCall(fn, fn.__name__, (), effectful=True)
-    graph.output = graph.apply(Constant(call, hint=fn.__name__), *args)
+    graph.defaults = {p.name: Constant(p.default, hint=p.name) for p in params if _defaulted(p)}
+    if any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        graph.signature = signature_of(params)
+    kwnames = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)  # (last, in graph order)
+    call = prims.LibraryCall(fn, name, kwnames, effectful=True)
+    graph.output = graph.apply(Constant(call, hint=name), *args)
     graph.guards = ()
     return graph
+
+
+def _defaulted(p: inspect.Parameter) -> bool:
+    return p.default is not p.empty
+
+
+def _host_target(fn, exc: KTransformError):
+    """The user function `fn` runs (a bound method's, a callable object's
+    `__call__`); `exc`, with the reason, raised for a Cell's method."""
+    if isinstance(fn, types.FunctionType):
+        return fn
+    owner = fn.__self__ if isinstance(fn, types.MethodType) else fn
+    if isinstance(owner, Cell):
+        raise KTransformError(
+            f"{exc.bare_message} (a Cell's method is not run as Python: its Parameters' "
+            "gradients and its bprop are read from its parsed graph, and would be lost)",
+            exc.debug,
+        ) from None
+    if isinstance(fn, types.MethodType):
+        return fn.__func__ if is_user_function(fn.__func__) else None
+    method = user_call_method(fn)
+    return method if method is not None and method.__name__ == "__call__" else None

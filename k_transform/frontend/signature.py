@@ -10,6 +10,8 @@ positional arguments pack into the `*args` tuple, unknown keywords into the
 
 from __future__ import annotations
 
+import inspect
+
 from k_transform import ops
 from k_transform.ir.nodes import Constant, Node
 from k_transform.ops import python as prims
@@ -33,6 +35,20 @@ class Signature:
         self.vararg = args.vararg.id if args.vararg else None
         self.kwonly = [a.id for a in args.kwonlyargs]
         self.kwarg = args.kwarg.id if args.kwarg else None
+
+
+def signature_of(params: list[inspect.Parameter]) -> Signature:
+    """The `Signature` of a function known by `inspect` only (one run as
+    Python, `python_code`): its parameters in graph order."""
+    sig = Signature.__new__(Signature)
+    kind = inspect.Parameter
+    positional = (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
+    sig.n_posonly = sum(p.kind is kind.POSITIONAL_ONLY for p in params)
+    sig.positional = [p.name for p in params if p.kind in positional]
+    sig.vararg = next((p.name for p in params if p.kind is kind.VAR_POSITIONAL), None)
+    sig.kwonly = [p.name for p in params if p.kind is kind.KEYWORD_ONLY]
+    sig.kwarg = next((p.name for p in params if p.kind is kind.VAR_KEYWORD), None)
+    return sig
 
 
 class SignatureBinding:

@@ -198,6 +198,9 @@ class StatementBuilder:
             if any(isinstance(e, gast.Starred) for e in target.elts):
                 self.assign_starred(target, value, s)
                 return
+            items = self.static_items(value)
+            if items is None or len(items) != len(target.elts):  # Python's ValueError
+                self.apply(prims.CheckUnpack(len(target.elts)), value, node=s)
             for k, elt in enumerate(target.elts):
                 item = self.apply(prims.GetItem(), value, self.const(k, s), node=s)
                 self.assign(elt, item, s)

@@ -243,7 +243,7 @@ class UnpackingBuilder:
             for x, part in zip(elts, parts, strict=True):
                 self.assign(x.value if isinstance(x, gast.Starred) else x, part, s)
             return
-        self.check_length(value, len(elts) - 1, s)
+        self.apply(prims.CheckUnpack(len(elts) - 1, at_least=True), value, node=s)
         for j, x in enumerate(elts):
             if j != k:
                 index = self.const(j if j < k else j - len(elts), s)

@@ -418,6 +418,24 @@ class Assert(Primitive):
         return f"{e.ref(rt, '_rt')}.assert_({', '.join(args)})"
 
 
+class CheckUnpack(Primitive):
+    """`a, b = seq` (`n` targets; `at_least`: beside a starred one): Python's
+    ValueError when `seq` has another number of items (`runtime.python.check_unpack`;
+    the items are then read one by one)."""
+
+    effectful = True
+    n_inputs = 1
+
+    def __init__(self, n: int, at_least: bool = False):
+        super().__init__("check_unpack", n=n, at_least=at_least)
+
+    def impl(self, seq):
+        return rt.check_unpack(seq, self.n, self.at_least)
+
+    def emit(self, e, args):
+        return f"{e.ref(rt, '_rt')}.check_unpack({args[0]}, {self.n}, {self.at_least})"
+
+
 class Raise(Primitive):
     """`raise exc` / `raise exc from cause` (`cause`: whether `from` is given;
     its input is None otherwise): raised where it is reached when concrete;

@@ -32,6 +32,7 @@ from k_transform.runtime.python import (  # noqa: F401
     as_sequence,
     assert_,
     assigned_span,
+    check_unpack,
     copy_value,
     dict_keys,
     each_count,

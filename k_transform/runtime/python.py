@@ -248,6 +248,26 @@ def assert_(cond, msg):
     return None
 
 
+def check_unpack(seq, n: int, at_least: bool = False) -> None:
+    """`a, b = seq` (`n` targets; `at_least`: beside a starred one): Python's
+    ValueError when `seq` has another number of items. Its length is a Python
+    int, under a trace too (a list's, an array's first dimension)."""
+    if hasattr(seq, "shape"):
+        if len(seq.shape) == 0:
+            raise TypeError("iteration over a 0-d array")
+        got = seq.shape[0]
+    else:
+        try:
+            got = len(seq)
+        except TypeError:  # no length: reading its items says what is wrong
+            return
+    if got < n:
+        expected = f"at least {n}" if at_least else str(n)
+        raise ValueError(f"not enough values to unpack (expected {expected}, got {got})")
+    if got > n and not at_least:
+        raise ValueError(f"too many values to unpack (expected {n})")
+
+
 def raise_(exc, cause=NO_CAUSE):
     """Python's `raise exc [from cause]`; see above for where it is reached
     inside a traced branch or loop body, or with traced values in its message."""
@@ -357,10 +377,22 @@ def zip_length(*lengths) -> int:
 
 
 def zip_strict_length(*lengths) -> int:
-    """`zip(..., strict=True)`: the common length; unequal lengths raise, as Python's."""
-    if len(set(lengths)) > 1:
-        raise KTransformError(f"zip(strict=True) of iterables of lengths {list(lengths)}")
-    return min(lengths)
+    """`zip(..., strict=True)`: the common length; unequal lengths raise
+    Python's ValueError, with its message: the first iterable to end before
+    the others, or the first one left with items once the first has ended."""
+    n = min(lengths)
+    ended = next(k for k, m in enumerate(lengths) if m == n)
+    if ended > 0:
+        raise ValueError(f"zip() argument {ended + 1} is shorter than {_arguments(ended)}")
+    longer = next((k for k, m in enumerate(lengths) if m > n), None)
+    if longer is not None:
+        raise ValueError(f"zip() argument {longer + 1} is longer than {_arguments(longer)}")
+    return n
+
+
+def _arguments(k: int) -> str:
+    """Python's name for zip's first `k` arguments: "argument 1", "arguments 1-3"."""
+    return "argument 1" if k == 1 else f"arguments 1-{k}"
 
 
 def keys_within(d, names: tuple) -> bool:
