@@ -22,8 +22,9 @@ Under a jit (the arguments are tracers) there are no values; the caller
 traces abstractly, as `jax.jit` does, and a Python `if` on a traced value is
 refused as JAX refuses it.
 
-Calls of functions with a custom JAX rule are inlined by their primal body,
-as the jaxpr import does with the equations it reads. A debug callback
+Calls of functions with a rule of their own (`custom_jvp`, `custom_vjp`)
+are recorded as such calls, as `jax.make_jaxpr` records them: the jaxpr
+import keeps JAX's own rules and refuses the user's. A debug callback
 (`jax.debug.print`) is only recorded: it runs when the program runs.
 
 This relies on JAX's trace API (`jax._src.core`: `Trace`, `Tracer`,
@@ -37,6 +38,7 @@ import jax
 
 try:  # JAX's trace API (the "stackless" core)
     from jax._src import core as _core
+    from jax._src import linear_util as lu
 
     _NAMES = "Trace Tracer typeof set_current_trace eval_trace unsafe_get_current_trace"
     _API = all(hasattr(_core, name) for name in _NAMES.split())
@@ -88,6 +90,21 @@ if _API:
         def full_lower(self):
             return self
 
+    def _nested(fun, values: tuple, computed: list):
+        """The body of a custom call as the parent's trace calls it, with its
+        tracers (`staged`): `fun` run under a `ConcreteTrace` over that trace,
+        on `values`; the values of its results go to `computed`."""
+
+        def body(*staged):
+            trace = ConcreteTrace(_core.unsafe_get_current_trace())
+            inputs = [ConcreteTracer(trace, v, s) for v, s in zip(values, staged, strict=True)]
+            with _core.set_current_trace(trace):
+                out = fun.call_wrapped(*inputs)
+            computed[:] = [trace._pair(o)[0] for o in out]
+            return [trace.staged(o) for o in out]
+
+        return body
+
     class ConcreteTrace(_core.Trace):
         """Evaluates each primitive (JAX's eager evaluation) and records it
         on the `parent` trace (the jaxpr being made)."""
@@ -97,7 +114,9 @@ if _API:
             self.parent = parent
 
         def _pair(self, x):
-            if isinstance(x, ConcreteTracer) and x._trace is self:
+            # (a value of an enclosing trace of ours, read by the body of a
+            # custom call: its staged tracer is a constant of the body's jaxpr)
+            if isinstance(x, ConcreteTracer):
                 return x.value, x.staged
             return x, x
 
@@ -133,13 +152,31 @@ if _API:
             with _core.set_current_trace(self):
                 return f.call_wrapped(*tracers)
 
-        def process_custom_jvp_call(self, primitive, fun, jvp, tracers, /, **_):
-            with _core.set_current_trace(self):
-                return fun.call_wrapped(*tracers)
+        def process_custom_jvp_call(self, primitive, fun, jvp, tracers, /, **params):
+            process = self.parent.process_custom_jvp_call
+            return self._custom_call(process, primitive, fun, (jvp,), tracers, params)
 
-        def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, /, **_):
-            with _core.set_current_trace(self):
-                return fun.call_wrapped(*tracers)
+        def process_custom_vjp_call(self, primitive, fun, fwd, bwd, tracers, /, **params):
+            process = self.parent.process_custom_vjp_call
+            return self._custom_call(process, primitive, fun, (fwd, bwd), tracers, params)
+
+        def _custom_call(self, process, primitive, fun, rule: tuple, tracers, params):
+            """A call of a function with a rule of its own (`custom_jvp`,
+            `custom_vjp`), recorded as that call, as `jax.make_jaxpr` records
+            it, so that the jaxpr import decides what its rule becomes
+            (`frontend.jaxpr`: JAX's own `relu`, `xlogy` get their rule; the
+            user's is refused there), never as its primal body alone, whose
+            gradient is what the rule exists to replace. The parent traces
+            the body into the call's jaxpr; it runs once, under a trace of
+            ours over that one (`_nested`), so that its Python sees the values
+            too and they are computed alongside."""
+            pairs = [self._pair(t) for t in tracers]
+            values, staged = [v for v, _ in pairs], [s for _, s in pairs]
+            computed: list = []
+            body = lu.wrap_init(_nested(fun, values, computed), debug_info=fun.debug_info)
+            with _core.set_current_trace(self.parent):
+                out_staged = process(primitive, body, *rule, staged, **params)
+            return [ConcreteTracer(self, v, s) for v, s in zip(computed, out_staged, strict=True)]
 
         def cur_qdd(self, x):
             value, _ = self._pair(x)

@@ -426,8 +426,11 @@ ADJOINT_ONLY = {("jax.experimental.ode", "_odeint_rev"): "jax.experimental.ode.o
 def _refuse_a_rule_it_cannot_keep(eqn, body) -> None:
     """A custom_jvp or custom_vjp function not JAX's own (the user's) is
     differentiated by its own rule where parsed code calls it
-    (`frontend/jax_custom.py`); read through a jaxpr, its rule would be
-    lost: refused. So is a JAX function whose rule is the adjoint method."""
+    (`frontend/jax_custom.py`); read through a jaxpr (a library call, code
+    run as Python, a function value called at run time: traced at its
+    values by `frontend/concrete.py`, which records such calls as they are),
+    its rule would be lost: refused. So is a JAX function whose rule is the
+    adjoint method."""
     if eqn.primitive.name.startswith("custom_"):
         info = (body.jaxpr if isinstance(body, jex_core.ClosedJaxpr) else body).debug_info
         where = (getattr(info, "func_src_info", None) or "").rsplit(" at ", 1)[-1]
@@ -436,8 +439,10 @@ def _refuse_a_rule_it_cannot_keep(eqn, body) -> None:
             raise KTransformError(
                 f"cannot differentiate the jax.{kind} function {info.func_name} ({where}) "
                 "here: its own gradient rule is kept where code k_transform parses calls "
-                "it, not through a library call or code run as Python, where only its "
-                "steps would be seen"
+                "it, not through a library call or code run as Python (a function it cannot "
+                "parse, or one it meets only as a value when the program runs: an argument, "
+                "a default argument, an item of a tuple, list or dict), where only its steps "
+                "would be seen; call the function that uses it by its name"
             )
     bwd = getattr(eqn.params.get("bwd"), "f", None)
     key = (getattr(bwd, "__module__", None), getattr(bwd, "__name__", None))
