@@ -103,7 +103,7 @@ class Jit:
         graph = compiled.__kt_graph__
         defaulted = len(args) < len(graph.param_names or ())
         if kwargs or graph.signature is not None or defaulted:
-            args = bind_keywords(self.__wrapped__, args, kwargs)[0]
+            args = bind_keywords(fn, args, kwargs)[0]
         else:
             self._direct = (len(args), self._training(), compiled)
         return compiled(*args)

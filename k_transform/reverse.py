@@ -421,8 +421,9 @@ class GradFunction(CompiledGraph):
         # jit outputs); called inside transformed code, the graph holds them.
         graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))
         super().__init__(graph, fn, jit, primal=primal, remake=remake, jit_host=jit_host)
-        if isinstance(fn, types.FunctionType) and not spec.sens_param:
-            # called as `fn` is (`grad(grad(f))(a)` leaves f's defaults to it)
+        if isinstance(fn, (types.FunctionType, functools.partial)) and not spec.sens_param:
+            # called as `fn` is (`grad(grad(f))(a)` leaves f's defaults to it;
+            # a partial's keywords are keyword defaults)
             self.__signature__ = inspect.signature(fn)
         if spec.return_ids:
             self.__kt_graph__ = grad_graph(primal, spec)

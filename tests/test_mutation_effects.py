@@ -203,6 +203,7 @@ def dict_pop(x):  # (a list's pop is modelled; a dict's runs as Python)
     v = d.pop("a") + d.pop("c", x)
     return jnp.sum(v * d["b"]) * len(d)
 
+
 # function, argument, the call the error names (None: modelled, no error)
 CASES = [
     (obj_state, X0, "acc.add"),

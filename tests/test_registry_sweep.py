@@ -82,6 +82,7 @@ INTERNAL = (
     prims.SoleInputGrad,
     prims.Iterated,  # a dict's keys, read by position: tests/test_pytrees.py (jvp through
     prims.IteratedGrad,  # `list(d)` and comprehensions; lists: tests/test_syntax_support.py)
+    prims.IteratedUpTo,  # an iterator zip reads: tests/test_host_replay_and_iterators.py
     prims.AsSequence,  # ends comprehensions: tests/test_syntax_support.py (to second order)
     prims.DictGet,  # a dict gradient's entry: tests/test_jvp_forward.py (hvp through envs)
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py

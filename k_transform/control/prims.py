@@ -224,9 +224,18 @@ class ForEach(LoopPrimitive):
     nondiff_slots = (1,)
 
     def __init__(
-        self, n_carry: int, where: str = "", grads: bool = False, records=None, until=None
+        self, n_carry: int, where: str = "", grads=False, records=None, until=None, pulls=None
     ):
-        super().__init__("for_each", n_carry, where, grads, records=records, until=until)
+        # `until`: the carry holding the loop's break flag: no item is taken once it
+        # is set. `pulls`: the sequence may be an iterator a host call made outside
+        # the graph holding the loop (its items are host calls: `host_at_run_time`,
+        # so a loop around this one replays them when it runs its body again)
+        options = {"records": records, "until": until, "pulls": pulls or None}
+        super().__init__("for_each", n_carry, where, grads, **options)
+
+    @property
+    def host_at_run_time(self) -> bool:
+        return bool(self.attrs.get("pulls"))
 
     def graph_arity(self, slot, n_args):
         return n_args - 2 + 1

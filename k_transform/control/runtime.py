@@ -974,13 +974,22 @@ def for_each(
     until=None,
 ):
     """`for item in seq: carry = body(item, *carry, *inv)` over tuples, lists,
-    arrays (`records`: see `while_loop`; unrolled as the loop it records;
-    `host`: the body runs host code, so the iterations stay Python's;
-    `until`: the break flag, see `for_range`)."""
+    arrays, iterators (`records`: see `while_loop`; unrolled as the loop it
+    records; `host`: the body runs host code, so the iterations stay Python's;
+    `until`: the carry holding the loop's break flag (see `for_range`): once
+    set no item is taken, so an iterator is advanced as far as Python
+    advances it)."""
     carry, inv = tuple(values[:n_carry]), values[n_carry:]
+    if rt_python.is_iterator(seq):
+        while not _broke(carry, until, True, where):
+            more, item = rt_python.next_item(seq)  # a host call: replayed when run again
+            if not more:
+                break
+            carry = _iteration(body_fn, (item, *carry, *inv), records)
+        return carry
     if isinstance(seq, (tuple, list, range, dict)) or not hasattr(seq, "shape"):
         for item in seq:
-            if _stopped(carry, until):
+            if _broke(carry, until, False, where):
                 break
             carry = _iteration(body_fn, (item, *carry, *inv), records)
         return carry
@@ -1009,6 +1018,25 @@ def for_each(
     return carry
 
 
+def _broke(carry, brk, iterator: bool, where: str) -> bool:
+    """Whether a `for` loop's break flag (carry `brk`) is set: the loop then
+    takes no more items. A traced flag (a `break` under a traced test, a jit)
+    lets a sequence's remaining iterations run guarded; an iterator's next
+    item is not taken without knowing it, as under `jax.jit`."""
+    flag = None if brk is None else carry[brk]
+    if flag is None or flag is UNDEFINED:
+        return False
+    if is_tracer(flag):
+        if iterator:
+            raise KTransformError(
+                "a `break` whose test is traced (under a jit), in a `for` over an iterator: "
+                "Python takes the next item only if the loop did not break, which is not "
+                f"known while tracing (iterate a list, or test a Python value){describe(where)}"
+            )
+        return False
+    return bool(flag)
+
+
 def each_item(x, seq, k):
     """Item `k` of `x`, a tangent or gradient shaped like `seq`, as `for item
     in seq` meets it: None when `seq` is a dict (its items are its keys, which
@@ -1021,7 +1049,10 @@ def each_item(x, seq, k):
 def each_item_grad(like, seq, k, dout):
     """The transpose of `each_item(., seq, k)` at `dout`: zeros like `like`
     with `dout` at item `k`; only zeros when `seq` is a dict (a key has no
-    gradient, and an integer `k` is no key of it)."""
+    gradient, and an integer `k` is no key of it); none for an iterator (a
+    host object)."""
+    if rt_python.is_iterator(seq):
+        return None
     if isinstance(seq, dict) or like is None:
         return zeros_like_value(like)
     return getitem_grad(like, k, dout)

@@ -49,6 +49,7 @@ import gast
 
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
+from k_transform.frontend import guards
 from k_transform.frontend.source import is_user_function
 from k_transform.protocol import kt_attribute
 
@@ -207,13 +208,18 @@ def partial_function(p: functools.partial) -> types.FunctionType:
     `inspect.signature(p)` as its own; its source is registered in
     `linecache`, so the parser reads it like any other."""
     # Functions written for partial objects, by the partial's id; each entry
-    # holds its partial, so the id is not reused while the entry lives.
+    # holds its partial, so the id is not reused while the entry lives, and
+    # what it bound: a keyword changed in place (`p.keywords["t"] = 2.0`, a
+    # bound list appended to) writes the function again. The function holds
+    # its partial (`__kt_partial__`), so that its graph is guarded on it
+    # (`guards.Recorder.read_function`).
     _partials = TRANSFORM.cache("callables.partials")
     entry = _partials.get(id(p))
-    if entry is not None and entry[0] is p:
+    if entry is not None and entry[0] is p and guards.unchanged(p, entry[2]):
         return entry[1]
     fn = _write_partial(p)
-    _partials[id(p)] = (p, fn)
+    fn.__kt_partial__ = p
+    _partials[id(p)] = (p, fn, guards.snapshot(p))
     return fn
 
 

@@ -87,7 +87,9 @@ class ClosureScope:
         """`nonlocal` names: bound on entry to their value in the enclosing scope."""
         names = nonlocal_names(fdef)
         for name in names:
-            if self.parent is None or name not in self.parent.locals:
+            if self.parent is None:  # a cell of a function not transformed: Python's
+                raise self.fp.unsupported(f"`nonlocal {name}` in the function transformed", fdef)
+            if name not in self.parent.locals:
                 raise self.fp.error(
                     f"`nonlocal {name}`: {name!r} must be a variable of the function that "
                     "directly encloses this one",

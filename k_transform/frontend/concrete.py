@@ -34,6 +34,8 @@ False and the caller traces abstractly.
 
 from __future__ import annotations
 
+import operator
+
 import jax
 
 try:  # JAX's trace API (the "stackless" core)
@@ -69,6 +71,54 @@ def make_jaxpr_at(flat_fn, values: list, structs: list):
         return jax.tree_util.tree_map(trace.staged, out)
 
     return jax.make_jaxpr(at_values, return_shape=True)(*structs)
+
+
+def current_trace():
+    """JAX's current trace (None without its trace API)."""
+    return _core.unsafe_get_current_trace() if _API else None
+
+
+def settle(places) -> None:
+    """Python's values in the names a function run as Python rebound while
+    it was traced at its values (`global RUNNING; RUNNING = 0.9 * RUNNING +
+    0.1 * jax.lax.stop_gradient(x)`; `places` from `guards.rebound_places`):
+    where a name holds our tracers once the trace is over, their values, so
+    the user's global holds an array, as JAX's eager gradient leaves it, and
+    not a tracer that escaped its trace."""
+    for place, name, _ in places:
+        if name is None:  # a closure cell (`nonlocal`)
+            try:
+                value = place.cell_contents
+            except ValueError:  # empty
+                continue
+        else:
+            value = place.get(name)
+        settled = _settled(value, set())
+        if settled is not value:
+            if name is None:
+                place.cell_contents = settled
+            else:
+                place[name] = settled
+
+
+def _settled(value, seen: set):
+    """`value` with our tracers replaced by their values: a list or dict in
+    place (another name may hold it), a tuple made anew; `value` itself
+    when it holds none."""
+    if _API and isinstance(value, ConcreteTracer):
+        return value.value
+    if id(value) in seen or type(value) not in (list, dict, tuple):
+        return value
+    seen.add(id(value))
+    if isinstance(value, dict):
+        for key, item in value.items():
+            value[key] = _settled(item, seen)
+        return value
+    items = [_settled(item, seen) for item in value]
+    if isinstance(value, list):
+        value[:] = items
+        return value
+    return value if all(map(operator.is_, items, value)) else tuple(items)
 
 
 if _API:

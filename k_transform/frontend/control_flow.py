@@ -26,7 +26,7 @@ from k_transform.control import policy
 from k_transform.control import prims as control
 from k_transform.frontend.desugar import assigned_names, exposed_names, loaded_names
 from k_transform.frontend.parse_sugar import View, cells_of
-from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ops import python as prims
 
 
@@ -114,8 +114,11 @@ class ControlFlowBuilder:
         body_b.set_output([body_b.read(v, s) for v in carried], s)
         inv = close_graphs([body_b])
         where, n, until = self.where(s), len(carried), _until(s, carried)
-        loop = control.ForRange if range_args is not None else control.ForEach
-        prim = loop(n, where, until=until)
+        if range_args is not None:
+            prim = control.ForRange(n, where, until=until)
+        else:  # it takes no more items after a `break` (an iterator may be unbounded)
+            pulls = self.made_outside_by_host(head[0])
+            prim = control.ForEach(n, where, until=until, pulls=pulls)
         prim = prim.with_host([body_b.graph])
         body = Constant(body_b.graph, hint="body")
         result = self.apply(prim, *head, body, *init, *inv, node=s)
@@ -172,6 +175,25 @@ class ControlFlowBuilder:
         if len(args) == 1:
             return [self.const(0, it), args[0], self.const(1, it)]
         return [args[0], args[1], args[2] if len(args) == 3 else self.const(1, it)]
+
+    def made_outside_by_host(self, node: Node) -> bool:
+        """Whether `node` is an enclosing graph's value (read by a loop body, a
+        branch, a comprehension) that a host call made there: it may be an
+        iterator (`itertools.count()`, `iter(...)`), which taking items from
+        changes, so a loop around this graph replays that when it runs it again."""
+        builder, outside = self, False
+        while builder is not None and getattr(node, "graph", None) is not None:
+            if node.graph is not builder.graph:  # a free variable: the enclosing graph's
+                builder, outside = builder.parent, True
+            elif builder.closed and isinstance(node, Parameter):  # a capture
+                name = next((n for n in builder.captures if builder.vars.get(n) is node), None)
+                if name is None:
+                    return False
+                builder, node, outside = builder.parent, builder.captures[name], True
+            else:
+                break
+        fn = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+        return outside and (getattr(fn, "host", False) or getattr(fn, "host_at_run_time", False))
 
     # -- control-flow helpers ----------------------------------------------------
     def where(self, s) -> str:

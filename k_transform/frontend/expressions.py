@@ -14,11 +14,15 @@ and slices. Calls are `k_transform.frontend.calls`; comprehensions
 
 from __future__ import annotations
 
+import types
+
 import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
+from k_transform.cell import Cell
 from k_transform.control import prims as control
+from k_transform.errors import KTransformError
 from k_transform.frontend import guards
 from k_transform.frontend.closures import ClosureSite, is_maker
 from k_transform.frontend.control_flow import close_graphs
@@ -197,16 +201,32 @@ class ExpressionBuilder:
         """`value.name` for a constant `value` (a module, a Cell, an object)."""
         if isinstance(value.value, FuncGraph):
             raise self.fp.unsupported("attributes of a function", e)
+        hint = f"{value.hint}.{name}" if value.hint else name
+        getter = guards.property_getter(value.value, name)
+        if getter is not None and self._getter_called(getter, value.value):
+            # a property: its getter runs where the line runs, as a method call
+            self.fp.guards.read_attribute(value.value, name)  # (the property replaced)
+            method = Constant(types.MethodType(getter, value.value), self.debug(e), hint)
+            return self.call(method, [], {}, e)
         try:
             attr = getattr(value.value, name)
         except AttributeError:
             what = value.hint or repr(value.value)
             raise self.fp.error(f"{what} has no attribute {name!r}", e) from None
-        namespace = guards.attribute_namespace(value.value)
-        if namespace is not None and namespace.get(name) is attr:  # `cfg.scale` may be rebound
-            self.fp.guards.read_global(namespace, name, attr)
-        hint = f"{value.hint}.{name}" if value.hint else name
+        self.fp.guards.read_attribute(value.value, name)  # `cfg.scale` may be rebound
         return self.fp.value_node(attr, hint, e)
+
+    def _getter_called(self, getter, owner) -> bool:
+        """Whether the property's `getter` is called as a method of `owner`
+        is: a Cell's the parser refuses (its methods never run as Python)
+        is read while parsing instead, as it was before getters were called."""
+        if not isinstance(owner, Cell):
+            return True
+        try:
+            self.parse(types.MethodType(getter, owner))
+        except KTransformError:
+            return False
+        return True
 
     def expr_Subscript(self, e) -> Node:
         value = self.expr(e.value)

@@ -7,8 +7,14 @@ value it read (`x * scale` after `scale = 3.0` at module level). Each parsed
 graph records its reads as guards (`FuncGraph.guards`): `(namespace, name,
 value)` for a global or an attribute of a user module or plain object
 (`cfg.scale`: its `__dict__` is the namespace; a Cell's attributes alike:
-`self.training`), `(cell, None, value)` for a
-closure cell. A graph is
+`self.training`), `(cell, None, value)` for a closure cell. An attribute
+read is guarded along Python's look-up (`attribute_reads`): the object's own
+`__dict__`, then each user class of its method resolution order up to the
+one holding the name, a class standing for its `__dict__` and a namespace
+without the name recording it missing; so `Config.eps = 5.0`, `self.eps`
+set on the class or on the object, an inherited value set on a base class,
+a method or staticmethod replaced on the class (monkeypatching) are all
+seen. A graph is
 stale when a guard of it, or of any graph it reaches (the helpers it calls),
 fails; the parse cache then parses the function again, and a gradient or
 compiled function transforms again before its next call (`grad.CompiledGraph`).
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import functools
 import math
 import operator
 import types
@@ -55,6 +62,22 @@ class Recorder:
         if (id(namespace), name) not in self.reads:
             self.reads[id(namespace), name] = (namespace, name, value, _snapshot(value))
 
+    def read_attribute(self, owner, name: str) -> None:
+        for namespace, value in attribute_reads(owner, name):
+            self.read_global(namespace, name, value)
+
+    def read_function(self, fn) -> None:
+        """What the parsed function's own object holds that its graph takes:
+        its defaults (`def f(x, s=SCALES)`, the list changed in place, or
+        `f.__defaults__` replaced), and for the function written for a
+        `functools.partial` (`callables.partial_function`) the partial's
+        function, arguments and keywords (`p.keywords["t"] = 2.0`)."""
+        for attr in ("__defaults__", "__kwdefaults__"):
+            self.read_global(fn, attr, getattr(fn, attr))
+        partial = fn.__dict__.get("__kt_partial__")
+        if partial is not None:
+            self.read_global(fn.__dict__, "__kt_partial__", partial)
+
     def read_cell(self, cell, value) -> None:
         if (id(cell), None) not in self.reads:
             self.reads[id(cell), None] = (cell, None, value, _snapshot(value))
@@ -67,20 +90,64 @@ class Recorder:
 _LIBRARIES = ("jax", "jaxlib", "numpy", "math", "k_transform", "builtins", "functools", "operator")
 
 
-def attribute_namespace(owner) -> dict | None:
-    """Where `owner.name` lives when a rebinding of it must be seen: the
-    `__dict__` of a user module, of a plain object (a config object, a
-    namespace) or of a Cell (`self.training`, which `set_train` rebinds; a
-    sub-Cell or Parameter replaced; its Parameters' values change in place,
-    read when the program runs). Not a library module."""
-    if isinstance(owner, (Primitive, FuncGraph, type)):
+def _is_library(value) -> bool:
+    """A module or class of a library (never rebound while a program runs)."""
+    name = value.__name__ if isinstance(value, types.ModuleType) else value.__module__
+    name = name if isinstance(name, str) else ""
+    return any(name == root or name.startswith(root + ".") for root in _LIBRARIES)
+
+
+def _is_data_descriptor(value) -> bool:
+    kind = type(value)
+    return hasattr(kind, "__set__") or hasattr(kind, "__delete__")
+
+
+def attribute_reads(owner, name: str) -> list[tuple[object, object]]:
+    """What Python's look-up of `owner.name` consults, as `(namespace,
+    value)` pairs, `value` being `_MISSING` where the namespace lacks the
+    name: the `__dict__` of `owner` (a user module, a plain object, a Cell),
+    unless a data descriptor of its class (a property) takes precedence;
+    then, when the name is not there, the user classes of its method
+    resolution order up to the one that holds it (`owner`'s own for a class;
+    a class stands for its `__dict__`, which `_current` reads), and for a
+    `__slots__` field the object itself (its value, read by `getattr`). Empty for a
+    library module, a Primitive or a graph, and where no namespace holds the
+    name (a value a `__getattr__` makes); a library class is not guarded."""
+    if isinstance(owner, (Primitive, FuncGraph)):
+        return []
+    if isinstance(owner, types.ModuleType) and _is_library(owner):
+        return []
+    is_class = isinstance(owner, type)
+    mro = owner.__mro__ if is_class else type(owner).__mro__
+    found = next((k for k, cls in enumerate(mro) if name in cls.__dict__), None)
+    reads: list[tuple[object, object]] = []
+    own = None if is_class else getattr(owner, "__dict__", None)
+    descriptor = found is not None and _is_data_descriptor(mro[found].__dict__[name])
+    if isinstance(own, dict) and not descriptor:  # a property wins over the object's own
+        if name in own:
+            return [(own, own[name])]
+        reads.append((own, _MISSING))
+    if found is None:
+        return []
+    reads += [(cls, _MISSING) for cls in mro[:found] if not _is_library(cls)]
+    if not _is_library(mro[found]):
+        entry = mro[found].__dict__[name]
+        reads.append((mro[found], entry))
+        if not is_class and type(entry) is types.MemberDescriptorType:  # a `__slots__` field
+            reads.append((owner, getattr(owner, name)))  # read by `getattr` (`_current`)
+    return reads
+
+
+def property_getter(owner, name: str):
+    """The getter of a user-written property `owner.name` reads (an object's,
+    not a class's), or None: Python runs it each time the line runs, so the
+    parser calls it rather than reading the attribute (`self.w2` returning
+    `self.w * 2` of a Parameter then has its gradient)."""
+    if isinstance(owner, type):
         return None
-    if isinstance(owner, types.ModuleType):
-        name = owner.__name__
-        if any(name == root or name.startswith(root + ".") for root in _LIBRARIES):
-            return None
-    namespace = getattr(owner, "__dict__", None)
-    return namespace if isinstance(namespace, dict) else None
+    found = next((cls.__dict__[name] for cls in type(owner).__mro__ if name in cls.__dict__), None)
+    getter = found.fget if type(found) is property else None
+    return getter if is_user_function(getter) else None
 
 
 def _current(container, name):
@@ -89,7 +156,11 @@ def _current(container, name):
             return container.cell_contents
         except ValueError:  # emptied
             return _MISSING
-    return container.get(name, _MISSING)
+    if type(container) is dict:  # globals, an object's `__dict__`
+        return container.get(name, _MISSING)
+    if isinstance(container, type):  # a class: its namespace (a fresh proxy per read)
+        return container.__dict__.get(name, _MISSING)
+    return getattr(container, name, _MISSING)  # a function's `__defaults__`, a slot
 
 
 def guards_of(graph: FuncGraph) -> tuple:
@@ -115,12 +186,17 @@ def guards_of(graph: FuncGraph) -> tuple:
 def _snapshot(value, depth: int = 0):
     """What the program took from `value` that can change in place: the
     shape, dtype and bytes of a NumPy array; the items of a list, dict or set
-    (nested: `(index, snapshot)` for each item with its own). None for any
+    (nested: `(index, snapshot)` for each item with its own); the function,
+    arguments and keywords of a `functools.partial`. None for any
     other value (an immutable one, or one only its identity is kept of)."""
     kind = type(value)
     if kind is np.ndarray:
         return None if value.dtype.hasobject else (kind, value.shape, value.dtype, value.tobytes())
-    if depth > _DEPTH or kind not in _CONTAINERS:
+    if depth > _DEPTH:
+        return None
+    if kind is functools.partial:  # what a call of it passes (`p.keywords["t"] = 2.0`)
+        return (kind, _snapshot(_partial_state(value), depth + 1))
+    if kind not in _CONTAINERS:
         return None
     if kind is set:
         return (kind, frozenset(value))
@@ -130,6 +206,20 @@ def _snapshot(value, depth: int = 0):
     if kind is tuple and not inner:
         return None  # immutable all through: its identity says it all
     return (kind, items, inner, tuple(value) if kind is dict else None)
+
+
+def _partial_state(p: functools.partial) -> tuple:
+    return (p.func, p.args, p.keywords)
+
+
+def snapshot(value):
+    """What `value` holds that can change in place (`_snapshot`), for `unchanged`."""
+    return _snapshot(value)
+
+
+def unchanged(value, snap) -> bool:
+    """Whether `value` still holds what `snapshot` recorded of it."""
+    return snap is None or not _changed(value, snap)
 
 
 _CONTAINERS = (list, dict, set, tuple)
@@ -155,6 +245,8 @@ def _changed(value, snapshot: tuple) -> bool:
     kind = snapshot[0]
     if type(value) is not kind:
         return True
+    if kind is functools.partial:
+        return _changed(_partial_state(value), snapshot[1])
     if kind is np.ndarray:
         _, shape, dtype, data = snapshot
         return value.shape != shape or value.dtype != dtype or value.tobytes() != data
@@ -241,7 +333,13 @@ def rebinds(fn) -> dict[tuple[int, str | None], str]:
     """The names `fn` may rebind when it runs: `(id(namespace), name)` for a
     global, `(id(cell), None)` for a closure cell, each with the name for
     messages; through the user functions it names, in turn."""
-    found: dict[tuple[int, str | None], str] = {}
+    return {(id(place), key): name for place, key, name in rebound_places(fn)}
+
+
+def rebound_places(fn) -> list[tuple[object, str | None, str]]:
+    """The places behind `rebinds(fn)`: `(namespace, name, name)` for a
+    global, `(cell, None, name)` for a closure cell."""
+    found: dict[tuple[int, str | None], tuple[object, str | None, str]] = {}
     seen: set[int] = set()
     todo = [fn]
     while todo:
@@ -253,14 +351,14 @@ def rebinds(fn) -> dict[tuple[int, str | None], str]:
         stores, cells, loads = _stores(code)
         namespace = fn.__globals__
         for name in stores:
-            found[id(namespace), name] = name
+            found[id(namespace), name] = (namespace, name, name)
         for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=True):
             if name in cells:
-                found[id(cell), None] = name
+                found[id(cell), None] = (cell, None, name)
             with contextlib.suppress(ValueError):  # an empty cell
                 todo.append(cell.cell_contents)
         todo.extend(namespace[name] for name in loads if name in namespace)
-    return found
+    return list(found.values())
 
 
 def rebound_reads(graph: FuncGraph, recorder: Recorder, rebound: dict) -> list[str]:

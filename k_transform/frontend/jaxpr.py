@@ -65,7 +65,7 @@ from jax.extend import core as jex_core
 from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
-from k_transform.frontend import concrete, python_code
+from k_transform.frontend import concrete, guards, python_code
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
@@ -173,6 +173,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         return entry[1]
 
     returned = []  # the result's structure, with its functions (see _Static)
+    traces = []  # the trace `fn` ran under
 
     def flat_fn(*xs):
         it = iter(xs)
@@ -180,18 +181,26 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         values = jax.tree_util.tree_unflatten(treedef, full)
         pos, kw = prims.split_kwargs(values, kwnames)
         out = fn(*pos, **kw)
+        traces[:] = [concrete.current_trace()]  # a tracer of it left in a global escapes
         _check_unchanged(values, treedef, full, hint)
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
         returned[:] = [out_tree, [_Static.of(leaf, hint) for leaf in out_leaves]]
         return [leaf for leaf, s in zip(out_leaves, returned[1], strict=True) if s is None]
 
+    # The globals and cells a function run as Python may rebind (`global RUNNING`).
+    places = guards.rebound_places(fn) if refused is not None else ()
+    before = [_read_place(place, name) for place, name, _ in places]
     try:
         with no_parameter_reads(hint) if refused is not None else contextlib.nullcontext():
             values = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
             if host and concrete.available() and all(map(concrete.concrete, values)):
                 # Host code runs per call: its Python sees these values, as under
                 # JAX's eager gradient (a Python `if` on an array's value runs).
-                closed, out_shape = concrete.make_jaxpr_at(flat_fn, values, structs)
+                # The globals it rebinds keep values, not our tracers.
+                try:
+                    closed, out_shape = concrete.make_jaxpr_at(flat_fn, values, structs)
+                finally:
+                    concrete.settle(places)
             else:
                 closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*structs)
     except KTransformError:
@@ -222,6 +231,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
             f"cannot differentiate the call {hint}(...): it has no primitive with a gradient "
             f"rule and tracing it with jax.make_jaxpr failed ({type(exc).__name__}: {exc})"
         ) from None
+    _check_no_escape(places, before, traces, hint, refused)
     closed = discharged(closed, hint)
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
     shapes = iter(out_shape)
@@ -289,6 +299,41 @@ def _check_unchanged(values, treedef, leaves, hint: str) -> None:
             "attribute): it runs as Python under JAX's tracer on a copy, so the caller "
             "would not see the change; return the new value instead"
         )
+
+
+def _read_place(place, name):
+    if name is None:  # a closure cell
+        try:
+            return place.cell_contents
+        except ValueError:  # empty
+            return None
+    return place.get(name)
+
+
+def _check_no_escape(places: list, before: list, traces: list, hint: str, refused) -> None:
+    """Refuse a call traced abstractly (under a jit, or in a traced loop)
+    that rebound a global or closure name to a value of its finished trace
+    (`traces`: `global RUNNING; RUNNING = 0.9 * RUNNING + ...`): there is no
+    value to leave there (`jax.jit` leaves a leaked tracer, an error where it
+    is next read). The names get their values back. Traced at its values,
+    the call left arrays there (`concrete.settle`)."""
+    if not traces or traces[0] is None:
+        return
+    for place, name, shown in places:
+        leaves = jax.tree_util.tree_leaves(_read_place(place, name))
+        if any(isinstance(v, jax.core.Tracer) and v._trace is traces[0] for v in leaves):
+            for (p, n, _), old in zip(places, before, strict=True):
+                if n is None:
+                    p.cell_contents = old
+                else:
+                    p[n] = old
+            raise KTransformError(
+                f"{hint} (run as Python) rebinds {shown!r} to a value it computes from traced "
+                "arrays, under a jit or a traced loop, where the value is not known: "
+                "nothing could be left in it (jax.jit leaves a leaked tracer). Return the "
+                "value instead, or call it without a jit",
+                refused.debug,  # the line that made it run as Python (`global RUNNING`)
+            )
 
 
 def _value_graph(fn, hint: str, kwnames: tuple, n_args: int, host: bool) -> FuncGraph:

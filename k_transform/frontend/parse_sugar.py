@@ -12,6 +12,11 @@
   otherwise it is a `for_each` over `_rt.indices(n)`, a tuple of Python ints,
   which run time unrolls (lengths are static under `jax.jit`: a tuple's, or
   an array's leading dimension). `zip` stops at the shortest, as Python's.
+  An iterable known only when run may be an iterator (`itertools.product(...)`):
+  `rt.iterated` takes its items at once (`zip`: as many as its other
+  iterables have, `zip_parts`), by a host call a derivative replays; a `for`
+  over one takes them one at a time and stops at its `break`
+  (`control.runtime.for_each`).
 - Unpacking is `k_transform.frontend.unpacking`; `*args`/`**kwargs` parameters
   `k_transform.frontend.signature`.
 
@@ -157,28 +162,39 @@ class SugarBuilder:
         self.positional_loop(s, positions, view)
 
     def view(self, it) -> View:
-        fn = None
-        if isinstance(it, gast.Call) and isinstance(it.func, gast.Name):
-            callee = self.read(it.func.id, it)
-            fn = callee.value if isinstance(callee, Constant) else None
-        if isinstance(it, gast.Call) and (
-            any(isinstance(a, gast.Starred) for a in it.args)
-            or any(k.arg is None for k in it.keywords)
-        ):
-            fn = None
-        if fn is zip:
+        kind = self.view_kind(it)
+        if kind is zip:
             return self.zip_view(it)
-        if fn is enumerate:
+        if kind is enumerate:
             return self.enumerate_view(it)
-        if fn is reversed and len(it.args) == 1 and not it.keywords:
+        if kind is reversed:
             return self.reversed_view(it)
-        if self.iterates_by_position(it) and isinstance(it.func, gast.Attribute):
+        if kind == "dict":
             return self.dict_view(it)
         return self.sequence_view(self.expr(it), it)
 
+    def view_kind(self, it):
+        """zip, enumerate, reversed, "dict" (a dict view) for the iterables
+        read through a view of their own; None for a sequence (`sequence_view`)."""
+        if not isinstance(it, gast.Call):
+            return None
+        if any(isinstance(a, gast.Starred) for a in it.args) or any(
+            k.arg is None for k in it.keywords
+        ):
+            return None
+        if self.iterates_by_position(it) and isinstance(it.func, gast.Attribute):
+            return "dict"
+        fn = None
+        if isinstance(it.func, gast.Name):
+            callee = self.read(it.func.id, it)
+            fn = callee.value if isinstance(callee, Constant) else None
+        if fn is reversed and (len(it.args) != 1 or it.keywords):
+            return None
+        return fn if any(fn is f for f in (zip, enumerate, reversed)) else None
+
     def zip_view(self, it) -> View:
         strict = self.zip_strict(it)
-        parts = [self.view(a) for a in it.args]
+        parts = self.zip_parts(it)
         lengths = [p.length for p in parts]
         values = [n.value for n in lengths if isinstance(n, Constant)]
         if len(values) == len(lengths) and not (strict and len(set(values)) > 1):
@@ -192,6 +208,32 @@ class SugarBuilder:
             return b.apply(prims.MakeTuple(), *[p.item(b, i) for p in parts], node=it)
 
         return View(length, item)
+
+    def zip_parts(self, it) -> list[View]:
+        """The views of `zip`'s iterables. One known only when run may be an
+        iterator (`itertools.count()`): zip takes from it as many items as
+        its other iterables have (`rt.zip_limit`), not all (it may be unbounded)."""
+        parts: list = []
+        for a in it.args:
+            if self.view_kind(a) is not None:
+                parts.append(self.view(a))
+                continue
+            seq = cells_of(self.expr(a))
+            known = isinstance(seq, Constant) or self.static_items(seq) is not None
+            parts.append(self.sequence_view(seq, a) if known else seq)
+        runtime = [k for k, p in enumerate(parts) if not isinstance(p, View)]
+        if not runtime:
+            return parts
+        sized = call_of(rt.sized_len, "sized_len")
+        lengths = [
+            p.length if isinstance(p, View) else self.apply(sized, p, node=it) for p in parts
+        ]
+        limit = self.apply(call_of(rt.zip_limit, "zip_limit"), *lengths, node=it)
+        for k in runtime:
+            pulls = self.made_outside_by_host(parts[k])
+            items = self.apply(prims.IteratedUpTo(pulls), parts[k], limit, node=it.args[k])
+            parts[k] = self.sequence_view(items, it.args[k], iterated=True)
+        return parts
 
     def zip_strict(self, it) -> bool:
         if any(k.arg != "strict" for k in it.keywords):
@@ -239,12 +281,13 @@ class SugarBuilder:
 
         return View(self.length_of(keys, it), item)
 
-    def sequence_view(self, seq: Node, it) -> View:
+    def sequence_view(self, seq: Node, it, iterated: bool = False) -> View:
         seq = cells_of(seq)
         if isinstance(seq, Constant) and isinstance(seq.value, dict):
             seq = Constant(tuple(seq.value), seq.debug, seq.hint)  # iterating a dict: its keys
-        elif not isinstance(seq, Constant) and self.static_items(seq) is None:
-            seq = self.apply(prims.Iterated(), seq, node=it)  # a dict: its keys
+        elif not (iterated or isinstance(seq, Constant) or self.static_items(seq) is not None):
+            iterated = prims.Iterated(self.made_outside_by_host(seq))
+            seq = self.apply(iterated, seq, node=it)  # a dict's keys, an iterator's items
         read = self.hide(seq)
 
         def item(b, i):

@@ -208,6 +208,7 @@ class FunctionParser:
                 continue  # an empty cell: unassigned in the enclosing function
         self.globals = fn.__globals__
         self.guards = guards.Recorder()  # the names read, so a rebinding is seen
+        self.guards.read_function(fn)  # its defaults (a partial's keywords)
         # Names the functions it runs as Python may rebind (`guards.rebinds`),
         # with the node naming such a function, for the message.
         self.rebinds: dict[tuple[int, str | None], tuple[str, object, str]] = {}

@@ -76,6 +76,10 @@ def fold_call(fn, args, kwargs) -> Constant | None:
     """A call of a pure builtin or `math` function on constants, evaluated."""
     if not (is_pure(fn) and all(isinstance(a, Constant) for a in [*args, *kwargs.values()])):
         return None
+    if fn is type and len(args) == 1 and not kwargs and not _holds_array([args[0].value]):
+        # `type(self)`: the class, whose attributes are then read while parsing
+        # and guarded (`type(self).eps` set on the class is seen)
+        return Constant(type(args[0].value), NO_DEBUG)
     return _evaluate(fn, [a.value for a in args], {k: v.value for k, v in kwargs.items()})
 
 

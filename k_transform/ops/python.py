@@ -584,13 +584,31 @@ class SoleInputGrad(RuntimeCall):
 
 class Iterated(RuntimeCall):
     """What `for item in seq` visits, read by position (comprehensions,
-    `list(seq)`): a dict's keys, else `seq` (`rt.iterated`)."""
+    `list(seq)`): a dict's keys, an iterator's items, else `seq`
+    (`rt.iterated`). `pulls`: `seq` may be an iterator a host call made
+    outside the graph holding this (taking its items is host code there:
+    `host_at_run_time`, see `control.prims.ForEach`)."""
 
     n_inputs = 1
     rt_name = "iterated"
 
-    def __init__(self):
-        super().__init__("iterated")
+    def __init__(self, pulls: bool = False):
+        super().__init__("iterated", **({"pulls": True} if pulls else {}))
+
+    @property
+    def host_at_run_time(self) -> bool:
+        return bool(self.attrs.get("pulls"))
+
+
+class IteratedUpTo(Iterated):
+    """`iterated(seq, limit)`: `Iterated`, an iterator giving at most `limit`
+    items (None: all), as many as `zip` takes from it (`rt.zip_limit`)."""
+
+    n_inputs = 2
+
+    def __init__(self, pulls: bool = False):
+        super().__init__(pulls)
+        self.name = "iterated_up_to"
 
 
 class IteratedGrad(RuntimeCall):
@@ -939,6 +957,16 @@ def get_bprop_iterated(self):
 
     def bprop(seq, out, dout):
         return (back(seq, dout),)
+
+    return bprop
+
+
+@bprop_getters.register(IteratedUpTo)
+def get_bprop_iterated_up_to(self):
+    back = IteratedGrad()
+
+    def bprop(seq, limit, out, dout):
+        return back(seq, dout), None
 
     return bprop
 

@@ -53,6 +53,7 @@ from k_transform.runtime.python import (  # noqa: F401
     raised_at_run_time,
     seq_len,
     setitem,
+    sized_len,
     sole_input,
     sole_input_grad,
     sort_method,
@@ -66,6 +67,7 @@ from k_transform.runtime.python import (  # noqa: F401
     truth_any,
     written,
     zip_length,
+    zip_limit,
     zip_strict_length,
 )
 from k_transform.runtime.rules import (  # noqa: F401

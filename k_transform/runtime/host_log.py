@@ -16,7 +16,10 @@ Python (and JAX) runs it: a second draw would be another function. So:
   item (`runtime.stack.stack_push`, read back by `stack_log`);
 - the recomputation runs under it (`replay`, the `HostReplay` primitive):
   each host call takes the next recorded result and runs nothing;
-- `OneRun` does the same for the runs of one API call.
+- `OneRun` does the same for the runs of one API call: there a call is the
+  recorded one when its arguments are the same (`_same`: the same objects,
+  or equal strings, numbers and arrays: two generated modules hold two
+  copies of a string), else it runs (a pullback given another cotangent).
 
 Host calls are emitted as `_host(fn)(...)`, which is `fn` itself when no log
 is open. A call reached during replays takes its value from the innermost
@@ -186,25 +189,43 @@ def _run(fn, args, kwargs):
         _frames = saved
 
 
+# host arguments compared by value: immutable, so equal means the same call
+# (a string's copies differ between generated modules: only some are interned)
+_VALUES = (str, bytes, range, type(Ellipsis), np.dtype)
+# arrays and numbers: by value, dtype and shape (a mutable NumPy array is
+# compared as it is now; the record holds the object the first run was given)
+_NUMBERS = (jax.Array, np.ndarray, np.generic, int, float, complex, bool)
+
+
 def _same(a, b) -> bool:
-    """Whether two calls' arguments are the same: objects identical, concrete
-    arrays and numbers equal (a tracer only to itself)."""
+    """Whether two calls' arguments are the same: pytrees of one structure
+    whose leaves are identical objects, equal strings (bytes, ranges, ...)
+    of one type, or concrete arrays and numbers equal in value, dtype, shape
+    and sign of zero (a tracer only to itself; any other object, a user's
+    or a function, only to itself)."""
     leaves_a, tree_a = jax.tree_util.tree_flatten(a)
     leaves_b, tree_b = jax.tree_util.tree_flatten(b)
     if tree_a != tree_b:
         return False
-    for x, y in zip(leaves_a, leaves_b, strict=True):
-        if x is y:
-            continue
-        if isinstance(x, jax.core.Tracer) or isinstance(y, jax.core.Tracer):
-            return False
-        if not isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
-            return False
-        if np.shape(x) != np.shape(y) or _dtype(x) != _dtype(y):
-            return False
-        if not np.array_equal(x, y, equal_nan=True):
-            return False
-    return True
+    return all(map(_same_leaf, leaves_a, leaves_b))
+
+
+def _same_leaf(x, y) -> bool:
+    if x is y:
+        return True
+    if isinstance(x, jax.core.Tracer) or isinstance(y, jax.core.Tracer):
+        return False
+    if isinstance(x, _VALUES):
+        return type(x) is type(y) and x == y
+    if not isinstance(x, _NUMBERS) or not isinstance(y, _NUMBERS):
+        return False
+    if np.shape(x) != np.shape(y) or _dtype(x) != _dtype(y):
+        return False
+    if not np.array_equal(x, y, equal_nan=True):
+        return False
+    if not np.issubdtype(np.result_type(x), np.floating):
+        return True
+    return np.array_equal(np.signbit(x), np.signbit(y))  # -0.0 == 0.0, yet 1 / x differs
 
 
 def _dtype(x):

@@ -407,16 +407,87 @@ def as_sequence(x, kind: str):
     return list(x) if kind == "list" else tuple(x)
 
 
-def iterated(seq):
+def iterated(seq, limit=None):
     """What `for item in seq` visits, read by position: a dict's keys, in
-    order (`list(d)`, `[k for k in d]`), else `seq` itself."""
-    return tuple(seq) if isinstance(seq, dict) else seq
+    order (`list(d)`, `[k for k in d]`), an iterator's items (`taken`, at
+    most `limit`), else `seq` itself."""
+    if isinstance(seq, dict):
+        return tuple(seq)
+    return taken(seq, limit) if is_iterator(seq) else seq
 
 
 def iterated_grad(seq, d):
     """The gradient of `seq` from that of `iterated(seq)`: none for a dict
-    (its keys have none), else `d`."""
-    return None if isinstance(seq, dict) else d
+    (its keys have none) or an iterator (a host object), else `d`."""
+    return None if isinstance(seq, dict) or is_iterator(seq) else d
+
+
+# -- iterators: one-shot host objects, advanced once, as Python advances them -----
+# An iterator (`itertools.count(1)`, `iter(f, None)`, a generator) changes as it is
+# read, and a derivative that runs the code again gets the same object back from
+# the host call that made it (`host_log`): so its items are taken by host calls
+# too, recorded once and replayed. A `for` takes them one at a time and stops at
+# its `break` (`control.runtime.for_each`); a comprehension, `list(...)` or `zip`
+# takes them all at once (`taken`), at most `ITEMS_CAP` (an unbounded one raises).
+ITEMS_CAP = 1_000_000
+_END = object()
+
+
+def is_iterator(x) -> bool:
+    """Whether `x` is an iterator (a one-shot object: `iter(x) is x`), not a
+    sequence, array or dict (a tracer is none)."""
+    return hasattr(type(x), "__next__") and hasattr(type(x), "__iter__") and not is_tracer(x)
+
+
+def _next_or_end(it):
+    return next(it, _END)
+
+
+def next_item(it):
+    """`(True, next(it))`, or `(False, None)` at its end: a host call."""
+    item = host_log.host(_next_or_end)(it)
+    return (False, None) if item is _END else (True, item)
+
+
+def _take(it, limit):
+    items = []
+    while limit is None or len(items) < limit:
+        item = next(it, _END)
+        if item is _END:
+            break
+        items.append(item)
+        if len(items) > ITEMS_CAP:
+            raise KTransformError(
+                f"an iterator ({type(it).__name__}) with more than {ITEMS_CAP} items made into "
+                "a sequence (a comprehension, list(...), sum(...), zip or enumerate takes all "
+                "its items): an unbounded one (itertools.count, cycle, repeat(x)) never ends, "
+                "as in Python; iterate it in a `for` loop that breaks, or bound it "
+                "(itertools.islice, zip with a sequence)"
+            )
+    return tuple(items)
+
+
+def taken(it, limit=None) -> tuple:
+    """The items of iterator `it` (at most `limit`), taken now: a host call."""
+    return host_log.host(_take)(it, limit)
+
+
+def sized_len(seq):
+    """`len(seq)`, or None for an iterator (`zip` takes as many items from
+    it as its other iterables have)."""
+    if is_iterator(seq):
+        return None
+    return len(seq) if isinstance(seq, dict) else seq_len(seq)
+
+
+def zip_limit(*lengths):
+    """How many items `zip` takes from an iterator it reads: the least
+    `lengths` of its other iterables (None: an iterator's), all where none
+    is known."""
+    known = [n for n in lengths if n is not None]
+    if any(is_tracer(n) for n in known):
+        raise KTransformError("zip of an iterator with an iterable of a traced length")
+    return min(known) if known else None
 
 
 def dict_keys(d) -> tuple:
