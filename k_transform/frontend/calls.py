@@ -231,6 +231,7 @@ class CallBuilder:
         (`k_transform.frontend.effects`): an in-place method of a builtin
         container, or a method of a user class's object writing to `self`."""
         method = e.func.attr
+        receiver = self.outer_value(receiver)  # (in a branch or loop body: what it receives)
         if method in MUTATING_METHODS and effects.mutable_builtin(receiver, prims):
             raise self.fp.unsupported(f"the in-place method call `{_called_text(e)}(...)`", e)
         cls = effects.user_class_of(receiver, prims)
@@ -250,6 +251,11 @@ class CallBuilder:
             return self.apply(prims.Copy(), receiver, node=e)
         if e.func.attr == "_replace" and not args:  # a NamedTuple's
             return self.replace_fields(receiver, dict(zip(kwnames, kwvals, strict=True)), e)
+        if effects.user_class_of(self.outer_value(receiver), prims) is not None:
+            # an object of the user's class, made by the program: its own method
+            # (`acc.add(v)`), not an array method of the same name
+            prim = prims.MethodCall(e.func.attr, kwnames)
+            return self.apply(prim, receiver, *args, *kwvals, node=e)
         try:
             adapted = adapt_method(
                 e.func.attr, Call([receiver, *args], dict(zip(kwnames, kwvals, strict=True)))

@@ -24,7 +24,7 @@ from k_transform import runtime as rt
 from k_transform.frontend import effects
 from k_transform.frontend.calls import called_here
 from k_transform.frontend.expressions import BINOPS, lambda_def
-from k_transform.ir.nodes import Apply, Constant, Node
+from k_transform.ir.nodes import Apply, Constant, Node, Parameter
 from k_transform.ops import python as prims
 
 UNSUPPORTED_STATEMENTS = {
@@ -125,6 +125,26 @@ class StatementBuilder:
         if text is not None and self.may_be_mutable(left, s):
             raise self.fp.unsupported(f"{text} (in place on a list or a NumPy array) {where}", s)
 
+    def outer_value(self, node: Node) -> Node:
+        """`node`, or where it is a parameter of a branch or loop body being
+        built, the value it receives there from the enclosing code (a
+        variable's value on entering, a captured variable), followed out."""
+        for _ in range(64):
+            if not isinstance(node, Parameter):
+                return node
+            builder = self
+            while builder.closed and node.graph is not builder.graph:
+                builder = builder.parent
+            if node.graph is not builder.graph or not builder.closed:
+                return node
+            entry = builder.entry_values.get(node)
+            if entry is None:
+                entry = builder.captures.get(node.name)
+            if entry is None or isinstance(entry, tuple):  # ("items", seq): a loop's item
+                return node
+            node = entry
+        return node
+
     def may_be_mutable(self, node: Node, s) -> bool:
         """`effects.may_be_mutable`, a loop's parameters standing for the
         values they start as; the function's own parameters are left to
@@ -166,7 +186,7 @@ class StatementBuilder:
                 f"the in-place method call `{what}.sort(...)` is not supported by k_transform", s
             )
         value = self.expr(s.value)
-        if _object_method(value):
+        if _object_method(value, self.outer_value):
             # its value unused, it can only act by changing its receiver or the host
             raise self.fp.unsupported(
                 f"`{gast.unparse(s.value.func).strip()}(...)`, a method call whose value is "
@@ -230,12 +250,13 @@ def _may_be_mutable(node) -> bool:
     return effects.may_be_mutable(node, prims)
 
 
-def _object_method(node) -> bool:
-    """A method call of an object the program made (`acc = Acc()`, `s = set()`)."""
+def _object_method(node, outer_value) -> bool:
+    """A method call of an object the program made (`acc = Acc()`, `s = set()`),
+    also where a branch or a loop body receives it (`outer_value`)."""
     prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
     if not isinstance(prim, prims.MethodCall):
         return False
-    receiver = node.args[0]
+    receiver = outer_value(node.args[0])
     return effects.user_class_of(receiver, prims) is not None or effects.mutable_builtin(
         receiver, prims
     )
