@@ -761,7 +761,7 @@ def _stopped(carry, until) -> bool:
     """Whether a loop with a break flag (carry `until`) is known to have
     broken: the flag is concrete and set. (A traced flag: the iterations
     after the break run and do nothing, the body being guarded by it.)"""
-    return until is not None and not is_tracer(carry[until]) and bool(carry[until])
+    return _broke(carry, until, False, "")
 
 
 def _lax_for(plain, indices, carry, inv, where, grads, until=None):
