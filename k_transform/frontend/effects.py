@@ -271,8 +271,7 @@ _OPERATORS = (*BINARY.values(), *UNARY.values())  # the operator primitives
 _IMMUTABLE_TYPES = (int, float, complex, str, bytes, tuple, frozenset, type(None), np.generic)
 
 
-_SEARCH = 5_000
-_steps = [_SEARCH]  # what is left of the current question's steps
+_SEARCH = 5_000  # steps of one question (see `may_be_mutable`)
 
 
 def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
@@ -290,10 +289,11 @@ def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
 
     Past `_SEARCH` steps of one question (loops, branches and helpers
     nest), the answer is the cautious one: it may be."""
+    steps = TRANSFORM.cache("effects.may_be_mutable")  # what is left of this question's
     if depth == 0:
-        _steps[0] = _SEARCH
-    _steps[0] -= 1
-    if _steps[0] < 0 or depth > 64:
+        steps["left"] = _SEARCH
+    steps["left"] = steps.get("left", _SEARCH) - 1
+    if steps["left"] < 0 or depth > 64:
         return True
     if isinstance(node, Parameter):
         found = resolve(node) if resolve is not None else None
