@@ -26,9 +26,9 @@ import numpy as np
 from k_transform.codegen.compile import compile_graph, graph_of
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
-from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, k_graph
+from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph
 from k_transform.errors import KTransformError
-from k_transform.frontend import lax_models
+from k_transform.frontend import callables, lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value
@@ -126,11 +126,20 @@ class DynamicCallK(DynamicK):
             return self._at_order(fn)(*args)
         if not callable(fn):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
-        hint = getattr(fn, "__name__", None) or type(fn).__name__
-        user = not is_library_value(fn)
+        inner = fn  # a partial of a user function runs the user's code
+        while isinstance(inner, functools.partial):
+            inner = inner.func
+        hint = getattr(inner, "__name__", None) or type(inner).__name__
+        user = not is_library_value(inner)
         if pytree_node(fn) is not None:  # `layer(x)`, a pytree module: its leaves get gradients
             with no_parameter_reads(hint) if user else contextlib.nullcontext():
                 return _object_call(self.order, len(args))(fn, *args)
+        method = callables.user_call_method(fn) if user else None
+        if method is not None and not hasattr(type(fn), "bprop") and holds_params(fn):
+            # `layer(x)`, a Cell given as an argument: its `construct` parsed
+            # with `self` fixed, as where it is a constant; the gradient of
+            # the Cell is the env of its Parameters' (`runtime.state.param_env`)
+            return _compiled_k(parse(method, bound_self=fn), self.order)(*args)
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
             return TracedCallK(call, self.order, self.debug)(*args)

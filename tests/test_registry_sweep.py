@@ -59,6 +59,10 @@ INTERNAL = (
     structural.CheckGrad,
     structural.ReadParam,
     structural.InputGrad,
+    structural.ParamEnv,  # a Cell given as an argument: tests/test_cell_as_argument.py
+    structural.AttrEnv,  # (with their transposes, each the other's rule: jvp there)
+    structural.ParamEnvT,
+    structural.AttrEnvT,
     structural.AuxSens,  # the has_aux sensitivity: tests/test_ms_api.py
     structural.SplitAux,  # has_aux inside transformed code: tests/test_ms_port.py (2nd order)
     structural.JoinAux,

@@ -64,6 +64,7 @@ tables of `context.TRANSFORM` (memoized K-graphs, env-key labels).
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -257,8 +258,53 @@ def _graph_assigns(graph: FuncGraph) -> bool:
 
 
 def _has_gradient(value) -> bool:
-    """Constants whose gradient matters: closures (their env) and Parameters."""
-    return isinstance(value, FuncGraph) or _is_param(value)
+    """Constants whose gradient matters: closures (their env), Parameters,
+    and objects that hold Parameters (`holds_params`)."""
+    return isinstance(value, FuncGraph) or _is_param(value) or holds_params(value)
+
+
+def holds_params(value, budget: int = 2000) -> bool:
+    """Whether the constant `value` is an object (a Cell), a list, tuple or
+    dict that holds Parameters in its attributes or items, looked for over at
+    most `budget` values: given to a function, its gradient is an env of
+    theirs (`runtime.state.param_env`)."""
+    stack, seen = [value], set()
+    while stack and budget > 0:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        budget -= 1
+        if _is_param(v):
+            return True
+        if isinstance(v, _NO_PARAMS) or hasattr(v, "shape"):
+            continue
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        else:
+            attrs = getattr(v, "__dict__", None)
+            stack.extend(attrs.values() if isinstance(attrs, dict) else ())
+    return False
+
+
+# Values that hold no Parameters of the program (functions are parsed: the
+# Parameters they read are constants there)
+_NO_PARAMS = (
+    FuncGraph,
+    Primitive,
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    str,
+    bytes,
+    int,
+    float,
+    complex,
+)
 
 
 class DFunctor:
@@ -557,6 +603,8 @@ class DFunctor:
                 self.add_to_env(grad)  # a closure's gradient is its env
             elif _is_param(value):
                 self.add_env_entry(param_key(value), grad)
+            elif holds_params(value):  # a Cell given to a function: its Parameters'
+                self.add_to_env(self.bprop.apply(_const(structural.ParamEnv()), node, grad))
             return
         if node.graph is self.primal:
             self.sens.setdefault(id(node), []).append(grad)

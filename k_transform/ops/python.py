@@ -24,7 +24,7 @@ from k_transform.errors import KTransformError
 from k_transform.ir.primitive import MakeTuple, Primitive
 from k_transform.ops.base import RuntimeCall
 from k_transform.ops.host import is_pure
-from k_transform.ops.structural import GetItemGrad, SumTo, ZerosLike
+from k_transform.ops.structural import AddGrad, AttrEnv, GetItemGrad, SumTo, ZerosLike
 from k_transform.protocol import kt_attribute
 from k_transform.runtime import host_log
 
@@ -871,13 +871,17 @@ STATIC_ATTRIBUTES = ("shape", "ndim", "size", "dtype", "nbytes", "itemsize")
 def get_bprop_getattr(self):
     """A field of a pytree node (`params.w`): the gradient is the node's type
     with `dout` in that field and zeros elsewhere; any other attribute of a
-    value fails when the rule runs (`runtime.values.replace_fields`)."""
+    value fails when the rule runs (`runtime.values.replace_fields`). An
+    attribute of an object that holds Parameters (`net.w`, `net.layer` of a
+    Cell given as an argument) gives the object an env of their gradients
+    (`runtime.state.attr_env`)."""
     if self.attr in STATIC_ATTRIBUTES:
         return no_gradient(lambda x, out, dout: (None,))
     put = ReplaceFields((self.attr,), grad=True)
+    add_grad, attr_env = AddGrad(), AttrEnv()
 
     def bprop(x, out, dout):
-        return (put(zeros_like(x), (dout,)),)
+        return (add_grad(put(zeros_like(x), (dout,)), attr_env(x, out, dout)),)
 
     return bprop
 

@@ -238,6 +238,61 @@ class ReadParam(RuntimeCall):
         return f"{e.ref(rt, '_rt')}.read_param({e.ref(self.param, self.param.name)})"
 
 
+class _KeyedCall(RuntimeCall):
+    """A run-time helper given `param_key` (`ParamKey`) as its last argument."""
+
+    def impl(self, *args):
+        return getattr(rt, self.rt_name)(*args, ParamKey)
+
+    def emit(self, e, args):
+        return (
+            f"{e.ref(rt, '_rt')}.{self.rt_name}({', '.join(args)}, {e.ref(ParamKey, 'param_key')})"
+        )
+
+
+class ParamEnv(_KeyedCall):
+    """The gradient of a constant that holds Parameters (a Cell given to a
+    function) as an env of theirs (`rt.param_env`): the DFunctor adds it to
+    the env, as it adds a Parameter's gradient."""
+
+    n_inputs = 2
+    rt_name = "param_env"
+
+    def __init__(self):
+        super().__init__("param_env")
+
+
+class ParamEnvT(_KeyedCall):
+    """The transpose of `ParamEnv` (its rule)."""
+
+    n_inputs = 3
+    rt_name = "param_env_t"
+
+    def __init__(self):
+        super().__init__("param_env_t")
+
+
+class AttrEnv(_KeyedCall):
+    """`x.attr`'s part of the gradient of the object `x` when the attribute
+    holds Parameters (`rt.attr_env`; GetAttr's rule)."""
+
+    n_inputs = 3
+    rt_name = "attr_env"
+
+    def __init__(self):
+        super().__init__("attr_env")
+
+
+class AttrEnvT(_KeyedCall):
+    """The transpose of `AttrEnv` (its rule)."""
+
+    n_inputs = 4
+    rt_name = "attr_env_t"
+
+    def __init__(self):
+        super().__init__("attr_env_t")
+
+
 class InputGrad(RuntimeCall):
     """The gradient reported for an input (zeros for static and integer inputs;
     `integers`: integer arrays get their gradient in their dtype, MindSpore's
@@ -403,6 +458,32 @@ def get_bprop_env_del(self):
 @rule(ReadParam)
 def bprop_read_param(out, dout):
     return ()
+
+
+# ParamEnv and ParamEnvT (AttrEnv and AttrEnvT) are linear in the gradient
+# and each other's transpose: each is the other's rule.
+param_env, param_env_t = ParamEnv(), ParamEnvT()
+attr_env, attr_env_t = AttrEnv(), AttrEnvT()
+
+
+@rule(ParamEnv)
+def bprop_param_env(value, grad, out, dout):
+    return (None, param_env_t(value, dout, grad))
+
+
+@rule(ParamEnvT)
+def bprop_param_env_t(value, denv, like, out, dout):
+    return (None, param_env(value, dout), None)
+
+
+@rule(AttrEnv)
+def bprop_attr_env(x, value, grad, out, dout):
+    return (None, None, attr_env_t(x, value, dout, grad))
+
+
+@rule(AttrEnvT)
+def bprop_attr_env_t(x, value, denv, like, out, dout):
+    return (None, None, attr_env(x, value, dout), None)
 
 
 @rule(AuxSens)

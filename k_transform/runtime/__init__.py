@@ -96,6 +96,10 @@ from k_transform.runtime.stack import (  # noqa: F401
 )
 from k_transform.runtime.state import (  # noqa: F401
     assign,
+    attr_env,
+    attr_env_t,
+    param_env,
+    param_env_t,
     param_scope,
     read_param,
 )

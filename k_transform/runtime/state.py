@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from k_transform.errors import KTransformError
 from k_transform.protocol import kt_attribute
-from k_transform.runtime.values import describe
+from k_transform.runtime.values import describe, env_get, pytree_node, zeros_like_value
 
 # -- parameters and state --------------------------------------------------
 # A gradient function binds each Parameter to the (possibly traced) value it
@@ -56,6 +56,79 @@ def read_param(param):
 
 
 _refusing_reads: list[str] = []
+
+
+# -- gradients of objects that hold Parameters ------------------------------
+# A Cell (or any object, or a list, tuple or dict of them) handed to a
+# function as an argument is a value there: `net.w` reads its Parameter at
+# run time. The gradient of such an object is an env holding its
+# Parameters' gradients under their keys (`key(p)`, `ops.structural.ParamKey`),
+# as the gradient of a closure is an env; the caller, where the object is a
+# constant, adds it to its own env, where the gradient function finds it.
+def param_env(value, grad, key):
+    """`grad`, the gradient of `value` (a Parameter, an object's env, or a
+    list, tuple or dict of them), as an env of Parameter gradients (empty
+    when it holds none)."""
+    if grad is None or value is None:
+        return {}
+    if kt_attribute(value, "__kt_parameter__", False):
+        return {} if isinstance(grad, dict) else {key(value): grad}
+    parts = []
+    if isinstance(value, dict) and isinstance(grad, dict) and _is_plain(value):
+        parts = [param_env(value[k], grad[k], key) for k in value if k in grad]
+    elif isinstance(value, (list, tuple)) and isinstance(grad, (list, tuple)):
+        if len(value) == len(grad):
+            parts = [param_env(v, g, key) for v, g in zip(value, grad, strict=True)]
+    elif isinstance(grad, dict):  # an object's gradient: already an env
+        return {k: g for k, g in grad.items() if isinstance(k, key)}
+    env: dict = {}
+    for part in parts:
+        for k, g in part.items():
+            env[k] = env[k] + g if k in env else g
+    return env
+
+
+def param_env_t(value, denv, like, key):
+    """The transpose of `param_env(value, ., key)`: the part of the env
+    `denv` that belongs to `value`'s Parameters, structured like `like`
+    (a gradient of `value`)."""
+    if like is None or value is None:
+        return like
+    if kt_attribute(value, "__kt_parameter__", False):
+        return like if isinstance(like, dict) else env_get(denv, key(value), like)
+    if isinstance(value, dict) and isinstance(like, dict) and _is_plain(value):
+        return {k: param_env_t(value.get(k), denv, g, key) for k, g in like.items()}
+    if isinstance(value, (list, tuple)) and isinstance(like, (list, tuple)):
+        if len(value) == len(like):
+            items = [param_env_t(v, denv, g, key) for v, g in zip(value, like, strict=True)]
+            return type(like)(items)
+    if isinstance(like, dict):
+        denv = denv if isinstance(denv, dict) else {}
+        return {k: g for k, g in denv.items() if isinstance(k, key)}
+    return zeros_like_value(like)
+
+
+def _is_plain(value) -> bool:
+    return isinstance(value, dict) and pytree_node(value) is None
+
+
+def _is_object(x) -> bool:
+    """An object with attributes rather than pytree fields (a Cell)."""
+    if x is None or isinstance(x, (tuple, list, dict)) or hasattr(x, "shape"):
+        return False
+    return pytree_node(x) is None
+
+
+def attr_env(x, value, grad, key):
+    """The part of the gradient of the object `x` that its attribute `value`
+    (with gradient `grad`) gives when it holds Parameters (`x.w`, `x.layer`):
+    their env; None for a pytree node (its field takes `grad`, GetAttr's rule)."""
+    return param_env(value, grad, key) if _is_object(x) else None
+
+
+def attr_env_t(x, value, denv, like, key):
+    """The transpose of `attr_env(x, value, ., key)` (its gradient w.r.t. `grad`)."""
+    return param_env_t(value, denv, like, key) if _is_object(x) else zeros_like_value(like)
 
 
 @contextlib.contextmanager

@@ -180,8 +180,10 @@ def replace_fields(x, values, names, grad: bool = False):
 
 def fields_of(x, names):
     """The fields `names` of the pytree node `x` (Nones when `x` is None); an
-    int name is the child at that position (`tree_flatten`'s order)."""
-    if x is None:
+    int name is the child at that position (`tree_flatten`'s order). A plain
+    dict is the gradient of an object that is no pytree (a Cell: the env of
+    its Parameters, `runtime.state.param_env`), whose fields take none."""
+    if x is None or type(x) is dict:
         return (None,) * len(names)
     if any(isinstance(name, int) for name in names):
         children = pytree_node(x)[0]
