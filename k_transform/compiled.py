@@ -234,8 +234,8 @@ class CompiledGraph:
         self.remake = remake
         self.fn = fn
         self.jit = jit
-        self.__kt_graph__ = graph
-        self._compiled_graph = graph  # `__kt_graph__` may be replaced (see GradFunction)
+        self._graph = graph  # `__kt_graph__`; it may be replaced (see GradFunction)
+        self._compiled_graph = graph
         self.params = parameters_of(graph)
         self.assigns = any(
             isinstance(getattr(n.fn, "value", None), Assign)
@@ -270,6 +270,18 @@ class CompiledGraph:
             jit_host=True,
         )
 
+    @property
+    def __kt_graph__(self) -> FuncGraph:
+        """The graph it runs, made again first if a name it read was rebound
+        (`refresh`): a transform of this object (`kt.jacrev(kt.grad(f))`, a
+        function calling it, parsed again) builds on the graph a call would run."""
+        self.refresh()
+        return self._graph
+
+    @__kt_graph__.setter
+    def __kt_graph__(self, graph: FuncGraph) -> None:
+        self._graph = graph
+
     @functools.cached_property
     def run(self):
         """The graph's generated Python function."""
@@ -287,7 +299,7 @@ class CompiledGraph:
         if self.remake is None:
             names = ", ".join(stale_names(self.guards))
             raise KTransformError(
-                f"{self.__kt_graph__.name} read {names}, rebound since it was transformed: "
+                f"{self._graph.name} read {names}, rebound since it was transformed: "
                 "make the function again (kt.grad(f), kt.jit(f), ...)"
             )
         fresh = self.remake()
@@ -416,7 +428,7 @@ class CompiledGraph:
         objects = [type(a).__name__ for a in leaves if _host_object(a)]
         if objects and compiled:
             raise KTransformError(
-                f"{self.__kt_graph__.name} is compiled (kt.jit) and was given a "
+                f"{self._graph.name} is compiled (kt.jit) and was given a "
                 f"{objects[0]}, which is not an array: as jax.jit, it can take arrays, "
                 "numbers and static values (read the object as a global, or call "
                 "without kt.jit: its methods then run per call)"
@@ -451,7 +463,7 @@ class CompiledGraph:
                 output = self._compute(values, args)
             except RecursionError:
                 raise KTransformRuntimeError(
-                    f"{self.__kt_graph__.name}: a recursion did not end: Python's recursion "
+                    f"{self._graph.name}: a recursion did not end: Python's recursion "
                     "limit was reached running the program op by op (an endless loop of "
                     "calls, or deeper than Python allows: each call takes a few frames here)"
                 ) from None
@@ -494,7 +506,7 @@ class CompiledGraph:
         for k, value in updates.items():
             if isinstance(value, jax.core.Tracer):
                 raise KTransformError(
-                    f"{self.__kt_graph__.name} assigns the Parameter {self.params[k].name}; "
+                    f"{self._graph.name} assigns the Parameter {self.params[k].name}; "
                     "a program with state updates cannot run inside your own jax.jit: call it "
                     "directly (it is compiled already)"
                 )
@@ -502,7 +514,7 @@ class CompiledGraph:
         return result
 
     def __repr__(self) -> str:
-        return f"<k_transform {self.__kt_graph__.name}>"
+        return f"<k_transform {self._graph.name}>"
 
 
 def _recursion_runs_eagerly(exc: UnboundedRecursion) -> str:

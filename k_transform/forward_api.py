@@ -98,15 +98,7 @@ def check_tangents(api: str, xs: tuple, vs: tuple) -> None:
     tangent given as a tuple for one array broadcast silently, or failed
     deep inside the program with a bare TypeError)."""
     for k, (x, v) in enumerate(zip(xs, vs, strict=True)):
-        x_leaves, x_tree = jax.tree_util.tree_flatten(x)
-        v_leaves, v_tree = jax.tree_util.tree_flatten(v)
-        shapes = [jnp.shape(a) for a in x_leaves], [jnp.shape(a) for a in v_leaves]
-        if x_tree != v_tree or shapes[0] != shapes[1]:
-            raise KTransformError(
-                f"{api}: the tangent for input {k} must have the input's structure and "
-                f"shapes: the input is {x_tree} of shapes {shapes[0]}, the tangent "
-                f"{v_tree} of shapes {shapes[1]}"
-            )
+        rt.check_tangent(x, v, api, k)  # (inside transformed code: `CheckTangent`)
 
 
 def _integer_tangent(xs, k: int, t):

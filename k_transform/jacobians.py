@@ -149,7 +149,7 @@ class Jacobian:
         return out_tree, blocks
 
     def __kt_lower__(self, builder, args, kwargs, e):
-        return lowering.lower_jacobian(builder, self, args, e)
+        return lowering.lower_jacobian(builder, self, args, kwargs, e)
 
 
 def _basis(leaf):

@@ -32,9 +32,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from k_transform.api import graph_of
+from k_transform.errors import KTransformError
 from k_transform.frontend.calls import closure_transform
-from k_transform.frontend.targets import is_library, target_of
-from k_transform.ir.nodes import Apply, Constant, FuncGraph
+from k_transform.frontend.targets import is_library, is_target_call, target_of
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops import structural, trees
 from k_transform.transforms import GradSpec, as_weights, first_output_graph, grad_graph, jvp_graph
@@ -54,9 +55,7 @@ def _n_inputs(args) -> int:
     """How many inputs `kt.jvp(fn, inputs, v)` / `kt.hvp(fn, args, v)` give
     `fn`: a tuple's length, else one."""
     node = args[1] if len(args) > 1 else None
-    if isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), prims.MakeTuple):
-        return len(node.args)
-    return 1
+    return len(node.args) if _is_tuple_display(node) else 1
 
 
 def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
@@ -71,13 +70,45 @@ def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
     if primal.parent is not None and primal.free_variables():
         raise builder.fp.unsupported(closure_transform(api, primal), e)
     if reruns and primal.calls_host():
-        raise builder.fp.unsupported(
-            f"{api} of {primal.name}, which calls host code (a random draw, a print), "
-            f"inside transformed code: there {api} runs it again for its derivative, "
-            "where Python runs it once (call it outside the function transformed)",
+        site = _host_site(primal)
+        exc = builder.fp.unsupported(
+            f"{api} of {primal.name}, which calls host code (`{site.source_line.strip()}`, "
+            f"line {site.line} of {site.file}) inside transformed code: there {api} runs it "
+            "again for its derivative, where Python runs it once (call it outside the "
+            "function transformed)",
             e,
         )
+        if is_target_call(builder.fp.fn):  # `kt.jit(kt.jacrev(f))`: no line of the user's
+            moved = KTransformError(exc.bare_message, site)  # calls it: the host call's line
+            moved.construct = exc.construct
+            raise moved
+        raise exc
     return primal
+
+
+def _host_site(primal: FuncGraph):
+    """Where `primal` (or a graph it reaches) calls host code: the call's
+    debug info (a branch or loop holding it only if no call is found)."""
+    sites = [
+        node
+        for graph in primal.reachable()
+        for node in graph.nodes
+        if getattr(getattr(node.fn, "value", None), "host", False)
+    ]
+    calls = [n for n in sites if not hasattr(n.fn.value, "subgraphs")]
+    return (calls or sites)[0].debug
+
+
+def _with_defaults(builder, primal: FuncGraph, inputs: list, e) -> list:
+    """`inputs`, then the defaults of the parameters of `primal` they leave
+    out (`energy(q, k=3.0)` given `q`), bound as a call of `primal` binds
+    them: the graphs made from `primal` (its gradient, its jvp) take every
+    parameter. The inputs keep their positions (a `*args` function's are
+    left as given)."""
+    sig = primal.signature
+    if len(inputs) >= len(primal.parameters) or (sig is not None and sig.vararg is not None):
+        return list(inputs)
+    return builder.bind_call(primal, list(inputs), {}, e)
 
 
 def _options(builder, api: str, kwargs, defaults: dict, e) -> dict:
@@ -101,6 +132,26 @@ def _closure(builder, name: str, e, body) -> Constant:
     return Constant(graph, hint=name)
 
 
+def _same_count(builder, api: str, inputs: Node, v: Node, e) -> None:
+    """Refuse a tuple display of inputs and one of tangents of other lengths."""
+    counts = [len(n.args) for n in (inputs, v) if _is_tuple_display(n)]
+    if len(counts) == 2 and counts[0] != counts[1]:
+        raise builder.fp.error(f"{api}: {counts[0]} inputs but {counts[1]} tangents", e)
+
+
+def _is_tuple_display(node: Node) -> bool:
+    return isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), prims.MakeTuple)
+
+
+def _checked(builder, api: str, x: Node, v: Node, k: int, e) -> Node:
+    """The tangent `v` of input `k`, `x`: checked when run to have its structure and shapes."""
+    return builder.apply(structural.CheckTangent(api, k), x, v, node=e)
+
+
+def _zeros(builder, x, e):
+    return builder.apply(structural.ZerosLike(), x, node=e)
+
+
 def _prim(graph: FuncGraph, prim, *args):
     return graph.apply(Constant(prim, hint=prim.name), *args)
 
@@ -118,9 +169,11 @@ def lower_vjp(builder, args, kwargs, e):
     weights, single = as_weights(options["weights"])
     has_aux = bool(options["has_aux"])
     primal = _primal(builder, "kt.vjp", fn, e, reruns=True)
-    inputs = args[1:]
+    inputs = _with_defaults(builder, primal, args[1:], e)
     out = builder.apply(_call(primal), *inputs, node=e)
-    spec = GradSpec("all", weights, single, sens_param=True, has_aux=has_aux)
+    # the gradients of the inputs given (not of the defaults), as outside
+    given = "all" if len(inputs) == len(args) - 1 else tuple(range(len(args) - 1))
+    spec = GradSpec(given, weights, single, sens_param=True, has_aux=has_aux)
     grads = grad_graph(primal, spec)
 
     def gradients(g, u):
@@ -149,8 +202,13 @@ def lower_jvp(builder, args, kwargs, e):
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
     primal = _primal(builder, "kt.jvp", fn, e, reruns=has_aux)
     graph = jvp_graph(first_output_graph(primal) if has_aux else primal)
-    n = len(graph.parameters) // 2
-    xs, vs = builder.unpack(args[1], n), builder.unpack(args[2], n)
+    xs, n = _given_inputs(builder, "kt.jvp", primal, args[1], e)
+    _same_count(builder, "kt.jvp", args[1], args[2], e)
+    vs = [
+        _checked(builder, "kt.jvp", xs[k], v, k, e)
+        for k, v in enumerate(builder.unpack(args[2], n))
+    ]
+    vs += [_zeros(builder, x, e) for x in xs[n:]]  # a default's tangent
     pair = builder.apply(_call(graph), *xs, *vs, node=e)
     if not has_aux:
         return pair
@@ -158,6 +216,27 @@ def lower_jvp(builder, args, kwargs, e):
     jv = builder.apply(prims.GetItem(), pair, Constant(1), node=e)
     out = builder.apply(prims.GetItem(), pair, Constant(0), node=e)
     return builder.apply(prims.MakeTuple(), out, jv, aux, node=e)
+
+
+def _given_inputs(builder, api: str, primal: FuncGraph, inputs: Node, e) -> tuple[list, int]:
+    """The values `kt.jvp(fn, inputs, v)` / `kt.hvp` give `primal`'s
+    parameters, and how many of them `inputs` gives: a tuple display's
+    items, else one per parameter (for a function with defaults, a lone value
+    or a tuple of one, checked when run: `SoleInput`); the rest are defaults
+    (`_with_defaults`)."""
+    n = len(primal.parameters)
+    required = n - len(primal.defaults or {})
+    if _is_tuple_display(inputs):
+        n = len(inputs.args)
+    elif required < n and required > 1:  # how many the value holds shows only when run
+        raise builder.fp.unsupported(
+            f"{api} of {primal.name}, which has parameters with defaults, given its inputs "
+            "as one value (write them as a tuple: `(x, y)`)",
+            e,
+        )
+    elif required < n:
+        n = 1
+    return _with_defaults(builder, primal, builder.unpack(inputs, n), e), n
 
 
 def lower_hvp(builder, args, kwargs, e):
@@ -169,16 +248,21 @@ def lower_hvp(builder, args, kwargs, e):
         raise builder.fp.error("kt.hvp takes (fn, args, v) inside transformed code", e)
     primal = _primal(builder, "kt.hvp", fn, e)
     graph = jvp_graph(grad_graph(primal, GradSpec(inputs=0)))
-    xs = builder.unpack(args[1], len(primal.parameters))
-    zeros = [builder.apply(structural.ZerosLike(), x, node=e) for x in xs[1:]]
-    pair = builder.apply(_call(graph), *xs, args[2], *zeros, node=e)
+    xs, _ = _given_inputs(builder, "kt.hvp", primal, args[1], e)
+    zeros = [_zeros(builder, x, e) for x in xs[1:]]
+    v = _checked(builder, "kt.hvp", xs[0], args[2], 0, e)
+    pair = builder.apply(_call(graph), *xs, v, *zeros, node=e)
     return builder.apply(prims.GetItem(), pair, Constant(1), node=e)
 
 
-def lower_jacobian(builder, jac, args, e):
+def lower_jacobian(builder, jac, args, kwargs, e):
     """`kt.jacrev(fn, grad_position, has_aux)(*args)` or `kt.jacfwd(...)` as
     graphs: a Jacobian per position (a tuple for a tuple of positions), with
-    `has_aux` `(jacobian, aux)`."""
+    `has_aux` `(jacobian, aux)`. Parameters left out get their defaults."""
+    if kwargs:  # as a call outside: `Jacobian.__call__` takes positional arguments
+        raise builder.fp.error(
+            f"a Jacobian got the keyword argument {next(iter(kwargs))!r}: pass it by position", e
+        )
     fn = target_of(jac.fn, len(args)) if is_library(jac.fn) else jac.fn
     primal = _primal(builder, "jacfwd" if jac.forward else "jacrev", fn, e, reruns=True)
     target = first_output_graph(primal) if jac.has_aux else primal
@@ -187,8 +271,9 @@ def lower_jacobian(builder, jac, args, e):
             raise builder.fp.error(
                 f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs", e
             )
-    out = builder.apply(_call(target), *args, node=e)
     positions = [k % len(args) for k in jac.positions]
+    args = _with_defaults(builder, primal, args, e)
+    out = builder.apply(_call(target), *args, node=e)
     matrices = [_jacobian(builder, target, k, jac.forward, args, out, e) for k in positions]
     if isinstance(jac.argnum, tuple):  # w.r.t. the tuple of inputs: output-major
         ms = builder.apply(prims.MakeTuple(), *matrices, node=e)

@@ -79,5 +79,12 @@ def kt_attribute(value, name: str, default=None):
     has none."""
     try:
         return getattr(value, name, default)
-    except Exception:  # noqa: BLE001 - the object's own error for a name it lacks
+    except Exception as exc:  # noqa: BLE001 - the object's own error for a name it lacks
+        if _ours(exc):  # a gradient function made again as its graph is read, and refused
+            raise
         return default
+
+
+def _ours(exc: Exception) -> bool:
+    """A `KTransformError` (by its module: `errors` is of this module's row)."""
+    return any(c.__module__ == "k_transform.errors" for c in type(exc).__mro__)

@@ -449,7 +449,7 @@ class GradFunction(CompiledGraph):
     def _per_arity(self, kwargs: dict) -> bool:
         """Whether this call goes to the per-arity gradient of a `*args`
         function (keywords keep the generic graph, where there is one)."""
-        return "_star" in self.__dict__ and not (kwargs and "__kt_graph__" in self.__dict__)
+        return "_star" in self.__dict__ and not (kwargs and "_graph" in self.__dict__)
 
     def _for_arity(self, n: int) -> GradFunction:
         """A `*args` function's gradient for `n` arguments (its graph specialised)."""

@@ -57,6 +57,7 @@ INTERNAL = (
     structural.EnvGet,
     structural.EnvDel,
     structural.CheckGrad,
+    structural.CheckTangent,  # jvp/hvp tangents: tests/test_nested_transform_edges.py
     structural.ReadParam,
     structural.InputGrad,
     structural.ParamEnv,  # a Cell given as an argument: tests/test_cell_as_argument.py

@@ -282,7 +282,12 @@ class CallBuilder:
             return self.apply(callee, *args, node=e)
         value = callee.value
         if value is getattr and _constant_attribute(args, kwargs):  # getattr(jnp, "tanh")
-            return self.attribute_of(args[0], args[1].value, e)  # is `jnp.tanh`
+            default = args[2] if len(args) == 3 else None  # is `jnp.tanh`
+            return self.attribute_of(args[0], args[1].value, e, default)
+        if value is hasattr and len(args) == 2 and _constant_attribute(args, kwargs):
+            found = self.has_attribute(args[0], args[1].value, e)  # hasattr(jax.nn, "gelu")
+            if found is not None:
+                return self.const(found, e)
         if value is type and len(args) == 1 and not kwargs and _plain_constant(args[0]):
             return Constant(type(args[0].value), self.debug(e), "type")  # runs no user code
         if value is super and not kwargs and all(isinstance(a, Constant) for a in args):
@@ -778,12 +783,13 @@ def _known(node):
 
 
 def _constant_attribute(args, kwargs) -> bool:
-    """`getattr(obj, "name")` with both known while parsing (a module, an
-    object the program holds): the attribute read `obj.name`."""
+    """`getattr(obj, "name")` (`hasattr`, `getattr(obj, "name", default)`)
+    with both known while parsing (a module, a class, an object the program
+    holds): the attribute read `obj.name`."""
     return (
         not kwargs
-        and len(args) == 2
-        and all(isinstance(a, Constant) for a in args)
+        and len(args) in (2, 3)
+        and all(isinstance(a, Constant) for a in args[:2])
         and isinstance(args[1].value, str)
         and not isinstance(args[0].value, FuncGraph)
     )

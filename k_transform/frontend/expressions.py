@@ -197,8 +197,9 @@ class ExpressionBuilder:
             return self.apply(adapted[0], *adapted[1], node=e)
         return self.apply(prims.GetAttr(e.attr), value, node=e)
 
-    def attribute_of(self, value: Constant, name: str, e) -> Node:
-        """`value.name` for a constant `value` (a module, a Cell, an object)."""
+    def attribute_of(self, value: Constant, name: str, e, default: Node | None = None) -> Node:
+        """`value.name` for a constant `value` (a module, a Cell, an object);
+        with a `default`, `getattr(value, name, default)`."""
         if isinstance(value.value, FuncGraph):
             raise self.fp.unsupported("attributes of a function", e)
         hint = f"{value.hint}.{name}" if value.hint else name
@@ -211,10 +212,31 @@ class ExpressionBuilder:
         try:
             attr = getattr(value.value, name)
         except AttributeError:
+            if default is not None:  # while the name stays absent
+                self.fp.guards.read_missing(value.value, name)
+                return default
             what = value.hint or repr(value.value)
             raise self.fp.error(f"{what} has no attribute {name!r}", e) from None
         self.fp.guards.read_attribute(value.value, name)  # `cfg.scale` may be rebound
         return self.fp.value_node(attr, hint, e)
+
+    def has_attribute(self, value: Constant, name: str, e) -> bool | None:
+        """`hasattr(value, name)` for a constant `value` (`jax.nn`, a class, a
+        config object): the look-up `value.name` tried while parsing, as
+        Python tries it when the line runs, and guarded either way (`cfg.lr =
+        0.1` added later makes the graph stale). None where the look-up runs
+        a user-written property getter (it runs where the line runs)."""
+        if isinstance(value.value, FuncGraph):
+            raise self.fp.unsupported("attributes of a function", e)
+        if guards.property_getter(value.value, name) is not None:
+            return None
+        try:
+            getattr(value.value, name)
+        except AttributeError:
+            self.fp.guards.read_missing(value.value, name)
+            return False
+        self.fp.guards.read_attribute(value.value, name)
+        return True
 
     def _getter_called(self, getter, owner) -> bool:
         """Whether the property's `getter` is called as a method of `owner`

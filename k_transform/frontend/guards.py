@@ -78,6 +78,13 @@ class Recorder:
         if partial is not None:
             self.read_global(fn.__dict__, "__kt_partial__", partial)
 
+    def read_missing(self, owner, name: str) -> None:
+        """A look-up `owner.name` that failed (`hasattr(cfg, "lr")` False,
+        `getattr(cfg, "lr", 0.1)` the default): the graph holds while the
+        name stays absent from the namespaces it consulted."""
+        for namespace in attribute_misses(owner, name):
+            self.read_global(namespace, name, _MISSING)
+
     def read_cell(self, cell, value) -> None:
         if (id(cell), None) not in self.reads:
             self.reads[id(cell), None] = (cell, None, value, _snapshot(value))
@@ -136,6 +143,19 @@ def attribute_reads(owner, name: str) -> list[tuple[object, object]]:
         if not is_class and type(entry) is types.MemberDescriptorType:  # a `__slots__` field
             reads.append((owner, getattr(owner, name)))  # read by `getattr` (`_current`)
     return reads
+
+
+def attribute_misses(owner, name: str) -> list[object]:
+    """The namespaces a failed look-up of `owner.name` consulted, which a
+    later assignment of the name would fill (`attribute_reads`' namespaces:
+    the object's `__dict__`, its user classes; none of a library's)."""
+    if isinstance(owner, (Primitive, FuncGraph)) or _is_library(owner):
+        return []
+    is_class = isinstance(owner, type)
+    own = None if is_class else getattr(owner, "__dict__", None)
+    mro = owner.__mro__ if is_class else type(owner).__mro__
+    classes = [cls for cls in mro if not _is_library(cls)]  # a class stands for its `__dict__`
+    return [own, *classes] if isinstance(own, dict) else classes
 
 
 def property_getter(owner, name: str):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import inspect
+import io
 import linecache
 import re
 import textwrap
+import tokenize
 import types
 
 import gast
 
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import DebugInfo
+from k_transform.ops.host import IMPURE_MODULES
 
 # Functions from these modules are library code: called, never parsed.
 LIBRARY_MODULES = (
@@ -30,6 +33,7 @@ LIBRARY_MODULES = (
     "k_transform.codegen",
     "k_transform.dfunctor",
     "k_transform.api",
+    *IMPURE_MODULES,  # `random.gauss`, `time.time`: host calls, run as Python (`ops.host`)
 )
 
 
@@ -203,15 +207,57 @@ class Source:
 def _parses(text: str):
     """The readings of `text` that parse, as (module, characters put before
     its first line): the whole, then without trailing lines (a lambda
-    mid-call, in a tuple or list, as a dict value or a keyword argument)."""
+    mid-call, in a tuple or list, as a dict value or a keyword argument, in
+    a statement's header: `for name, f in [("sq", lambda v: v * v)]:`; on a
+    line that closes brackets opened on the lines above, those opened)."""
     lines = text.splitlines()
     for end in range(len(lines), 0, -1):
         chunk = "\n".join(lines[:end])
-        for before, after in (("", ""), ("(", ""), ("(", ")"), ("{", "}"), ("f(", ")")):
+        header = chunk.rstrip().endswith(":")  # `for ...:`, `if ...:`, `with ...:`
+        readings = [("", ""), ("(", ""), ("(", ")"), ("{", "}"), ("f(", ")")]
+        readings += [("", " pass")] if header else []
+        for before, after in readings:
             try:
                 yield gast.parse(before + chunk + after), len(before)
             except SyntaxError:
                 continue
+        if header and chunk.startswith("elif "):  # read as an `if` (two characters fewer)
+            try:
+                yield gast.parse(chunk.removeprefix("el") + " pass"), -2
+            except SyntaxError:
+                pass
+        opened = _opened_above(chunk)
+        if opened:
+            body = chunk.rstrip().removesuffix(":") if header else chunk
+            try:
+                yield gast.parse(opened + body), len(opened)
+            except SyntaxError:
+                continue
+
+
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+def _opened_above(chunk: str) -> str:
+    """The brackets `chunk` closes without opening them, as the text that
+    opens them (`"[("` for a chunk holding `...)]`); "" if none, or if
+    `chunk` does not tokenize."""
+    depth: list[str] = []
+    missing: list[str] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(chunk).readline):
+            if token.type != tokenize.OP:
+                continue
+            if token.string in "([{":
+                depth.append(token.string)
+            elif token.string in _CLOSERS:
+                if depth:
+                    depth.pop()
+                else:
+                    missing.append(_CLOSERS[token.string])
+    except (tokenize.TokenError, SyntaxError):
+        pass  # unclosed brackets at the end: what was seen so far
+    return "".join(reversed(missing))
 
 
 def _through_last_line(lines: list[str], first: int, code) -> list[str]:

@@ -78,6 +78,13 @@ def _call_4(fn):
 
 
 _LIBRARY_CALLS = {1: _call_1, 2: _call_2, 3: _call_3, 4: _call_4}
+_CALL_CODES = frozenset(make(None).__code__ for make in _LIBRARY_CALLS.values())
+
+
+def is_target_call(fn) -> bool:
+    """Whether `fn` is a `library_call` made by `target_of`: a line of
+    k_transform's, where an error has no line of the user's to show."""
+    return getattr(fn, "__code__", None) in _CALL_CODES
 
 
 def target_of(fn, n: int | None):

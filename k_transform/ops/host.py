@@ -42,7 +42,7 @@ PURE_BUILTINS = frozenset(
     ).split()
 )
 _PURE_MODULES = ("math", "cmath", "operator", "numpy", "jax", "jaxlib", "k_transform")
-_IMPURE_MODULES = (
+IMPURE_MODULES = (
     "numpy.random",
     "jax.debug",
     "jax._src.debugging",  # where jax.debug's functions live
@@ -108,7 +108,7 @@ def is_pure(fn) -> bool:
             return getattr(fn, "__name__", "") not in _IN_PLACE
         return isinstance(owner, _VALUE_TYPES) or _within(_module(type(owner)), ("jax", "jaxlib"))
     module = _module(fn)
-    return _within(module, _PURE_MODULES) and not _within(module, _IMPURE_MODULES)
+    return _within(module, _PURE_MODULES) and not _within(module, IMPURE_MODULES)
 
 
 def plain_exception(cls) -> bool:
@@ -127,11 +127,11 @@ def has_host_effect(fn) -> bool:
         return True
     owner = _receiver(fn)
     if owner is not None and not isinstance(owner, _VALUE_TYPES):
-        if _within(_module(type(owner)), _IMPURE_MODULES):
+        if _within(_module(type(owner)), IMPURE_MODULES):
             return True  # np.random.RandomState(0).randn, random.Random().random
         if _within(_module(type(owner)), ("numpy",)) and "random" in type(owner).__name__.lower():
             return True
-    return _within(_module(fn), _IMPURE_MODULES)
+    return _within(_module(fn), IMPURE_MODULES)
 
 
 def host_call(fn, all_constant: bool) -> bool:

@@ -220,6 +220,21 @@ class CheckGrad(RuntimeCall):
         return [self.rule]
 
 
+class CheckTangent(RuntimeCall):
+    """A tangent given to `kt.jvp` / `kt.hvp` inside transformed code, checked
+    against its input's structure and shapes when the program runs (traces):
+    `(input, tangent) -> tangent` (`rt.check_tangent`)."""
+
+    n_inputs = 2
+    rt_name = "check_tangent"
+
+    def __init__(self, api: str, k: int):
+        super().__init__("check_tangent", api=api, k=k)
+
+    def extra(self):
+        return [self.api, self.k]
+
+
 class ReadParam(RuntimeCall):
     """The value of a `kt.Parameter` in the current gradient call."""
 
@@ -453,6 +468,11 @@ def get_bprop_env_del(self):
         return (env_del(dout),)
 
     return bprop
+
+
+@rule(CheckTangent)
+def bprop_check_tangent(x, v, out, dout):
+    return (None, dout)
 
 
 @rule(ReadParam)

@@ -126,6 +126,7 @@ from k_transform.runtime.values import (  # noqa: F401
     as_jax_inputs,
     aux_sens,
     check_grad,
+    check_tangent,
     env_del,
     env_get,
     fields_of,

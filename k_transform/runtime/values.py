@@ -458,6 +458,21 @@ def check_grad(grad, x, rule: str):
     return grad
 
 
+def check_tangent(x, v, api: str, k: int):
+    """`v` if it has the structure and shapes of the input `x` it is the
+    tangent of (JAX's rule), else an error naming `api` and the input."""
+    x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+    v_leaves, v_tree = jax.tree_util.tree_flatten(v)
+    x_shapes, v_shapes = [jnp.shape(a) for a in x_leaves], [jnp.shape(a) for a in v_leaves]
+    if x_tree != v_tree or x_shapes != v_shapes:
+        raise KTransformError(
+            f"{api}: the tangent for input {k} must have the input's structure and "
+            f"shapes: the input is {x_tree} of shapes {x_shapes}, the tangent "
+            f"{v_tree} of shapes {v_shapes}"
+        )
+    return v
+
+
 def as_jax_inputs(args) -> tuple:
     """`args` with NumPy arrays and scalars and Python floats made JAX arrays,
     as `jax.jit` makes them: eager runs then see the same types (`x.at[...]`)
