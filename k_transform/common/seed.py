@@ -16,6 +16,7 @@ def set_seed(seed: int) -> None:
     """Reseed our generator and, as MindSpore's `set_seed` does, numpy's
     global one (`np.random.randn` after `ms.set_seed(1)` draws the same)."""
     _STATE["rng"] = np.random.RandomState(seed)
+    _STATE["seed"] = seed
     np.random.seed(seed)
     for hook in RESEED_HOOKS:
         hook(seed)
@@ -24,6 +25,11 @@ def set_seed(seed: int) -> None:
 def on_set_seed(hook) -> None:
     """Call `hook(seed)` at each `set_seed`."""
     RESEED_HOOKS.append(hook)
+
+
+def last_seed() -> int:
+    """The seed `set_seed` was last given (0 before any)."""
+    return _STATE.get("seed", 0)
 
 
 def generator() -> np.random.RandomState:

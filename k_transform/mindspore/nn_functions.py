@@ -14,7 +14,7 @@ read by the parser like user code, so each gradient is the composition's:
   tables from `_resize_table`): nearest is one gather, linear two and a
   lerp (`a + (b - a) * t`, as MindSpore's kernels), area the mean of a
   bin (MindSpore's adaptive average pooling);
-- dropout draws from `_STREAM`'s key (see `dropout`).
+- dropout draws from `_STREAM`'s key (see `dropout`), made at its first read.
 
 An argument MindSpore accepts and these do not support raises ValueError
 naming it (`return_indices`, bicubic and trilinear modes, 5-D inputs).
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.cell import Cell, Parameter
+from k_transform.cell import Cell, Parameter, _uids
 from k_transform.common import seed as seeds
 from k_transform.ops.state import Assign
 
@@ -343,6 +343,29 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
 ASSIGN = Assign()
 
 
+class _SeedKey(Parameter):
+    """A non-trainable key Parameter whose value is made at its first read,
+    from the seed `set_seed` was last given: a JAX array made at import would
+    start JAX's backend, before a data-parallel script's `init()`."""
+
+    def __init__(self, name: str):  # (no value yet: Parameter's would be put on the device)
+        self.uid, self.name, self.requires_grad = next(_uids), name, False
+        self._key = None
+
+    @property
+    def _data(self):
+        if self._key is None:
+            self._key = jax.device_put(np.asarray(jax.random.PRNGKey(seeds.last_seed())))
+        return self._key
+
+    @_data.setter
+    def _data(self, value):
+        self._key = value
+
+    def restart(self) -> None:
+        self._key = None
+
+
 class _MaskStream(Cell):
     """Where `ops.dropout` and `ops.dropout2d` draw their masks: a key (a
     non-trainable Parameter held outside the Cell's parameters) that each
@@ -352,11 +375,10 @@ class _MaskStream(Cell):
 
     def __init__(self):
         super().__init__()
-        key = Parameter(np.asarray(jax.random.PRNGKey(0)), "ops_dropout_key", requires_grad=False)
-        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "key", _SeedKey("ops_dropout_key"))
 
     def reseed(self, seed: int) -> None:
-        self.key.set_data(np.asarray(jax.random.PRNGKey(seed)))
+        self.key.restart()
 
     def construct(self, seed):
         """A fresh key; a call's `seed` is folded into it."""
