@@ -95,7 +95,10 @@ class Jit:
         ):
             return direct[2](*args)
         if isinstance(fn, CompiledGraph):  # kt.jit(kt.grad(f)): it binds its arguments
-            return self.compiled()(*args, **kwargs)
+            compiled = self.compiled()
+            if not kwargs:  # (the next such call goes straight to it)
+                self._direct = (len(args), self._training(), compiled)
+            return compiled(*args, **kwargs)
         if takes_star_args(self.__wrapped__):
             args, where = bind_keywords(self.__wrapped__, args, kwargs)
             return self.compiled(sum(k is not None for _, k in where))(*args)
