@@ -44,6 +44,7 @@ from k_transform.frontend import (
     effects,
     jax_custom,
     lax_models,
+    mutability,
     python_code,
     pytrees,
 )
@@ -593,7 +594,7 @@ class CallBuilder:
                 if arg.graph is function.graph:
                     function.graph.changed_parameters.setdefault(arg.name, (condition, where))
                 continue
-            if condition == "mutable" and not effects.may_be_mutable(arg, prims):
+            if condition == "mutable" and not mutability.may_be_mutable(arg, prims):
                 continue
             raise self.fp.unsupported(
                 f"`{graph.name}(...)` given for {name!r} an object it changes in place, "

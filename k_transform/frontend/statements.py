@@ -21,7 +21,7 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.frontend import effects
+from k_transform.frontend import effects, mutability
 from k_transform.frontend.calls import called_here
 from k_transform.frontend.expressions import BINOPS, lambda_def
 from k_transform.ir.nodes import Apply, Constant, Node, Parameter
@@ -146,7 +146,7 @@ class StatementBuilder:
         return node
 
     def may_be_mutable(self, node: Node, s) -> bool:
-        """`effects.may_be_mutable`, a loop's parameters standing for the
+        """`mutability.may_be_mutable`, a loop's parameters standing for the
         values they start as; the function's own parameters are left to
         its caller (`FuncGraph.changed_parameters`), as changed by `s`."""
         function = self
@@ -168,7 +168,7 @@ class StatementBuilder:
                 function.graph.changed_parameters.setdefault(p.name, ("mutable", where))
             return None
 
-        return effects.may_be_mutable(node, prims, resolve=resolve)
+        return mutability.may_be_mutable(node, prims, resolve=resolve)
 
     def stmt_AnnAssign(self, s) -> None:
         if s.value is not None:
@@ -247,7 +247,7 @@ def _known_list(node) -> bool:
 
 
 def _may_be_mutable(node) -> bool:
-    return effects.may_be_mutable(node, prims)
+    return mutability.may_be_mutable(node, prims)
 
 
 def _object_method(node, outer_value) -> bool:
