@@ -185,6 +185,7 @@ class Cell:
     def __call__(self, *args, **kwargs):
         """`construct` run as Python (PyNative), its method calls on arrays
         those of a MindSpore Tensor (`eager`)."""
+        rt.refuse_lost_bprop(self)  # (inside a user function traced by JAX)
         return eager.call_method(self, "construct", args, kwargs)
 
     def parameters_and_names(self, prefix: str = ""):

@@ -65,7 +65,7 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
     flat_v, _ = bind_keywords(fn, vs, {})
     passed = {index for index, _ in where}
     flat_v = tuple(
-        v if k in passed else _zero_tangent(x)
+        v if k in passed else zero_tangent(x)
         for k, (x, v) in enumerate(zip(flat_x, flat_v, strict=True))
     )
     n_star = sum(1 for _, item in where if item is not None)
@@ -78,17 +78,20 @@ def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
     those get zero tangents. A function whose Python signature is not its
     graph's (a graph, a gradient function) is left as it is."""
     flat_x = with_defaults(fn, xs)
-    rest = tuple(_zero_tangent(x) for x in flat_x[len(xs) :])
+    rest = tuple(zero_tangent(x) for x in flat_x[len(xs) :])
     return flat_x, (*vs, *rest)
 
 
-def _zero_tangent(x):
-    """The tangent of a value the caller did not pass: zeros for its array
-    leaves, other leaves (a string, None) as they are."""
+def zero_tangent(x):
+    """The zero tangent of a value: zeros for its array leaves, a static
+    leaf (a string, None) as it is, and None (the zero gradient) for an
+    object (a Cell, an iterator: its tangent is an env, or none)."""
 
     def zero(leaf):
         numeric = isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex))
-        return jnp.zeros_like(leaf) if numeric else leaf
+        if numeric:
+            return jnp.zeros_like(leaf)
+        return leaf if isinstance(leaf, (str, bytes, type(None), type, slice)) else None
 
     return jax.tree_util.tree_map(zero, x)
 

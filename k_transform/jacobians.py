@@ -19,9 +19,15 @@ import numpy as np
 from k_transform import lowering
 from k_transform import runtime as rt
 from k_transform.api import graph_of
-from k_transform.compiled import check_float_inputs, compiled_forward, without_aux
+from k_transform.compiled import (
+    bind_keywords,
+    check_float_inputs,
+    compiled_forward,
+    without_aux,
+)
 from k_transform.errors import KTransformError
-from k_transform.forward_api import check_tangents, jvp_unchecked
+from k_transform.forward_api import check_tangents, jvp_unchecked, zero_tangent
+from k_transform.frontend.source import is_user_function
 from k_transform.frontend.targets import target_of
 from k_transform.reverse import GradFunction, position, spread_args
 from k_transform.runtime import host_log
@@ -53,12 +59,16 @@ class Jacobian:
             )
         self.fn, self.argnum, self.forward, self.has_aux = fn, argnum, forward, bool(has_aux)
         self.positions = positions
+        self.nested_aux = False  # (`hessian`: the aux of a gradient function)
+        self.bound = False  # called with every parameter of `fn`, by position (`_keyword_call`)
         try:  # its inputs are fn's: what a Jacobian of it is called with (`arity`)
             self.__signature__ = inspect.signature(fn)
         except (TypeError, ValueError):
             pass
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if not self.bound and (kwargs or len(_with_defaults(self.fn, args)) > len(args)):
+            return self._keyword_call(args, kwargs)
         check_float_inputs("kt.jacfwd" if self.forward else "kt.jacrev", args, self.positions)
         for k in self.positions:
             if not -len(args) <= k < len(args):
@@ -84,23 +94,50 @@ class Jacobian:
         else:
             blocks = parts[0][1]
         jac = jax.tree_util.tree_unflatten(tree, blocks)
-        return (jac, rt.split_aux(out)[1]) if self.has_aux else jac
+        if not self.has_aux:
+            return jac
+        aux = rt.split_aux(out)[1]
+        if self.nested_aux:  # a gradient's `(grad, (aux, ...))`: its aux as `fn` returned it
+            aux = aux[0] if len(aux) == 1 else aux
+        return jac, aux
+
+    def _keyword_call(self, args: tuple, kwargs: dict):
+        """Keyword arguments are passed to `fn`, not differentiated (JAX's
+        semantics): the Jacobian of `fn` with every argument bound to its
+        parameter, positions moved to the parameters they went to."""
+        flat, where = bind_keywords(self.fn, args, kwargs)
+        for k in self.positions:
+            if not -len(args) <= k < len(args):
+                raise KTransformError(
+                    f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} "
+                    "positional inputs (keyword arguments are not differentiated)"
+                )
+        if any(item is not None for _, item in where):
+            raise KTransformError(
+                "jacfwd/jacrev of a function with *args called with keyword arguments: "
+                "differentiate a wrapper with named parameters"
+            )
+        moved = [where[k % len(args)][0] for k in self.positions]
+        argnum = tuple(moved) if isinstance(self.argnum, tuple) else moved[0]
+        bound = Jacobian(self.fn, argnum, self.forward, self.has_aux)
+        bound.nested_aux, bound.bound = self.nested_aux, True
+        return bound(*flat)
 
     def _value_reverse(self, fn, args):
         """The value of `fn` as the vjps compute it (K of `fn`, its first order)."""
         spec = GradSpec(inputs=self.positions[0], with_value=True, has_aux=self.has_aux)
-        return GradFunction(fn, spec)(*args)[0]
+        return GradFunction(fn, spec, bound=self.bound)(*args)[0]
 
     def _value_forward(self, fn, args):
         """The value of `fn` as the jvps compute it (zero tangents)."""
-        zeros = tuple(jax.tree_util.tree_map(jnp.zeros_like, a) for a in args)
+        zeros = tuple(zero_tangent(a) for a in args)
         return jvp_unchecked(fn, tuple(args), zeros)[0]
 
     def _reverse(self, fn, argnum: int, args, run, value):
         """One vmapped vjp per output leaf: `(the output's treedef, a block
         per output leaf)`, each block shaped as input `argnum` (JAX's nesting:
         the output's structure of the input's structure)."""
-        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True))
+        grad_fn = GradFunction(fn, GradSpec(inputs=argnum, sens_param=True), bound=self.bound)
         out = rt.split_aux(value)[0] if self.has_aux else value
         leaves, tree = jax.tree_util.tree_flatten(out)
         blocks = []
@@ -133,7 +170,7 @@ class Jacobian:
                 tangents = tuple(
                     jax.tree_util.tree_unflatten(x_tree, seed)
                     if i == argnum
-                    else jax.tree_util.tree_map(jnp.zeros_like, a)
+                    else zero_tangent(a)  # (an iterator, a string: as it is)
                     for i, a in enumerate(args)
                 )
                 tangent = jvp_unchecked(fn, tuple(args), tangents)[1]
@@ -152,6 +189,23 @@ class Jacobian:
         return lowering.lower_jacobian(builder, self, args, kwargs, e)
 
 
+def _with_defaults(fn, args: tuple) -> tuple:
+    """`args` and the defaults of the parameters of `fn` they leave out
+    (`compiled.with_defaults`); `args` as they are for a function taking
+    `*args` or `**kwargs` (made per arity), a library function (`np.exp`,
+    whose signature is not what its graph takes) or one with no signature."""
+    if not is_user_function(fn):
+        return args
+    try:
+        params = inspect.signature(fn).parameters.values()
+        flat, _ = bind_keywords(fn, args, {})
+    except (TypeError, ValueError, KTransformError):
+        return args
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return args
+    return flat
+
+
 def _basis(leaf):
     """The unit vectors of `leaf`'s space, stacked: shape (size, *leaf.shape)."""
     size, shape = int(np.prod(jnp.shape(leaf))), jnp.shape(leaf)
@@ -164,38 +218,73 @@ def _columns_last(cols, leaf):
     return jnp.moveaxis(cols.reshape(cols.shape[0], -1), 0, -1).reshape(*out_shape, *leaf.shape)
 
 
-def jacrev(fn, grad_position=0, has_aux: bool = False, *, argnums=None) -> Jacobian:
+def _jax_options(api: str, holomorphic: bool, allow_int: bool = False) -> None:
+    """JAX's `holomorphic` and `allow_int` options: their defaults (False)
+    are what k_transform computes; True is refused by name."""
+    if holomorphic:
+        raise KTransformError(
+            f"{api}(..., holomorphic=True) is not supported: k_transform differentiates "
+            "real-valued functions of real inputs (split a complex function into its real "
+            "and imaginary parts)"
+        )
+    if allow_int:
+        raise KTransformError(
+            f"{api}(..., allow_int=True) is not supported (JAX's float0 Jacobians for "
+            "integer inputs): leave the integer inputs out of argnums"
+        )
+
+
+def jacrev(
+    fn,
+    grad_position=0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+    *,
+    argnums=None,
+) -> Jacobian:
     """The Jacobian of `fn` w.r.t. the input(s) at `grad_position` (JAX's
-    `argnums`), by reverse mode (MindSpore's `jacrev`; see `Jacobian`)."""
+    `argnums`), by reverse mode (MindSpore's `jacrev`; see `Jacobian`). The
+    Jacobian takes `fn`'s arguments, keywords too (passed, not differentiated)."""
     grad_position = position(grad_position, argnums, "kt.jacrev")
+    _jax_options("kt.jacrev", holomorphic, allow_int)
     return Jacobian(fn, grad_position, forward=False, has_aux=has_aux)
 
 
-def jacfwd(fn, grad_position=0, has_aux: bool = False, *, argnums=None) -> Jacobian:
+def jacfwd(
+    fn, grad_position=0, has_aux: bool = False, holomorphic: bool = False, *, argnums=None
+) -> Jacobian:
     """The Jacobian of `fn` w.r.t. the input(s) at `grad_position` (JAX's
     `argnums`), by forward mode (MindSpore's `jacfwd`; see `Jacobian`)."""
     grad_position = position(grad_position, argnums, "kt.jacfwd")
+    _jax_options("kt.jacfwd", holomorphic)
     return Jacobian(fn, grad_position, forward=True, has_aux=has_aux)
 
 
-def hessian(fn, argnum: int = 0, *, argnums=None) -> Jacobian:
-    """The Hessian of a scalar `fn` w.r.t. input `argnum` (JAX's `argnums`, an
-    int here): reverse over reverse (jacrev of the gradient). A function with
-    a non-scalar output raises TypeError (JAX gives one Hessian per output;
-    `kt.jacrev(kt.jacrev(f))` does too), never the Hessian of its sum."""
+def hessian(
+    fn, argnum: int = 0, has_aux: bool = False, holomorphic: bool = False, *, argnums=None
+) -> Jacobian:
+    """The Hessian of a scalar `fn` w.r.t. input(s) `argnum` (JAX's
+    `argnums`): reverse over reverse (jacrev of the gradient); `(hessian,
+    aux)` with `has_aux`. A function with a non-scalar output raises
+    TypeError (JAX gives one Hessian per output; `kt.jacrev(kt.jacrev(f))`
+    does too), never the Hessian of its sum."""
     argnum = position(argnum, argnums, "kt.hessian")
-    spec = GradSpec(inputs=argnum, scalar_output=True)
-    return jacrev(GradFunction(fn, spec, api="kt.hessian"), argnum)
+    _jax_options("kt.hessian", holomorphic)
+    spec = GradSpec(inputs=argnum, scalar_output=True, has_aux=bool(has_aux))
+    jac = jacrev(GradFunction(fn, spec, api="kt.hessian"), argnum, has_aux=has_aux)
+    jac.nested_aux = bool(has_aux)
+    return jac
 
 
 def hvp(fn, args, v, argnum: int = 0):
     """A Hessian-vector product by forward over reverse: jvp of the gradient."""
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    args = _with_defaults(fn, args)  # (a default's tangent: zeros)
     check_float_inputs("kt.hvp", args, (argnum,))
     check_tangents("kt.hvp", (args[argnum],), (v,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
-    zeros = jax.tree_util.tree_map
-    tangents = tuple(v if k == argnum else zeros(jnp.zeros_like, a) for k, a in enumerate(args))
+    tangents = tuple(v if k == argnum else zero_tangent(a) for k, a in enumerate(args))
     return jvp_unchecked(spread_args(grad_fn, len(args)), args, tangents)[1]
 
 

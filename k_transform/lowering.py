@@ -259,12 +259,15 @@ def lower_jacobian(builder, jac, args, kwargs, e):
     """`kt.jacrev(fn, grad_position, has_aux)(*args)` or `kt.jacfwd(...)` as
     graphs: a Jacobian per position (a tuple for a tuple of positions), with
     `has_aux` `(jacobian, aux)`. Parameters left out get their defaults."""
-    if kwargs:  # as a call outside: `Jacobian.__call__` takes positional arguments
-        raise builder.fp.error(
-            f"a Jacobian got the keyword argument {next(iter(kwargs))!r}: pass it by position", e
-        )
     fn = target_of(jac.fn, len(args)) if is_library(jac.fn) else jac.fn
     primal = _primal(builder, "jacfwd" if jac.forward else "jacrev", fn, e, reruns=True)
+    star = primal.signature is not None and primal.signature.vararg is not None
+    if kwargs and star:
+        raise builder.fp.error(
+            f"a Jacobian of a function with *args got the keyword argument "
+            f"{next(iter(kwargs))!r}: differentiate a wrapper with named parameters",
+            e,
+        )
     target = first_output_graph(primal) if jac.has_aux else primal
     for k in jac.positions:
         if not -len(args) <= k < len(args):
@@ -272,7 +275,10 @@ def lower_jacobian(builder, jac, args, kwargs, e):
                 f"jacfwd/jacrev: grad_position {k} but the function got {len(args)} inputs", e
             )
     positions = [k % len(args) for k in jac.positions]
-    args = _with_defaults(builder, primal, args, e)
+    if kwargs:  # passed, not differentiated (JAX's); the positional inputs keep their places
+        args = builder.bind_call(primal, list(args), dict(kwargs), e)
+    else:
+        args = _with_defaults(builder, primal, args, e)
     out = builder.apply(_call(target), *args, node=e)
     matrices = [_jacobian(builder, target, k, jac.forward, args, out, e) for k in positions]
     if isinstance(jac.argnum, tuple):  # w.r.t. the tuple of inputs: output-major
@@ -284,6 +290,8 @@ def lower_jacobian(builder, jac, args, kwargs, e):
     if not jac.has_aux:
         return result
     _, aux = _split(builder, builder.apply(_call(primal), *args, node=e), e)
+    if jac.nested_aux:  # `hessian`: a gradient's `(grad, (aux, ...))`
+        aux = builder.apply(_call(graph_of(_bare_aux)), aux, node=e)
     return builder.apply(prims.MakeTuple(), result, aux, node=e)
 
 
@@ -331,6 +339,13 @@ def _jacfwd_columns(column, out, x):
     for k in range(n):
         columns = trees.tree_set(columns, k, column(trees.tree_index(basis, k)))
     return jnp.transpose(trees.ravel_rows(columns))
+
+
+def _bare_aux(aux):
+    """A gradient function's aux tuple as `fn` returned it: one value bare."""
+    if len(aux) == 1:
+        return aux[0]
+    return aux
 
 
 def _side_by_side(ms, out, xs):

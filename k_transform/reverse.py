@@ -136,6 +136,21 @@ def _trainable_params(fn) -> list[Parameter]:
     return [p for p in parameters_of(graph_of(fn)) if p.requires_grad]
 
 
+def _graph_inputs(inputs, signature):
+    """The inputs of a gradient's graph (what a transform of the gradient
+    function differentiates: `kt.hessian(f, argnums=1)`) for the positions
+    `inputs` a call counts as passed (`_keyword_call` binds each call): the
+    same positions where the positional parameters come first in the graph
+    ("all": those parameters, not the keyword-only ones after them); behind
+    a `*args` tuple they are not positions of the graph, which then takes
+    the first ("first")."""
+    if signature.vararg is not None:
+        return "first"
+    if inputs == "all":
+        return tuple(range(len(signature.positional)))
+    return inputs
+
+
 def position(grad_position, argnums, api: str):
     """The input position(s) asked for: MindSpore's `grad_position`, or
     JAX's `argnums` spelling of it (a JAX user's `grad(f, argnums=1)`)."""
@@ -416,7 +431,7 @@ class GradFunction(CompiledGraph):
             len(names) if defaults and not bound and not isinstance(fn, FuncGraph) else None
         )
         if self._binds:  # positions in `spec` count the arguments as passed
-            spec = dataclasses.replace(spec, inputs="first")
+            spec = dataclasses.replace(spec, inputs=_graph_inputs(spec.inputs, primal.signature))
         # `return_ids`: the ids are attached after the call (strings are no
         # jit outputs); called inside transformed code, the graph holds them.
         graph = grad_graph(primal, dataclasses.replace(spec, return_ids=False))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import types
 
 import jax
@@ -31,7 +32,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
-from k_transform.frontend.source import is_library_value
+from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
 from k_transform.ops import python as prims
 from k_transform.runtime import host_log
@@ -134,6 +135,17 @@ class DynamicCallK(DynamicK):
         if pytree_node(fn) is not None:  # `layer(x)`, a pytree module: its leaves get gradients
             with no_parameter_reads(hint) if user else contextlib.nullcontext():
                 return _object_call(self.order, len(args))(fn, *args)
+        cell = fn  # (`functools.partial(cell)` binding nothing: the Cell)
+        while isinstance(cell, functools.partial) and not (cell.args or cell.keywords):
+            cell = cell.func
+        cell_method = callables.user_call_method(cell) if user else None
+        if cell_method is not None and is_user_function(getattr(type(cell), "bprop", None)):
+            # a Cell with its own `bprop`, given as an argument (or met in code
+            # run as Python): its gradient is that bprop, as where the parser
+            # meets the call (`prims.CustomBpropCall`), never its steps'; its
+            # bprop gives its inputs' gradients only (the callee's: the empty env)
+            graph = _custom_bprop_graph(cell, cell_method, len(args), self.debug)
+            return _compiled_k(graph, self.order)(*args)
         method = callables.user_call_method(fn) if user else None
         if method is not None and not hasattr(type(fn), "bprop") and holds_params(fn):
             # `layer(x)`, a Cell given as an argument: its `construct` parsed
@@ -197,6 +209,39 @@ def _object_call(order: int, n_args: int):
             graph = _without_env(k_graph(graph), n_args)
         compiled[key] = compile_graph(graph)
     return compiled[key]
+
+
+def _custom_bprop_graph(cell, method, n_args: int, debug) -> FuncGraph:
+    """The graph `(x0, ...) -> CustomBpropCall(cell)(x0, ..., defaults)` for
+    a Cell whose class defines `bprop` called with `n_args` positional
+    arguments (cached per Cell and count)."""
+    key = (id(cell), n_args)
+    made = TRANSFORM.cache("traced.custom_bprop")
+    if key in made and made[key][0] is cell:
+        return made[key][1]
+    body = parse(method, bound_self=cell)
+    sig = inspect.signature(functools.partial(method, cell))  # (`method` is unbound)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        raise KTransformError(
+            f"{type(cell).__name__} has its own bprop and a construct taking *args or "
+            "**kwargs: called here as a value (an argument), k_transform needs its named "
+            "parameters (call it where k_transform parses the call, or name them)",
+            debug,
+        )
+    graph = FuncGraph(f"{type(cell).__name__}_call")
+    params = [graph.add_parameter(f"x{k}") for k in range(n_args)]
+    graph.param_names = [p.name for p in params]
+    defaults = [p.default for p in list(sig.parameters.values())[n_args:]]
+    if any(d is inspect.Parameter.empty for d in defaults):
+        raise KTransformError(
+            f"{type(cell).__name__}(...) called with {n_args} arguments: its construct "
+            f"takes {len(sig.parameters)}",
+            debug,
+        )
+    inputs = [*params, *(Constant(d) for d in defaults)]
+    graph.output = graph.apply(Constant(prims.CustomBpropCall(cell, body)), *inputs)
+    made[key] = (cell, graph)
+    return graph
 
 
 def _call_method_graph(n_args: int) -> FuncGraph:

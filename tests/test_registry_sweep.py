@@ -110,6 +110,7 @@ INTERNAL = (
     MakePartial,
     Custom,  # ops.Custom(func_type="pyfunc"): tests/test_ms_custom.py
     ops.Pinv,  # jnp.linalg.pinv's custom_jvp body, in a jaxpr: tests/test_linalg_rules.py
+    ops.LogNdtr,  # log_ndtr's custom_jvp body, in a jaxpr: tests/test_numeric_edges27.py
 )
 
 
@@ -163,6 +164,8 @@ SHIFTS = Arr(value=[1, 2, 0], domain="int")
 # an int64 index would carry into the float32 pass (reported).
 UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
 IDX = np.array([2, 0, 2], np.int32)
+OUT_OF_RANGE = np.array([2, 5, -1, -4], np.int32)  # `.at[]` modes: 5 and -4 are out of range
+INDEX_ADD_CLIPPED = ops.IndexAddClipped()
 GETITEM_GRAD = ops.GetItemGrad()
 GRAD_ITEM = ops.GradItem()
 TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
@@ -345,6 +348,9 @@ CASES = [
     case(ops.Erfcx(), lambda x: jax.scipy.special.erfcx(x), (2, 3)),
     case(ops.ReLU6Jax(), lambda x: ops.ReLU6Jax()(x * 4.0), (2, 3), args=lambda x: (x * 4.0,)),
     case(ops.SincMaclaurin(0), lambda x: ops.SincMaclaurin(0)(x), (2, 3)),
+    case(ops.Logit(), lambda x: jax.scipy.special.logit(x), Arr(value=[[0.2, 0.5, 0.7], [0.1, 0.9, 0.4]])),  # noqa: E501
+    case(ops.XLogX(), lambda x: ops.XLogX()(x), Arr((2, 3), P)),
+    case(ops.Log1mExp(), lambda x: jax.nn.log1mexp(x), Arr((2, 3), P)),
     case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),
     case(ops.Gelu(approximate=False), lambda x: jax.nn.gelu(x, approximate=False), (2, 3), id="erf"),  # noqa: E501
     case(ops.Softmax(-1), lambda x: jax.nn.softmax(x), (2, 3)),
@@ -478,6 +484,9 @@ CASES = [
     case(ops.IndexMultiply(), lambda x, v: x.at[UNIQUE].multiply(v), (3, 2), (2,), args=lambda x, v: (x, UNIQUE, v)),  # noqa: E501
     case(ops.IndexMin(), lambda x, v: x.at[IDX].min(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
     case(ops.IndexMax(), lambda x, v: x.at[IDX].max(v), (3, 2), (2,), args=lambda x, v: (x, IDX, v)),  # noqa: E501
+    case(ops.IndexGet("fill", 7.0), lambda x: x.at[OUT_OF_RANGE].get(mode="fill", fill_value=7.0), (3, 2), args=lambda x: (x, OUT_OF_RANGE)),  # noqa: E501
+    case(ops.IndexGet("clip"), lambda x: x.at[OUT_OF_RANGE].get(mode="clip"), (3, 2), args=lambda x: (x, OUT_OF_RANGE), id="clip"),  # noqa: E501
+    case(ops.IndexAddClipped(), lambda x, v: INDEX_ADD_CLIPPED(x, OUT_OF_RANGE, v), (3, 2), (2,), args=lambda x, v: (x, OUT_OF_RANGE, v)),  # noqa: E501
     case(prims.GetItem(), lambda x: x[1:, None, ..., 0], (3, 2, 4), args=lambda x: (x, (slice(1, None), None, Ellipsis, 0))),  # noqa: E501
     case(prims.GetItem(), lambda x: x[IDX], (3, 2), args=lambda x: (x, IDX), id="int-array"),
     case(prims.GetItem(), lambda x: x[::-2, 1], (5, 2), args=lambda x: (x, (slice(None, None, -2), 1)), id="step"),  # noqa: E501

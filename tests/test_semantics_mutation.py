@@ -467,7 +467,7 @@ def global_append(x):
 
 @pytest.mark.parametrize("fn", [closure_appends, closure_sets_item, lambda_appends, global_append])
 def test_regression_mutation_of_enclosing_variable_refused(mode, fn):
-    refused(fn, X4, match="enclosing function or a global")
+    refused(fn, X4, match="a variable of an enclosing function in `|a global of the module")
     assert GLOBAL_LIST == []
 
 

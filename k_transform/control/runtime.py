@@ -1040,8 +1040,9 @@ def _broke(carry, brk, iterator: bool, where: str) -> bool:
 def each_item(x, seq, k):
     """Item `k` of `x`, a tangent or gradient shaped like `seq`, as `for item
     in seq` meets it: None when `seq` is a dict (its items are its keys, which
-    have none), as when `x` is None (zero)."""
-    if x is None or isinstance(seq, dict):
+    have none) or an iterator (a host object: its items have none, as
+    `each_item_grad` gives it none), as when `x` is None (zero)."""
+    if x is None or isinstance(seq, dict) or rt_python.is_iterator(seq):
         return None
     return x[k]
 

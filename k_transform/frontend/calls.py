@@ -55,6 +55,7 @@ from k_transform.frontend.desugar import (
     walk_scope,
 )
 from k_transform.frontend.jaxpr import numpy_twin
+from k_transform.frontend.mutation import outer_mutation
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
@@ -147,12 +148,8 @@ class CallBuilder:
         reference sees the old one); the call's value is Python's."""
         name, method = e.func.value.id, e.func.attr
         if name not in self.locals:
-            raise self.fp.error(
-                f"`{name}.{method}(...)` mutates {name!r}, a variable of an enclosing function "
-                "or a global; k_transform cannot carry that change back (return the new value "
-                "instead)",
-                e,
-            )
+            what = f"`{name}.{method}(...)`"
+            raise self.fp.error(outer_mutation(what, name, self.fp.outer_name(name)), e)
         if method == "update" and effects.is_plain_dict(lst, prims):
             return self.dict_update(name, lst, e)
         if method in REFUSED_MUTATORS or (method == "pop" and effects.is_plain_dict(lst, prims)):
@@ -387,8 +384,12 @@ class CallBuilder:
         if exception and plain_exception(value):  # `raise MyError(f"... {x}")`
             call = prims.LibraryCall(value, callee.hint or value.__name__, tuple(kwargs))
             return self.apply(call, *args, *kwargs.values(), node=e)
-        if not constant and _is_user_class(value):  # an instance holding traced values
-            raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of values", e)
+        if _is_user_class(value) and (
+            not constant or _holds_jax_arrays(_given_values(args, kwargs))
+        ):
+            # an instance holding traced values (a JAX array given to the call is
+            # one: its trace holds it as an input, whose object would escape)
+            raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of arrays", e)
         given = [*args, *kwargs.values()]
         if computes_as_python(value) and all(_STATIC.is_static(a) for a in given):
             # numpy or math on Python values (`np.prod(x.shape[1:])`,
@@ -667,6 +668,16 @@ def _library_cell(value) -> bool:
         and issubclass(value, Cell)
         and value.__module__.startswith("k_transform.")
     )
+
+
+def _given_values(args: list, kwargs: dict) -> list:
+    """The values of a call's constant arguments."""
+    return [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
+
+
+def _holds_jax_arrays(values: list) -> bool:
+    """Whether a JAX array is among `values` or their tuples, lists and dicts."""
+    return any(isinstance(leaf, jax.Array) for leaf in jax.tree_util.tree_leaves(values))
 
 
 def _is_user_class(value) -> bool:

@@ -111,10 +111,18 @@ def localize_self_attributes(fdef, self_name: str, bound_self, error) -> None:
         node = next(
             n for n in gast.walk(fdef) if isinstance(n, gast.Name) and n.id == PREFIX + carried[0]
         )
+        if hasattr(type(bound_self), "construct"):  # a Cell
+            advice = "keep it in a Parameter and update it with ops.assign"
+        else:  # a plain object's counter, a running record
+            advice = (
+                f"a count or record kept on the {type(bound_self).__name__} object: keep it "
+                "outside the function transformed (around the call of the gradient function), "
+                "or make the object a Cell holding a Parameter updated with ops.assign"
+            )
         raise error(
             f"`{self_name}.{carried[0]}` is read before the method assigns it: a value carried "
             "from one call to the next is state, which k_transform does not write back to the "
-            "object; keep it in a Parameter and update it with ops.assign",
+            f"object; {advice}",
             node,
         )
     first = fdef.body[0]

@@ -73,6 +73,7 @@ class _Facts(gast.NodeVisitor):
         self.depth = 0  # nesting in if/loop bodies
         self.locals: set[str] = set(params)
         self.mutations: list[_Event] = []
+        self.outer = None  # name -> what a name not local is (`check_mutations`)
         self.bindings: dict[str, list[tuple]] = {}  # name -> [(fresh, node, index, top)]
         self.aliases: list[_Event] = []
         self.iterated: list[_Event] = []  # `for _ in a`: the loop node as `loops[-1]`
@@ -251,14 +252,28 @@ class Shared:
         self.not_none: dict[str, object] = {}
 
 
-def check_mutations(fdef, params, error, constants=(), unsupported=None) -> Shared:
+def outer_mutation(what: str, name: str, where: str) -> str:
+    """The message for a change of an object outside the function (a global,
+    a variable of an enclosing function: `where` says which)."""
+    return (
+        f"{what} changes {name!r}, {where}, an object outside the function that its "
+        "callers and later calls see; k_transform makes the function a program of its "
+        "values and cannot make that change each time Python would (host bookkeeping, "
+        "such as a timing log or a cache: keep it outside the function transformed, around "
+        "the call of the gradient function; a value the function computes: return it)"
+    )
+
+
+def check_mutations(fdef, params, error, constants=(), unsupported=None, outer=None) -> Shared:
     """Raise `error(message, node)` where a mutation in `fdef` could be seen
     through another reference (see the module docstring); `unsupported(what,
     node)` where that holds only for a local object (the function then runs
     as Python, exactly). `constants`: names bound to fixed objects (a
-    method's `self`), whose method calls are calls."""
+    method's `self`), whose method calls are calls. `outer(name)` says what
+    a name not local to `fdef` is (a global of a module, ...)."""
     dicts = _names_made(fdef, params, _is_dict_value)
     facts = _Facts(set(params), _list_names(fdef, params), dicts)
+    facts.outer = outer or (lambda name: "a variable of an enclosing function or a global")
     facts.run(fdef.body)
     unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
     shared = Shared()
@@ -305,11 +320,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
     if isinstance(m.node, gast.Call) and m.name not in facts.locals:
         return  # a module's function (`np.sort(x)`), or a global: see the parser
     if m.name not in facts.locals:
-        raise error(
-            f"{what} mutates {m.name!r}, a variable of an enclosing function or a global; "
-            "k_transform cannot carry that change back (return the new value instead)",
-            m.node,
-        )
+        raise error(outer_mutation(what, m.name, facts.outer(m.name)), m.node)
     if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):

@@ -218,6 +218,17 @@ class FunctionParser:
     def error(self, what: str, node) -> KTransformError:
         return KTransformError(what, self.source.debug(node))
 
+    def outer_name(self, name: str) -> str:
+        """What `name`, not local to the function parsed, is: a variable of
+        the enclosing function (a closure cell), else a global of its module."""
+        if name in self.fn.__code__.co_freevars:
+            scopes = self.fn.__qualname__.split(".<locals>.")
+            enclosing = scopes[-2] if len(scopes) > 1 else "an enclosing function"
+            return f"a variable of the enclosing function `{enclosing}`"
+        if name in self.globals:
+            return f"a global of the module {self.globals.get('__name__', '?')!r}"
+        return f"a variable of an enclosing function in `{self.fn.__qualname__}`"  # a nested def's
+
     def unsupported(self, construct: str, node) -> KTransformError:
         """The error for a construct the parser has no model of: a plain
         function using it runs as Python instead (`python_code`)."""
@@ -429,7 +440,12 @@ class GraphBuilder(
         JumpLowering(self.fp.unsupported).lower_function(fdef)
         constants = {params[0].id} if bound_self is not None and params else set()
         self.shared = check_mutations(
-            fdef, [a.id for a in params], self.fp.error, constants, self.fp.unsupported
+            fdef,
+            [a.id for a in params],
+            self.fp.error,
+            constants,
+            self.fp.unsupported,
+            self.fp.outer_name,
         )
         for name, node in self.shared.not_none.items():
             d = self.debug(node)

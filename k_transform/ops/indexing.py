@@ -4,21 +4,33 @@
 The parser sees `x.at[i].set(v)` as a method call on `getitem(x.at, i)`; the
 adapters here recognise that shape and turn it into one primitive on
 `(x, i, v)` (`.get()`: `x[i]`). `x[i] = v` statements already become
-`SetItem`. Other helpers (`.divide`, `.power`, `.apply`, keyword options
-such as `mode=`) are refused by name.
+`SetItem`. Other helpers (`.divide`, `.power`, `.apply`) are refused by name.
+
+Keyword options, as JAX reads them. `mode=`: an update drops an index out
+of bounds by default (JAX's scatter), so `"drop"`, `"fill"` and
+`"promise_in_bounds"` are the default there; `"clip"` (clamp the index) is
+refused for an update. `.get(mode=..., fill_value=...)` with a mode other than
+the default is `IndexGet`: `"fill"`/`"drop"` read the fill value (NaN by
+default) out of bounds, with no gradient there; `"clip"` clamps the index and
+its gradient goes to the clamped position. `indices_are_sorted=` and
+`unique_indices=` are promises about the index that change no result: kept
+for `.get()`, ignored for an update (its rule takes any index).
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax.numpy as jnp
 import numpy as np
 
 from k_transform.bprop_registry.helpers import rule
+from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Apply, Constant
 from k_transform.ops import python as prims
 from k_transform.ops.base import JaxPrimitive
-from k_transform.ops.mapping import register_method
+from k_transform.ops.mapping import NotStatic, register_method
 from k_transform.ops.structural import SumTo
 
 
@@ -55,6 +67,35 @@ def _distinct(index) -> bool:
     if isinstance(index, np.ndarray) and np.issubdtype(index.dtype, np.integer):
         return len(np.unique(index)) == index.size
     return False
+
+
+class IndexGet(JaxPrimitive):
+    """`x.at[index].get(mode=mode, fill_value=fill_value)` for `mode` "fill",
+    "drop" or "clip" (a static `fill_value`: a Python number or None)."""
+
+    n_inputs = 2
+
+    def __init__(self, mode: str, fill_value=None):
+        super().__init__(mode=mode, fill_value=fill_value)
+
+    def impl(self, x, index):
+        return x.at[index].get(mode=self.mode, fill_value=self.fill_value)
+
+    def emit(self, e, args):
+        return f"{args[0]}.at[{args[1]}].get(mode={self.mode!r}, fill_value={self.fill_value!r})"
+
+
+class IndexAddClipped(JaxPrimitive):
+    """`x.at[index].add(value, mode="clip")`: the gradient of a clipped read
+    (`IndexGet("clip")`), an index out of bounds clamped onto the edge."""
+
+    n_inputs = 3
+
+    def impl(self, x, index, value):
+        return x.at[index].add(value, mode="clip")
+
+    def emit(self, e, args):
+        return f"{args[0]}.at[{args[1]}].add({args[2]}, mode='clip')"
 
 
 class IndexMin(JaxPrimitive):
@@ -96,14 +137,31 @@ def _at_target(node):
     return at.args[0], node.args[1]
 
 
+_MODES = (None, "promise_in_bounds", "clip", "drop", "fill")
+_PROMISES = ("indices_are_sorted", "unique_indices")
+
+
 def _at_update(name: str, prim_cls, n_values: int = 1):
     def adapter(call):
         target = _at_target(call.args[0])
         if target is None:
             return None  # `d.get(k)`, `x.max()`: not an `.at[]` helper
-        if call.kwargs or len(call.args) != 1 + n_values:
-            raise KTransformError(_refusal(name, "with keyword options or these arguments "))
-        return prim_cls(), [*target, *call.args[1:]]
+        allowed = ("mode", *_PROMISES, *(("fill_value",) if name == "get" else ()))
+        if len(call.args) != 1 + n_values or not set(call.kwargs) <= set(allowed):
+            raise KTransformError(_refusal(name, "with these arguments "))
+        keyword = functools.partial(call.static, len(call.args))  # (by name only)
+        try:
+            mode, fill_value = keyword("mode"), keyword("fill_value")
+            [keyword(k) for k in _PROMISES]
+        except NotStatic as exc:
+            raise KTransformError(_refusal(name, f"with a traced `{exc}=` ")) from None
+        if mode not in _MODES or not isinstance(fill_value, (type(None), int, float, bool)):
+            raise KTransformError(_refusal(name, f"with mode={mode!r} fill_value={fill_value!r} "))
+        if name == "get" and mode in ("fill", "drop", "clip"):
+            return IndexGet(mode, fill_value), list(target)
+        if name != "get" and mode == "clip":
+            raise KTransformError(_refusal(name, 'with mode="clip" (clamped updates) '))
+        return prim_cls(), [*target, *call.args[1:]]  # the default mode
 
     return adapter
 
@@ -139,12 +197,29 @@ for _name in ("divide", "power", "apply"):
 sum_to = SumTo()
 applied = prims.Written(kept=False)
 index_multiply = IndexMultiply()
+index_add = IndexAdd()
+index_add_clipped = IndexAddClipped()
+index_get_clipped = IndexGet("clip")
 
 
 @rule(IndexAdd)
 def bprop_index_add(x, index, value, out, dout):
     # an index out of bounds adds nothing (JAX drops it), so takes no gradient
     return dout, None, sum_to(jnp.where(applied(x, index), dout[index], 0.0), value)
+
+
+@bprop_getters.register(IndexGet)
+def get_bprop_index_get(self):
+    if self.mode == "clip":
+        return lambda x, index, out, dout: (index_add_clipped(jnp.zeros_like(x), index, dout), None)
+    # "fill"/"drop": an index out of bounds read the fill value, no gradient;
+    # `IndexAdd` drops it, as JAX's scatter
+    return lambda x, index, out, dout: (index_add(jnp.zeros_like(x), index, dout), None)
+
+
+@rule(IndexAddClipped)
+def bprop_index_add_clipped(x, index, value, out, dout):
+    return dout, None, sum_to(index_get_clipped(dout, index), value)
 
 
 @rule(IndexMultiply)

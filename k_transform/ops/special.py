@@ -20,8 +20,12 @@ library call gets the same rule as a direct call, which the parser maps by
 `map_functions`.
 
 `XLogY(x, y)`, `XLog1pY(x, y)`, `LogAddExp(x1, x2)`, `LogAddExp2(x1, x2)`
-broadcast; `Erfcx`, `ReLU6Jax` are unary; `SincMaclaurin(k)(x)` is the k-th
-derivative of `sin(x) / x` at 0, broadcast to x (`jnp.sinc`'s value at 0).
+broadcast; `Erfcx`, `ReLU6Jax`, `Logit`, `XLogX` (`entr`'s and `rel_entr`'s
+`_xlogx`), `Log1mExp` and `LogNdtr(body)` are unary (at 0 `logit`' and
+`xlogx`' are inf, where their steps' derivative is NaN; `log_ndtr`'s series
+has ties and overflows its steps' derivative turns into a halved or NaN
+gradient); `SincMaclaurin(k)(x)` is the k-th derivative of `sin(x) / x` at
+0, broadcast to x (`jnp.sinc`'s value at 0).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from jax.extend import core as jax_core
 
 from k_transform.bprop_registry.helpers import rule, unary
 from k_transform.bprop_registry.registry import bprop_getters
-from k_transform.ops.base import JaxPrimitive, elementwise
+from k_transform.ops.base import AttrPrimitive, JaxPrimitive, elementwise
 from k_transform.ops.linalg import Det, Pinv
 from k_transform.ops.mapping import map_functions
 from k_transform.ops.math import ReLU
@@ -56,6 +60,27 @@ LogAddExp = elementwise("LogAddExp", jnp.logaddexp, "jnp.logaddexp", 2)
 LogAddExp2 = elementwise("LogAddExp2", jnp.logaddexp2, "jnp.logaddexp2", 2)
 Erfcx = elementwise("Erfcx", jsp.erfcx, "jax.scipy.special.erfcx")
 ReLU6Jax = elementwise("ReLU6Jax", jax.nn.relu6, "jax.nn.relu6", doc="JAX's: derivative 0 at 0, 6.")
+Logit = elementwise("Logit", jsp.logit, "jax.scipy.special.logit", doc="`log(x / (1 - x))`.")
+XLogX = elementwise("XLogX", lambda x: jsp.xlogy(x, x), "xlogx", doc="`x * log(x)`, 0 at 0.")
+Log1mExp = elementwise("Log1mExp", jax.nn.log1mexp, "jax.nn.log1mexp", doc="`log(1 - exp(-x))`.")
+
+
+class LogNdtr(AttrPrimitive):
+    """`LogNdtr(body)(x)`: `jax.scipy.special.log_ndtr(x, series_order)`
+    computed by `body`, the ClosedJaxpr of JAX's custom_jvp `log_ndtr` as a
+    jaxpr's `custom_jvp_call` holds it (the static `series_order` is baked
+    in); its rule reads only `x` and the value."""
+
+    n_inputs = 1
+
+    def __init__(self, body):
+        super().__init__(body=body)
+
+    def impl(self, x):
+        return jax_core.jaxpr_as_fun(self.body)(x)[0]
+
+    def __repr__(self):
+        return "LogNdtr"
 
 
 class SincMaclaurin(JaxPrimitive):
@@ -71,7 +96,9 @@ class SincMaclaurin(JaxPrimitive):
         super().__init__(k=k)
 
 
-map_functions({Erfcx: (jsp.erfcx,)})  # jax.nn.relu6: through its jaxpr, as a value
+map_functions(
+    {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,)}
+)  # jax.nn.relu6, log_ndtr, entr's `_xlogx`: through their jaxprs
 map_functions(
     {
         XLogY: (jsp.xlogy,),
@@ -87,6 +114,7 @@ map_functions(
 sum_to = SumTo()
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _replace_inf(x):
@@ -119,6 +147,10 @@ def bprop_logaddexp2(x1, x2, out, dout):
 
 
 unary(Erfcx, lambda x, out: 2.0 * x * out - _TWO_OVER_SQRT_PI)
+unary(Logit, lambda x, out: 1.0 / (x * (1.0 - x)))
+unary(XLogX, lambda x, out: jnp.log(x) + 1.0)
+unary(Log1mExp, lambda x, out: 1.0 / jnp.expm1(x))
+unary(LogNdtr, lambda x, out: jnp.exp(-0.5 * jnp.square(x) - _LOG_SQRT_2PI - out))
 unary(ReLU6Jax, lambda x, out: jnp.where((x > 0) & (x < 6), 1.0, 0.0).astype(out.dtype))
 
 
@@ -162,6 +194,10 @@ CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "xlogy"): lambda body: XLogY(),
     ("jax/_src/scipy/special.py", "xlog1py"): lambda body: XLog1pY(),
     ("jax/_src/scipy/special.py", "_erfcx"): lambda body: Erfcx(),
+    ("jax/_src/scipy/special.py", "logit"): lambda body: Logit(),
+    ("jax/_src/scipy/special.py", "_xlogx"): lambda body: XLogX(),
+    ("jax/_src/scipy/special.py", "log_ndtr"): LogNdtr,
+    ("jax/_src/nn/functions.py", "log1mexp"): lambda body: Log1mExp(),
     ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
     ("jax/_src/lax/other.py", "logaddexp2"): lambda body: LogAddExp2(),
     ("jax/_src/nn/functions.py", "relu"): lambda body: ReLU(),

@@ -102,6 +102,7 @@ from k_transform.runtime.state import (  # noqa: F401
     param_env_t,
     param_scope,
     read_param,
+    refuse_lost_bprop,
 )
 from k_transform.runtime.trees import (  # noqa: F401
     batch_size,

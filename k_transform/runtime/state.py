@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -56,6 +57,20 @@ def read_param(param):
 
 
 _refusing_reads: list[str] = []
+
+
+def refuse_lost_bprop(cell) -> None:
+    """A Cell whose class defines `bprop`, called inside a user function run
+    as Python under JAX's tracer (`no_parameter_reads`): only the steps of its
+    `construct` would be seen there, its bprop lost (a gradient other than the
+    one it defines, silently): refused."""
+    if _refusing_reads and isinstance(getattr(type(cell), "bprop", None), types.FunctionType):
+        raise KTransformError(
+            f"{_refusing_reads[-1]} runs as Python under JAX's tracer (k_transform cannot "
+            f"parse it) and calls {type(cell).__name__}, a Cell with its own bprop, which "
+            "would be lost there (its steps differentiated instead): call the Cell from code "
+            "k_transform parses, or pass the Cell in as an argument"
+        )
 
 
 # -- gradients of objects that hold Parameters ------------------------------

@@ -460,8 +460,14 @@ def check_grad(grad, x, rule: str):
 
 def check_tangent(x, v, api: str, k: int):
     """`v` if it has the structure and shapes of the input `x` it is the
-    tangent of (JAX's rule), else an error naming `api` and the input."""
+    tangent of (JAX's rule), else an error naming `api` and the input. None
+    is the tangent of an input without numbers (a Cell, an iterator: an
+    object the function reads, not differentiated)."""
     x_leaves, x_tree = jax.tree_util.tree_flatten(x)
+    if v is None and not any(
+        hasattr(a, "shape") or isinstance(a, (int, float, complex)) for a in x_leaves
+    ):
+        return v
     v_leaves, v_tree = jax.tree_util.tree_flatten(v)
     x_shapes, v_shapes = [jnp.shape(a) for a in x_leaves], [jnp.shape(a) for a in v_leaves]
     if x_tree != v_tree or x_shapes != v_shapes:
