@@ -40,6 +40,7 @@ from k_transform.cell import Cell, Parameter
 from k_transform.codegen.compile import compile_graph, user_line
 from k_transform.context import TRANSFORM
 from k_transform.control import policy
+from k_transform.control.runtime import refusal_of
 from k_transform.errors import KTransformError, KTransformRuntimeError, UnboundedRecursion
 from k_transform.frontend import callables, effects
 from k_transform.frontend.guards import guards_of, stale, stale_names
@@ -186,12 +187,17 @@ _NOTE = "raised in your code, which k_transform runs as generated code: "
 def _note_user_line(exc: Exception, run) -> None:
     """Add to `exc` (JAX's error at an operation of the user's, a shape
     mismatch say) the user's file, line and source line it came from: its
-    traceback shows the generated code's frames, not the user's."""
-    if isinstance(exc, KTransformError) or any(
-        str(n).startswith(_NOTE) for n in getattr(exc, "__notes__", ())
-    ):
+    traceback shows the generated code's frames, not the user's. A
+    KTransformError the run time raised from such an error (a loop refusing
+    it, naming the loop) gets that error's line."""
+    if any(str(n).startswith(_NOTE) for n in getattr(exc, "__notes__", ())):
         return
-    where = user_line(exc, run)
+    if isinstance(exc, KTransformError):
+        if exc.debug is not None or exc.__cause__ is None:
+            return
+        where = user_line(exc.__cause__, run)
+    else:
+        where = user_line(exc, run)
     if where is not None:
         exc.add_note(_NOTE + where)
 
@@ -496,6 +502,11 @@ class CompiledGraph:
             try:
                 result = self.run(*args)
             except Exception as exc:
+                refusal = refusal_of(exc)  # JAX's error a loop knows the cause of
+                if refusal is not None:
+                    refusal.__cause__ = exc
+                    _note_user_line(refusal, self.run)
+                    raise refusal from exc
                 _note_user_line(exc, self.run)
                 raise
         index = {id(p): k for k, p in enumerate(self.params)}

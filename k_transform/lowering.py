@@ -12,7 +12,8 @@ again like any user code:
   `xs` calling f's gradient graph (all inputs, sensitivity last; `weights`
   and `has_aux` constants, the aux values split off by `SplitAux`);
 - `kt.jvp(f, inputs, v)` -> a call of f's jvp graph (inputs and tangents
-  unpacked: a lone value when f has one parameter and it is no tuple; with
+  unpacked: a tuple display's items, else a tuple's or list's items or a
+  lone value, told apart when run (`BindInputs`), defaults after them; with
   `has_aux`, the jvp graph of `f(...)[0]` and the aux values of a call of f);
 - `kt.hvp(f, args, v)` -> the jvp graph of f's gradient graph;
 - a `Jacobian(xs)` -> `_jacrev_rows` / `_jacfwd_columns` below (parsed like
@@ -24,7 +25,7 @@ again like any user code:
   of f.
 
 `builder` is the parser's GraphBuilder of the calling function: its
-`apply`, `unpack`, `debug`, `graph` and `fp.error`/`fp.unsupported` are used.
+`apply`, `bind_call`, `debug`, `graph` and `fp.error`/`fp.unsupported` are used.
 """
 
 from __future__ import annotations
@@ -143,8 +144,9 @@ def _is_tuple_display(node: Node) -> bool:
     return isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), prims.MakeTuple)
 
 
-def _checked(builder, api: str, x: Node, v: Node, k: int, e) -> Node:
-    """The tangent `v` of input `k`, `x`: checked when run to have its structure and shapes."""
+def _checked(builder, api: str, x: Node, v: Node, k: int | None, e) -> Node:
+    """The tangent `v` of input `k`, `x` (None: of all the inputs): checked
+    when run to have its structure and shapes."""
     return builder.apply(structural.CheckTangent(api, k), x, v, node=e)
 
 
@@ -202,13 +204,9 @@ def lower_jvp(builder, args, kwargs, e):
         raise builder.fp.error("kt.jvp takes (fn, inputs, v)", e)
     primal = _primal(builder, "kt.jvp", fn, e, reruns=has_aux)
     graph = jvp_graph(first_output_graph(primal) if has_aux else primal)
-    xs, n = _given_inputs(builder, "kt.jvp", primal, args[1], e)
-    _same_count(builder, "kt.jvp", args[1], args[2], e)
-    vs = [
-        _checked(builder, "kt.jvp", xs[k], v, k, e)
-        for k, v in enumerate(builder.unpack(args[2], n))
-    ]
-    vs += [_zeros(builder, x, e) for x in xs[n:]]  # a default's tangent
+    xs = _given_inputs(builder, "kt.jvp", primal, args[1], e)
+    vs = _given_tangents(builder, "kt.jvp", primal, args[1], args[2], e)
+    vs += [_zeros(builder, x, e) for x in xs[len(vs) :]]  # a keyword-only default's tangent
     pair = builder.apply(_call(graph), *xs, *vs, node=e)
     if not has_aux:
         return pair
@@ -218,25 +216,55 @@ def lower_jvp(builder, args, kwargs, e):
     return builder.apply(prims.MakeTuple(), out, jv, aux, node=e)
 
 
-def _given_inputs(builder, api: str, primal: FuncGraph, inputs: Node, e) -> tuple[list, int]:
+def _given_inputs(builder, api: str, primal: FuncGraph, inputs: Node, e) -> list:
     """The values `kt.jvp(fn, inputs, v)` / `kt.hvp` give `primal`'s
-    parameters, and how many of them `inputs` gives: a tuple display's
-    items, else one per parameter (for a function with defaults, a lone value
-    or a tuple of one, checked when run: `SoleInput`); the rest are defaults
-    (`_with_defaults`)."""
-    n = len(primal.parameters)
-    required = n - len(primal.defaults or {})
+    parameters: a tuple display's items, else the items of the value
+    `inputs` (or `inputs` alone), told apart when run (`BindInputs`); then
+    the defaults of the parameters they leave out (`_with_defaults`)."""
     if _is_tuple_display(inputs):
-        n = len(inputs.args)
-    elif required < n and required > 1:  # how many the value holds shows only when run
-        raise builder.fp.unsupported(
-            f"{api} of {primal.name}, which has parameters with defaults, given its inputs "
-            "as one value (write them as a tuple: `(x, y)`)",
-            e,
-        )
-    elif required < n:
-        n = 1
-    return _with_defaults(builder, primal, builder.unpack(inputs, n), e), n
+        return _with_defaults(builder, primal, list(inputs.args), e)
+    required, fills = _positional(builder, primal, e)
+    return _with_defaults(builder, primal, _bound(builder, api, inputs, required, fills, e), e)
+
+
+def _given_tangents(builder, api: str, primal: FuncGraph, inputs: Node, v: Node, e) -> list:
+    """The tangents `v` of `kt.jvp(fn, inputs, v)`, checked against `inputs`
+    and bound to `primal`'s positional parameters as `_given_inputs` binds
+    `inputs` (a default not given has a zero tangent)."""
+    if _is_tuple_display(inputs) and _is_tuple_display(v):
+        _same_count(builder, api, inputs, v, e)
+        pairs = enumerate(zip(inputs.args, v.args, strict=True))
+        return [_checked(builder, api, x, t, k, e) for k, (x, t) in pairs]
+    if _is_tuple_display(inputs):
+        checked = _checked(builder, api, inputs, v, None, e)  # as many as the inputs
+        return _bound(builder, api, checked, len(inputs.args), [], e)
+    required, fills = _positional(builder, primal, e)
+    checked = _checked(builder, api, inputs, v, None, e)  # as many as the inputs
+    zeros = [_zeros(builder, x, e) for x in fills]
+    return _bound(builder, api, checked, required, zeros, e)
+
+
+def _positional(builder, primal: FuncGraph, e) -> tuple[int, list]:
+    """How many of `primal`'s positional parameters have no default, and the
+    defaults of the others (for `BindInputs`). A `*args` function's
+    parameters are each one input (the `*args` tuple one of them)."""
+    sig = primal.signature
+    names = sig.positional if sig is not None else primal.param_names
+    if names is None or (sig is not None and sig.vararg is not None):  # (None: being parsed)
+        return len(primal.parameters), []
+    defaults = primal.defaults or {}
+    required = next((k for k, name in enumerate(names) if name in defaults), len(names))
+    placeholders = [Constant(None)] * required
+    return required, builder.bind_call(primal, placeholders, {}, e)[required : len(names)]
+
+
+def _bound(builder, api: str, value: Node, required: int, fills: list, e) -> list:
+    """`value`'s items (or `value` alone) then the `fills` they leave out, as
+    nodes: `BindInputs`, whose count is checked when run."""
+    fill = builder.apply(prims.MakeTuple(), *fills, node=e)
+    bound = builder.apply(prims.BindInputs(api, required), value, fill, node=e)
+    n = required + len(fills)
+    return [builder.apply(prims.GetItem(), bound, Constant(k), node=e) for k in range(n)]
 
 
 def lower_hvp(builder, args, kwargs, e):
@@ -248,7 +276,7 @@ def lower_hvp(builder, args, kwargs, e):
         raise builder.fp.error("kt.hvp takes (fn, args, v) inside transformed code", e)
     primal = _primal(builder, "kt.hvp", fn, e)
     graph = jvp_graph(grad_graph(primal, GradSpec(inputs=0)))
-    xs, _ = _given_inputs(builder, "kt.hvp", primal, args[1], e)
+    xs = _given_inputs(builder, "kt.hvp", primal, args[1], e)
     zeros = [_zeros(builder, x, e) for x in xs[1:]]
     v = _checked(builder, "kt.hvp", xs[0], args[2], 0, e)
     pair = builder.apply(_call(graph), *xs, v, *zeros, node=e)

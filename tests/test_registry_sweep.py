@@ -83,8 +83,8 @@ INTERNAL = (
     control.HeavyGradBack,
     prims.CustomBpropCall,
     ops.Assign,
-    prims.SoleInput,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient)
-    prims.SoleInputGrad,
+    prims.BindInputs,  # kt.jvp's inputs known when run: tests/test_jvp.py (and its gradient),
+    prims.BindInputsGrad,  # tests/test_python_edges27.py (defaults, second order)
     prims.Iterated,  # a dict's keys, read by position: tests/test_pytrees.py (jvp through
     prims.IteratedGrad,  # `list(d)` and comprehensions; lists: tests/test_syntax_support.py)
     prims.IteratedUpTo,  # an iterator zip reads: tests/test_host_replay_and_iterators.py

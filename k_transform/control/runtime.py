@@ -12,6 +12,8 @@ loop whose forward loop was such a scan: the loops of a differentiated
 
 from __future__ import annotations
 
+import functools
+import inspect
 import linecache
 import os
 import sys
@@ -53,6 +55,59 @@ def shown_where(where: str) -> str:
     roots = [r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
     relative = os.path.relpath(path, max(roots, key=len)) if roots else os.path.basename(path)
     return f"{relative.replace(os.sep, '/')}:{line}"
+
+
+# The bodies of the loops running (innermost last), with how many of their
+# parameters come before the carried ones: errors about a carry name the
+# user's variable, the body's parameter (`_carry_name`).
+_LOOP_BODIES: list[tuple] = []
+
+
+def _traced_where_static(error) -> bool:
+    """Whether `error` is JAX's for a traced value where Python needs a
+    number (a slice bound, a shape, `int(...)`, a Python `if`)."""
+    concrete = (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerIntegerConversionError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.NonConcreteBooleanIndexError,
+    )
+    return isinstance(error, concrete) or (
+        isinstance(error, IndexError) and "must be static" in str(error)
+    )
+
+
+def _naming_carries(body_at: int, skip: int):
+    """A loop helper whose argument `body_at` is its body function, taking
+    `skip` parameters before its carries (`for_range`'s index, `for_each`'s
+    item): while it runs, `_carry_name` reads that body's parameter names."""
+
+    def wrap(loop):
+        @functools.wraps(loop)
+        def run(*args, **kwargs):
+            _LOOP_BODIES.append((args[body_at], skip))
+            try:
+                return loop(*args, **kwargs)
+            finally:
+                _LOOP_BODIES.pop()
+
+        return run
+
+    return wrap
+
+
+def _carry_name(k: int) -> str:
+    """Carry `k` of the innermost loop running, as errors name it: its
+    variable's name (`'best'`) where the body's parameters show it, else `k`."""
+    if _LOOP_BODIES:
+        body, skip = _LOOP_BODIES[-1]
+        try:
+            names = list(inspect.signature(body).parameters)[skip:]
+        except (TypeError, ValueError):
+            names = []
+        if k < len(names) and not names[k].startswith("_"):
+            return repr(names[k])
+    return str(k)
 
 
 # -- if ----------------------------------------------------------------------
@@ -140,6 +195,7 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
     t = _Branch(lambda: _taken_when(cond, False, true_fn, args))
     f = _Branch(lambda: _taken_when(cond, True, false_fn, args))
     if t.paths or f.paths:  # K of an `if`: (out, bprop)
+        _refuse_none_against_array(t.shape, f.shape, where)
         return _cond_of_functions(cond, t, f, where)
     t_out, f_out = t.shape, f.shape
     single = not isinstance(t_out, tuple)
@@ -157,6 +213,30 @@ def _traced_switch(cond, true_fn, false_fn, args, where: str):
 
     out = lax.cond(jnp.asarray(cond, bool), branch(t, f_out), branch(f, t_out))
     return out[0] if single else out
+
+
+def _refuse_none_against_array(a, b, where: str) -> None:
+    """A value None in one branch of a traced `if` (K of it: the values of
+    the user's program, functions stripped) where the other's is an array
+    (`best = None`, then `best = x` under a traced test): a `lax.cond` gives
+    one type, and taking None for zeros gave wrong numbers with no error.
+    Refused as the `if` itself is (`_joined_branches`)."""
+    if (a is None) != (b is None):
+        other = b if a is None else a
+        if hasattr(other, "shape") and not rs.is_stack(other):
+            raise KTransformError(
+                "the branches of a traced `if` give None in one and an array "
+                f"({brief(other)}) in the other (a variable None before it, assigned in one "
+                "branch): which it is would depend on traced data, and a `lax.cond` gives "
+                f"one type; give it an array before the `if` (e.g. zeros){describe(where)}"
+            )
+        return
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        for x, y in zip(a, b, strict=True):
+            _refuse_none_against_array(x, y, where)
+    elif isinstance(a, dict) and isinstance(b, dict):
+        for key in a.keys() & b.keys():
+            _refuse_none_against_array(a[key], b[key], where)
 
 
 def _taken_when(cond, negated: bool, fn, args):
@@ -420,6 +500,7 @@ def _cast_to(values, joined):
 
 
 # -- loops --------------------------------------------------------------------
+@_naming_carries(body_at=1, skip=0)
 def while_loop(
     cond_fn,
     body_fn,
@@ -459,8 +540,54 @@ def while_loop(
         n += 1
         bounds.count_iteration(n, where)
         carry = _iteration(body_fn, (*carry, *inv), records)
-    return _try_lax(
-        lambda: _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records), refusal
+    try:
+        return _try_lax(
+            lambda: _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records),
+            refusal,
+        )
+    except (TypeError, IndexError, KeyError, ValueError) as e:
+        # JAX's error goes on (a probe deciding to unroll an enclosing loop
+        # catches it); where it stops the program it is raised as the refusal
+        # (`refusal_of`), the innermost `while`'s
+        if getattr(e, REFUSAL, None) is None:
+            setattr(e, REFUSAL, _needs_python_carry(e, body_fn, carry, inv, where))
+        raise
+
+
+REFUSAL = "kt_refusal"  # the attribute of an error holding the KTransformError it stands for
+
+
+def refusal_of(error: BaseException) -> KTransformError | None:
+    """The KTransformError a loop found `error` (JAX's) to stand for, if any."""
+    return getattr(error, REFUSAL, None)
+
+
+def _needs_python_carry(error, body_fn, carry, inv, where):
+    """The KTransformError for `error`, raised tracing a `while` whose test is
+    traced, where its body needs a value the loop changes as a Python number
+    (`x[:i]`, `range(i)`, `jnp.zeros(i)`), which under `lax` is traced: JAX's
+    error for a traced value there, or one the body does not raise run on
+    the carry it starts from (Python numbers where they are: `i = 0`); else
+    None (the body's own error). JAX refuses the same Python under `jax.jit`."""
+    numbers = [
+        k for k, c in enumerate(carry) if isinstance(c, (int, float)) and not isinstance(c, bool)
+    ]
+    if not _traced_where_static(error):
+        if not numbers:
+            return None
+        try:  # abstractly: a print or a host call in the body leaves no trace
+            jax.eval_shape(lambda: body_fn(*carry, *inv))
+        except Exception:  # noqa: BLE001 -- the body fails alike: its own error
+            return None
+    names = ", ".join(_carry_name(k) for k in numbers) or "a counter"
+    text = str(error).strip().splitlines()
+    return KTransformError(
+        f"the body of this `while` needs a value the loop changes ({names}) as a "
+        "Python number, and the loop runs under `lax`, its test being traced (it depends on "
+        "an array, or a `break` does), where what it carries is traced: make the test depend "
+        "on Python values only (a counter against a static bound), or loop over a static "
+        f"`range` with a `break` ({type(error).__name__}: {text[0] if text else ''})"
+        f"{describe(where)}"
     )
 
 
@@ -705,6 +832,7 @@ def _source_left(s, trips, zeroed):
     return rs.BufStack(buf, jnp.asarray(lo, jnp.int32), s.memo, known=lo)
 
 
+@_naming_carries(body_at=3, skip=1)
 def for_range(
     start,
     stop,
@@ -962,6 +1090,7 @@ def _reverse_checkpoints(body_fn, carry, inv, k, where, grads):
     return (*state[:k], ck.below, *state[k:])
 
 
+@_naming_carries(body_at=1, skip=1)
 def for_each(
     seq,
     body_fn,
@@ -1087,6 +1216,8 @@ def settle_carry(body, carry, where, trips=None, grads=False):
         carry = fill_undefined(carry, body_shape(shape_of(carry)))
     if any(c is None for c in carry):  # a zero tangent or gradient of a stack: an empty one
         out = body_shape(carry)
+        if not grads:
+            _refuse_none_becoming_values(carry, out, where)
         carry = tuple(
             rs.PyStack() if c is None and rs.is_stack(o) else c
             for c, o in zip(carry, out, strict=True)
@@ -1102,6 +1233,9 @@ def settle_carry(body, carry, where, trips=None, grads=False):
         ]
         if not any(ready):
             raise KTransformError(f"internal: cannot lay out the stacks of a loop{describe(where)}")
+        for c, o, r in zip(carry, out, ready, strict=True):
+            for item in c.items() if r and not grads else ():  # the carries pushed in Python
+                _refuse_none_becoming_values(item, o.top, where)
         carry = tuple(
             rs.promote(c, o.top, room) if r else c
             for c, o, r in zip(carry, out, ready, strict=True)
@@ -1122,17 +1256,33 @@ def settle_carry(body, carry, where, trips=None, grads=False):
         )
         if not same and isinstance(a, list):
             raise KTransformError(
-                f"loop variable {k} is a list whose length changes inside a traced loop "
-                f"({len(a)} items become {len(b) if isinstance(b, list) else b}): a lax loop "
+                f"loop variable {_carry_name(k)} is a list whose length changes inside a traced "
+                f"loop ({len(a)} items become {len(b) if isinstance(b, list) else b}): a lax loop "
                 "cannot carry it. Give the loop a static trip count (`for i in range(n)` with "
                 f"a Python int `n`) or preallocate an array and assign items{describe(where)}"
             )
         if not same:
             raise KTransformError(
-                f"loop variable {k} changes shape inside a traced loop: {a} becomes {b}"
-                f"{describe(where)}"
+                f"loop variable {_carry_name(k)} changes shape inside a traced loop: {a} "
+                f"becomes {b}{describe(where)}"
             )
     return carry
+
+
+def _refuse_none_becoming_values(carry, out, where: str) -> None:
+    """A variable None when a traced loop starts that an iteration gives an
+    array (`best = None` then `best = x` in a loop whose `break` is traced):
+    a lax loop carries values of one type, so it is refused, naming it."""
+    if not (isinstance(carry, tuple) and isinstance(out, tuple) and len(carry) == len(out)):
+        return
+    for k, (c, o) in enumerate(zip(carry, out, strict=True)):
+        if c is None and hasattr(o, "shape") and not rs.is_stack(o):
+            raise KTransformError(
+                f"loop variable {_carry_name(k)} is None when the loop starts and an array "
+                f"({brief(o)}) after an iteration, inside a traced loop (its test or a "
+                "`break` depends on traced values): a lax loop carries values of one type. "
+                f"Give it a value of that type before the loop (e.g. zeros){describe(where)}"
+            )
 
 
 def _with_entries_of(out, like):

@@ -568,14 +568,6 @@ class CallBuilder:
             return self.parse(value)
         return None
 
-    def unpack(self, node: Node, n: int) -> list[Node]:
-        """`n` items of a tuple-valued node; a lone non-tuple node when `n` is 1
-        (the `inputs` / `v` convention of `kt.jvp`)."""
-        is_tuple = isinstance(node, Apply) and isinstance(node.fn.value, prims.MakeTuple)
-        if n == 1 and not is_tuple:  # a tuple of one or a lone value: known when run
-            return [self.apply(prims.SoleInput(), node)]
-        return [self.apply(prims.GetItem(), node, Constant(k)) for k in range(n)]
-
     def check_changed_arguments(self, graph: FuncGraph, bound: list[Node], e) -> None:
         """Refuse a call passing an object `graph` would change in place (its
         `changed_parameters`), which the caller would not see change; a
@@ -588,17 +580,18 @@ class CallBuilder:
         for name, arg in zip(graph.param_names, bound, strict=False):
             if name not in graph.changed_parameters:
                 continue
-            condition, where = graph.changed_parameters[name]
+            condition, where, owner = graph.changed_parameters[name]
             if condition == "not None" and isinstance(arg, Constant) and arg.value is None:
                 continue
             if condition == "mutable" and isinstance(arg, Parameter):
                 if arg.graph is function.graph:
-                    function.graph.changed_parameters.setdefault(arg.name, (condition, where))
+                    entry = (condition, where, function.graph.name)
+                    function.graph.changed_parameters.setdefault(arg.name, entry)
                 continue
             if condition == "mutable" and not mutability.may_be_mutable(arg, prims):
                 continue
             raise self.fp.unsupported(
-                f"`{graph.name}(...)` given for {name!r} an object it changes in place, "
+                f"`{owner}(...)` given for {name!r} an object it changes in place, "
                 f"{where}, which k_transform would not show the caller,",
                 e,
             )

@@ -85,9 +85,15 @@ class ControlFlowBuilder:
         if self.iterates_by_position(s.iter):
             self.indexed_for(s)
             return
-        carried = self.carried(s, s.body, s.iter, target=s.target)
         range_args = self.range_args(s.iter)
         head = range_args if range_args is not None else [cells_of(self.expr(s.iter))]
+        self.for_loop(s, head, range_args is not None)
+
+    def for_loop(self, s, head: list[Node], over_range: bool) -> None:
+        """`for` over `range(*head)` or over the iterable `head[0]` (taken
+        item by item when run, `ForEach`, unless known while parsing)."""
+        carried = self.carried(s, s.body, s.iter, target=s.target)
+        range_args = head if over_range else None
         if range_args is None and _is_constant_sequence(head[0]):
             seq = head[0]
             self.unrolled(s, carried, (self.fp.value_node(v, seq.hint, s) for v in seq.value))
@@ -176,11 +182,12 @@ class ControlFlowBuilder:
             return [self.const(0, it), args[0], self.const(1, it)]
         return [args[0], args[1], args[2] if len(args) == 3 else self.const(1, it)]
 
-    def made_outside_by_host(self, node: Node) -> bool:
+    def made_outside_by_host(self, node: Node, here: bool = False) -> bool:
         """Whether `node` is an enclosing graph's value (read by a loop body, a
-        branch, a comprehension) that a host call made there: it may be an
-        iterator (`itertools.count()`, `iter(...)`), which taking items from
-        changes, so a loop around this graph replays that when it runs it again."""
+        branch, a comprehension) that a host call made there (`here`: or in
+        this graph): it may be an iterator (`itertools.count()`, `iter(...)`),
+        which taking items from changes, so a loop around this graph replays
+        that when it runs it again."""
         builder, outside = self, False
         while builder is not None and getattr(node, "graph", None) is not None:
             if node.graph is not builder.graph:  # a free variable: the enclosing graph's
@@ -193,7 +200,8 @@ class ControlFlowBuilder:
             else:
                 break
         fn = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
-        return outside and (getattr(fn, "host", False) or getattr(fn, "host_at_run_time", False))
+        made = getattr(fn, "host", False) or getattr(fn, "host_at_run_time", False)
+        return (outside or here) and made
 
     # -- control-flow helpers ----------------------------------------------------
     def where(self, s) -> str:

@@ -285,14 +285,14 @@ def changed_arguments(graph, args: tuple) -> str | None:
     for k, name in enumerate(graph.param_names or ()):
         if name not in graph.changed_parameters or k >= len(args):
             continue
-        condition, where = graph.changed_parameters[name]
+        condition, where, function = graph.changed_parameters[name]
         arg = args[k]
         if (condition == "not None" and arg is None) or (
             condition == "mutable" and not changed_in_place(arg)
         ):
             continue
         return (
-            f"{graph.name}(...) changes its argument {name!r} in place, {where}; given a "
+            f"{function}(...) changes its argument {name!r} in place, {where}; given a "
             f"{type(arg).__name__}, Python would change the caller's object, which k_transform "
             "cannot show the caller (pass a JAX array or a copy, or return the new value)"
         )

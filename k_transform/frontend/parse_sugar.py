@@ -51,11 +51,14 @@ def consumed(iterable) -> None:
 
 
 class View:
-    """An iterable read by position: `length` (a node) and `item(builder, i)`."""
+    """An iterable read by position: `length` (a node) and `item(builder, i)`;
+    `strict`: the lengths of each `zip(..., strict=True)` in it whose
+    iterables may differ in length (checked after the loop: `ZipStrictEnd`)."""
 
-    def __init__(self, length: Node, item):
+    def __init__(self, length: Node, item, strict: tuple = ()):
         self.length = length
         self.item = item
+        self.strict = strict
 
 
 def maker_of(node: Node):
@@ -152,21 +155,29 @@ class SugarBuilder:
         it = s.iter
         if isinstance(it.func, gast.Name) and it.func.id == sugar.ITERATE:
             it = it.args[0]
-        view = self.view(it)
+        view = self.view(it, loop=s)
+        if view is None:  # the loop is built, over iterators taken item by item
+            return
         if isinstance(view.length, Constant):
             carried = self.carried(s, s.body, s.iter, target=s.target)
             items = (view.item(self, self.const(k, s)) for k in range(view.length.value))
             self.unrolled(s, carried, items)
-            return
-        positions = self.apply(call_of(rt.indices, "indices"), view.length, node=s)
-        self.positional_loop(s, positions, view)
+        else:
+            positions = self.apply(call_of(rt.indices, "indices"), view.length, node=s)
+            self.positional_loop(s, positions, view)
+        flag = getattr(s, "break_flag", None)
+        for lengths in view.strict if not self.returned else ():  # after the body's effects
+            broke = self.read(flag, s) if flag is not None else self.const(False, s)
+            self.apply(prims.ZipStrictEnd(), broke, *lengths, node=it)
 
-    def view(self, it) -> View:
+    def view(self, it, loop=None) -> View | None:
+        """`it` read by position. `loop`: the `for` over `it` itself, which a
+        zip or enumerate of iterators only builds (`iterated_loop`: None)."""
         kind = self.view_kind(it)
         if kind is zip:
-            return self.zip_view(it)
+            return self.zip_view(it, loop)
         if kind is enumerate:
-            return self.enumerate_view(it)
+            return self.enumerate_view(it, loop)
         if kind is reversed:
             return self.reversed_view(it)
         if kind == "dict":
@@ -192,27 +203,43 @@ class SugarBuilder:
             return None
         return fn if any(fn is f for f in (zip, enumerate, reversed)) else None
 
-    def zip_view(self, it) -> View:
+    def iterated_loop(self, loop, fn, args: list[Node], it, strict: bool = False) -> None:
+        """The `for` `loop` over `fn(*args)` (zip or enumerate, `strict`: zip's)
+        where each iterable a host call made: an iterator maybe, maybe
+        unbounded (`itertools.count()`), which Python takes from item by item
+        (read by position, it would be taken whole first). `fn` runs when the
+        program runs and the loop takes its items one by one (`ForEach`),
+        stopping at a `break`."""
+        kwnames, extra = (("strict",), [self.const(True, it)]) if strict else ((), [])
+        call = prims.HostValue(fn, fn.__name__, kwnames)
+        self.for_loop(loop, [self.apply(call, *args, *extra, node=it)], over_range=False)
+
+    def zip_view(self, it, loop=None) -> View | None:
+        """`zip(...)` read by position, as long as its shortest iterable. With
+        `strict=True` a loop over it runs that far, then raises Python's
+        ValueError for unequal lengths (unless it broke): `View.strict`."""
+        parts = self.zip_operands(it)
         strict = self.zip_strict(it)
-        parts = self.zip_parts(it)
+        if loop is not None and all(self.made_outside_by_host(p, here=True) for p in parts):
+            return self.iterated_loop(loop, zip, parts, it, strict)
+        parts = self.zip_parts(parts, it)
         lengths = [p.length for p in parts]
         values = [n.value for n in lengths if isinstance(n, Constant)]
-        if len(values) == len(lengths) and not (strict and len(set(values)) > 1):
+        if len(values) == len(lengths):
             length = self.const(min(values, default=0), it)
-        else:  # (unequal lengths with strict=True: Python's ValueError when the zip runs)
-            helper = call_of(rt.zip_strict_length, "zip_strict_length") if strict else None
-            helper = helper or call_of(rt.zip_length, "zip_length")
-            length = self.apply(helper, *lengths, node=it)
+        else:
+            length = self.apply(call_of(rt.zip_length, "zip_length"), *lengths, node=it)
+        checks = tuple(c for p in parts for c in p.strict)
+        if strict and not (len(values) == len(lengths) and len(set(values)) <= 1):
+            checks += (lengths,)
 
         def item(b, i):
             return b.apply(prims.MakeTuple(), *[p.item(b, i) for p in parts], node=it)
 
-        return View(length, item)
+        return View(length, item, checks)
 
-    def zip_parts(self, it) -> list[View]:
-        """The views of `zip`'s iterables. One known only when run may be an
-        iterator (`itertools.count()`): zip takes from it as many items as
-        its other iterables have (`rt.zip_limit`), not all (it may be unbounded)."""
+    def zip_operands(self, it) -> list:
+        """`zip`'s iterables: a view each, or the node of one known only when run."""
         parts: list = []
         for a in it.args:
             if self.view_kind(a) is not None:
@@ -221,6 +248,12 @@ class SugarBuilder:
             seq = cells_of(self.expr(a))
             known = isinstance(seq, Constant) or self.static_items(seq) is not None
             parts.append(self.sequence_view(seq, a) if known else seq)
+        return parts
+
+    def zip_parts(self, parts: list, it) -> list[View]:
+        """The views of `zip`'s iterables. One known only when run may be an
+        iterator (`itertools.count()`): zip takes from it as many items as
+        its other iterables have (`rt.zip_limit`), not all (it may be unbounded)."""
         runtime = [k for k, p in enumerate(parts) if not isinstance(p, View)]
         if not runtime:
             return parts
@@ -243,18 +276,26 @@ class SugarBuilder:
             raise self.fp.unsupported("zip(strict=...) with a value known only when run", it)
         return any(bool(f.value) for f in flags)
 
-    def enumerate_view(self, it) -> View:
+    def enumerate_view(self, it, loop=None) -> View | None:
+        """`enumerate(seq, start)` read by position (`seq` read once); the
+        `loop` over an iterator a host call made is `iterated_loop`'s."""
         if len(it.args) not in (1, 2) or any(k.arg != "start" for k in it.keywords):
             raise self.fp.error("enumerate() takes an iterable and an optional start", it)
-        inner = self.view(it.args[0])
+        nested = self.view_kind(it.args[0]) is not None
+        inner = self.view(it.args[0]) if nested else cells_of(self.expr(it.args[0]))
         start_e = it.args[1] if len(it.args) == 2 else next((k.value for k in it.keywords), None)
-        start = self.hide(self.expr(start_e) if start_e is not None else self.const(0, it))
+        start_node = self.expr(start_e) if start_e is not None else self.const(0, it)
+        if not isinstance(inner, View):
+            if loop is not None and self.made_outside_by_host(inner, here=True):
+                return self.iterated_loop(loop, enumerate, [inner, start_node], it)
+            inner = self.sequence_view(inner, it.args[0])
+        start = self.hide(start_node)
 
         def item(b, i):
             index = b.apply(ops.BINARY["add"](), start(b), i, node=it)
             return b.apply(prims.MakeTuple(), index, inner.item(b, i), node=it)
 
-        return View(inner.length, item)
+        return View(inner.length, item, inner.strict)
 
     def reversed_view(self, it) -> View:
         inner = self.view(it.args[0])
@@ -264,7 +305,7 @@ class SugarBuilder:
         def item(b, i):
             return inner.item(b, b.apply(ops.BINARY["sub"](), read_last(b), i, node=it))
 
-        return View(inner.length, item)
+        return View(inner.length, item, inner.strict)
 
     def dict_view(self, it) -> View:
         d = self.expr(it.func.value)

@@ -450,7 +450,7 @@ class GraphBuilder(
         for name, node in self.shared.not_none.items():
             d = self.debug(node)
             where = f"`{gast.unparse(node).strip()}` ({d.file}, line {d.line})"
-            self.graph.changed_parameters[name] = ("not None", where)
+            self.graph.changed_parameters[name] = ("not None", where, self.graph.name)
         self.locals = set(assigned_names(fdef.body, mutations=False)) | {a.id for a in params}
         self.nonlocals = self.declare_nonlocals(fdef)
         self.load_counts = loaded_names(fdef)

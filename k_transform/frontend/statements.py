@@ -109,7 +109,8 @@ class StatementBuilder:
         if key in shared.parameters and not isinstance(left, Constant):
             d = self.debug(s)
             where = f"{shared.parameters[key]} ({d.file}, line {d.line})"
-            function.graph.changed_parameters.setdefault(s.target.id, ("mutable", where))
+            entry = ("mutable", where, function.graph.name)
+            function.graph.changed_parameters.setdefault(s.target.id, entry)
         self.changed_in_place(
             s, left, "augmented", f"where another reference to {s.target.id!r} may see the change"
         )
@@ -165,7 +166,8 @@ class StatementBuilder:
                 entry = builder.entry_values.get(p)
                 return entry if entry is not None else builder.captures.get(p.name)
             if builder is function:
-                function.graph.changed_parameters.setdefault(p.name, ("mutable", where))
+                entry = ("mutable", where, function.graph.name)
+                function.graph.changed_parameters.setdefault(p.name, entry)
             return None
 
         return mutability.may_be_mutable(node, prims, resolve=resolve)

@@ -103,9 +103,9 @@ class UnpackingBuilder:
         items = [self.positional_from(seq, j, name, graph, d, e) for j, name in enumerate(names)]
         star = sig.vararg is not None if sig is not None else False
         optional = [graph.defaults.get(n) is not None or d is not None for n in names]
-        self.check_length(seq, optional.index(True) if True in optional else len(names), e)
-        if not star:
-            self.check_length(seq, len(names), e, at_most=True)
+        required = optional.index(True) if True in optional else len(names)
+        check = prims.CheckStarArgs(graph.name, len(args), tuple(names), required, star)
+        self.apply(check, seq, node=e)
         if d is not None:
             kwargs = self.keywords_from(callee, d, len(positional), kwargs, e, tuple(names))
         fn = Constant(graph, self.debug(e), callee.hint)
@@ -183,7 +183,8 @@ class UnpackingBuilder:
             )
             out["**"] = self.expr(sugar.locate(rest, e))
             return out
-        within = self.apply(call_of(rt.keys_within, "keys_within"), d, taken, node=e)
+        name = self.const(graph.name, e)  # Python's TypeError names the key
+        within = self.apply(call_of(rt.keys_within, "keys_within"), d, taken, name, node=e)
         self.apply(prims.Assert(), within, self.const("unexpected keyword argument", e), node=e)
         return out
 
@@ -257,15 +258,3 @@ class UnpackingBuilder:
         )
         fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
         self.assign(elts[k].value, self.run_sugar(fdef, s), s)
-
-    def check_length(
-        self, value: Node, n: int, s, exact: bool = False, at_most: bool = False
-    ) -> None:
-        """Assert (when run) that `value` has `n` items (`exact`), at least `n`,
-        or at most `n` (`at_most`)."""
-        length = self.apply(call_of(rt.seq_len, "seq_len"), value, node=s)
-        op = ops.BINARY["eq" if exact else "le" if at_most else "ge"]()
-        enough = self.apply(op, length, self.const(n, s), node=s)
-        expected = f"{n}" if exact else f"at most {n}" if at_most else f"at least {n}"
-        message = self.const(f"wrong number of values to unpack (expected {expected})", s)
-        self.apply(prims.Assert(), enough, message, node=s)

@@ -173,10 +173,12 @@ class FuncGraph:
         # closure cells it read, with their values; None until it is built.
         self.guards: tuple | None = None
         # Parameters a parsed function may change in place, by what its
-        # caller passes: name -> (condition, where); condition "mutable" (an
-        # augmented assignment, in place on a list or a NumPy array) or
-        # "not None" (`if acc is None: acc = []` then `acc.append(v)`).
-        self.changed_parameters: dict[str, tuple[str, str]] = {}
+        # caller passes: name -> (condition, where, function); condition
+        # "mutable" (an augmented assignment, in place on a list or a NumPy
+        # array) or "not None" (`if acc is None: acc = []` then
+        # `acc.append(v)`); `function`: the name of the user's function whose
+        # parameter it is (a gradient's graph carries its function's entries).
+        self.changed_parameters: dict[str, tuple[str, str, str]] = {}
         # Globals and closure cells the functions it runs as Python may
         # rebind (`frontend.guards.rebinds`): key -> (name, node, function).
         self.rebinds: dict = {}

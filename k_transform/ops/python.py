@@ -436,6 +436,44 @@ class CheckUnpack(Primitive):
         return f"{e.ref(rt, '_rt')}.check_unpack({args[0]}, {self.n}, {self.at_least})"
 
 
+class CheckStarArgs(Primitive):
+    """`fn(a, *seq)` with `seq`'s length known only when run: Python's
+    TypeError when `seq` fills too few or too many of `fn`'s parameters
+    (`runtime.python.check_star_args`; the parameters are then read by position)."""
+
+    effectful = True
+    n_inputs = 1
+
+    def __init__(self, fn: str, given: int, names: tuple, required: int, star: bool):
+        super().__init__(
+            "check_star_args", fn=fn, given=given, names=names, required=required, star=star
+        )
+
+    def extra(self) -> list:
+        return [self.fn, self.given, self.names, self.required, self.star]
+
+    def impl(self, seq):
+        return rt.check_star_args(seq, *self.extra())
+
+    def emit(self, e, args):
+        extra = ", ".join(repr(v) for v in self.extra())
+        return f"{e.ref(rt, '_rt')}.check_star_args({args[0]}, {extra})"
+
+
+class ZipStrictEnd(RuntimeCall):
+    """The end of `for ... in zip(..., strict=True)` over iterables of these
+    lengths: `(broke, *lengths)`, Python's ValueError for unequal lengths
+    unless the loop broke (the loop runs over the shortest first, its
+    effects before the error, as in Python: `rt.zip_strict_end`)."""
+
+    effectful = True
+    n_inputs = None
+    rt_name = "zip_strict_end"
+
+    def __init__(self):
+        super().__init__("zip_strict_end")
+
+
 class Raise(Primitive):
     """`raise exc` / `raise exc from cause` (`cause`: whether `from` is given;
     its input is None otherwise): raised where it is reached when concrete;
@@ -559,27 +597,36 @@ class Copy(Primitive):
         return f"{e.ref(rt, '_rt')}.{fn}({args[0]})"
 
 
-class SoleInput(RuntimeCall):
-    """The one input of a one-parameter function given to `kt.jvp(fn, inputs,
-    v)` as a value known only when run: `inputs[0]` when `inputs` is a tuple
-    or list of one, else `inputs` (the eager call's and MindSpore's convention)."""
-
-    n_inputs = 1
-    rt_name = "sole_input"
-
-    def __init__(self):
-        super().__init__("sole_input")
-
-
-class SoleInputGrad(RuntimeCall):
-    """The gradient of `inputs` from the gradient `d` of `sole_input(inputs)`:
-    `(d,)` (or `[d]`) for a sequence, else `d`."""
+class BindInputs(RuntimeCall):
+    """The values of a function's positional parameters when `kt.jvp(fn,
+    inputs, v)` / `kt.hvp` give it `inputs` known only when run (no tuple
+    display): `(inputs, fills) -> tuple`, the items of a tuple or list (else
+    `inputs` alone: the eager call's and MindSpore's convention), then from
+    `fills` the defaults of the parameters they leave out; fewer items than
+    the `required` parameters, or more than all, is an error (`rt.bind_inputs`)."""
 
     n_inputs = 2
-    rt_name = "sole_input_grad"
+    rt_name = "bind_inputs"
 
-    def __init__(self):
-        super().__init__("sole_input_grad")
+    def __init__(self, api: str, required: int):
+        super().__init__("bind_inputs", api=api, required=required)
+
+    def extra(self):
+        return [self.api, self.required]
+
+
+class BindInputsGrad(RuntimeCall):
+    """`(inputs, fills, d) -> (d_inputs, d_fills)`: the gradients of
+    `BindInputs`' arguments from `d`, that of its result (`rt.bind_inputs_grad`)."""
+
+    n_inputs = 3
+    rt_name = "bind_inputs_grad"
+
+    def __init__(self, api: str, required: int):
+        super().__init__("bind_inputs_grad", api=api, required=required)
+
+    def extra(self):
+        return [self.api, self.required]
 
 
 class Iterated(RuntimeCall):
@@ -737,7 +784,6 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.trip_count,  # the reverse loops of `for`s (control.k_loops)
     rt.each_count,
     rt.zip_length,
-    rt.zip_strict_length,
     rt.dict_keys,
     rt.keys_within,
     rt.to_int,
@@ -935,22 +981,24 @@ def get_bprop_custom_cell(self):
 zero_gradient(Not, Contains, MakeSlice, Written, ArrayIndex)
 
 
-@bprop_getters.register(SoleInput)
-def get_bprop_sole_input(self):
-    spread = SoleInputGrad()
+# BindInputsGrad is linear in `d`; its transpose binds the gradients as BindInputs binds values.
+@bprop_getters.register(BindInputs)
+def get_bprop_bind_inputs(self):
+    spread = BindInputsGrad(self.api, self.required)
 
-    def bprop(inputs, out, dout):
-        return (spread(inputs, dout),)
+    def bprop(inputs, fills, out, dout):
+        d = spread(inputs, fills, dout)
+        return d[0], d[1]
 
     return bprop
 
 
-@bprop_getters.register(SoleInputGrad)
-def get_bprop_sole_input_grad(self):
-    pick = SoleInput()
+@bprop_getters.register(BindInputsGrad)
+def get_bprop_bind_inputs_grad(self):
+    bind = BindInputs(self.api, self.required)
 
-    def bprop(inputs, d, out, dout):
-        return zeros_like(inputs), pick(dout)
+    def bprop(inputs, fills, d, out, dout):
+        return zeros_like(inputs), zeros_like(fills), bind(dout[0], dout[1])
 
     return bprop
 

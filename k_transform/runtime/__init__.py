@@ -32,6 +32,9 @@ from k_transform.runtime.python import (  # noqa: F401
     as_sequence,
     assert_,
     assigned_span,
+    bind_inputs,
+    bind_inputs_grad,
+    check_star_args,
     check_unpack,
     copy_value,
     dict_keys,
@@ -54,8 +57,6 @@ from k_transform.runtime.python import (  # noqa: F401
     seq_len,
     setitem,
     sized_len,
-    sole_input,
-    sole_input_grad,
     sort_method,
     static_filter,
     to_bool,
@@ -68,6 +69,7 @@ from k_transform.runtime.python import (  # noqa: F401
     written,
     zip_length,
     zip_limit,
+    zip_strict_end,
     zip_strict_length,
 )
 from k_transform.runtime.rules import (  # noqa: F401

@@ -14,7 +14,7 @@ import numpy as np
 
 from k_transform.errors import KTransformError
 from k_transform.runtime import bounds, host_log
-from k_transform.runtime.values import any_traced, describe, is_tracer
+from k_transform.runtime.values import any_traced, describe, is_tracer, zeros_like_value
 
 
 def not_(x):
@@ -390,14 +390,60 @@ def zip_strict_length(*lengths) -> int:
     return n
 
 
+def zip_strict_end(broke, *lengths) -> None:
+    """After `for ... in zip(..., strict=True)` ran over the shortest of its
+    iterables (`lengths`, Python ints): Python's ValueError for unequal
+    lengths unless the loop broke first (`broke`, the break flag; traced:
+    raised when the program runs without breaking). Under a jit it is
+    raised when the program runs, after the prints of the loop's body, which
+    print then (a traced value's print is a callback)."""
+    if len(set(lengths)) <= 1 or (not is_tracer(broke) and broke):
+        return None
+    try:
+        zip_strict_length(*lengths)
+    except ValueError as error:
+        if not is_tracer(broke) and not is_tracer(jnp.zeros((), bool)):  # no trace: now
+            raise
+        _raise_at_run_time(error, jnp.logical_not(broke))
+    return None
+
+
 def _arguments(k: int) -> str:
     """Python's name for zip's first `k` arguments: "argument 1", "arguments 1-3"."""
     return "argument 1" if k == 1 else f"arguments 1-{k}"
 
 
-def keys_within(d, names: tuple) -> bool:
-    """Whether every key of `d` is one of `names` (`f(**d)` without `**kwargs`)."""
-    return all(k in names for k in d)
+def keys_within(d, names: tuple, fn: str = "function") -> bool:
+    """True if every key of `d` is one of `names` (`fn(**d)` without
+    `**kwargs`), else Python's TypeError naming the first other key."""
+    for k in d:
+        if k not in names:
+            raise TypeError(f"{fn}() got an unexpected keyword argument {k!r}")
+    return True
+
+
+def check_star_args(seq, fn: str, given: int, names: tuple, required: int, star: bool) -> None:
+    """`fn(<given positional arguments>, *seq)`: Python's TypeError when `seq`
+    leaves one of the first `required` of the parameters `names` (those after
+    the given ones) unfilled, or, `fn` taking no `*args`, holds more items
+    than `names`. Its length is a Python int, under a trace too."""
+    got = seq_len(seq)
+    if got < required:
+        missing = [repr(n) for n in names[got:required]]
+        listing = missing[0] if len(missing) == 1 else ", ".join(missing[:-1])
+        if len(missing) > 1:
+            listing += ("," if len(missing) > 2 else "") + f" and {missing[-1]}"
+        plural = "s" if len(missing) > 1 else ""
+        raise TypeError(
+            f"{fn}() missing {len(missing)} required positional argument{plural}: {listing}"
+        )
+    if not star and got > len(names):
+        most = given + len(names)
+        takes = str(most) if required == len(names) else f"from {given + required} to {most}"
+        plural = "" if takes == "1" else "s"
+        raise TypeError(
+            f"{fn}() takes {takes} positional argument{plural} but {given + got} were given"
+        )
 
 
 def as_sequence(x, kind: str):
@@ -563,17 +609,34 @@ def sort_method(x, where: str, *args, **kwargs):
 sort_method.__kt_library__ = True  # differentiated through its jaxpr (`jnp.sort`'s)
 
 
-def sole_input(inputs):
-    """`inputs[0]` for a tuple or list (of one), else `inputs` (see `ops.python.SoleInput`)."""
-    if type(inputs) not in (tuple, list):
-        return inputs
-    if len(inputs) != 1:
+def _given(inputs) -> tuple:
+    """The inputs `kt.jvp(fn, inputs, v)` gives: a tuple's or list's items, else `inputs`."""
+    return tuple(inputs) if type(inputs) in (tuple, list) else (inputs,)
+
+
+def bind_inputs(inputs, fills: tuple, api: str, required: int) -> tuple:
+    """The values of a function's positional parameters given `inputs` (see
+    `ops.python.BindInputs`): its items, then from `fills` the defaults of
+    the parameters they leave out (`fills[j]`: parameter `required + j`'s)."""
+    items = _given(inputs)
+    most = required + len(fills)
+    if not required <= len(items) <= most:
+        takes = f"{most} input" if required == most else f"{required} to {most} input"
         raise KTransformError(
-            f"kt.jvp: the function takes 1 input but inputs holds {len(inputs)} values"
+            f"{api}: the function takes {takes}{'' if most == 1 else 's'} "
+            f"but inputs holds {len(items)} values"
         )
-    return inputs[0]
+    return (*items, *fills[len(items) - required :])
 
 
-def sole_input_grad(inputs, d):
-    """The gradient of `inputs` given that of `sole_input(inputs)`."""
-    return type(inputs)([d]) if type(inputs) in (tuple, list) else d
+def bind_inputs_grad(inputs, fills: tuple, d: tuple, api: str, required: int) -> tuple:
+    """`(d_inputs, d_fills)`, the gradients of `bind_inputs(inputs, fills)`'s
+    arguments given `d`, that of its result: `inputs`' items' gradients in
+    `inputs`' structure, a default's where it was used (else zeros)."""
+    del api
+    if d is None:  # a zero
+        return zeros_like_value(inputs), zeros_like_value(fills)
+    m = len(_given(inputs))
+    d_inputs = type(inputs)(d[:m]) if type(inputs) in (tuple, list) else d[0]
+    unused = tuple(zeros_like_value(f) for f in fills[: m - required])
+    return d_inputs, (*unused, *d[m:])

@@ -99,8 +99,8 @@ def pytree_node(x):
     classes), one level down; None for anything else."""
     if type(x) in (tuple, list, dict) or x is None or isinstance(x, (_LEAF_TYPES, GradValue)):
         return None
-    if x is UNDEFINED or is_tracer(x):
-        return None
+    if x is UNDEFINED or is_tracer(x) or hasattr(type(x), "__next__"):  # (an iterator: a
+        return None  # leaf, which JAX warns of for `zip` and `enumerate` objects)
     children, treedef = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
     return None if jax.tree_util.treedef_is_leaf(treedef) else (children, treedef)
 
@@ -458,11 +458,12 @@ def check_grad(grad, x, rule: str):
     return grad
 
 
-def check_tangent(x, v, api: str, k: int):
+def check_tangent(x, v, api: str, k: int | None):
     """`v` if it has the structure and shapes of the input `x` it is the
-    tangent of (JAX's rule), else an error naming `api` and the input. None
-    is the tangent of an input without numbers (a Cell, an iterator: an
-    object the function reads, not differentiated)."""
+    tangent of (JAX's rule), else an error naming `api` and the input `k`
+    (None: `x` holds all the inputs, `v` all the tangents). None is the
+    tangent of an input without numbers (a Cell, an iterator: an object the
+    function reads, not differentiated)."""
     x_leaves, x_tree = jax.tree_util.tree_flatten(x)
     if v is None and not any(
         hasattr(a, "shape") or isinstance(a, (int, float, complex)) for a in x_leaves
@@ -471,10 +472,14 @@ def check_tangent(x, v, api: str, k: int):
     v_leaves, v_tree = jax.tree_util.tree_flatten(v)
     x_shapes, v_shapes = [jnp.shape(a) for a in x_leaves], [jnp.shape(a) for a in v_leaves]
     if x_tree != v_tree or x_shapes != v_shapes:
+        which = (
+            "the tangents must have the inputs'"
+            if k is None
+            else f"the tangent for input {k} must have the input's"
+        )
         raise KTransformError(
-            f"{api}: the tangent for input {k} must have the input's structure and "
-            f"shapes: the input is {x_tree} of shapes {x_shapes}, the tangent "
-            f"{v_tree} of shapes {v_shapes}"
+            f"{api}: {which} structure and shapes: the input is {x_tree} of shapes "
+            f"{x_shapes}, the tangent {v_tree} of shapes {v_shapes}"
         )
     return v
 
