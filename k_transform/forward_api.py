@@ -45,13 +45,13 @@ def jvp(fn, inputs, v, has_aux=False):
     vs = tuple(_integer_tangent(xs, k, t) for k, t in enumerate(vs))
     fn = target_of(fn, len(xs))
     if takes_star_args(fn):
-        fn, xs, vs = _star_call(fn, xs, vs)
+        fn, xs, vs, given = _star_call(fn, xs, vs)
     else:
-        xs, vs = _with_defaults(fn, xs, vs)
+        xs, vs, given = _with_defaults(fn, xs, vs)
     if not has_aux:
-        return jvp_unchecked(fn, xs, vs)
+        return jvp_unchecked(fn, xs, vs, given)
     # one run (the user's host code runs once): the aux values' tangents are dropped
-    out, jv = jvp_unchecked(fn, xs, vs)
+    out, jv = jvp_unchecked(fn, xs, vs, given)
     (out, aux), jv = rt.split_aux(out), rt.split_aux(jv)[0]
     return out, jv, aux
 
@@ -60,7 +60,7 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
     """For a function taking `*args`: its graph for this many arguments, and
     the inputs and tangents as that graph's parameters (`bind_keywords`: the
     `*args` values as one tuple; a parameter left to its default gets a zero
-    tangent)."""
+    tangent), and which of them the caller gave."""
     flat_x, where = bind_keywords(fn, xs, {})
     flat_v, _ = bind_keywords(fn, vs, {})
     passed = {index for index, _ in where}
@@ -69,17 +69,20 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
         for k, (x, v) in enumerate(zip(flat_x, flat_v, strict=True))
     )
     n_star = sum(1 for _, item in where if item is not None)
-    return graph_of(fn, star_arity=n_star), flat_x, flat_v
+    given = tuple(k in passed for k in range(len(flat_x)))
+    return graph_of(fn, star_arity=n_star), flat_x, flat_v, given
 
 
 def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
     """The inputs and tangents for all of `fn`'s parameters, where a call
     leaves some to their defaults (a `**kwargs` parameter: no keywords);
     those get zero tangents. A function whose Python signature is not its
-    graph's (a graph, a gradient function) is left as it is."""
+    graph's (a graph, a gradient function) is left as it is. Also which
+    inputs the caller gave (the defaults: constants to the transform)."""
     flat_x = with_defaults(fn, xs)
     rest = tuple(zero_tangent(x) for x in flat_x[len(xs) :])
-    return flat_x, (*vs, *rest)
+    given = (True,) * len(xs) + (False,) * len(rest)
+    return flat_x, (*vs, *rest), given
 
 
 def zero_tangent(x):
@@ -129,32 +132,35 @@ def _dtype_of(leaf):
 jvp.__kt_lower__ = lowering.lower_jvp
 
 
-def jvp_unchecked(fn, inputs, v):
-    """`jvp` without the input check (jacfwd and hvp check their own input)."""
+def jvp_unchecked(fn, inputs, v, given: tuple | None = None):
+    """`jvp` without the input check (jacfwd and hvp check their own input).
+    `given`: which inputs the caller gave (see `transforms.jvp_graph`)."""
     single = not isinstance(inputs, (tuple, list))
     xs = (inputs,) if single else tuple(inputs)
     vs = (v,) if single else tuple(v)  # J v is shaped like the output either way
     if len(xs) != len(vs):
         raise KTransformError(f"jvp: {len(xs)} inputs but {len(vs)} tangents")
-    return _jvp_function(fn)(*xs, *vs)
+    given = None if given is None or all(given) else tuple(given)
+    return _jvp_function(fn, given)(*xs, *vs)
 
 
-def _jvp_remake(fn):
+def _jvp_remake(fn, given):
     def remake():
-        del TRANSFORM.cache("grad.jvp")[id(fn)]
-        return _jvp_function(fn)
+        del TRANSFORM.cache("grad.jvp")[id(fn), given]
+        return _jvp_function(fn, given)
 
     return remake
 
 
-def _jvp_function(fn) -> CompiledGraph:
+def _jvp_function(fn, given: tuple | None = None) -> CompiledGraph:
     _jvp_cache = TRANSFORM.cache("grad.jvp")
-    entry = _jvp_cache.get(id(fn))
+    entry = _jvp_cache.get((id(fn), given))
     if entry is None or entry[0] is not fn:
         primal = graph_of(fn)
-        entry = (fn, CompiledGraph(jvp_graph(primal), fn, primal=primal, remake=_jvp_remake(fn)))
+        graph = jvp_graph(primal, given)
+        entry = (fn, CompiledGraph(graph, fn, primal=primal, remake=_jvp_remake(fn, given)))
         entry[1].bound_loops = True
-        _jvp_cache[id(fn)] = entry
+        _jvp_cache[id(fn), given] = entry
     return entry[1]
 
 

@@ -162,10 +162,13 @@ def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:
     return chosen if inputs is None else b.tuple(inputs, chosen)
 
 
-def jvp_graph(primal: FuncGraph) -> FuncGraph:
+def jvp_graph(primal: FuncGraph, given: tuple | None = None) -> FuncGraph:
     """`(out, J v)` for `primal`: J (forward mode from reverse rules) where it
-    reaches, else double reverse of the whole graph (`dfunctor.forward`)."""
-    graph = forward_jvp(primal) or double_reverse(primal)
+    reaches, else double reverse of the whole graph (`dfunctor.forward`).
+    `given`: flags of the inputs the caller gave (the others, left to their
+    defaults, have zero tangents: constants to the transform)."""
+    mask = None if given is None or all(given) else tuple(given)
+    graph = forward_jvp(primal, mask) or double_reverse(primal, mask)
     graph.guards = guards_of(primal)
     return graph
 

@@ -171,7 +171,7 @@ def _functor(
     graph: FuncGraph, parent: DFunctor | None, passive: bool | tuple[bool, ...] = False
 ) -> DFunctor:
     passive = parent.passive if parent is not None else passive
-    key = (graph.uid, passive)
+    key = (graph.uid, passive, isinstance(passive, CallFlags))
     functors = TRANSFORM.cache("dfunctor.functors")
     if key not in functors:
         functor = DFunctor(graph, parent, passive)
@@ -307,6 +307,27 @@ _NO_PARAMS = (
 )
 
 
+class CallFlags(tuple):
+    """Which inputs of a called graph may carry a gradient at a call site
+    (`DFunctor.call_k`): the others are constants there (a number, an array
+    the program holds), their gradients zeros never computed. Unlike a top
+    graph's flags (`k_graph`), Parameters, functions and the objects that
+    hold Parameters stay active: the caller may want their gradients."""
+
+
+def _plain_data(value, budget: int = 64) -> bool:
+    """A constant no gradient can reach: a number, a string, None, an array
+    (not a `kt.Parameter`), or a small tuple, list or dict of such."""
+    if isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return len(items) <= budget and all(_plain_data(v, budget // 2) for v in items)
+    if _is_param(value) or callable(value):
+        return False
+    return isinstance(value, (bool, int, float, complex, str, bytes, type(None))) or (
+        hasattr(value, "shape") and hasattr(value, "dtype")
+    )
+
+
 class DFunctor:
     """Builds K of one graph; see the module docstring."""
 
@@ -374,11 +395,14 @@ class DFunctor:
         elif isinstance(self.passive, tuple):
             flags = zip(self.primal.parameters, self.passive, strict=True)
             self.active |= {id(p) for p, active in flags if active}
+        called = isinstance(self.passive, CallFlags)
         while True:  # to a fixed point: a closure may be used before a node it reads is defined
             found = len(self.active)
             self._active_closures.clear()
             for node in self.primal.nodes:
-                if id(node) not in self.active and any(self.is_active(i) for i in node.inputs):
+                if id(node) not in self.active and (
+                    any(self.is_active(i) for i in node.inputs) or (called and _may_read(node))
+                ):
                     self.active.add(id(node))
             if len(self.active) == found:
                 return
@@ -389,6 +413,8 @@ class DFunctor:
             return True
         if isinstance(node, Constant):
             value = node.value
+            if isinstance(self.passive, CallFlags):  # (see CallFlags)
+                return not _plain_data(value)
             return isinstance(value, FuncGraph) and self._closure_is_active(value)
         owner = self
         while owner is not None and owner.primal is not node.graph:
@@ -509,7 +535,7 @@ class DFunctor:
                 args = _given(node.args, args)
             elif isinstance(fn, FuncGraph) and fn.differentiable().custom_fprop is not None:
                 args = _own_functions(node.args, args, node.debug)
-            pair = self.fprop.apply(self.kval(node.fn), *args, debug=node.debug)
+            pair = self.fprop.apply(self.call_k(node, fn), *args, debug=node.debug)
         pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
         self._copy_hints(node)
@@ -517,6 +543,30 @@ class DFunctor:
             self.k[id(node)].tuple_arity = fn.result_arity(node.args) or -1
         self.bp[id(node)] = self._item(self.fprop, pair, 1, NO_DEBUG.named("bp"))
         self.bp[id(node)].k_function = True  # generated code, at every order
+
+    def call_k(self, node: Apply, fn) -> Node:
+        """K of the graph `node` calls, differentiated only w.r.t. the
+        arguments that may carry a gradient here (`CallFlags`): an input
+        the call gives a constant (`loss(logits, LABELS)`) gets zeros, never
+        computed. A second order then cannot meet what its gradient would
+        hold: `0 * inf` where `log1p(-y)` is infinite at a label `y` of 1,
+        NaN where JAX, whose zero tangents are symbolic, has a number."""
+        graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
+        if (
+            graph is None
+            or graph.custom_fprop is not None
+            or (graph.parent is not None and graph.free_variables())  # K inside its parent's
+            or len(node.args) != len(graph.parameters)
+        ):
+            return self.kval(node.fn)
+        flags = [
+            not _plain_data(a.value) if isinstance(a, Constant) else self.is_active(a)
+            for a in node.args
+        ]
+        if all(flags):
+            return self.kval(node.fn)
+        fprop = _functor(graph, None, CallFlags(flags)).fprop
+        return Constant(fprop, node.fn.debug, node.fn.hint)
 
     def _copy_hints(self, node: Apply) -> None:
         """Codegen hints of a primal node, carried to its K-value."""
@@ -701,6 +751,15 @@ class DFunctor:
     @staticmethod
     def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
+
+
+def _may_read(node: Apply) -> bool:
+    """Whether `node` may read a Parameter whatever its inputs: anything but
+    a plain primitive (a call of a graph or value, a branch or loop of
+    graphs, a Parameter read an inner gradient made)."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    plain = isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive)
+    return not plain or isinstance(fn, structural.ReadParam)
 
 
 def _is_bprop_node(node: Node) -> bool:

@@ -85,7 +85,7 @@ class _Fn:
 
 
 # -- double reverse ---------------------------------------------------------------
-def double_reverse(primal: FuncGraph) -> FuncGraph:
+def double_reverse(primal: FuncGraph, mask: tuple | None = None) -> FuncGraph:
     """`(out, J v)` for `primal` by double reverse of the whole graph:
 
         def f_jvp(*xs, *vs):
@@ -97,10 +97,15 @@ def double_reverse(primal: FuncGraph) -> FuncGraph:
     `bprop(u)` is linear in `u`, so its reverse mode with respect to `u`
     alone runs `J v`; the reverse pass of `K(K(f))` is never traced. The
     outer K is passive (`k_graph(..., wrt_inputs=False)`): `transpose` computes
-    `d u` only, not the gradients of the residuals `bprop` reads."""
+    `d u` only, not the gradients of the residuals `bprop` reads. With
+    `mask`, the inputs it flags False have zero tangents (their `v`s are not
+    read): the inner K makes them constants, so `bprop` never computes their
+    gradients, whose transpose would meet `0 * inf` (NaN where JAX, whose
+    zero tangents are symbolic, has a number: `log1p(-c)` at a constant 1)."""
     names = [p.name for p in primal.parameters]
     n = len(names)
-    k_fprop = k_graph(k_graph(primal), wrt_inputs=False)
+    wrt = True if mask is None or all(mask) else tuple(mask)
+    k_fprop = k_graph(k_graph(primal, wrt_inputs=wrt), wrt_inputs=False)
     graph, args = new_graph(f"{primal.name}_jvp", primal, names + [f"v_{x}" for x in names])
     b = Builder(graph)
     xs, vs = args[:n], args[n:]
@@ -154,13 +159,15 @@ def _items_of(shape, n: int) -> tuple:
 _BUILDING = object()
 
 
-def forward_jvp(primal: FuncGraph) -> FuncGraph | None:
+def forward_jvp(primal: FuncGraph, mask: tuple | None = None) -> FuncGraph | None:
     """J of `primal` as a jvp graph `(*xs, *vs) -> (out, J v)`, or None where
-    J does not reach (see the module docstring)."""
+    J does not reach (see the module docstring). `mask`: the inputs with
+    tangents (the others' `v`s are not read: zero tangents)."""
     if not any(_is_control(node) for node in primal.nodes):
         return None  # straight-line code: one segment, the whole graph
     try:
-        return _forward(primal, (True,) * len(primal.parameters), True, top=True).graph
+        mask = tuple(mask) if mask is not None else (True,) * len(primal.parameters)
+        return _forward(primal, mask, True, top=True).graph
     except _Unsupported:
         return None
 
@@ -203,7 +210,8 @@ class _Forward:
         self.parent: _Forward | None = parent  # J of the enclosing graph (a closure's)
         self.children: dict[tuple, object] = {}  # J of closures defined in this graph
         names = [p.name for p in primal.parameters]
-        tangents = [f"v_{x}" for x, m in zip(names, mask, strict=True) if m]
+        takes = [m or top for m in mask]  # a jvp graph takes every input's tangent
+        tangents = [f"v_{x}" for x, t in zip(names, takes, strict=True) if t]
         kind = "transform" if top else primal.kind
         name = f"{primal.name}_jvp" if top else f"{primal.name}_jvp{_mask_text(mask)}"
         self.graph, params = new_graph(name, primal, names + tangents, kind)
@@ -213,8 +221,9 @@ class _Forward:
         self.val: dict[int, Node] = {}
         self.tan: dict[int, object] = {}
         ts = iter(params[len(names) :])
-        for p, q, m in zip(primal.parameters, params[: len(names)], mask, strict=True):
-            self.val[id(p)], self.tan[id(p)] = q, (next(ts) if m else None)
+        for p, q, m, t in zip(primal.parameters, params[: len(names)], mask, takes, strict=True):
+            v = next(ts) if t else None
+            self.val[id(p)], self.tan[id(p)] = q, (v if m else None)
         self.users = _users(primal)
         self.pending: list = []  # primitive nodes waiting to be one segment
         self.pending_ids: set[int] = set()
@@ -432,8 +441,8 @@ class _Forward:
         ]
         self.parts += 1
         part = _segment(self.primal, self.parts, list(ins.values()), nodes, outs)
-        jvp = double_reverse(part)
         inputs = list(ins.values())
+        jvp = double_reverse(part, tuple(self.tangent(a) is not None for a in inputs))
         pair = self.b.call(
             Constant(jvp, hint=jvp.name),
             *(self.value(a) for a in inputs),
