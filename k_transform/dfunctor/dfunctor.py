@@ -46,6 +46,9 @@ sensitivity (activity analysis, `DFunctor.is_active`). A gradient w.r.t. some
 of `g`'s inputs (`wrt_inputs` a tuple of flags) makes the others constants so:
 their gradients are never computed, so a second order cannot meet what they
 would hold (`0 * inf` where `log1p(-y)` is infinite at a label `y` of 1).
+So does a call of a graph given constants (`loss(logits, LABELS)`): K of the
+callee is made for that call's flags (`CallFlags`, `DFunctor.call_k`), with
+Parameters, functions and Cells kept active.
 
 For codegen, a node's total sensitivity records the K-value it is the
 gradient of (`sens_of`: emitted `d_<its name>`), and tuples it builds or
