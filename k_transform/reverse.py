@@ -22,17 +22,20 @@ gives the bare gradient of `x` (a tuple of one left is bare, as in
 MindSpore), and the value of `value_and_grad` is computed as usual (a Python
 int for `f(3, 4)`). Difference kept on purpose: MindSpore also leaves out
 Python floats; ours are traced and differentiated (the design card).
-The JAX-style API (`jvp`, `jacfwd`, `jacrev`, `hessian`, `hvp`) raises
-TypeError, as JAX does, when an input it differentiates is an integer or
-boolean (array or Python int).
+The JAX-style API (`jvp`, `jacfwd`, `jacrev`, `hessian`, `hvp`, and `grad`
+or `value_and_grad` spelled with JAX's `argnums=`) raises TypeError, as JAX
+does, when an input it differentiates is an integer or boolean (array or
+Python int).
 `vjp` accepts them, as JAX's vjp does, and gives them a zero gradient (JAX
 gives a float0 zero); `jvp` has no float0 tangents, so it refuses them.
 `GradOperation` follows MindSpore 2.x (checked against MindSpore 2.10,
 PYNATIVE and GRAPH mode): an integer array input gets its gradient, computed
 by the rules and cast to its own integer dtype (`x * x` at int32 `[3, 4]`
 gives int32 `[6, 8]`). Differences from MindSpore, kept on purpose:
-MindSpore also casts the sensitivity at each integer `Cast` on the way (ours
-passes none back through a cast from an integer), and it leaves Python
+MindSpore's `Cast` passes the gradient through a cast to an integer
+(truncated), as ours does for `ops.Cast`/`ops.cast` (`ops.shape.MsCast`)
+but not for `.astype`, `jnp.asarray` or `lax.convert_element_type`, which
+follow JAX (no gradient through a cast to an integer or bool), and it leaves Python
 scalars (ints and floats) out of the gradient tuple altogether, where ours
 keeps one entry per input: a zero for a Python int (static), the gradient
 for a Python float (traced, as the design card says).
@@ -187,15 +190,19 @@ def grad(
     Python int or bool is left out of the gradients (`()` when nothing is
     left, the bare gradient when one is: `grad(f, (0, 1))(x, 2)` is f's
     gradient w.r.t. `x`). Python floats are differentiated. `argnums`: JAX's
-    name for `grad_position`."""
+    name for `grad_position`; spelled so, the call follows JAX on integer
+    inputs too (TypeError, as `jax.grad(f, argnums=1)` raises)."""
     options = (weights, has_aux, return_ids, sens_param)
-    return _gradient("kt.grad", fn, position(grad_position, argnums, "kt.grad"), options)
+    return _gradient("kt.grad", fn, position(grad_position, argnums, "kt.grad"), options, argnums)
 
 
-def _gradient(api: str, fn, grad_position, options: tuple) -> GradFunction:
+def _gradient(api: str, fn, grad_position, options: tuple, argnums=None) -> GradFunction:
     """`grad` and `value_and_grad` (`api`): `options` is `(weights, has_aux,
-    return_ids, sens_param)`."""
+    return_ids, sens_param)`. JAX's `argnums` spelling makes it JAX's API
+    (not in `MINDSPORE_APIS`): integer inputs at those positions raise."""
     spec = _grad_spec(grad_position, *options, api == "kt.value_and_grad")
+    if argnums is not None:
+        api = f"{api}(argnums={argnums!r})"
     return GradFunction(_library_target(fn), spec, api=api)
 
 
@@ -236,7 +243,7 @@ def value_and_grad(
     """`(value, gradients)`, the value being `fn`'s whole output (with
     `has_aux`, `(out, *aux)`); see `grad`."""
     api, options = "kt.value_and_grad", (weights, has_aux, return_ids, sens_param)
-    return _gradient(api, fn, position(grad_position, argnums, api), options)
+    return _gradient(api, fn, position(grad_position, argnums, api), options, argnums)
 
 
 def _grad_spec(grad_position, weights, has_aux, return_ids, sens_param, with_value) -> GradSpec:

@@ -404,6 +404,7 @@ CASES = [
     case(ops.BroadcastTo(), lambda x: jnp.broadcast_to(x, (2, 4, 3)), (4, 1), args=lambda x: (x, (2, 4, 3))),  # noqa: E501
     case(ops.Cast(), lambda x: x.astype(jnp.float32), (2, 3), args=lambda x: (x, jnp.float32), rtol=1e-5),  # noqa: E501
     case(ops.Cast(), lambda x: jnp.asarray(x, x.dtype), (2, 3), args=lambda x: (x, x.dtype), id="asarray"),  # noqa: E501
+    case(ops.MsCast(), lambda x: ops.cast(x, jnp.float32), (2, 3), args=lambda x: (x, jnp.float32), rtol=1e-5),  # noqa: E501
     case(ops.Concat(1), lambda x, y: jnp.concatenate((x, y), axis=1), (2, 3), (2, 1), args=lambda x, y: ((x, y),)),  # noqa: E501
     case(ops.Concat(0), lambda x, y: np.concatenate([x, y]), (2, 3), (1, 3), args=lambda x, y: ([x, y],), id="list"),  # noqa: E501
     case(ops.SplitLike(1), lambda g, a, b: SPLIT_LIKE(g, (a, b)), (2, 4), (2, 1), (2, 3), args=lambda g, a, b: (g, (a, b))),  # noqa: E501

@@ -94,6 +94,7 @@ OPERATIONS = pick(
     "Shape Sigmoid Sign Sin Sinh Size Softmax Softplus Sqrt Square Squeeze Stack StopGradient "
     "Sub Tan Tanh TensorAdd Transpose Tril Triu Unstack ZerosLike",
 )
+OPERATIONS["Cast"] = ops.MsCast  # MindSpore's gradient: through a cast to an integer too
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
 OPERATIONS.update(pick(loops, "ForiLoop WhileLoop Scan"))  # MindSpore's loops, as Python loops
 OPERATIONS["Partial"] = multitype.Partial  # `P.Partial()(fn, *args)`: functools.partial

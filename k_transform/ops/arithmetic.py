@@ -160,11 +160,14 @@ def bprop_numpy_matmul(x, y, out, dout):
     # Ranks are static: codegen writes these `if`s as Python `if`s, decided
     # when the code runs (codegen.static).
     if y.ndim == 2:  # x @ a matrix, x of any rank (a Dense layer): one contraction for dy
+        # (sum_to of equal shapes: only a real operand's real part, JAX's convention)
         n, m = jnp.shape(y)
-        return dout @ y.T, jnp.reshape(x, (-1, n)).T @ jnp.reshape(dout, (-1, m))
+        dy = jnp.reshape(x, (-1, n)).T @ jnp.reshape(dout, (-1, m))
+        return sum_to(dout @ y.T, x), sum_to(dy, y)
     if y.ndim == 1:  # x @ a vector: an outer product for dx, one contraction for dy
         n = jnp.shape(y)[0]
-        return jnp.expand_dims(dout, -1) * y, jnp.reshape(dout, (-1,)) @ jnp.reshape(x, (-1, n))
+        dy = jnp.reshape(dout, (-1,)) @ jnp.reshape(x, (-1, n))
+        return sum_to(jnp.expand_dims(dout, -1) * y, x), sum_to(dy, y)
     if x.ndim == 1:  # a vector @ a batch of matrices: dout (..., k) -> (..., 1, k)
         g = jnp.expand_dims(dout, -2)
         dx = jnp.squeeze(g @ jnp.swapaxes(y, -1, -2), -2)

@@ -115,7 +115,7 @@ FUNCTIONAL: dict[str, tuple] = {
     "reshape": (shape.Reshape, "input, shape"),
     "expand_dims": (shape.ExpandDims, "input_x, axis"),
     "broadcast_to": (shape.BroadcastTo, "input, shape"),
-    "cast": (shape.Cast, "input, dtype"),
+    "cast": (shape.MsCast, "input, dtype"),
     "squeeze": (shape.Squeeze, "input, axis=None", {"axis": "axis"}),
     "concat": (shape.Concat, "tensors, axis=0", {"axis": "axis"}),
     "stack": (shape.Stack, "tensors, axis=0", {"axis": "axis"}),

@@ -339,6 +339,6 @@ def get_bprop_einsum(self):
             da = jnp.broadcast_to(jnp.expand_dims(da, dropped_a), jnp.shape(a))
         if dropped_b:
             db = jnp.broadcast_to(jnp.expand_dims(db, dropped_b), jnp.shape(b))
-        return da, db
+        return sum_to(da, a), sum_to(db, b)  # same shapes: a real operand's real part
 
     return bprop

@@ -180,6 +180,16 @@ sum_to = SumTo()
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 
+
+def _abs_slope(x, out):
+    """The factor of `dout` in the gradient of `out = |x|`: `sign(x)`; for a
+    complex x, JAX's convention (as for Real and Imag: d/dre - 1j d/dim),
+    `conj(x) / |x|`, written `|x| / x` (no rule differentiates `conj`); 0 at 0."""
+    if jnp.iscomplexobj(x):
+        return jnp.where(x == 0, 0.0, out / jnp.where(x == 0, 1.0, x))
+    return jnp.sign(x)
+
+
 # -- unary ------------------------------------------------------------------------------
 unary(Sin, lambda x, out: jnp.cos(x))
 unary(Cos, lambda x, out: -jnp.sin(x))
@@ -190,8 +200,8 @@ unary(Sqrt, lambda x, out: 0.5 / out)
 unary(Tanh, lambda x, out: 1.0 - out * out)
 unary(Sigmoid, lambda x, out: out * (1.0 - out))
 unary(ReLU, lambda x, out: jnp.where(x > 0, 1.0, 0.0).astype(out.dtype))
-unary(Abs, lambda x, out: jnp.sign(x))
-unary(AbsJax, lambda x, out: jnp.sign(x) + (x == 0))
+unary(Abs, lambda x, out: _abs_slope(x, out))
+unary(AbsJax, lambda x, out: _abs_slope(x, out) + (x == 0))
 unary(Square, lambda x, out: 2.0 * x)
 unary(Reciprocal, lambda x, out: -out * out)
 unary(Log1p, lambda x, out: 1.0 / (1.0 + x))

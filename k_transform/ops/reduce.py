@@ -568,17 +568,18 @@ def bprop_dot(a, b, out, dout):
     a2 = jnp.reshape(a, (-1, jnp.shape(a)[-1]))
     if jnp.ndim(b) == 1:
         db = a2.T @ jnp.ravel(dout)
-        return jnp.expand_dims(dout, -1) * b, db
+        # sum_to of equal shapes: a real operand's real part (JAX's convention)
+        return sum_to(jnp.expand_dims(dout, -1) * b, a), sum_to(db, b)
     b_moved = jnp.moveaxis(b, -2, 0)
     b2 = jnp.reshape(b_moved, (jnp.shape(b_moved)[0], -1))
     g2 = jnp.reshape(dout, (jnp.shape(a2)[0], jnp.shape(b2)[1]))
     da = jnp.reshape(g2 @ b2.T, jnp.shape(a))
     db = jnp.moveaxis(jnp.reshape(a2.T @ g2, jnp.shape(b_moved)), 0, -2)
-    return da, db
+    return sum_to(da, a), sum_to(db, b)
 
 
 @rule(Outer)
 def bprop_outer(a, b, out, dout):
     da = jnp.reshape(dout @ jnp.ravel(b), jnp.shape(a))
     db = jnp.reshape(jnp.ravel(a) @ dout, jnp.shape(b))
-    return da, db
+    return sum_to(da, a), sum_to(db, b)

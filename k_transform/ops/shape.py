@@ -42,7 +42,14 @@ def invert_permutation(perm) -> tuple:
 def split_like(g, xs, axis: int) -> tuple:
     """`g` cut along `axis` into pieces as long as each of `xs`."""
     sizes = [jnp.shape(x)[axis] for x in xs]
-    return tuple(jnp.split(g, np.cumsum(sizes)[:-1].tolist(), axis=axis))
+    parts = jnp.split(g, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+    return tuple(_real_like(part, x) for part, x in zip(parts, xs, strict=True))
+
+
+def _real_like(g, x):
+    """`g`, or its real part where `x` is real and `g` complex (JAX's
+    convention: a real input's gradient is real)."""
+    return jnp.real(g) if jnp.iscomplexobj(g) and not jnp.iscomplexobj(x) else g
 
 
 def unstack(x, axis: int) -> tuple:
@@ -67,7 +74,15 @@ MoveAxis = elementwise("MoveAxis", jnp.moveaxis, "jnp.moveaxis", 3, "`(x, source
 Reshape = elementwise("Reshape", jnp.reshape, "jnp.reshape", 2, "`(x, shape)`.")
 ExpandDims = elementwise("ExpandDims", jnp.expand_dims, "jnp.expand_dims", 2, "`(x, axis)`.")
 BroadcastTo = elementwise("BroadcastTo", jnp.broadcast_to, "jnp.broadcast_to", 2, "`(x, shape)`.")
-Cast = elementwise("Cast", cast, "cast", 2, "`(x, dtype)`: `x.astype(dtype)`.")
+Cast = elementwise(
+    "Cast", cast, "cast", 2, "`(x, dtype)`: `x.astype(dtype)`, differentiated as JAX does."
+)
+
+
+class MsCast(Cast):
+    """`(x, dtype)`: MindSpore's `ops.Cast()(x, dtype)` / `ops.cast`: the same
+    value as `Cast`, differentiated as MindSpore does (the gradient passes
+    through a cast to an integer or bool dtype)."""
 
 
 class _AxisPrimitive(JaxPrimitive):
@@ -434,9 +449,30 @@ def bprop_broadcast_to(x, shape, out, dout):
 
 @rule(Cast)
 def bprop_cast(x, dtype, out, dout):
-    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
-        return dout.astype(jnp.result_type(x)), None
-    return None, None
+    # JAX's `convert_element_type`: a cast to an integer or bool dtype is
+    # piecewise constant (zero derivative), and an integer input has none.
+    # Zeros, not None: the test is on dtypes, so it runs with the rule, and a
+    # None returned there would reach the rules before it as their `dout`.
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact) and jnp.issubdtype(
+        jnp.result_type(out), jnp.inexact
+    ):
+        return _to_dtype_of(x, dout), None
+    return jnp.zeros_like(x), None
+
+
+def _to_dtype_of(x, d):
+    """The gradient `d` of a cast of `x`, in `x`'s dtype: its real part for a
+    real `x` (JAX's convention: a real input's gradient is real)."""
+    return (d if jnp.iscomplexobj(x) else jnp.real(d)).astype(jnp.result_type(x))
+
+
+@rule(MsCast)
+def bprop_ms_cast(x, dtype, out, dout):
+    # MindSpore's Cast bprop, `cast(dout, dtype(x))`, where the sensitivity
+    # reaching an integer output is already of that integer dtype (MindSpore's
+    # binary rules cast each gradient to its input's dtype): the gradient
+    # through a cast to an integer is truncated toward zero and passed on.
+    return _to_dtype_of(x, _to_dtype_of(out, dout)), None
 
 
 @bprop_getters.register(Concat)
@@ -464,7 +500,8 @@ def get_bprop_stack(self):
     unstack = Unstack(self.axis)
 
     def bprop(xs, out, dout):
-        return (unstack(dout),)
+        # sum_to of equal shapes: the real part for a real x (JAX's convention)
+        return (tuple(sum_to(d, x) for d, x in zip(unstack(dout), xs, strict=True)),)
 
     return bprop
 

@@ -50,6 +50,10 @@ def sum_to(g, like, tail: bool = False):
         return type(like)(g[len(g) - len(like) :] if tail else g[: len(like)])
     if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
         return g  # a dict gradient, or already shaped
+    if jnp.iscomplexobj(g) and not jnp.iscomplexobj(like):
+        # JAX's convention: a real input's gradient is real (the transpose
+        # of promoting it to complex, `x + 1j * y`, takes the real part).
+        g = jnp.real(g)
     shape = tuple(jnp.shape(like))
     g_shape = tuple(jnp.shape(g))
     if g_shape == shape:

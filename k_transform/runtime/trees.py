@@ -174,7 +174,9 @@ def ravel_rows(rows):
     as one `(n, tree_size(like))` matrix: row `k` is row `k` of every leaf, raveled."""
     leaves = _leaves_of(rows)
     n = jnp.shape(leaves[0])[0]
-    return jnp.concatenate([jnp.reshape(leaf, (n, -1)) for leaf in leaves], axis=1)
+    # Each row's size spelled out: `-1` is ambiguous when `n` is 0 (an empty input).
+    rows = [jnp.reshape(leaf, (n, math.prod(jnp.shape(leaf)[1:]))) for leaf in leaves]
+    return jnp.concatenate(rows, axis=1)
 
 
 def unravel_rows(m, like, lead: bool = False):
