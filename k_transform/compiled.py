@@ -584,13 +584,38 @@ def with_defaults(fn, args: tuple) -> tuple:
     """`args` followed by the defaults of the parameters of `fn` they leave
     out (a `**kwargs` parameter: no keywords), as a call of `fn` binds them;
     `args` as they are for what has no Python signature of its graph's (a
-    graph, a gradient function) or none at all."""
-    if isinstance(fn, FuncGraph) or isinstance(kt_attribute(fn, "__kt_graph__", None), FuncGraph):
-        return args
+    graph, a gradient function) or none at all; for those, the constants
+    its graph's parameters default to (`kt.jvp(kt.grad(f), (x,), (v,))`
+    with `def f(x, **kwargs)`: the gradient's graph takes `kwargs` too)."""
+    graph = fn if isinstance(fn, FuncGraph) else kt_attribute(fn, "__kt_graph__", None)
+    if isinstance(graph, FuncGraph):
+        if kt_attribute(fn, "__kt_graph_for__", None) is not None:
+            return args  # the gradient of a `*args` function: made per arity
+        if "__signature__" in getattr(fn, "__dict__", {}):
+            # a gradient function called as its target is (`GradFunction`): the
+            # target's default objects, as a call of it binds them
+            try:
+                return bind_keywords(fn, args, {})[0]
+            except KTransformError:
+                return args
+        return (*args, *_graph_defaults(graph, len(args)))
     try:
         return bind_keywords(fn, args, {})[0]
     except KTransformError:  # no Python signature to read: called as it is
         return args
+
+
+def _graph_defaults(graph: FuncGraph, given: int) -> tuple:
+    """The constant defaults of `graph`'s parameters after the first `given`
+    (a call binds them so), or none where one of those has no constant default
+    (the call is left as it is: its arity error is the graph's)."""
+    names = (graph.param_names or [])[given:]
+    nodes = [(graph.defaults or {}).get(name) for name in names]
+    if not all(isinstance(node, Constant) for node in nodes):
+        return ()
+    if any(isinstance(node.value, FuncGraph) for node in nodes):
+        return ()  # a function default is a graph here, no value to pass
+    return tuple(node.value for node in nodes)
 
 
 def default_arguments(fn, graph: FuncGraph) -> dict[int, object]:

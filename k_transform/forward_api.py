@@ -76,8 +76,9 @@ def _star_call(fn, xs: tuple, vs: tuple) -> tuple:
 def _with_defaults(fn, xs: tuple, vs: tuple) -> tuple:
     """The inputs and tangents for all of `fn`'s parameters, where a call
     leaves some to their defaults (a `**kwargs` parameter: no keywords);
-    those get zero tangents. A function whose Python signature is not its
-    graph's (a graph, a gradient function) is left as it is. Also which
+    those get zero tangents. For a graph or a gradient function (its Python
+    signature is not its graph's), the constant defaults of its graph's
+    parameters (`kt.jvp(kt.grad(f), ...)`, `def f(x, **kwargs)`). Also which
     inputs the caller gave (the defaults: constants to the transform)."""
     flat_x = with_defaults(fn, xs)
     rest = tuple(zero_tangent(x) for x in flat_x[len(xs) :])

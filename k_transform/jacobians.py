@@ -23,12 +23,14 @@ from k_transform.compiled import (
     bind_keywords,
     check_float_inputs,
     compiled_forward,
+    with_defaults,
     without_aux,
 )
 from k_transform.errors import KTransformError
 from k_transform.forward_api import check_tangents, jvp_unchecked, zero_tangent
 from k_transform.frontend.source import is_user_function
 from k_transform.frontend.targets import target_of
+from k_transform.protocol import kt_attribute
 from k_transform.reverse import GradFunction, position, spread_args
 from k_transform.runtime import host_log
 from k_transform.transforms import (
@@ -104,8 +106,12 @@ class Jacobian:
     def _keyword_call(self, args: tuple, kwargs: dict):
         """Keyword arguments are passed to `fn`, not differentiated (JAX's
         semantics): the Jacobian of `fn` with every argument bound to its
-        parameter, positions moved to the parameters they went to."""
-        flat, where = bind_keywords(self.fn, args, kwargs)
+        parameter, positions moved to the parameters they went to. With no
+        keywords: `args` and the defaults they leave out (`_with_defaults`)."""
+        if kwargs:
+            flat, where = bind_keywords(self.fn, args, kwargs)
+        else:
+            flat, where = _with_defaults(self.fn, args), [(k, None) for k in range(len(args))]
         for k in self.positions:
             if not -len(args) <= k < len(args):
                 raise KTransformError(
@@ -193,7 +199,11 @@ def _with_defaults(fn, args: tuple) -> tuple:
     """`args` and the defaults of the parameters of `fn` they leave out
     (`compiled.with_defaults`); `args` as they are for a function taking
     `*args` or `**kwargs` (made per arity), a library function (`np.exp`,
-    whose signature is not what its graph takes) or one with no signature."""
+    whose signature is not what its graph takes) or one with no signature.
+    A gradient or compiled function (it carries its graph): its graph's
+    defaults (`kt.jacfwd(kt.grad(f))` with `def f(x, **kwargs)`)."""
+    if kt_attribute(fn, "__kt_graph__", None) is not None:
+        return with_defaults(fn, args)
     if not is_user_function(fn):
         return args
     try:
@@ -284,6 +294,7 @@ def hvp(fn, args, v, argnum: int = 0):
     check_float_inputs("kt.hvp", args, (argnum,))
     check_tangents("kt.hvp", (args[argnum],), (v,))
     grad_fn = GradFunction(fn, GradSpec(inputs=argnum))
+    args = _with_defaults(grad_fn, args)  # (its graph's: a `**kwargs` left empty)
     tangents = tuple(v if k == argnum else zero_tangent(a) for k, a in enumerate(args))
     return jvp_unchecked(spread_args(grad_fn, len(args)), args, tangents)[1]
 

@@ -78,6 +78,8 @@ class TracedCallK(LibraryK):
         return host_log.host(self._run, kind=self.order)(host, *args)
 
     def _run(self, host: bool, *args):
+        if self.order >= 1:
+            self._check_no_derivative_closures(args)
         try:
             call = self.call
             graph = imported_graph(call.fn, call.hint, call.kwnames, args, host)
@@ -87,6 +89,14 @@ class TracedCallK(LibraryK):
                 raise
             raise KTransformError(exc.bare_message, self.debug) from None
         return fprop(*args)
+
+    def _check_no_derivative_closures(self, args: tuple) -> None:
+        """Refuse a function made by the differentiated program given to this
+        call (`eom(make_L(w), q)`, `eom` run as Python): here it is its
+        derivative form (returning its value and pullback), which the call
+        would run as the function itself, and the values it closes over would
+        be constants of the call's trace, with no gradient."""
+        refuse_derivative_closures(self.call.hint, args, self.debug)
 
     def __eq__(self, other):
         return isinstance(other, TracedCallK) and (self.call, self.order) == (
@@ -133,6 +143,7 @@ class DynamicCallK(DynamicK):
         hint = getattr(inner, "__name__", None) or type(inner).__name__
         user = not is_library_value(inner)
         if pytree_node(fn) is not None:  # `layer(x)`, a pytree module: its leaves get gradients
+            refuse_derivative_closures(hint, (fn, *args), self.debug)  # (run by JAX's tracer)
             with no_parameter_reads(hint) if user else contextlib.nullcontext():
                 return _object_call(self.order, len(args))(fn, *args)
         cell = fn  # (`functools.partial(cell)` binding nothing: the Cell)
@@ -152,6 +163,7 @@ class DynamicCallK(DynamicK):
             # with `self` fixed, as where it is a constant; the gradient of
             # the Cell is the env of its Parameters' (`runtime.state.param_env`)
             return _compiled_k(parse(method, bound_self=fn), self.order)(*args)
+        refuse_derivative_closures(hint, fn, self.debug)  # (its arguments: `TracedCallK`)
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
             return TracedCallK(call, self.order, self.debug)(*args)
@@ -186,6 +198,41 @@ class DynamicCallK(DynamicK):
 
     def __repr__(self):
         return f"K{self.order}[call]"
+
+
+def refuse_derivative_closures(hint: str, values, debug) -> None:
+    """Refuse a function the differentiated program made (a leaf of `values`,
+    or a static field of a pytree in it: `Kernel(lambda a, b: amp * k(a, b))`)
+    given to code run as Python or by a library (`hint`): there it is its
+    derivative form (returning its value and pullback), which that code would
+    call as the function itself, and the values it closes over would be
+    constants of the call's trace, with no gradient."""
+    leaves, tree = jax.tree_util.tree_flatten(values)
+    found = [leaf for leaf in leaves if isinstance(leaf, types.FunctionType)]
+    _static_functions(tree, found)
+    for fn in found:
+        made = graph_of(fn)
+        if made is None:
+            continue
+        name = made.name.removesuffix("_fprop")
+        raise KTransformError(
+            f"cannot differentiate {hint}(...), run as Python or by a library, given "
+            f"{name}, a function of the code being differentiated: there it would be its "
+            "derivative form, and the values a closure reads would get no gradient (pass "
+            "them as arguments, a pytree's as data fields, or call it in parsed code)",
+            debug,
+        )
+
+
+def _static_functions(tree, found: list) -> None:
+    """The functions among the static (auxiliary) data of the nodes of `tree`."""
+    data = tree.node_data()
+    if data is not None:
+        aux = data[1]
+        items = aux if isinstance(aux, (tuple, list)) else (aux,)
+        found += [item for item in items if isinstance(item, types.FunctionType)]
+    for child in tree.children():
+        _static_functions(child, found)
 
 
 def _object_call(order: int, n_args: int):

@@ -424,6 +424,12 @@ class CallBuilder:
         if python_code.reason(value) is not None and inspect.isgeneratorfunction(value):
             # its result is a generator, no array: the caller runs as Python too
             raise self.fp.unsupported(f"a call of the generator function {hint}", e)
+        if _jax_derivative_of_computed(value, args, kwargs):
+            # `jax.value_and_grad(potential_fn)` with `potential_fn` a parameter: at
+            # run time JAX would be given our compiled form of it (in a derivative,
+            # its fprop, returning a pullback: no JAX type); run as Python, JAX
+            # differentiates the function itself and its trace is imported
+            raise self.fp.unsupported(f"`{hint}(...)` of a function known only at run time", e)
         closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
         if closures:  # the library would call it apart from the values it reads
             raise self.fp.unsupported(
@@ -798,6 +804,24 @@ def _constant_attribute(args, kwargs) -> bool:
         and isinstance(args[1].value, str)
         and not isinstance(args[0].value, FuncGraph)
     )
+
+
+# JAX's own function transforms (named so: this package never calls them),
+# given the function they transform as their first argument or `fun=`.
+_JAX_DERIVATIVES = frozenset(
+    ("grad", "value_and_grad", "hessian", "jacfwd", "jacrev", "jacobian", "jvp", "vjp")
+    + ("linearize", "linear_transpose", "checkpoint", "remat")
+)
+
+
+def _jax_derivative_of_computed(value, args: list, kwargs: dict) -> bool:
+    """Whether `value(*args, **kwargs)` is one of JAX's derivative transforms
+    given a function known only at run time (not a constant of the graph)."""
+    module = getattr(value, "__module__", None) or ""
+    if not module.startswith("jax.") or getattr(value, "__name__", None) not in _JAX_DERIVATIVES:
+        return False
+    fn = args[0] if args else kwargs.get("fun")
+    return fn is not None and not isinstance(fn, Constant)
 
 
 def _reads_the_caller(node) -> bool:

@@ -50,7 +50,7 @@ def constructor(cls, args: list, kwargs: dict):
     """`(MakeNode, inputs)` for a call `cls(*args, **kwargs)`, or None when `cls`
     is not a NamedTuple or dataclass."""
     names = field_names(cls)
-    if names is None:
+    if names is None or _own_init(cls):
         return None
     if len(args) > len(names):
         raise KTransformError(f"{cls.__name__}() takes {len(names)} fields, got {len(args)}")
@@ -58,6 +58,18 @@ def constructor(cls, args: list, kwargs: dict):
     if len(set(chosen)) != len(chosen) or not set(kwargs) <= set(names):
         raise KTransformError(f"{cls.__name__}(): a field given twice or unknown: {chosen}")
     return prims.MakeNode(cls, chosen), [*args, *kwargs.values()]
+
+
+def _own_init(cls) -> bool:
+    """Whether dataclass `cls` is made by an `__init__` of its own (written
+    in the class, `init=False`: `jax.scipy.stats.gaussian_kde(dataset)`),
+    not the one `dataclasses` generates from the fields: its arguments are
+    no fields, so the call is its code's (a library call, or parsed)."""
+    if not dataclasses.is_dataclass(cls):
+        return False
+    init = getattr(getattr(cls, "__init__", None), "__code__", None)
+    # (generated code has no file: `<string>`)
+    return init is not None and not init.co_filename.startswith("<")
 
 
 def is_replace(value) -> bool:

@@ -78,6 +78,8 @@ def spread_like(d, g, tail: bool = False):
         rest = zeros_like_value(g[: len(g) - len(d)] if tail else g[len(d) :])
         items = [*rest, *d] if tail else [*d, *rest]  # `d` may be a tuple, `g` a list
         return tuple(items) if isinstance(g, tuple) else items
+    if not hasattr(d, "shape") and not isinstance(d, (int, float, complex)):
+        return d  # a dict (or other pytree) gradient: `sum_to` passed it as it is
     return jnp.broadcast_to(d, jnp.shape(g))
 
 
