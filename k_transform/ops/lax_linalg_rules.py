@@ -14,8 +14,9 @@ Each rule is JAX's jvp rule (`jax/_src/lax/linalg.py`) transposed by hand,
 so the numbers are JAX's, also where they are not finite: `eigh` and `svd`
 divide by differences of eigen/singular values, so degenerate ones give inf
 or NaN in the vectors' gradient (JAX's too); a loss of the values alone is
-finite. JAX has no rule for a partial decomposition (`subset_by_index`), a
-full-matrix `svd` or `qr` of a non-square matrix, a pivoted `qr`, complex
+finite (`_quotient`: JAX's zero cotangent of the vectors is symbolic, ours
+an array of zeros). JAX has no rule for a partial decomposition
+(`subset_by_index`), a full-matrix `svd` or `qr` of a non-square matrix, a pivoted `qr`, complex
 matrices: refused, naming the primitive.
 """
 
@@ -52,6 +53,17 @@ def _real_matrix(p) -> tuple:
     return shape[-2], shape[-1], dtype
 
 
+def _quotient(num, den):
+    """num / den, but 0 where both are 0. JAX's zero cotangent is symbolic:
+    its rule never forms the 0 / 0 (0 * inf) at repeated eigen/singular
+    values or a zero singular value; ours is an array of zeros. The select
+    tests den as well as num, so the rule stays linear in the cotangent
+    (forward mode transposes it, linearized at a zero cotangent): where den
+    is not 0 it is the plain quotient, and the tangents through the 0 / 0
+    entries are NaN, as JAX's (its factor is infinite there)."""
+    return jnp.where((num == 0) & (den == 0), 0.0, num / den)
+
+
 def _whole(p, k: int) -> None:
     subset = p.param.get("subset_by_index")
     if subset is not None and tuple(subset) != (0, k):
@@ -62,16 +74,19 @@ def _whole(p, k: int) -> None:
 @lax_rule("eigh")
 def _eigh(p):
     """JAX's jvp: M = v^T da v, dv = v (F * M), dw = diag(M), F_ij = 1/(w_j - w_i)
-    off the diagonal, 0 on it. Transposed: da = v (F * (v^T dv) + diag(dw)) v^T."""
+    off the diagonal, 0 on it. Transposed: da = v (F * (v^T dv) + diag(dw)) v^T
+    (F * (v^T dv) as `_quotient`: 0 where v^T dv is, e.g. a loss of w alone)."""
     _, n, dtype = _real_matrix(p)
     _whole(p, n)
     eye = np.eye(n, dtype=dtype)
+    off = ~np.eye(n, dtype=bool)
 
     def bprop(a, out, dout):
         v, w = out
         dv, dw = dout
-        f = 1.0 / (eye + jnp.expand_dims(w, -2) - jnp.expand_dims(w, -1)) - eye
-        c = f * (_t(v) @ dv) + eye * jnp.expand_dims(dw, -2)
+        gap = jnp.expand_dims(w, -2) - jnp.expand_dims(w, -1) + eye  # w_j - w_i, 1 on the diagonal
+        f_m = jnp.where(off, _quotient(_t(v) @ dv, gap), 0.0)
+        c = f_m + eye * jnp.expand_dims(dw, -2)
         return (v @ c @ _t(v),)
 
     return bprop
@@ -85,7 +100,9 @@ def _svd(p):
     dv = v (F * (S dS + dS^T S)) [+ (I - v v^T) da^T u / s when n > m],
     F_ij = 1/(s_j^2 - s_i^2) off the diagonal, 0 on it. Transposed, with
     P = F * (u^T du), Q = F * (v^T dv):
-    da = u (diag(ds) + (P + P^T) S + S (Q + Q^T)) v^T + the two projections'."""
+    da = u (diag(ds) + (P + P^T) S + S (Q + Q^T)) v^T + the two projections'
+    (the products with F and the divisions by s as `_quotient`: 0 where the
+    cotangent's entry is, e.g. a loss of s alone at repeated or zero s)."""
     m, n, dtype = _real_matrix(p)
     k = min(m, n)
     _whole(p, k)
@@ -101,6 +118,7 @@ def _svd(p):
         algorithm=p.param.get("algorithm"),
     )
     eye = np.eye(k, dtype=dtype)
+    off = ~np.eye(k, dtype=bool)
 
     if not uv:
 
@@ -115,16 +133,16 @@ def _svd(p):
         ds, du, dvt = dout
         dv = _t(dvt)
         row = jnp.expand_dims(s, -2)  # s_j along the columns
-        f = 1.0 / ((row + _t(row)) * (row - _t(row)) + eye) - eye
-        pu = f * (_t(u) @ du)
-        qv = f * (vt @ dv)
+        gap = (row + _t(row)) * (row - _t(row)) + eye  # s_j^2 - s_i^2, 1 on the diagonal
+        pu = jnp.where(off, _quotient(_t(u) @ du, gap), 0.0)
+        qv = jnp.where(off, _quotient(vt @ dv, gap), 0.0)
         c = eye * jnp.expand_dims(ds, -2) + (pu + _t(pu)) * row + _t(row) * (qv + _t(qv))
         da = u @ c @ vt
         if m > n:
-            g = du / row
+            g = _quotient(du, row)
             da = da + (g - u @ (_t(u) @ g)) @ vt
         if n > m:
-            g = dv / row
+            g = _quotient(dv, row)
             da = da + u @ _t(g - _t(vt) @ (vt @ g))
         return (da,)
 

@@ -10,7 +10,8 @@ operands with explicit letters (no `...`, no letter twice in one operand) and
 
 `Det` and `Pinv` have rules of JAX's own (a `custom_jvp`), finite where the
 steps' are not: `det`'s gradient at a singular matrix is its cofactor matrix
-(`adjugate`, JAX's `_cofactor_solve`), `pinv`'s at repeated or zero
+(`adjugate`: polynomials for 2x2 and 3x3, as JAX's `det`, else JAX's
+`_cofactor_solve`), `pinv`'s at repeated or zero
 singular values is Golub and Pereyra's formula (the steps, an `svd`, divide
 by differences of singular values).
 """
@@ -211,27 +212,52 @@ def bprop_solve(a, b, out, dout):
     return sum_to(da, a), sum_to(db, b)
 
 
-def adjugate(a):
-    """adj(a) = det(a) a^-1, finite where a is singular: JAX's
-    `_cofactor_solve(a, I)` (its `det`'s jvp rule). With p a = l u, adj(a) =
-    det(a) u^-1 l^-1 p. u's last pivot (0 at rank n - 1) is replaced by 1 /
-    (the signed product of the others) and the rows of l^-1 p but the last
-    are scaled by det(a): one solve with that u is det(a) u^-1 l^-1 p, with
-    no division by the last pivot. Where that solve still overflows (another
-    pivot is 0: rank n - 2 or less), adj(a) = 0, as JAX's."""
+def _cofactors(a):
+    """The cofactor matrix (adj(a)^T) of a 2x2 or 3x3 a, as polynomials: JAX's
+    det of these sizes is the polynomial (`_det_2x2`, `_det_3x3`), so its
+    derivatives of every order are these', finite at a singular a."""
+    if a.shape[-1] == 2:
+        return jnp.roll(a, (1, 1), (-2, -1)) * np.array([[1.0, -1.0], [-1.0, 1.0]], a.dtype)
+
+    def shifted(i, j):  # entry (r, c) is a[(r + i) % 3, (c + j) % 3]
+        return jnp.roll(a, (-i, -j), (-2, -1))
+
+    return shifted(1, 1) * shifted(2, 2) - shifted(1, 2) * shifted(2, 1)
+
+
+def _pivoted(a) -> tuple:
+    """(lu, permutation, partial products of the pivots with the sign of
+    the permutation), u's last pivot replaced as `adjugate` says."""
     n = a.shape[-1]
-    if n == 1:
-        return jnp.ones_like(a)
     lu, pivots, permutation = jax.lax.linalg.lu(a)
     parity = jnp.count_nonzero(pivots != jnp.arange(n, dtype=pivots.dtype), axis=-1)
     sign = (1 - 2 * (parity % 2)).astype(a.dtype)
     partial_det = jnp.cumprod(jnp.diagonal(lu, axis1=-2, axis2=-1), axis=-1) * sign[..., None]
-    lu = lu.at[..., -1, -1].set(1.0 / partial_det[..., -2])
+    return lu.at[..., -1, -1].set(1.0 / partial_det[..., -2]), permutation, partial_det
+
+
+def adjugate(a):
+    """adj(a) = det(a) a^-1, finite where a is singular. 2x2 and 3x3: the
+    polynomials (`_cofactors`). Larger: JAX's `_cofactor_solve(a, I)` (its
+    `det`'s jvp rule). With p a = l u, adj(a) = det(a) u^-1 l^-1 p. u's last
+    pivot (0 at rank n - 1) is replaced by 1 / (the signed product of the
+    others) and the rows of l^-1 p but the last are scaled by det(a): one
+    solve with that u is det(a) u^-1 l^-1 p, with no division by the last
+    pivot. Where that solve still overflows (another pivot is 0: rank n - 2
+    or less), adj(a) = 0, as JAX's; there the steps run on the identity
+    instead of a (the test reads a stopped a), so their derivatives are 0,
+    not the 0 * inf of a singular u's (JAX's are 0 too)."""
+    n = a.shape[-1]
+    if n == 1:
+        return jnp.ones_like(a)
+    if n <= 3:
+        return _t(_cofactors(a))
+    lu, _, _ = _pivoted(jax.lax.stop_gradient(a))
     ones = jnp.ones(a.shape[:-1] + (1,), a.dtype)
     test = jsl.solve_triangular(lu, ones, lower=False)
     singular = jnp.any(jnp.isnan(test) | jnp.isinf(test), axis=(-2, -1))[..., None, None]
-    rows = (jnp.expand_dims(permutation, -1) == jnp.arange(n)).astype(a.dtype)  # p
-    x = jnp.where(singular, 0.0, rows)
+    lu, permutation, partial_det = _pivoted(jnp.where(singular, np.eye(n, dtype=a.dtype), a))
+    x = (jnp.expand_dims(permutation, -1) == jnp.arange(n)).astype(a.dtype)  # p
     x = jsl.solve_triangular(lu, x, lower=True, unit_diagonal=True)
     scale = jnp.where(jnp.arange(n) == n - 1, 1.0, partial_det[..., -1:])
     x = jsl.solve_triangular(lu, x * jnp.expand_dims(scale, -1), lower=False)
