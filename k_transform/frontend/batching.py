@@ -23,6 +23,8 @@ the program runs and a user's callable object.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -67,6 +69,45 @@ def along_axis(builder, fun: Node, axis: Node):
     return apply_along_axis, free
 
 
+def with_closures(builder, value, args: list[Node], kwargs: dict[str, Node]):
+    """`(function, inputs)` for a library call `value(*args, **kwargs)` given
+    closures over the caller's values (`jax.tree.map(lambda g: lr * g, u)`):
+    each closure closure-converted (`converted`), the values it reads passed
+    as inputs of the call, so that JAX's tracer sees them as the call's
+    arguments (their gradients flow) rather than constants baked into its
+    trace; called as `function(*inputs)`. None where one cannot run apart
+    from the program (see the module)."""
+    given = [*args, *kwargs.values()]
+    parts, read = [], []  # per argument: (fn, how many values it reads) or None
+    for a in given:
+        graph = a.value if isinstance(a, Constant) else None
+        if not (isinstance(graph, FuncGraph) and graph.free_variables()):
+            parts.append(None)
+            continue
+        made = converted(builder, a)
+        if made is None:
+            return None
+        parts.append((made[0], len(made[1])))
+        read += made[1]
+    n_args, names = len(args), tuple(kwargs)
+
+    def call(*values):
+        at, closures = 0, []
+        for part in parts:
+            if part is not None:
+                fn, n = part
+                closures.append(functools.partial(fn, *values[at : at + n]))
+                at += n
+        rest, made = iter(values[at:]), iter(closures)
+        full = [next(rest) if part is None else next(made) for part in parts]
+        return value(*full[:n_args], **dict(zip(names, full[n_args:], strict=True)))
+
+    call.__name__ = getattr(value, "__name__", "call")
+    call.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
+    plain = [a for a, part in zip(given, parts, strict=True) if part is None]
+    return call, [*read, *plain]
+
+
 def converted(builder, fun: Node):
     """`(fn, free)`: a Python function computing `fun` that takes the values
     `fun` reads from its enclosing function (the nodes `free`) first; None
@@ -79,6 +120,8 @@ def converted(builder, fun: Node):
         value = graph
     if isinstance(value, FuncGraph) or is_user_function(value):
         graph = value if isinstance(value, FuncGraph) else builder.parse(value)
+        if graph.signature is not None:  # `*args`, keyword-only: not its parameters in order
+            return None
         free = graph.free_variables()
         if _calls_any(graph, free):  # a function it reads: known when the program runs
             return None

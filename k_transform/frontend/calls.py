@@ -47,6 +47,7 @@ from k_transform.frontend import (
     mutability,
     python_code,
     pytrees,
+    sugar,
 )
 from k_transform.frontend.desugar import (
     LIST_MUTATORS,
@@ -293,6 +294,10 @@ class CallBuilder:
                 return Constant(super(*[a.value for a in args]), self.debug(e), "super")
             except TypeError:
                 pass  # raised when the line runs, as Python does (a LibraryCall below)
+        if value is functools.partial and args and not _all_constant([*args, *kwargs.values()]):
+            made = self.partial_closure(args[0], args[1:], kwargs, None, e)
+            if made is not None:
+                return made
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if kt_attribute(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
@@ -431,6 +436,12 @@ class CallBuilder:
             # differentiates the function itself and its trace is imported
             raise self.fp.unsupported(f"`{hint}(...)` of a function known only at run time", e)
         closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
+        library = closures and is_library_value(value)
+        lifted = batching.with_closures(self, value, args, kwargs) if library else None
+        if lifted is not None:  # the values they read passed to the call
+            host = host_call(value, False) or python_code.reason(value) is not None
+            prim = prims.LibraryCall(lifted[0], hint, (), host)
+            return self.apply(prim, *lifted[1], node=e)
         if closures:  # the library would call it apart from the values it reads
             raise self.fp.unsupported(
                 f"`{hint}(...)` given `{closures[0].name}`, a function reading variables "
@@ -533,6 +544,49 @@ class CallBuilder:
         if isinstance(node, Apply) and isinstance(node.fn.value, (prims.MakeTuple, prims.MakeList)):
             return list(node.args)
         raise self.fp.error(f"{what} must be a tuple or list written at the call", e)
+
+    def partial_closure(self, fn: Node, bound: list[Node], kw: dict, rest: Node | None, e):
+        """`functools.partial(f, *bound, **kw)` (`**rest`: a dict whose keys are
+        known when run) of a user function `f`, with values of the program:
+        the closure `def f_partial(<f's parameters after bound>): return
+        f(*bound, <them>, **kw)`, a parameter with a default passed on only
+        where the call gives it (else `kw` or `f`'s default fills it, as in
+        Python). None for any other `f` (one with `*args`), which stays a
+        library call."""
+        graph = self.callee_graph(fn)
+        sig = graph.signature if graph is not None else None
+        positional = sig.positional if sig is not None else graph and graph.param_names
+        if positional is None or (sig is not None and sig.vararg) or len(bound) > len(positional):
+            return None
+        names = list(positional[len(bound) :])
+        if any(n in kw for n in names):  # filled by keyword from then on, as in Python
+            names = names[: min(names.index(n) for n in names if n in kw)]
+        required = [n for n in names if graph.defaults.get(n) is None]
+        optional = names[len(required) :]
+        absent = self.hidden_name(Constant(ABSENT, hint="absent"))
+        f = self.hidden_name(fn)
+        b = self.hidden_name(self.apply(prims.MakeTuple(), *bound, node=e))
+        d = self.hidden_name(
+            rest
+            if rest is not None
+            else self.apply(
+                prims.MakeDict(), *[x for k, v in kw.items() for x in (self.const(k, e), v)], node=e
+            )
+        )
+        params = ", ".join([*required, *(f"{n}={absent}" for n in optional)])
+        lines = [f"def {graph.name}_partial({params}):", "    _kt_acc = ()"]
+        for k, n in enumerate(optional):  # Python fills them in order
+            earlier = " or ".join(f"{m} is {absent}" for m in optional[:k]) or "False"
+            lines += [
+                f"    if {n} is not {absent}:",
+                f"        if {earlier}:",
+                f"            raise TypeError('{graph.name}_partial() given {n} but not the "
+                "parameters before it: k_transform passes them by position')",
+                f"        _kt_acc = ({', '.join(optional[: k + 1])},)",
+            ]
+        lines.append(f"    return {f}(*{b}, {''.join(n + ', ' for n in required)}*_kt_acc, **{d})")
+        fdef = sugar.locate(gast.parse("\n".join(lines)).body[0], e)
+        return self.built_now(fdef)
 
     def partial_call(self, p: functools.partial, args, kwargs, e) -> Node:
         """`functools.partial(f, *bound, **kw)(*args, **kwargs)` is
@@ -830,3 +884,17 @@ def _reads_the_caller(node) -> bool:
     return (
         isinstance(graph, FuncGraph) and graph.parent is not None and bool(graph.free_variables())
     )
+
+
+class _Absent:
+    """The default of a parameter a `partial_closure` passes on only if given."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT = _Absent()
+
+
+def _all_constant(nodes) -> bool:
+    return all(isinstance(a, Constant) for a in nodes)

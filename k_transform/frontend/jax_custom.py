@@ -1,6 +1,7 @@
 """JAX's own-gradient functions written by the user: JAX's `custom_vjp`, `custom_jvp`.
 
-A user's `@custom_vjp` (JAX's) function `f`, called in parsed code, is
+A user's `@custom_vjp` (JAX's) function `f` (also one over `@jax.jit`: the
+jitted function is read), called in parsed code, is
 differentiated by its own rule, as JAX differentiates it. The call is a call
 of a graph running `f.fun` (what a plain call runs), whose K is not a
 transform of it but the fprop of its rule (`FuncGraph.custom_fprop`, which
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
-from k_transform.frontend.callables import custom_rule_kind
+from k_transform.frontend.callables import custom_rule_kind, wrapped_target
 from k_transform.frontend.guards import guards_of
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -36,7 +37,10 @@ from k_transform.ops.structural import EMPTY_ENV, zeros_like
 
 def users_custom_rule(value) -> bool:
     """Whether `value` is a custom_vjp or custom_jvp function the user wrote."""
-    return custom_rule_kind(value) is not None and is_user_function(value.fun)
+    if custom_rule_kind(value) is None:
+        return False
+    fun = wrapped_target(value.fun) or value.fun  # `@custom_vjp @jit def f`: f
+    return is_user_function(fun)
 
 
 def lower_custom(builder, value, args: list, kwargs: dict, e):
@@ -131,7 +135,8 @@ class _RefusedJvp:
     def bprop(self):
         raise KTransformError(
             f"cannot differentiate the JAX custom_jvp function {self.name}: k_transform "
-            "differentiates in reverse mode and does not transpose a jvp rule; give it "
-            "its gradient as a JAX custom_vjp (fwd, bwd), or register a bprop with "
-            "kt.bprop_getters"
+            "differentiates in reverse mode and does not transpose a jvp rule; its forward "
+            "mode (kt.jvp, jacfwd) is built from the reverse one, so it does not use the "
+            "jvp rule either (not supported yet); give it its gradient as a JAX custom_vjp "
+            "(fwd, bwd), or register a bprop with kt.bprop_getters"
         )

@@ -152,7 +152,7 @@ class _Facts(gast.NodeVisitor):
         for name in _passes(value) - same:  # `a = a` makes no new reference
             self.aliases.append(_Event(name, s, self.index, self.loops))
         self.alias_items(value, s, 0)
-        for name in _viewed(value):
+        for name in _viewed(value) - same:  # nor a view of itself
             self.views.append(_Event(name, s, self.index, self.loops))
         self.alias_calls(s, s)
 

@@ -82,6 +82,7 @@ from k_transform.frontend.source import Source, is_user_function
 from k_transform.frontend.statements import StatementBuilder
 from k_transform.frontend.unpacking import UnpackingBuilder
 from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, FuncGraph, Node
+from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops.fold import fold, tuple_item, tuple_slice
 from k_transform.protocol import kt_attribute
@@ -383,6 +384,27 @@ class GraphBuilder(
     def debug(self, node, name: str = ""):
         return self.fp.source.debug(node, name)
 
+    def refuse_star_function_values(self, values, node, how: str = "passed as an argument") -> None:
+        """Refuse a def with `*args` given as an argument to a function (a
+        user function, a model, a value known when run) or returned (also in
+        a tuple, list or dict): its graph takes `*args` as one tuple
+        parameter, which only a call the parser binds (`bind_signature`)
+        packs; one called where the program runs would bind its positional
+        arguments one by one (`g(x, y)`: the tuple parameter is `y`), a wrong
+        value with no error. Refused, a plain function runs as Python."""
+        for a in values:
+            graph = a.value if isinstance(a, Constant) else None
+            sig = graph.signature if isinstance(graph, FuncGraph) else None
+            if sig is not None and sig.vararg is not None:
+                raise self.fp.unsupported(
+                    f"the function {graph.name!r}, which takes `*{sig.vararg}`, {how} "
+                    "(to be called where the program runs)",
+                    node,
+                )
+            maker = a.fn.value if isinstance(a, Apply) and isinstance(a.fn, Constant) else None
+            if isinstance(maker, (prims.MakeTuple, prims.MakeList, prims.MakeDict)):
+                self.refuse_star_function_values(a.args, node, how)
+
     def apply(self, prim, *args: Node, node=None) -> Node:
         """`prim(*args)`, folded to a constant when it is static."""
         folded = fold(prim, args)
@@ -400,6 +422,8 @@ class GraphBuilder(
             if joined is not None:
                 return self.apply(*joined)
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
+        if not isinstance(fn.value if isinstance(fn, Constant) else None, Primitive):
+            self.refuse_star_function_values(args, node)
         debug = self.debug(node) if node is not None else NO_DEBUG
         args = tuple(self.parameters_read(a, debug) for a in args)
         return self.graph.apply(fn, *args, debug=debug)

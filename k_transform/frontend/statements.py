@@ -62,6 +62,7 @@ class StatementBuilder:
     def stmt_Return(self, s) -> None:
         value = self.expr(s.value) if s.value is not None else self.const(None, s)
         value = self.current(value)
+        self.refuse_star_function_values([value], s, "returned")
         if self.nonlocals:  # a closure that rebinds `nonlocal` names returns them too
             values = [self.read(n, s) for n in self.nonlocals]
             value = self.apply(prims.MakeTuple(), value, *values, node=s)

@@ -12,6 +12,8 @@ a run-time sequence unpacked into a library function, raises
 
 from __future__ import annotations
 
+import functools
+
 import gast
 
 from k_transform import ops
@@ -78,6 +80,11 @@ class UnpackingBuilder:
                 kwargs[key] = value
         if tail is not None:
             return self.call_with_tail(callee, args, tail, kwargs, e, unknown)
+        partial = isinstance(callee, Constant) and callee.value is functools.partial
+        if unknown is not None and partial and args and not kwargs:  # partial(f, **kwargs)
+            made = self.partial_closure(args[0], args[1:], {}, unknown, e)
+            if made is not None:
+                return made
         if unknown is not None:
             kwargs = self.keywords_from(callee, unknown, len(args), kwargs, e)
         return self.call(callee, args, kwargs, e)
@@ -176,6 +183,15 @@ class UnpackingBuilder:
             out[n] = self.expr(sugar.locate(pick, e))
         taken = self.const(tuple([*consumed, *names, *kwargs]), e)
         if sig is not None and sig.kwarg is not None:
+            given = positional[: max(filled - sig.n_posonly, 0)]  # (`consumed`: by `*seq` or `d`)
+            filled_names = self.const(tuple(n for n in given if n not in consumed), e)
+            name = self.const(graph.name, e)  # a key given by position too: Python's TypeError
+            fine = self.apply(
+                call_of(rt.keys_unfilled, "keys_unfilled"), d, filled_names, name, node=e
+            )
+            self.apply(
+                prims.Assert(), fine, self.const("multiple values for an argument", e), node=e
+            )
             rest = gast.DictComp(
                 key=sugar.name("_kt_k"),
                 value=gast.Subscript(value=hidden, slice=sugar.name("_kt_k"), ctx=gast.Load()),

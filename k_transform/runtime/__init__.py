@@ -44,6 +44,7 @@ from k_transform.runtime.python import (  # noqa: F401
     insert_position,
     iterated,
     iterated_grad,
+    keys_unfilled,
     keys_within,
     list_append,
     list_delete,

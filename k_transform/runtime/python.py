@@ -422,6 +422,15 @@ def keys_within(d, names: tuple, fn: str = "function") -> bool:
     return True
 
 
+def keys_unfilled(d, names: tuple, fn: str = "function") -> bool:
+    """True if no key of `d` is one of `names` (`fn(a, **d)`: the parameters
+    given by position), else Python's TypeError naming the first such key."""
+    for k in d:
+        if k in names:
+            raise TypeError(f"{fn}() got multiple values for argument {k!r}")
+    return True
+
+
 def check_star_args(seq, fn: str, given: int, names: tuple, required: int, star: bool) -> None:
     """`fn(<given positional arguments>, *seq)`: Python's TypeError when `seq`
     leaves one of the first `required` of the parameters `names` (those after

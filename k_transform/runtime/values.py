@@ -102,7 +102,9 @@ def pytree_node(x):
     if x is UNDEFINED or is_tracer(x) or hasattr(type(x), "__next__"):  # (an iterator: a
         return None  # leaf, which JAX warns of for `zip` and `enumerate` objects)
     children, treedef = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
-    return None if jax.tree_util.treedef_is_leaf(treedef) else (children, treedef)
+    # (an empty node, `EmptyState()`, is one node with no leaves: a node, not a leaf)
+    leaf = jax.tree_util.treedef_is_leaf(treedef) and treedef.num_leaves == 1
+    return None if leaf else (children, treedef)
 
 
 def dict_like(x, grads: dict):
