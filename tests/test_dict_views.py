@@ -89,3 +89,29 @@ def test_writes_a_live_view_sees_are_refused(fn):
     message = str(info.value)
     assert "d['q'] = ..." in message and "another reference" in message
     assert f"line {line_of(fn, WRITE)}" in message
+
+
+def test_jvp_of_a_dict_comprehension_before_a_traced_loop_matches_jax():
+    """Found by the fuzzer (`dicts`): forward mode through a dict built by a
+    comprehension read a key the second order's gradient of the dict, built
+    from the dict before the key was set, lacked (KeyError)."""
+
+    def f(x):
+        y = x * 0.5 + 0.1
+        d1 = {"p": jnp.exp(jnp.tanh(-0.5 * x)), "q": 0.2 * jnp.sum(jnp.sin(x)) * y}
+        e2 = {k: w * 0.5 for k, w in d1.items()}
+        z = e2["q"] + sum(list(e2.values())) + d1["p"]
+        z = jnp.exp(jnp.tanh(x[0] * z))
+        k = 0
+        while jnp.mean(jnp.sin(x)) > -1.5 and k < 5:
+            k = k + 1
+        return jnp.sum(jnp.tanh(z)) + jnp.sum(y * z)
+
+    x, t = jnp.array([0.3, -0.2, 0.5]), jnp.array([1.0, 0.5, -0.3])
+    want = jax.jvp(f, (x,), (t,))[1]
+    kt.set_mode("eager")
+    try:
+        np.testing.assert_allclose(kt.jvp(f, (x,), (t,))[1], want, rtol=1e-5)
+    finally:
+        kt.set_mode("graph")
+    np.testing.assert_allclose(kt.jvp(f, (x,), (t,))[1], want, rtol=1e-5)

@@ -857,7 +857,10 @@ def bprop_setitem(x, index, value, out, dout):
         return set_item(dout, span, zeros_value(x[index])), None, dvalue
     # Read row `index` before writing it: XLA updates `dout` in place then
     # (written the other way round, a loop copied the whole array every step).
-    read = dout[index]
+    if isinstance(dout, dict) and index not in dout:  # a gradient built without the
+        read = zeros_like(value)  # key (a second order's, from the dict before it): zero
+    else:
+        read = dout[index]
     if not isinstance(x, (list, dict)):  # only the writes kept take a gradient
         read = jnp.where(kept_writes(x, index), read, 0.0)
     dvalue = sum_to(read, value)  # value may broadcast
