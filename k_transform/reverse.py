@@ -191,7 +191,7 @@ def grad(
     left, the bare gradient when one is: `grad(f, (0, 1))(x, 2)` is f's
     gradient w.r.t. `x`). Python floats are differentiated. `argnums`: JAX's
     name for `grad_position`; spelled so, the call follows JAX on integer
-    inputs too (TypeError, as `jax.grad(f, argnums=1)` raises)."""
+    inputs too (a TypeError, as JAX's gradient raises given an integer input)."""
     options = (weights, has_aux, return_ids, sens_param)
     return _gradient("kt.grad", fn, position(grad_position, argnums, "kt.grad"), options, argnums)
 

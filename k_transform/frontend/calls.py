@@ -430,10 +430,11 @@ class CallBuilder:
             # its result is a generator, no array: the caller runs as Python too
             raise self.fp.unsupported(f"a call of the generator function {hint}", e)
         if _jax_derivative_of_computed(value, args, kwargs):
-            # `jax.value_and_grad(potential_fn)` with `potential_fn` a parameter: at
-            # run time JAX would be given our compiled form of it (in a derivative,
-            # its fprop, returning a pullback: no JAX type); run as Python, JAX
-            # differentiates the function itself and its trace is imported
+            # a JAX derivative transform (value_and_grad, hessian, ...) of a
+            # function that is a parameter: at run time JAX would be given our
+            # compiled form of it (in a derivative, its fprop, returning a
+            # pullback: no JAX type); the caller runs as Python instead, the
+            # user's own call as written, and its trace is imported
             raise self.fp.unsupported(f"`{hint}(...)` of a function known only at run time", e)
         closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
         library = closures and is_library_value(value)
