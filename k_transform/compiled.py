@@ -168,7 +168,7 @@ def _classic_emitters() -> dict | None:
     return options
 
 
-_BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.+) ran (?P<n>\d+) iterations")
+_BOUND_MESSAGE = re.compile(r"while loop at (?P<where>.*?) ran (?P<n>\d+) iterations")
 
 
 def _grow_loop_bound(exc: Exception) -> bool:

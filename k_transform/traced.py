@@ -27,7 +27,7 @@ import numpy as np
 from k_transform.codegen.compile import compile_graph, graph_of
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
-from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph
+from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph, output_mask
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models
 from k_transform.frontend.jaxpr import imported_graph
@@ -51,9 +51,18 @@ class TracedCallK(LibraryK):
     bprop differentiated again: jvp, second order).
     """
 
-    def __init__(self, call: prims.LibraryCall, order: int, debug=NO_DEBUG):
+    def __init__(
+        self,
+        call: prims.LibraryCall,
+        order: int,
+        debug=NO_DEBUG,
+        out_used=None,
+        lower: tuple = (),
+    ):
         self.call = call
         self.order = order
+        # per order, the items of the result the caller reads (`DFunctor.used_items`)
+        self.masks = (*(lower or (None,) * (order - 1)), out_used)
         self.debug = debug  # the user's call site, for errors (not part of equality)
         base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
         self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
@@ -67,8 +76,8 @@ class TracedCallK(LibraryK):
     def host(self) -> bool:
         return self.call.host
 
-    def k(self) -> TracedCallK:
-        return TracedCallK(self.call, self.order + 1, self.debug)
+    def k(self, out_used=None) -> TracedCallK:
+        return TracedCallK(self.call, self.order + 1, self.debug, out_used, self.masks)
 
     def __call__(self, *args):
         host = self.call.host or _host_receiver(self.call, args)
@@ -83,7 +92,7 @@ class TracedCallK(LibraryK):
         try:
             call = self.call
             graph = imported_graph(call.fn, call.hint, call.kwnames, args, host)
-            fprop = _compiled_k(graph, self.order)
+            fprop = _compiled_k(graph, self.order, self.masks)
         except KTransformError as exc:
             if exc.debug is not None and exc.debug.line > 0:
                 raise
@@ -99,13 +108,14 @@ class TracedCallK(LibraryK):
         refuse_derivative_closures(self.call.hint, args, self.debug)
 
     def __eq__(self, other):
-        return isinstance(other, TracedCallK) and (self.call, self.order) == (
+        return isinstance(other, TracedCallK) and (self.call, self.order, self.masks) == (
             other.call,
             other.order,
+            other.masks,
         )
 
     def __hash__(self):
-        return hash((self.call, self.order))
+        return hash((self.call, self.order, self.masks))
 
     def __repr__(self):
         return f"K{self.order}[{self.call!r}]"
@@ -347,14 +357,19 @@ def _is_k_function(fn) -> bool:
 _RUN_TIME = ("k_transform.control.", "k_transform.runtime.")
 
 
-def _compiled_k(graph: FuncGraph, order: int):
-    """The generated function of K^order(graph) (cached with the graph)."""
-    key = (graph.uid, order)
+def _compiled_k(graph: FuncGraph, order: int, masks: tuple = ()):
+    """The generated function of K^order(graph) (cached with the graph);
+    `masks[n]`: the items of K^n's result the caller reads (K^(n+1) gives
+    the others no cotangent; None: all)."""
+    masks = masks or (None,) * order
+    if masks:
+        masks = (output_mask(graph, masks[0]), *masks[1:])
+    key = (graph.uid, order, masks)
     compiled = TRANSFORM.cache("traced.compiled")
     if key not in compiled:
         k = graph
-        for _ in range(order):
-            k = k_graph(k)
+        for n in range(order):
+            k = k_graph(k, out_used=masks[n])
         compiled[key] = compile_graph(k)
     return compiled[key]
 

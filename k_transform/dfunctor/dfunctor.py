@@ -94,12 +94,13 @@ class LibraryK:
     returning `(result, bprop)` at order 1. Its graph is known only at trace
     time, so the layer that imports jaxprs and compiles makes it
     (`Services.library_k`: `k_transform.traced.TracedCallK`). K of it is the
-    same call one order higher, `k()`."""
+    same call one order higher, `k(out_used)` (the items of this call's
+    result the caller reads: `DFunctor.used_items`)."""
 
     call: prims.LibraryCall
     order: int
 
-    def k(self) -> LibraryK:
+    def k(self, out_used: Mask = None) -> LibraryK:
         raise NotImplementedError
 
 
@@ -131,7 +132,9 @@ class Services:
 
     - `parse(fn)`: a gradient rule's Python function as a FuncGraph (the
       registry caches it: `bprop_getters.bprop_graph(prim, n, parse)`);
-    - `library_k(call, order, debug)`: a `LibraryK` for a library call;
+    - `library_k(call, order, debug, out_used)`: a `LibraryK` for a library
+      call (`out_used`: the items of its result the caller reads, see
+      `DFunctor.used_items`);
     - `dynamic_k(order, debug)`: a `DynamicK` for a call of a run-time value;
     - `is_modelled(value)`: whether the parser reads calls of `value` as a
       Python model (`lax.cond`, `jax.vmap`), so it is no value K can map.
@@ -157,27 +160,39 @@ def install(
     SERVICES.dynamic_k = dynamic_k
 
 
-def k_graph(graph: FuncGraph, wrt_inputs: bool | tuple[bool, ...] = True) -> FuncGraph:
+def k_graph(
+    graph: FuncGraph,
+    wrt_inputs: bool | tuple[bool, ...] = True,
+    out_used: Mask = None,
+) -> FuncGraph:
     """K(graph): the fprop graph of a top-level graph. `wrt_inputs=False`
     differentiates only the parameters of the closures `graph` builds (a
     bprop's `dout`), not `graph`'s own inputs; a tuple of flags, only the
     inputs flagged (a gradient w.r.t. some of them: the others' gradients
-    are zeros, never computed; see `DFunctor.is_active`)."""
+    are zeros, never computed; see `DFunctor.is_active`). `out_used`: the
+    only items of `graph`'s tuple result whose cotangents may be non-zero
+    (`DFunctor.used_items`)."""
     if isinstance(wrt_inputs, tuple):
         passive = False if all(wrt_inputs) else wrt_inputs
     else:
         passive = not wrt_inputs
-    return _functor(graph, None, passive).fprop
+    return _functor(graph, None, passive, out_used).fprop
 
 
 def _functor(
-    graph: FuncGraph, parent: DFunctor | None, passive: bool | tuple[bool, ...] = False
+    graph: FuncGraph,
+    parent: DFunctor | None,
+    passive: bool | tuple[bool, ...] = False,
+    out_used: Mask = None,
 ) -> DFunctor:
     passive = parent.passive if parent is not None else passive
-    key = (graph.uid, passive, isinstance(passive, CallFlags))
+    out_used = output_mask(graph, out_used) if parent is None else None
+    # a closure's K is its parent's: made once for each K of the top graph
+    made_for = (out_used, True) if parent is None else (parent.made_for[0], False)
+    key = (graph.uid, passive, isinstance(passive, CallFlags), made_for)
     functors = TRANSFORM.cache("dfunctor.functors")
     if key not in functors:
-        functor = DFunctor(graph, parent, passive)
+        functor = DFunctor(graph, parent, passive, out_used)
         functors[key] = functor  # before running: recursion finds it
         try:
             functor.run()
@@ -185,6 +200,44 @@ def _functor(
             del functors[key]
             raise
     return functors[key]
+
+
+# The items of a tuple a caller reads: `((k, items of item k), ...)`, in
+# order of k; None: the whole value (`DFunctor.used_items`).
+Mask = tuple | None
+
+
+def output_mask(graph: FuncGraph, used: Mask) -> Mask:
+    """`used` (the items of `graph`'s result a caller reads) where it leaves
+    some out of the tuples `graph` builds; None (all of it) otherwise."""
+    return _mask_of(graph.output, used)
+
+
+def _mask_of(node: Node, used: Mask) -> Mask:
+    if used is None or not _builds_tuple(node) or any(k >= len(node.args) for k, _ in used):
+        return None
+    items = tuple((k, _mask_of(node.args[k], sub)) for k, sub in used)
+    if len(items) == len(node.args) and all(sub is None for _, sub in items):
+        return None
+    return items
+
+
+def _masked(node: Node, used: Mask):
+    """`(item, path)` for each part of `node` that `used` keeps (`_mask_of`)."""
+    if used is None:
+        yield node, ()
+        return
+    for k, sub in used:
+        for item, path in _masked(node.args[k], sub):
+            yield item, (k, *path)
+
+
+def _builds_tuple(node: Node) -> bool:
+    return (
+        isinstance(node, Apply)
+        and isinstance(node.fn, Constant)
+        and isinstance(node.fn.value, prims.MakeTuple)
+    )
 
 
 def fv_key(node: Node) -> str:
@@ -339,11 +392,18 @@ class DFunctor:
         primal: FuncGraph,
         parent: DFunctor | None,
         passive: bool | tuple[bool, ...] = False,
+        out_used: Mask = None,
     ):
         self.primal = primal
         self.parent = parent
         # the top graph's inputs (all, or those a tuple does not flag) are constants
         self.passive = passive
+        self.out_used = out_used  # the items of the result a caller reads (None: all)
+        # the top graph's `out_used`, and whether this is it (`_functor`'s key)
+        self.made_for = (out_used, True) if parent is None else (parent.made_for[0], False)
+        self._readers: dict[int, list] | None = None
+        self._live: set[int] | None = None  # `_may_get_sens`
+        self._captured: set[int] | None = None  # `_captured_nodes`
         self.active: set[int] = set()  # passive: primal nodes that depend on an active input
         self._active_closures: dict[int, bool] = {}
         fparent = parent.fprop if parent is not None else None
@@ -495,7 +555,7 @@ class DFunctor:
             # own, not its fprop: a constant takes no gradient, and the library's
             # jaxpr, differentiated as a whole, holds what its calls compute.
             args = _given(node.args, args)
-            k1 = SERVICES.library_k(fn, 1, node.debug)
+            k1 = SERVICES.library_k(fn, 1, node.debug, self.used_items(node))
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
@@ -554,6 +614,9 @@ class DFunctor:
         computed. A second order then cannot meet what its gradient would
         hold: `0 * inf` where `log1p(-y)` is infinite at a label `y` of 1,
         NaN where JAX, whose zero tangents are symbolic, has a number."""
+        if isinstance(fn, LibraryK):  # K of K of an imported call: one order up
+            higher = fn.k(self.used_items(node))
+            return Constant(higher, node.fn.debug, higher.hint)
         graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
         if (
             graph is None
@@ -566,10 +629,54 @@ class DFunctor:
             not _plain_data(a.value) if isinstance(a, Constant) else self.is_active(a)
             for a in node.args
         ]
-        if all(flags):
+        used = output_mask(graph, self.used_items(node))
+        if all(flags) and used is None:
             return self.kval(node.fn)
-        fprop = _functor(graph, None, CallFlags(flags)).fprop
+        passive = False if all(flags) else CallFlags(flags)
+        fprop = _functor(graph, None, passive, used).fprop
         return Constant(fprop, node.fn.debug, node.fn.hint)
+
+    def used_items(self, node: Apply, depth: int = 0) -> Mask:
+        """The items of `node`'s result the program reads, when it reads only
+        items at constant indices (`coef, _, _, _ = lstsq(a, y)`; `Mask`): K
+        of the callee then gives the others no cotangent, not zeros. Else
+        None.
+        A zero cotangent is not symbolic: times an infinite slope (`sqrt`'s
+        at the unused residual 0) it is NaN, where JAX, whose zeros are
+        symbolic, has a number; a second order meets the same in the primal
+        result that a gradient computes and drops (`log(0)`)."""
+        if self._readers is None:
+            self._readers = self.primal.readers()
+        live = self._may_get_sens()
+        used: dict[int, list[Apply]] = {}
+        if id(node) not in self._readers or id(node) in self._captured_nodes():
+            return None
+        if node is self.primal.output:
+            return None
+        for reader in self._readers[id(node)]:
+            if reader is None:  # a closure's read that sends no sensitivity (`_live_reads`)
+                continue
+            if id(reader) not in live or not _sends_to(reader, node):
+                continue  # read and dropped (`_`, a check, `len`): no cotangent comes back
+            index = _item_index(reader, node)
+            if index is None:
+                return None
+            used.setdefault(index, []).append(reader)
+        return tuple(
+            (k, self.used_items(r[0], depth + 1) if len(r) == 1 and depth < 4 else None)
+            for k, r in sorted(used.items())
+        )
+
+    def _may_get_sens(self) -> set[int]:
+        """The ids of the primal nodes that may get a sensitivity: the
+        result's (the items the caller reads, `out_used`), what closures
+        read, and the inputs of an active node that does and passes one back
+        (not a primitive with no gradient, such as `ones_like`)."""
+        if self._live is None:
+            out = [n for n, _ in _masked(self.primal.output, self.out_used)]
+            captured = [n for n in self.primal.nodes if id(n) in self._captured_nodes()]
+            self._live = _sens_flow(self.primal, [*out, *captured], self.is_active)[0]
+        return self._live
 
     def _copy_hints(self, node: Apply) -> None:
         """Codegen hints of a primal node, carried to its K-value."""
@@ -586,7 +693,12 @@ class DFunctor:
         dout = self.bprop.add_parameter("dout")
         self.env = None
         captured = self._captured_nodes()
-        self.contribute(self.primal.output, dout)
+        # only the items of the result the caller reads (`used_items`)
+        for node, path in _masked(self.primal.output, self.out_used):
+            d = dout
+            for k in path:
+                d = self._item(self.bprop, d, k, NO_DEBUG.named(f"{d.debug.name or 'dout'}_{k}"))
+            self.contribute(node, d)
         for node in reversed(self.primal.nodes):
             if not self.is_active(node):
                 continue
@@ -603,11 +715,14 @@ class DFunctor:
         self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), env, *grads)
 
     def _captured_nodes(self) -> set[int]:
-        """Nodes of the primal graph that closures read (their sens is in env)."""
-        found: set[int] = set()
-        for child in self.primal.children():
-            found |= {id(v) for v in child.free_variables() if v.graph is self.primal}
-        return found
+        """Nodes of the primal graph that closures read where it counts
+        (`_live_reads`): their sens is in env."""
+        if self._captured is None:
+            self._captured = set()
+            for child in self.primal.children():
+                reads = child.free_variables(reads=_live_reads)
+                self._captured |= {id(v) for v in reads if v.graph is self.primal}
+        return self._captured
 
     def total_sens(self, node: Node, captured: set[int]) -> Node | None:
         parts = list(self.sens.get(id(node), []))
@@ -726,8 +841,8 @@ class DFunctor:
                 node.debug,
             )
         check = structural.CheckGrad(rule.rule_name)
-        for arg, karg, grad in zip(node.args, inputs, outs, strict=True):
-            if isinstance(grad, Constant) and grad.value is None:
+        for k, (arg, karg, grad) in enumerate(zip(node.args, inputs, outs, strict=True)):
+            if isinstance(grad, Constant) and grad.value is None or k in prim.structure_inputs:
                 continue
             if isinstance(arg, Constant) and not _has_gradient(arg.value):
                 continue
@@ -754,6 +869,84 @@ class DFunctor:
     @staticmethod
     def _item(graph: FuncGraph, tup: Node, k: int, debug) -> Node:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
+
+
+def _sens_flow(graph: FuncGraph, starts: list[Node], active=None) -> tuple[set[int], list[Node]]:
+    """Where K of `graph` may send a sensitivity, from `starts` (its result):
+    the ids of the nodes that may get one (inputs of a node that does, where
+    its rule passes one back: `_passes_to`; `active` nodes only, if given),
+    and the inputs and results they come through."""
+    live = {id(n) for n in starts}
+    through = list(starts)
+    for node in reversed(graph.nodes):
+        if id(node) not in live or (active is not None and not active(node)):
+            continue
+        for k, i in enumerate(node.inputs):
+            if k == 0 or _passes_to(node, k - 1):
+                live.add(id(i))
+                through.append(i)
+    return live, through
+
+
+def _sends_to(reader: Apply, node: Node) -> bool:
+    """Whether `reader`'s rule may give `node`, one of its inputs, a gradient."""
+    return any(
+        i is node and (k == 0 or _passes_to(reader, k - 1)) for k, i in enumerate(reader.inputs)
+    )
+
+
+def _passes_to(node: Apply, k: int) -> bool:
+    """Whether the rule of `node` may give its input `k` a gradient: not a
+    primitive with no gradient (`ones_like`) nor one whose rule returns None
+    there (the tuple `getitem_grad` reads only for its structure)."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    if not isinstance(fn, Primitive) or isinstance(fn, ControlPrimitive):
+        return True
+    if k in fn.structure_inputs:
+        return False
+    if prims.imports_jaxpr(fn) or isinstance(fn, structural.ReadParam):
+        return True
+    try:
+        rule = bprop_getters.bprop_graph(fn, len(node.args), SERVICES.parse, node.debug)
+    except KTransformError:
+        return True  # (the backward pass says so, if it gets there)
+    if rule.no_gradient:
+        return False
+    out = rule.output
+    if fn.n_inputs is None or not _builds_tuple(out) or k >= len(out.args):
+        return True
+    return not (isinstance(out.args[k], Constant) and out.args[k].value is None)
+
+
+def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
+    """`graph.reads_of()`, leaving out reads K of `graph` sends no
+    sensitivity to (`_sens_flow`): dead code (the part of an inlined rule
+    for an input with no gradient), the tuple `getitem_grad` reads for its
+    structure. Their owner need not look for one in the env (where a
+    missing entry reads as zeros: `0 * inf` at `x ** 0.5`'s x of 0)."""
+    cache = TRANSFORM.weak_keys("dfunctor.live_reads")
+    if graph not in cache:
+        nodes: dict[int, Node] = {}
+        closures = []
+        for node in _sens_flow(graph, [graph.output])[1]:
+            if not isinstance(node, Constant):
+                nodes.setdefault(id(node), node)
+            elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
+                closures.append(node.value)
+        cache[graph] = (list(nodes.values()), closures)
+    return cache[graph]
+
+
+def _item_index(reader: Apply | None, node: Node) -> int | None:
+    """k where `reader` is `node[k]`, k a constant int >= 0; else None."""
+    if reader is None or len(reader.args) != 2 or reader.args[0] is not node:
+        return None
+    index = reader.args[1]
+    if not (isinstance(reader.fn, Constant) and isinstance(reader.fn.value, prims.GetItem)):
+        return None
+    if isinstance(index, Constant) and type(index.value) is int and index.value >= 0:
+        return index.value
+    return None
 
 
 def _may_read(node: Apply) -> bool:

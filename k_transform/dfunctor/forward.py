@@ -224,7 +224,7 @@ class _Forward:
         for p, q, m, t in zip(primal.parameters, params[: len(names)], mask, takes, strict=True):
             v = next(ts) if t else None
             self.val[id(p)], self.tan[id(p)] = q, (v if m else None)
-        self.users = _users(primal)
+        self.users = primal.readers()
         self.pending: list = []  # primitive nodes waiting to be one segment
         self.pending_ids: set[int] = set()
         self.parts = 0
@@ -690,22 +690,6 @@ def _check_constant(node: Constant) -> None:
 def _only_outside(users: list) -> bool:
     """Read only as the graph's output or by closures (a tuple J keeps by item)."""
     return bool(users) and all(u is None for u in users)
-
-
-def _users(graph: FuncGraph) -> dict[int, list]:
-    """Each node's readers in `graph` (None: the graph's output or a closure)."""
-    users: dict[int, list] = {id(n): [] for n in [*graph.parameters, *graph.nodes]}
-    for node in graph.nodes:
-        for a in node.inputs:
-            if id(a) in users:
-                users[id(a)].append(node)
-    if id(graph.output) in users:
-        users[id(graph.output)].append(None)
-    for child in graph.children():  # read by a closure: outside any segment
-        for node in child.free_variables():
-            if id(node) in users:
-                users[id(node)].append(None)
-    return users
 
 
 def _segment(primal: FuncGraph, k: int, ins: list[Node], nodes, outs: list[Node]) -> FuncGraph:

@@ -644,7 +644,8 @@ def _while(graph: FuncGraph, eqn, args: list[Node], bits: set, seeded: bool) -> 
         "while_body", body_jaxpr, n + nc + nb, lambda g, ps: ps[n + nc :] + ps[:n], *marks
     )
     body.output = _tuple(body, outs)
-    loop = Constant(control.WhileLoop(n), hint="while_loop")
+    # its bound (`kt.set_loop_bound`) is shared by the whiles of the library call
+    loop = Constant(control.WhileLoop(n, graph.debug.file), hint="while_loop")
     return graph.apply(loop, Constant(cond), Constant(body), *carry, *consts)
 
 

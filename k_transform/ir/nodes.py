@@ -227,6 +227,23 @@ class FuncGraph:
         if self.output is not None:
             yield self.output
 
+    def readers(self) -> dict[int, list]:
+        """Each node's readers in this graph, by the node's id: the Applies
+        that take it as an input, and None where the graph's output or a
+        closure reads it."""
+        users: dict[int, list] = {id(n): [] for n in [*self.parameters, *self.nodes]}
+        for node in self.nodes:
+            for a in node.inputs:
+                if id(a) in users:
+                    users[id(a)].append(node)
+        if id(self.output) in users:
+            users[id(self.output)].append(None)
+        for child in self.children():
+            for node in child.free_variables():
+                if id(node) in users:
+                    users[id(node)].append(None)
+        return users
+
     def free_variables(self, reads=None) -> list[Node]:
         """Nodes owned by enclosing graphs that this graph reads, directly or
         through the closures it uses (children and sibling closures alike).

@@ -45,6 +45,9 @@ class Primitive:
     graph_slots: tuple[int, ...] = ()  # inputs that must be FuncGraphs (control flow)
     reads_item = False  # `x[k]`: codegen may unpack the tuples read this way
     takes_parameters = False  # `impl` receives `kt.Parameter`s themselves (assign)
+    # inputs read only for their structure (the tuple `getitem_grad` fills):
+    # they get no gradient, whatever the rule returns there
+    structure_inputs: tuple[int, ...] = ()
     name = ""
     attrs: dict = {}
 

@@ -51,6 +51,7 @@ class SpreadLike(_WithTail):
 GetItemGrad = elementwise(
     "GetItemGrad", rt.getitem_grad, "_rt.getitem_grad", 3, "Zeros like `x` with `dout` at `index`."
 )
+GetItemGrad.structure_inputs = (0,)
 
 GradItem = elementwise(
     "GradItem", rt.grad_item, "_rt.grad_item", 2, "`d[index]`, None where the gradient `d` is None."
@@ -63,6 +64,7 @@ class ItemsGrad(RuntimeCall):
     gathers the item gradients of one tuple into one (`DFunctor.total_sens`)."""
 
     rt_name = "items_grad"
+    structure_inputs = (0,)
 
     def __init__(self, indices: tuple):
         super().__init__("items_grad", indices=indices)
@@ -95,6 +97,7 @@ class ItemsGradOf(RuntimeCall):
 
     n_inputs = 2
     rt_name = "items_grad_of"
+    structure_inputs = (0,)
 
     def __init__(self, indices: tuple):
         super().__init__("items_grad_of", indices=indices)
@@ -370,7 +373,7 @@ zeros_like = ZerosLike()
 
 @rule(GetItemGrad)
 def bprop_getitem_grad(x, index, dout_, out, dd):
-    return zeros_like(x), None, grad_item(dd, index)
+    return None, None, grad_item(dd, index)  # x: read for its structure
 
 
 @rule(GradItem)

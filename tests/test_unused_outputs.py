@@ -1,0 +1,95 @@
+"""Results a program never reads send no cotangent back (oracle: JAX).
+
+A zero cotangent is a number: times an infinite slope it is NaN, where JAX,
+whose zeros are symbolic, never multiplies. K of a call is made for the
+items of its result the caller reads (`DFunctor.used_items`), and an owner
+looks in a closure's env only for what the closure's K can send back
+(`dfunctor._live_reads`). Each case gave NaN before.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+import numpy as np
+import pytest
+
+import k_transform as kt
+
+X = np.array([0.3, 1.2, 2.5])
+
+
+def stats(x):  # the second result is sqrt(0): an infinite slope, never read
+    return jnp.sum(x), jnp.sqrt(jnp.sum(x * x) - jnp.sum(x * x))
+
+
+def first_only(x):
+    s, _ = stats(x)
+    return s * s
+
+
+def nested(x):
+    def parts(x):
+        return x[0], (jnp.sum(x), stats(x)[1])
+
+    a, (b, _) = parts(x)
+    return a * b
+
+
+def whole_and_item(x):  # the whole tuple read too: every item's cotangent counts
+    t = stats(x)
+    return t[0] + jnp.sum(jnp.stack([t[0], t[0]])) + 0.0 * len(t)
+
+
+@pytest.mark.parametrize("f", [first_only, nested, whole_and_item], ids=lambda f: f.__name__)
+def test_unused_results_of_a_helper_at_first_and_second_order_match_jax(f, x64):
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-12)
+    np.testing.assert_allclose(kt.hessian(f)(X), jax.hessian(f)(X), rtol=1e-12, atol=1e-14)
+    got = kt.grad(lambda x: jnp.sum(kt.grad(f)(x)))(X)
+    np.testing.assert_allclose(got, jax.grad(lambda x: jnp.sum(jax.grad(f)(x)))(X), rtol=1e-12)
+    out, tangent = kt.jvp(f, (X,), (X,))
+    want_out, want_tangent = jax.jvp(f, (X,), (X,))
+    np.testing.assert_allclose([out, tangent], [want_out, want_tangent], rtol=1e-12)
+
+
+def test_lstsq_of_a_rank_deficient_matrix_in_float32_matches_jax():
+    def fit(a, y):
+        coef, _, _, _ = jnp.linalg.lstsq(a, y)  # the residuals are sqrt(0)
+        return jnp.sum(coef**2)
+
+    a = jnp.array([[1.0, 2.0], [2.0, 4.0]])
+    y = jnp.array([1.0, 2.0])
+    want = jax.grad(fit)(a, y)
+    assert np.all(np.isfinite(want))
+    np.testing.assert_allclose(kt.grad(fit)(a, y), want, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "f, at",
+    [(lambda x: jnp.log(x), 0.0), (lambda x: jnp.arcsin(x), 1.0), (lambda x: x**0.5, 0.0)],
+    ids=["log at 0", "arcsin at 1", "sqrt as a power at 0"],
+)
+def test_second_derivative_at_an_infinite_slope_matches_jax(f, at):
+    want = jax.grad(jax.grad(f))(at)
+    assert np.isinf(want)
+    assert kt.grad(kt.grad(f))(at) == want
+    assert kt.hessian(f)(at) == jax.hessian(f)(at)
+
+
+def test_xlogy_hessian_with_a_zero_y_matches_jax(x64):
+    def f(x, y):
+        return jnp.sum(jsp.xlogy(x, y))
+
+    y = np.zeros(3)
+    want = jax.hessian(f)(X, y)
+    np.testing.assert_array_equal(kt.hessian(f)(X, y), want)
+
+
+def test_a_library_while_loop_past_its_first_buffer_grows_it(x64):
+    """expn's series loop runs ~600 trips in float64: the loop has no line of
+    the user's, and its overflow was raised, not retried with a larger buffer."""
+
+    def f(x):
+        return jnp.sum(jsp.expn(2, x))
+
+    x = np.array([1.2, 2.5])
+    np.testing.assert_allclose(kt.grad(f)(x), jax.grad(f)(x), rtol=1e-10)
