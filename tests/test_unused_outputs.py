@@ -40,7 +40,51 @@ def whole_and_item(x):  # the whole tuple read too: every item's cotangent count
     return t[0] + jnp.sum(jnp.stack([t[0], t[0]])) + 0.0 * len(t)
 
 
-@pytest.mark.parametrize("f", [first_only, nested, whole_and_item], ids=lambda f: f.__name__)
+def by_negative_index(x):
+    t = stats(x)
+    return t[-2] * 2.0
+
+
+def pair(x):
+    return jnp.sum(x * x), jnp.prod(x)
+
+
+def passed_on(x):  # the helper returns a call's whole tuple: every item of it counts
+    def helper(x):
+        t = pair(x)
+        return (t, jnp.max(x)), jnp.sum(x)
+
+    (t, _), _ = helper(x)
+    return t[0] + t[1]
+
+
+def encoder_stats(x):  # a VAE's encoder: ((mu, logvar), h), read as (mu, logvar)
+    w = jnp.array([[0.5, -0.2, 0.1], [0.3, 0.8, -0.5]])
+
+    def encoder(x):
+        h = jnp.tanh(w @ x)
+        return (h[0], h[1]), h
+
+    def model(x):
+        stats, h = encoder(x)
+        return stats, jnp.sum(h)
+
+    (mu, logvar), _ = model(x)
+    return mu**2 + jnp.exp(logvar)
+
+
+def value_of_value_and_grad(x):  # kt.value_and_grad's result read by item
+    def g(x):
+        return jnp.sum(jnp.sin(x) * x), jnp.prod(x)
+
+    (v, aux), _ = kt.value_and_grad(g, has_aux=True)(x)
+    return v * aux
+
+
+CASES = [first_only, nested, whole_and_item, by_negative_index, passed_on, encoder_stats]
+
+
+@pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)
 def test_unused_results_of_a_helper_at_first_and_second_order_match_jax(f, x64):
     np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-12)
     np.testing.assert_allclose(kt.hessian(f)(X), jax.hessian(f)(X), rtol=1e-12, atol=1e-14)
@@ -93,3 +137,29 @@ def test_a_library_while_loop_past_its_first_buffer_grows_it(x64):
 
     x = np.array([1.2, 2.5])
     np.testing.assert_allclose(kt.grad(f)(x), jax.grad(f)(x), rtol=1e-10)
+
+
+def test_the_value_of_a_value_and_grad_read_by_item_matches_jax():
+    def j(x):
+        def g(x):
+            return jnp.sum(jnp.sin(x) * x), jnp.prod(x)
+
+        (v, aux), _ = jax.value_and_grad(g, has_aux=True)(x)
+        return v * aux
+
+    x = X.astype(np.float32)
+    np.testing.assert_allclose(kt.grad(value_of_value_and_grad)(x), jax.grad(j)(x), rtol=1e-5)
+
+
+def test_jacobian_rows_through_a_returned_tuple_match_jax():
+    def v(x):
+        def helper(x):
+            t = pair(x)
+            return t, jnp.sum(x)
+
+        t, _ = helper(x)
+        return jnp.stack([t[0], t[1] * 2.0])
+
+    x = X.astype(np.float32)
+    np.testing.assert_allclose(kt.jacrev(v)(x), jax.jacrev(v)(x), rtol=1e-5)
+    np.testing.assert_allclose(kt.jacfwd(v)(x), jax.jacfwd(v)(x), rtol=1e-5)

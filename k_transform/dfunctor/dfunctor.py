@@ -214,12 +214,18 @@ def output_mask(graph: FuncGraph, used: Mask) -> Mask:
 
 
 def _mask_of(node: Node, used: Mask) -> Mask:
-    if used is None or not _builds_tuple(node) or any(k >= len(node.args) for k, _ in used):
+    if used is None or not _builds_tuple(node):
         return None
-    items = tuple((k, _mask_of(node.args[k], sub)) for k, sub in used)
-    if len(items) == len(node.args) and all(sub is None for _, sub in items):
+    n = len(node.args)
+    if any(not -n <= k < n for k, _ in used):
         return None
-    return items
+    items: dict[int, Mask] = {}
+    for k, sub in used:  # `t[-1]` is `t[n - 1]`; an item read twice is read whole
+        k %= n
+        items[k] = None if k in items else _mask_of(node.args[k], sub)
+    if len(items) == n and all(sub is None for sub in items.values()):
+        return None
+    return tuple(sorted(items.items()))
 
 
 def _masked(node: Node, used: Mask):
@@ -651,8 +657,8 @@ class DFunctor:
         used: dict[int, list[Apply]] = {}
         if id(node) not in self._readers or id(node) in self._captured_nodes():
             return None
-        if node is self.primal.output:
-            return None
+        if any(n is node for n, _ in _masked(self.primal.output, self.out_used)):
+            return None  # the caller's cotangent reaches it whole (`backward`)
         for reader in self._readers[id(node)]:
             if reader is None:  # a closure's read that sends no sensitivity (`_live_reads`)
                 continue
@@ -938,13 +944,13 @@ def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
 
 
 def _item_index(reader: Apply | None, node: Node) -> int | None:
-    """k where `reader` is `node[k]`, k a constant int >= 0; else None."""
+    """k where `reader` is `node[k]`, k a constant int; else None."""
     if reader is None or len(reader.args) != 2 or reader.args[0] is not node:
         return None
     index = reader.args[1]
     if not (isinstance(reader.fn, Constant) and isinstance(reader.fn.value, prims.GetItem)):
         return None
-    if isinstance(index, Constant) and type(index.value) is int and index.value >= 0:
+    if isinstance(index, Constant) and type(index.value) is int:
         return index.value
     return None
 
