@@ -105,7 +105,8 @@ class TracedCallK(LibraryK):
         derivative form (returning its value and pullback), which the call
         would run as the function itself, and the values it closes over would
         be constants of the call's trace, with no gradient."""
-        refuse_derivative_closures(self.call.hint, args, self.debug)
+        why = getattr(self.call, "why", None)
+        refuse_derivative_closures(self.call.hint, args, self.debug, why)
 
     def __eq__(self, other):
         return isinstance(other, TracedCallK) and (self.call, self.order, self.masks) == (
@@ -210,13 +211,14 @@ class DynamicCallK(DynamicK):
         return f"K{self.order}[call]"
 
 
-def refuse_derivative_closures(hint: str, values, debug) -> None:
+def refuse_derivative_closures(hint: str, values, debug, why: str | None = None) -> None:
     """Refuse a function the differentiated program made (a leaf of `values`,
     or a static field of a pytree in it: `Kernel(lambda a, b: amp * k(a, b))`)
     given to code run as Python or by a library (`hint`): there it is its
     derivative form (returning its value and pullback), which that code would
     call as the function itself, and the values it closes over would be
-    constants of the call's trace, with no gradient."""
+    constants of the call's trace, with no gradient. `why`: the call's own
+    reason, where it has one (`prims.KeywordCall`)."""
     leaves, tree = jax.tree_util.tree_flatten(values)
     found = [leaf for leaf in leaves if isinstance(leaf, types.FunctionType)]
     _static_functions(tree, found)
@@ -225,6 +227,8 @@ def refuse_derivative_closures(hint: str, values, debug) -> None:
         if made is None:
             continue
         name = made.name.removesuffix("_fprop")
+        if why is not None:  # the call says why it cannot take it
+            raise KTransformError(f"{why}; here it is given {name}", debug)
         raise KTransformError(
             f"cannot differentiate {hint}(...), run as Python or by a library, given "
             f"{name}, a function of the code being differentiated: there it would be its "

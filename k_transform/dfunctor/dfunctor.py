@@ -602,7 +602,9 @@ class DFunctor:
         else:
             if isinstance(fn, LibraryK):  # a library call K made: given the same functions
                 args = _given(node.args, args)
-            elif isinstance(fn, FuncGraph) and fn.differentiable().custom_fprop is not None:
+            elif isinstance(fn, FuncGraph) and (
+                fn.differentiable().custom_fprop is not None or fn.is_custom_fprop
+            ):  # (a custom fprop differentiated: one order up, the same functions)
                 args = _own_functions(node.args, args, node.debug)
             pair = self.fprop.apply(self.call_k(node, fn), *args, debug=node.debug)
         pair.tuple_arity = 2

@@ -195,9 +195,16 @@ class CallBuilder:
 
     def dict_update(self, name: str, d: Node, e) -> Node:
         """`d.update({"k": v, ...}, k2=v2)` on a plain dict: `d` rebound to
-        the dict with those items assigned in order (`dict_items`)."""
+        the dict with those items assigned in order (`dict_items`); given
+        another mapping, to the dict `rt.dict_updated` makes (a new one: no
+        other reference sees `d`, `k_transform.frontend.mutation`)."""
         if len(e.args) > 1 or (e.args and not _literal_dict(e.args[0])):
-            raise self.fp.unsupported(f"`{name}.update(...)` of a dict not written at the call", e)
+            args = [self.expr(a) for a in e.args]
+            kwnames = tuple(k.arg for k in e.keywords)
+            kwvals = [self.expr(k.value) for k in e.keywords]
+            update = prims.LibraryCall(rt.dict_updated, "_rt.dict_updated", kwnames)
+            self.bind(name, self.apply(update, d, *args, *kwvals, node=e))
+            return self.const(None, e)
         keys = [
             *(e.args[0].keys if e.args else []),
             *(gast.Constant(k.arg, None) for k in e.keywords),
@@ -215,13 +222,21 @@ class CallBuilder:
         return d
 
     def dict_merge(self, left: Node, right, e) -> Node | None:
-        """`left | {...}` and `left |= {...}` when `left` is a plain dict (None
-        when it is not one and the right side no dict display); a merge the
-        parser cannot see item by item is refused."""
+        """`left | right` and `left |= right` when `left` is a plain dict: the
+        items of a display assigned in order, else the new dict `rt.dict_or`
+        or `rt.dict_ior` makes (the same for `x | {...}` of any `x`); None when
+        `left` is not a plain dict and `right` no display. `p |= {...}` of
+        another dict is refused (in place on an object others may see)."""
         plain = effects.is_plain_dict(left, prims)
         if plain and _literal_dict(right):
             return self.dict_items(left, right.keys, right.values, e)
-        if plain or isinstance(right, (gast.Dict, gast.DictComp)):
+        augmented = isinstance(e, gast.AugAssign)
+        display = isinstance(right, (gast.Dict, gast.DictComp))
+        if plain or (display and not augmented):  # a new dict, or `left` after `|=`
+            fn = rt.dict_ior if augmented else rt.dict_or
+            call = prims.LibraryCall(fn, f"_rt.{fn.__name__}")
+            return self.apply(call, left, self.expr(right), node=e)
+        if display:  # `p |= {...}` of a dict another reference may see
             raise self.fp.unsupported("`|` or `|=` of dicts not written as a dict display", e)
         return None
 
@@ -231,7 +246,7 @@ class CallBuilder:
         container, or a method of a user class's object writing to `self`."""
         method = e.func.attr
         receiver = self.outer_value(receiver)  # (in a branch or loop body: what it receives)
-        if method in MUTATING_METHODS and effects.mutable_builtin(receiver, prims):
+        if method in MUTATING_METHODS and _may_change(method, receiver):
             raise self.fp.unsupported(f"the in-place method call `{_called_text(e)}(...)`", e)
         cls = effects.user_class_of(receiver, prims)
         where = effects.method_writes_self(cls, method) if cls is not None else None
@@ -276,8 +291,11 @@ class CallBuilder:
         ):
             return self.vmapped_call(callee, args, kwargs, e)
         if not isinstance(callee, Constant):
-            if kwargs:
+            if kwargs and not self.fp.primal_only:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
+            if kwargs:  # bound by the names of the function it is when run
+                prim = prims.KeywordCall(tuple(kwargs), _called_text(e))
+                return self.apply(prim, callee, *args, *kwargs.values(), node=e)
             return self.apply(callee, *args, node=e)
         value = callee.value
         if value is getattr and _constant_attribute(args, kwargs):  # getattr(jnp, "tanh")
@@ -418,6 +436,9 @@ class CallBuilder:
             raise self.fp.unsupported(f"`{hint}(...)` of values of the program", e)
         refused = python_code.deferred(value)
         if refused is not None:  # a user function the parser refused, now called
+            rebound = self.rebinding_call(value, refused, args, kwargs, e)
+            if rebound is not None:
+                return rebound
             raise refused
         if python_code.reason(value) is not None:  # run as Python: may it change an argument?
             where = effects.mutated_parameters(value)
@@ -629,6 +650,43 @@ class CallBuilder:
             return self.parse(value)
         return None
 
+    def rebinding_call(self, fn, refused: KTransformError, args, kwargs, e) -> Node | None:
+        """`d = f(..., d, ...)` where user function `f` writes into the
+        parameter `d` is bound to and returns it (`refused` names it), `d`
+        a dict this function made that no other name sees
+        (`mutation.Shared.rebinds`): Python changes that dict and binds `d`
+        to it again, so no reference sees it unchanged; `f` is parsed with
+        the write made functional. None where that does not hold."""
+        written = getattr(refused, "written_parameter", None)
+        function = self
+        while function.closed:
+            function = function.parent
+        key = (getattr(e, "lineno", None), getattr(e, "col_offset", None))
+        entry = function.shared.rebinds.get(key)
+        if written is None or entry is None:
+            return None
+        name, required = entry
+        if not all(k in function.rebound_by_writers for k in required):
+            return None  # an earlier `d = g(d)` may have bound `d` to another object
+        try:
+            graph = self.parse(fn, writable=(written,))
+        except KTransformError:
+            return None
+        if written not in (graph.param_names or ()) or graph.signature is not None:
+            return None
+        given = [*e.args, *(k.value for k in e.keywords)]
+        at = [k for k, a in enumerate(given) if isinstance(a, gast.Name) and a.id == name]
+        values = [*args, *kwargs.values()]
+        if len(at) != 1 or len(values) != len(given):  # (`*args` spread: not this form)
+            return None
+        bound = self.bind_call(graph, args, kwargs, e)
+        if bound[graph.param_names.index(written)] is not values[at[0]]:
+            return None  # `d` given for another parameter
+        self.check_changed_arguments(graph, bound, e)
+        function.rebound_by_writers.add(key)
+        hint = getattr(fn, "__name__", "fn")
+        return self.apply(Constant(graph, self.debug(e), hint), *bound, node=e)
+
     def check_changed_arguments(self, graph: FuncGraph, bound: list[Node], e) -> None:
         """Refuse a call passing an object `graph` would change in place (its
         `changed_parameters`), which the caller would not see change; a
@@ -692,6 +750,17 @@ def _takes_mutation(method: str, receiver: Node) -> bool:
     holds; the other mutating names (`update`, `add`) on a builtin container
     (else a method of an object, `acc.add(x)`: `check_method_effect`)."""
     return method in (*LIST_MUTATORS, *ORIGINAL_REFUSED) or effects.mutable_builtin(receiver, prims)
+
+
+def _may_change(method: str, receiver: Node) -> bool:
+    """Whether `receiver.method(...)`, a method changing a builtin container
+    in place (`update`, `add`, ...; not modelled here), may change it: where
+    it is a builtin container, may be one (`d.copy()` of a dict, a library
+    call's result: `mutability.may_be_mutable`), or is a value the parser
+    does not know (a parameter: a dict the caller passed)."""
+    if effects.mutable_builtin(receiver, prims) or mutability.may_be_mutable(receiver, prims):
+        return True
+    return isinstance(receiver, Parameter) and method in REFUSED_MUTATORS
 
 
 def _plain_constant(node: Node) -> bool:

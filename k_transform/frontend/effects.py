@@ -36,6 +36,7 @@ import types
 import gast
 import numpy as np
 
+from k_transform import runtime as rt
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.source import Source
@@ -121,8 +122,8 @@ def _host_object(value) -> bool:
 
 
 def is_plain_dict(node, prims) -> bool:
-    """Whether the parser's `node` surely is a plain `dict` (a display, a
-    comprehension or `dict(...)`, item-assigned since)."""
+    """Whether the parser's `node` surely is a plain `dict` (a display,
+    `dict(...)`, `{**a}`, one `update`d or `|=`-merged since, item-assigned since)."""
     while True:
         value = getattr(getattr(node, "fn", None), "value", None)
         if isinstance(value, prims.SetItem):
@@ -130,7 +131,11 @@ def is_plain_dict(node, prims) -> bool:
             continue
         if isinstance(value, prims.MakeDict):
             return True
-        return isinstance(value, prims.LibraryCall) and value.fn is dict
+        return isinstance(value, prims.LibraryCall) and any(value.fn is f for f in _DICT_MAKERS)
+
+
+# Functions whose result is a new plain dict (`frontend.calls`, `expr_Dict`).
+_DICT_MAKERS = (dict, rt.dict_display, rt.dict_updated, rt.dict_ior)
 
 
 def mutable_builtin(node, prims) -> bool:

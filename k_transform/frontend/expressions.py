@@ -29,6 +29,7 @@ from k_transform.frontend.control_flow import close_graphs
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.mapping import adapt_attribute
+from k_transform.protocol import kt_attribute
 
 UNSUPPORTED_EXPRESSIONS = {
     gast.Yield: "yield",
@@ -128,12 +129,30 @@ class ExpressionBuilder:
         return result
 
     def expr_Dict(self, e) -> Node:
-        if any(k is None for k in e.keys):
-            raise self.fp.unsupported("`**` unpacking in a dict literal", e)
-        items = []
+        """A dict display; `{**a, "k": v, **b}` is a new dict made of its parts
+        in order: one display where the keys of each `**` part are known while
+        parsing (a constant dict, a display), else `rt.dict_display` of the parts."""
+        parts: list[Node] = []  # dicts merged in order
+        items: list[Node] = []  # keys and values of the display being gathered
         for k, v in zip(e.keys, e.values, strict=True):
-            items += [self.expr(k), self.expr(v)]
-        return self.apply(prims.MakeDict(), *items, node=e)
+            if k is not None:
+                items += [self.expr(k), self.expr(v)]
+                continue
+            mapping = self.expr(v)
+            known = _known_items(mapping)
+            if known is not None:
+                items += known
+                continue
+            if items:
+                parts.append(self.apply(prims.MakeDict(), *items, node=e))
+                items = []
+            parts.append(mapping)
+        if not parts:
+            return self.apply(prims.MakeDict(), *items, node=e)
+        if items:
+            parts.append(self.apply(prims.MakeDict(), *items, node=e))
+        display = prims.LibraryCall(rt.dict_display, "_rt.dict_display")
+        return self.apply(display, *parts, node=e)
 
     def expr_Compare(self, e) -> Node:
         left = self.expr(e.left)
@@ -309,3 +328,22 @@ def lambda_def(e, name: str):
         type_params=[],
     )
     return gast.copy_location(fdef, e)
+
+
+def _known_items(mapping: Node) -> list[Node] | None:
+    """The keys and values, in order, of a dict whose keys the parser knows
+    (a constant dict, a display with constant keys), else None."""
+    if isinstance(mapping, Constant) and type(mapping.value) is dict:
+        values = mapping.value.values()
+        if any(isinstance(v, (list, tuple, dict)) or _is_parameter(v) for v in values):
+            return None  # (passed whole, its Parameters read when run: `parameters_read`)
+        return [n for k, v in mapping.value.items() for n in (Constant(k), Constant(v))]
+    if is_maker(mapping, prims.MakeDict) and all(
+        isinstance(k, Constant) for k in mapping.args[0::2]
+    ):
+        return list(mapping.args)
+    return None
+
+
+def _is_parameter(value) -> bool:
+    return kt_attribute(value, "__kt_parameter__", False)

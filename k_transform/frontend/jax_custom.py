@@ -46,7 +46,7 @@ def users_custom_rule(value) -> bool:
 def lower_custom(builder, value, args: list, kwargs: dict, e):
     """`f(*args)` for a user's custom_vjp or custom_jvp `f` (module docstring)."""
     name = getattr(value, "__name__", "the function")
-    fun = builder.parse(value.fun)
+    fun = builder.parse(value.fun, primal_only=custom_rule_kind(value) == "custom_vjp")
     inputs = builder.bind_call(fun, args, kwargs, e)
     if custom_rule_kind(value) == "custom_jvp":
         prim = prims.CustomBpropCall(_RefusedJvp(value), fun)
@@ -76,10 +76,11 @@ def _with_fprop(builder, value, n: int) -> FuncGraph:
     for j, k in enumerate(k for k in range(n) if k not in nondiff):
         where[k] = j
     name = getattr(value, "__name__", "custom_vjp")
-    fun = builder.parse(value.fun)
+    fun = builder.parse(value.fun, primal_only=True)  # its K is the rule's fprop
     graph = _calling(fun, n, name, "function", packed=False)
     fprop = builder.parse(_fprop(value.fwd, value.bwd, nondiff, tuple(where)), star_arity=n)
     graph.custom_fprop = _calling(fprop, n, f"{name}_fprop", "fprop", packed=True)
+    graph.custom_fprop.is_custom_fprop = True
     made[(id(value), n)] = (value, graph)
     return graph
 

@@ -83,6 +83,8 @@ class _Facts(gast.NodeVisitor):
         self.views: list[_Event] = []  # `v = a[1:]`, `v = a.T`: a NumPy view of `a`
         self.augmented: list[_Event] = []  # `a op= v` on a name
         self.none_guards: dict[str, int] = {}  # `if p is None: p = []` at the top: p -> index
+        self.in_loop: dict[int, bool] = {}  # statement index -> inside a loop
+        self.writable: set[str] = set()  # parameters it may write into (`check_mutations`)
 
     def run(self, stmts) -> None:
         for s in stmts:
@@ -90,6 +92,7 @@ class _Facts(gast.NodeVisitor):
 
     def statement(self, s) -> None:
         self.index += 1
+        self.in_loop[self.index] = bool(self.loops)
         if isinstance(s, gast.FunctionDef) or _is_named_lambda(s):
             for name in [s.name] if isinstance(s, gast.FunctionDef) else _target_names(s):
                 self.closure_reads[name] = _reads(s)
@@ -242,7 +245,11 @@ class Shared:
     a copy); `parameters`, those on a parameter not rebound yet (the
     caller's object); `not_none`, the parameters mutated after `if p is
     None: p = []` (the caller's object unless it passes None), each with the
-    mutation's node."""
+    mutation's node; `written`, the `writable` parameters the function writes
+    into (and returns); `rebinds`, the statements `n = f(..., n, ...)` where
+    `n` names a dict this function made and no other reference holds, so a
+    helper `f` writing into its parameter and returning it changes what
+    only `n` sees (`check_mutations`)."""
 
     def __init__(self):
         self.augmented: dict[tuple, str] = {}
@@ -250,6 +257,10 @@ class Shared:
         self.viewed: dict[tuple, str] = {}
         self.parameters: dict[tuple, str] = {}
         self.not_none: dict[str, object] = {}
+        self.written: set[str] = set()  # parameters written and returned (`writable`)
+        # `n = f(..., n, ...)` by the call's (line, column): (n, the keys of the
+        # earlier such statements of `n` that must also be such calls of writers)
+        self.rebinds: dict[tuple, tuple[str, tuple]] = {}
 
 
 def outer_mutation(what: str, name: str, where: str) -> str:
@@ -264,19 +275,26 @@ def outer_mutation(what: str, name: str, where: str) -> str:
     )
 
 
-def check_mutations(fdef, params, error, constants=(), unsupported=None, outer=None) -> Shared:
+def check_mutations(
+    fdef, params, error, constants=(), unsupported=None, outer=None, writable=()
+) -> Shared:
     """Raise `error(message, node)` where a mutation in `fdef` could be seen
     through another reference (see the module docstring); `unsupported(what,
     node)` where that holds only for a local object (the function then runs
     as Python, exactly). `constants`: names bound to fixed objects (a
     method's `self`), whose method calls are calls. `outer(name)` says what
-    a name not local to `fdef` is (a global of a module, ...)."""
+    a name not local to `fdef` is (a global of a module, ...). `writable`:
+    parameters the function may write items of (`p[k] = v`) where it
+    returns them on every path and never rebinds them: parsed so for a call
+    `n = f(..., n, ...)` that `Shared.rebinds` allows, where the caller's
+    object is seen only through `n` (`frontend.calls`)."""
     dicts = _names_made(fdef, params, _is_dict_value)
     facts = _Facts(set(params), _list_names(fdef, params), dicts)
     facts.outer = outer or (lambda name: "a variable of an enclosing function or a global")
     facts.run(fdef.body)
     unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
     shared = Shared()
+    facts.writable = {p for p in writable if _returns_only(fdef, p)}
     for m in facts.mutations:
         call = isinstance(m.node, gast.Call)
         if call and m.node.func.attr not in (*LIST_MUTATORS, *_REFUSED, "update"):
@@ -287,6 +305,7 @@ def check_mutations(fdef, params, error, constants=(), unsupported=None, outer=N
             _check_item_store(m, facts, shared)
     for a in facts.augmented:
         _check_augmented(a, facts, shared)
+    _find_rebinds(facts, shared)
     return shared
 
 
@@ -333,9 +352,16 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
                 m.node,
             )
         if not fresh:
+            value = getattr(node, "value", None)
+            hint = f"`{m.name}.copy()`"
+            if isinstance(value, gast.Subscript) and isinstance(value.slice, gast.Slice):
+                hint += (
+                    f", or `list(...)`: `{gast.unparse(value).strip()}` is a view of a NumPy "
+                    "array, a copy only of a list"
+                )
             raise error(
                 f"{what} mutates {m.name!r}, whose object may be shared with another reference "
-                f"(bound at line {node.lineno}); make a copy first (`{m.name}.copy()`)",
+                f"(bound at line {node.lineno}); make a copy first ({hint})",
                 m.node,
             )
     guard = facts.none_guards.get(m.name)
@@ -344,11 +370,17 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
             shared.not_none.setdefault(m.name, m.node)
             return
     if m.name in facts.params and not _rebound_before(m, facts):
-        raise error(
-            f"{what} mutates the argument {m.name!r}, which the caller also holds; copy it "
-            f"first (`{m.name} = {m.name}.copy()`)",
-            m.node,
-        )
+        if m.name in facts.writable and _writes_own_items(m) and not facts.bindings.get(m.name):
+            shared.written.add(m.name)  # (the caller's call allows it: `check_mutations`)
+        else:
+            exc = error(
+                f"{what} mutates the argument {m.name!r}, which the caller also holds; copy it "
+                f"first (`{m.name} = {m.name}.copy()`), or return it and call the function "
+                f"as `d = f(d, ...)` on a dict `d` the caller made and shares with no other name",
+                m.node,
+            )
+            exc.written_parameter = m.name  # (for that call: `frontend.calls`)
+            raise exc
     # (a loop's own reference to what it iterates over ends with the loop)
     iterating = [
         a for a in facts.iterated if a.node in m.loops and not _writes_loop_key(a, m, facts)
@@ -361,6 +393,69 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
                 f"(`{m.name}.copy()`) where it is shared",
                 m.node,
             )
+
+
+def _writes_own_items(m: _Event) -> bool:
+    """`p[k] = v`: a write of an item of `p` itself (not into an item, not
+    in place on one: `p[k] += v`)."""
+    if isinstance(m.node, gast.Call):
+        return False
+    s = m.stmt
+    return (
+        isinstance(s, gast.Assign)
+        and any(t is m.node for t in s.targets)
+        and isinstance(m.node.value, gast.Name)
+    )
+
+
+def _returns_only(fdef, name: str) -> bool:
+    """Whether `fdef` ends with `return name` and returns nothing else."""
+    returns = [n for n in walk_scope(fdef.body, FUNCTION_SCOPES) if isinstance(n, gast.Return)]
+    last = fdef.body[-1] if fdef.body else None
+    return isinstance(last, gast.Return) and all(
+        isinstance(r.value, gast.Name) and r.value.id == name for r in returns
+    )
+
+
+def _find_rebinds(facts: _Facts, shared: Shared) -> None:
+    """`Shared.rebinds`: each `n = f(..., n, ...)` outside loops, `n` a local
+    variable (not a parameter) read once in the call, whose earlier bindings
+    made new objects or were such calls, and no other reference to whose
+    object was taken before (a write there is seen only through `n`)."""
+    candidates = {}  # statement index -> (name, call)
+    for name, entries in facts.bindings.items():
+        for fresh, node, index, _ in entries:
+            call = _rebinding_call(node, name)
+            if not fresh and call is not None and not facts.in_loop.get(index):
+                candidates[index] = (name, call)
+    events = facts.aliases + facts.iterated + facts.views
+    for index, (name, call) in candidates.items():
+        if name in facts.params:
+            continue
+        earlier = [(fresh, i) for fresh, _, i, _ in facts.bindings[name] if i < index]
+        if any(not fresh and i not in candidates for fresh, i in earlier):
+            continue  # (bound to an object another name may hold)
+        if any(a.name == name and a.index < index and a.index not in candidates for a in events):
+            continue
+        required = tuple(_key(candidates[i][1]) for fresh, i in earlier if not fresh)
+        shared.rebinds[_key(call)] = (name, required)
+
+
+def _rebinding_call(s, name: str):
+    """The call of `name = f(..., name, ...)` (`name` read once, as an
+    argument), else None."""
+    if not (isinstance(s, gast.Assign) and len(s.targets) == 1):
+        return None
+    target, call = s.targets[0], s.value
+    if not (isinstance(target, gast.Name) and target.id == name and isinstance(call, gast.Call)):
+        return None
+    reads = [n for n in gast.walk(call) if isinstance(n, gast.Name) and n.id == name]
+    given = [*call.args, *(k.value for k in call.keywords)]
+    return call if len(reads) == 1 and any(a is reads[0] for a in given) else None
+
+
+def _key(call) -> tuple:
+    return (call.lineno, call.col_offset)
 
 
 def _may_follow(alias: _Event, m: _Event) -> bool:
@@ -549,8 +644,9 @@ def _parts(e, keys: bool) -> list:
     container (a dict's keys too where `keys`), or pass to a user function."""
     if isinstance(e, (gast.Tuple, gast.List, gast.Set)):
         return e.elts
-    if isinstance(e, gast.Dict):
-        return [*e.values, *[k for k in e.keys if k is not None and keys]]
+    if isinstance(e, gast.Dict):  # (`{**a}` holds a's items, not `a`: `_item_passes`)
+        values = [v for k, v in zip(e.keys, e.values, strict=True) if k is not None]
+        return [*values, *[k for k in e.keys if k is not None and keys]]
     if isinstance(e, gast.IfExp):
         return [e.body, e.orelse]
     if isinstance(e, gast.BoolOp):
@@ -565,10 +661,18 @@ def _parts(e, keys: bool) -> list:
 
 
 def _user_call(func) -> bool:
-    """A call that may return one of its arguments: a user function or method."""
+    """A call that may return one of its arguments, or an object holding it:
+    a user function or method, a view maker, a library function keeping its
+    arguments (`functools.partial(f, d)`: `_KEEPERS`)."""
     if isinstance(func, gast.Name):
         return func.id not in _FRESH_BUILTINS and func.id not in ("len", "print")
-    return isinstance(func, gast.Attribute) and func.attr in _VIEWS | {"__call__"}
+    return isinstance(func, gast.Attribute) and func.attr in _VIEWS | _KEEPERS | {"__call__"}
+
+
+# Library functions (called as `module.name`) whose result holds their arguments.
+_KEEPERS = frozenset(
+    "partial Partial SimpleNamespace ChainMap MappingProxyType chain replace".split()
+)
 
 
 def _is_named_lambda(s) -> bool:
@@ -615,6 +719,10 @@ def _item_passes(e) -> set[tuple[str, int]]:
             root = root.value
         return {(root.id, depth)} if isinstance(root, gast.Name) else set()
     out: set = set()
+    if isinstance(e, gast.Dict):  # `{**a}`: a new dict holding the items of `a`
+        for k, v in zip(e.keys, e.values, strict=True):
+            out |= {(v.id, 1)} if k is None and isinstance(v, gast.Name) else set()
+            out |= _item_passes(v) if k is None and not isinstance(v, gast.Name) else set()
     for p in _parts(e, keys=False):
         out |= _item_passes(p)
     return out

@@ -108,7 +108,13 @@ class _Unbound(Exception):
     """A local variable read before it is assigned."""
 
 
-def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
+def parse(
+    fn,
+    bound_self=None,
+    star_arity: int | None = None,
+    primal_only: bool = False,
+    writable: tuple[str, ...] = (),
+) -> FuncGraph:
     """The FuncGraph of `fn` (with `self` fixed to `bound_self` for methods).
 
     `star_arity`: for a def with `*args`, the number of values the call puts
@@ -116,6 +122,14 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
     parameter, but the body sees a tuple of that many items, so `len(args)`,
     `args[:-1]` and `f(*args)` into library functions and the gradient API
     are known while parsing (MindSpore compiles a graph per input signature).
+
+    `primal_only`: the graph is never differentiated (a JAX custom_vjp
+    function's, whose K is its rule: `frontend.jax_custom`), so a call of a
+    function value with keyword arguments may run as written
+    (`prims.KeywordCall`); elsewhere it makes the function run as Python.
+
+    `writable`: parameters the function may write into and return, for a
+    call `d = f(d, ...)` whose `d` no other name sees (`CallBuilder.rebinding_call`).
 
     `fn` may be any callable: wrappers, partials, `jax.jit` functions and
     objects with a user `__call__` are read as `k_transform.frontend.callables`
@@ -126,14 +140,15 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
         fn, bound_self = fn.__func__, fn.__self__
     inner = callables.unwrap(fn)
     if inner is not fn and (bound_self is None or isinstance(inner, types.FunctionType)):
-        return parse(inner, bound_self, star_arity)
+        return parse(inner, bound_self, star_arity, primal_only, writable)
     if not isinstance(fn, types.FunctionType):
         return parse_callable(fn, star_arity)
     if star_arity is not None and not fn.__code__.co_flags & inspect.CO_VARARGS:
         star_arity = None
     # ids: any function and any `self` will do. A Cell's `training` flag is
     # folded into its graph, so each mode has its own (MindSpore compiles per phase).
-    key = (id(fn), id(bound_self), getattr(bound_self, "training", None), star_arity)
+    training = getattr(bound_self, "training", None)
+    key = (id(fn), id(bound_self), training, star_arity, primal_only, writable)
     # Parsed graphs by the ids of the function and of `self` (methods). An
     # entry holds both alive: ids are reused once an object is
     # gone, and a fresh Cell must never get a dead one's graph (its Parameters).
@@ -149,12 +164,13 @@ def parse(fn, bound_self=None, star_arity: int | None = None) -> FuncGraph:
     _cache[key] = (fn, bound_self, graph)
     try:
         parser = FunctionParser(fn, source, bound_self, star_arity)
+        parser.primal_only, parser.writable = primal_only, writable
         parser.build(graph)
     except BaseException:
         del _cache[key]
         raise
     graph.guards = parser.guards.guards()
-    if bound_self is None and star_arity is None:
+    if bound_self is None and star_arity is None and not writable:
         graph.python_fn = fn  # what a library call given this function gets (DFunctor)
     return graph
 
@@ -200,6 +216,8 @@ class FunctionParser:
         self.source = source
         self.bound_self = bound_self
         self.star_arity = star_arity
+        self.primal_only = False  # (see `parse`)
+        self.writable: tuple[str, ...] = ()  # (see `parse`)
         closure = fn.__closure__ or ()
         self.cells = {}
         for name, cell in zip(fn.__code__.co_freevars, closure, strict=True):
@@ -335,6 +353,7 @@ class GraphBuilder(
         self.nonlocals: tuple[str, ...] = parent.nonlocals if closed else ()
         self.defaults_given: dict[str, Node] | None = None  # a nested def's, from its site
         self.escaped: dict[int, list] = {}  # node id -> closures that left a subgraph
+        self.rebound_by_writers: set[tuple] = set()  # `CallBuilder.rebinding_call`'s, done
 
     # -- names ----------------------------------------------------------------
     def lookup(self, name: str, node) -> Node:
@@ -470,6 +489,7 @@ class GraphBuilder(
             constants,
             self.fp.unsupported,
             self.fp.outer_name,
+            self.fp.writable if self.parent is None else (),
         )
         for name, node in self.shared.not_none.items():
             d = self.debug(node)

@@ -89,6 +89,8 @@ class StatementBuilder:
         left = self.expr(load)
         merged = self.dict_merge(left, s.value, s) if isinstance(s.op, gast.BitOr) else None
         if merged is not None:  # `d |= {...}`: the items assigned in order
+            if isinstance(s.target, gast.Name):  # (in place: refused where `d` is shared)
+                self.augmented_in_place(s, left)
             self.assign(s.target, merged, s)
             return
         if isinstance(s.target, gast.Name):
@@ -260,9 +262,9 @@ def _object_method(node, outer_value) -> bool:
     if not isinstance(prim, prims.MethodCall):
         return False
     receiver = outer_value(node.args[0])
-    return effects.user_class_of(receiver, prims) is not None or effects.mutable_builtin(
-        receiver, prims
-    )
+    if effects.user_class_of(receiver, prims) is not None:
+        return True
+    return effects.mutable_builtin(receiver, prims) or mutability.may_be_mutable(receiver, prims)
 
 
 def _as_load(target):

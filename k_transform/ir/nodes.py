@@ -168,6 +168,9 @@ class FuncGraph:
         # An fprop written for this graph, which K gives in place of
         # transforming it: `(*inputs) -> (out, bprop)` (a user's JAX custom_vjp)
         self.custom_fprop: FuncGraph | None = None
+        # Whether this graph is such an fprop: at every order its callers give
+        # it the function arguments as the user wrote them (fwd runs them)
+        self.is_custom_fprop = False
         self.python_fn = None  # the user's Python function it was parsed from (top level)
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.

@@ -289,6 +289,32 @@ class MethodCall(Primitive):
         return f"method.{self.method}" + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
 
 
+class KeywordCall(MethodCall):
+    """`f(*args, k=v)` where `f` is a function value known only when the
+    program runs (a parameter: the solver a custom_vjp function is given).
+    Python binds `k` by the parameter names of the function it gets, which
+    the parser does not know: the call runs as written (`f.__call__`). It is
+    differentiated as any `MethodCall`, through JAX's tracer: a library
+    function or a user object is; a function the differentiated program made
+    is refused there, naming the call (`why`: pass the arguments by position)."""
+
+    def __init__(self, kwnames: tuple[str, ...], called: str = "f"):
+        Primitive.__init__(self, "method", method="__call__", kwnames=tuple(kwnames))
+        self.called = called
+
+    @property
+    def hint(self) -> str:
+        return self.called
+
+    @property
+    def why(self) -> str:
+        return (
+            f"the call of the function value {self.called!r} with keyword arguments "
+            f"({', '.join(self.kwnames)}=) is not differentiated: k_transform binds such a "
+            "function's arguments by position (pass them positionally)"
+        )
+
+
 @functools.cache
 def _method_caller(method: str):
     def call(x, *args, **kwargs):
@@ -718,9 +744,11 @@ dict_get = DictGet()
 
 @rule(MakeDict)
 def bprop_make_dict(kv, out, dout):
+    # `{"b": x, "b": y}` is `{"b": y}`: a value whose key comes again is replaced
     grads = ()
     for k in range(0, len(kv), 2):
-        grads = grads + (None, dict_get(dout, kv[k], kv[k + 1]))
+        replaced = kv[k] in kv[k + 2 :: 2]
+        grads = grads + (None, None if replaced else dict_get(dout, kv[k], kv[k + 1]))
     return grads
 
 

@@ -604,6 +604,44 @@ def static_filter(cond, where: str = ""):
     return cond
 
 
+def dict_display(*parts):
+    """`{**a, "k": v, **b}`: a new dict of the parts' items in order, a later
+    key's value replacing an earlier one's (at the earlier key's place); each
+    part is read as the display reads a mapping (`keys()`, then its items)."""
+    out = {}
+    for part in parts:
+        if not hasattr(part, "keys"):
+            raise TypeError(f"'{type(part).__name__}' object is not a mapping")
+        for key in part.keys():
+            out[key] = part[key]
+    return out
+
+
+dict_display.__kt_library__ = True  # differentiated through its jaxpr (items moved)
+
+
+def dict_updated(d: dict, *args, **kwargs) -> dict:
+    """A plain dict `d` after `d.update(*args, **kwargs)`, as a new dict."""
+    out = dict(d)
+    out.update(*args, **kwargs)
+    return out
+
+
+def dict_or(d: dict, other):
+    """`d | other` of a plain dict `d` (a new dict)."""
+    return d | other
+
+
+def dict_ior(d: dict, other) -> dict:
+    """A plain dict `d` after `d |= other`, as a new dict."""
+    out = dict(d)
+    out |= other
+    return out
+
+
+dict_updated.__kt_library__ = dict_or.__kt_library__ = dict_ior.__kt_library__ = True
+
+
 def sort_method(x, where: str, *args, **kwargs):
     """`x.sort(...)`: a JAX array's returns the sorted array; a list's and a
     NumPy array's sort in place, which k_transform does not model."""
