@@ -163,3 +163,35 @@ def test_jacobian_rows_through_a_returned_tuple_match_jax():
     x = X.astype(np.float32)
     np.testing.assert_allclose(kt.jacrev(v)(x), jax.jacrev(v)(x), rtol=1e-5)
     np.testing.assert_allclose(kt.jacfwd(v)(x), jax.jacfwd(v)(x), rtol=1e-5)
+
+
+def test_unused_result_of_a_closure_over_the_callers_values_matches_jax(x64):
+    def f(x):
+        w = x * 2.0
+
+        def h(z):  # reads `w`: its K is made inside f's, for the items f reads
+            return jnp.sum(z * w), jnp.sqrt(jnp.sum(w * w) - jnp.sum(w * w))
+
+        a, _ = h(x)
+        return a
+
+    np.testing.assert_allclose(kt.grad(f)(X), jax.grad(f)(X), rtol=1e-12)
+    np.testing.assert_allclose(kt.hessian(f)(X), jax.hessian(f)(X), rtol=1e-12)
+
+
+def test_the_output_and_aux_of_a_jvp_with_aux_both_count():
+    v = np.array([1.0, -0.5, 0.2], np.float32)
+
+    def ga(x):
+        return jnp.sum(jnp.sin(x) * x), jnp.prod(x)
+
+    def k(x):
+        out, _, aux = kt.jvp(ga, (x,), (v,), has_aux=True)
+        return out + aux
+
+    def j(x):
+        out, _, aux = jax.jvp(ga, (x,), (v,), has_aux=True)
+        return out + aux
+
+    x = X.astype(np.float32)
+    np.testing.assert_allclose(kt.grad(k)(x), jax.grad(j)(x), rtol=1e-5)

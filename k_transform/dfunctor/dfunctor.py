@@ -186,9 +186,9 @@ def _functor(
     out_used: Mask = None,
 ) -> DFunctor:
     passive = parent.passive if parent is not None else passive
-    out_used = output_mask(graph, out_used) if parent is None else None
-    # a closure's K is its parent's: made once for each K of the top graph
-    made_for = (out_used, True) if parent is None else (parent.made_for[0], False)
+    out_used = output_mask(graph, out_used)
+    # a closure's K is made in its parent's: once for each K of the graphs around it
+    made_for = (*(parent.made_for if parent is not None else ()), out_used)
     key = (graph.uid, passive, isinstance(passive, CallFlags), made_for)
     functors = TRANSFORM.cache("dfunctor.functors")
     if key not in functors:
@@ -405,8 +405,8 @@ class DFunctor:
         # the top graph's inputs (all, or those a tuple does not flag) are constants
         self.passive = passive
         self.out_used = out_used  # the items of the result a caller reads (None: all)
-        # the top graph's `out_used`, and whether this is it (`_functor`'s key)
-        self.made_for = (out_used, True) if parent is None else (parent.made_for[0], False)
+        # the `out_used` of this K and of the K-graphs around it (`_functor`'s key)
+        self.made_for = (*(parent.made_for if parent is not None else ()), out_used)
         self._readers: dict[int, list] | None = None
         self._live: set[int] | None = None  # `_may_get_sens`
         self._captured: set[int] | None = None  # `_captured_nodes`
@@ -626,12 +626,15 @@ class DFunctor:
             higher = fn.k(self.used_items(node))
             return Constant(higher, node.fn.debug, higher.hint)
         graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
-        if (
-            graph is None
-            or graph.custom_fprop is not None
-            or (graph.parent is not None and graph.free_variables())  # K inside its parent's
-            or len(node.args) != len(graph.parameters)
-        ):
+        if graph is None or graph.custom_fprop is not None:
+            return self.kval(node.fn)
+        if graph.parent is not None and graph.free_variables():  # K inside its parent's
+            used = output_mask(graph, self.used_items(node))
+            if used is None or graph is not fn:
+                return self.kval(node.fn)
+            fprop = _functor(graph, self._functor_of(graph.parent), out_used=used).fprop
+            return Constant(fprop, node.fn.debug, node.fn.hint)
+        if len(node.args) != len(graph.parameters):
             return self.kval(node.fn)
         flags = [
             not _plain_data(a.value) if isinstance(a, Constant) else self.is_active(a)
