@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from k_transform.api import graph_of
 from k_transform.errors import KTransformError
+from k_transform.frontend import python_code
 from k_transform.frontend.calls import closure_transform
 from k_transform.frontend.targets import is_library, is_target_call, target_of
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
@@ -71,10 +72,10 @@ def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
     if primal.parent is not None and primal.free_variables():
         raise builder.fp.unsupported(closure_transform(api, primal), e)
     if reruns and primal.calls_host():
-        site = _host_site(primal)
+        site, why = _host_site(primal)
         exc = builder.fp.unsupported(
             f"{api} of {primal.name}, which calls host code (`{site.source_line.strip()}`, "
-            f"line {site.line} of {site.file}) inside transformed code: there {api} runs it "
+            f"line {site.line} of {site.file}{why}) inside transformed code: there {api} runs it "
             "again for its derivative, where Python runs it once (call it outside the "
             "function transformed)",
             e,
@@ -89,7 +90,9 @@ def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
 
 def _host_site(primal: FuncGraph):
     """Where `primal` (or a graph it reaches) calls host code: the call's
-    debug info (a branch or loop holding it only if no call is found)."""
+    debug info (a branch or loop holding it only if no call is found), and
+    why, where the call is of a user function run as Python (the construct
+    the parser refused, on the line the debug info names)."""
     sites = [
         node
         for graph in primal.reachable()
@@ -97,7 +100,17 @@ def _host_site(primal: FuncGraph):
         if getattr(getattr(node.fn, "value", None), "host", False)
     ]
     calls = [n for n in sites if not hasattr(n.fn.value, "subgraphs")]
-    return (calls or sites)[0].debug
+    node = (calls or sites)[0]
+    call = node.fn.value
+    fn = getattr(getattr(call, "call", call), "fn", None)  # a LibraryCall, or K of one
+    refused = python_code.reason(fn) if callable(fn) else None
+    if refused is None or getattr(refused, "construct", None) is None:
+        return node.debug, ""
+    name = getattr(fn, "__name__", "it")
+    return (
+        node.debug,
+        f": `{name}` runs as Python, the parser having no model of its {refused.construct}",
+    )
 
 
 def _with_defaults(builder, primal: FuncGraph, inputs: list, e) -> list:

@@ -31,7 +31,7 @@ from k_transform.errors import KTransformError
 from k_transform.frontend.callables import user_call_method
 from k_transform.frontend.signature import signature_of
 from k_transform.frontend.source import is_user_function
-from k_transform.ir.nodes import Constant, FuncGraph
+from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
 from k_transform.ops import python as prims
 
 _strict = {"on": False}
@@ -113,7 +113,8 @@ def python_graph(fn, exc: KTransformError) -> FuncGraph:
         graph.signature = signature_of(params)
     kwnames = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)  # (last, in graph order)
     call = prims.LibraryCall(fn, name, kwnames, effectful=True)
-    graph.output = graph.apply(Constant(call, hint=name), *args)
+    # the call's line is the one the parser refused: errors about the host call point there
+    graph.output = graph.apply(Constant(call, hint=name), *args, debug=exc.debug or NO_DEBUG)
     graph.guards = ()
     return graph
 

@@ -18,6 +18,7 @@ from k_transform.ops import (
     lax_linalg_rules,  # noqa: F401 - registers the rules of imported lax primitives
     lax_rules,  # noqa: F401
     lax_shape_rules,  # noqa: F401
+    lax_window_rules,  # noqa: F401
     linalg,
     nn,
     reduce,

@@ -19,12 +19,14 @@ Lax binary operations broadcast rank-0 operands (weak-typed literals), hence
 A lax class with no rule of its own gets `LaxPrimitive`'s, which refuses,
 naming the lax primitive (or gives no gradient when no input is a float):
 `eig`, `tridiagonal_solve` and a complex `triangular_solve` (`eigh`, `svd`,
-`qr`, `lu`, `cholesky`, `custom_linear_solve`: `lax_linalg_rules`), windowed
-reductions (`reduce_window*`, `select_and_*`), scatters that multiply or
-take a min or max, the incomplete gamma and beta functions, `zeta`, complex
-numbers, FFTs. `sort` with several keys refuses in its rule. This module
-holds the elementwise rules, `lax_shape_rules` and `lax_linalg_rules` the
-others (`cummax`/`cummin` are imported as JAX's scan: `lax_map`).
+`qr`, `lu`, `cholesky`, `custom_linear_solve`: `lax_linalg_rules`), JAX's
+own max-pooling gradient steps (`select_and_*`), scatters that multiply,
+the incomplete gamma and beta functions, `zeta`, complex numbers, FFTs.
+`sort` with several keys refuses in its rule, a `reduce_window` whose
+reducer is not max, min or add in its. This module holds the elementwise
+rules, `lax_shape_rules`, `lax_window_rules` (windowed reductions,
+`scatter-max`/`scatter-min`) and `lax_linalg_rules` the others
+(`cummax`/`cummin` are imported as JAX's scan: `lax_map`).
 """
 
 from __future__ import annotations
@@ -117,18 +119,11 @@ REFUSED = {
     "regularized_incomplete_beta": "the incomplete beta function",
     "zeta": "the Hurwitz zeta function",
     "reduce": "a reducer given as a jaxpr",
-    **dict.fromkeys(("scatter-mul", "scatter-min", "scatter-max"), "a non-additive scatter"),
+    "scatter-mul": "a scatter that multiplies",
     "approx_top_k": "approximate top-k",
     **dict.fromkeys(
-        (
-            "reduce_window_sum",
-            "reduce_window_max",
-            "reduce_window_min",
-            "reduce_window",
-            "select_and_gather_add",
-            "select_and_scatter_add",
-        ),
-        "windowed reductions",
+        ("select_and_gather_add", "select_and_scatter_add"),
+        "windowed reductions (JAX's own gradient steps of max pooling)",
     ),
     **dict.fromkeys(
         ("eig", "triangular_solve", "tridiagonal_solve"),
