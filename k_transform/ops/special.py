@@ -63,6 +63,8 @@ ReLU6Jax = elementwise("ReLU6Jax", jax.nn.relu6, "jax.nn.relu6", doc="JAX's: der
 Logit = elementwise("Logit", jsp.logit, "jax.scipy.special.logit", doc="`log(x / (1 - x))`.")
 XLogX = elementwise("XLogX", lambda x: jsp.xlogy(x, x), "xlogx", doc="`x * log(x)`, 0 at 0.")
 Log1mExp = elementwise("Log1mExp", jax.nn.log1mexp, "jax.nn.log1mexp", doc="`log(1 - exp(-x))`.")
+Expn = elementwise("Expn", jsp.expn, "jax.scipy.special.expn", 2, "`E_n(x)`; n gets no gradient.")
+Expi = elementwise("Expi", jsp.expi, "jax.scipy.special.expi", doc="`Ei(x)`.")
 
 
 class LogNdtr(AttrPrimitive):
@@ -83,6 +85,19 @@ class LogNdtr(AttrPrimitive):
         return "LogNdtr"
 
 
+class ExpnOf(AttrPrimitive):
+    """`ExpnOf(n)(x)`: `expn(n, x)` for a Python int `n` JAX baked into the
+    call's body (`exp1`, `expn(2, x)` inside a `vmap`)."""
+
+    n_inputs = 1
+
+    def __init__(self, n: int):
+        super().__init__(n=n)
+
+    def impl(self, x):
+        return jsp.expn(self.n, x)
+
+
 class SincMaclaurin(JaxPrimitive):
     """`SincMaclaurin(k)(x)`: `sinc_maclaurin(x, k)`, a constant; its
     derivative is `SincMaclaurin(k + 1)`."""
@@ -97,7 +112,7 @@ class SincMaclaurin(JaxPrimitive):
 
 
 map_functions(
-    {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,)}
+    {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,), Expi: (jsp.expi,)}
 )  # jax.nn.relu6, log_ndtr, entr's `_xlogx`: through their jaxprs
 map_functions(
     {
@@ -105,6 +120,7 @@ map_functions(
         XLog1pY: (jsp.xlog1py,),
         LogAddExp: (jnp.logaddexp, np.logaddexp),
         LogAddExp2: (jnp.logaddexp2, np.logaddexp2),
+        Expn: (jsp.expn,),
     },
     n=2,
 )
@@ -147,6 +163,27 @@ def bprop_logaddexp2(x1, x2, out, dout):
 
 
 unary(Erfcx, lambda x, out: 2.0 * x * out - _TWO_OVER_SQRT_PI)
+unary(Expi, lambda x, out: jnp.exp(x) / x)
+
+
+# `expn`'s steps (a piecewise of a series loop and a continued fraction)
+# meet `0 / 0` in a select's arm not taken: NaN where JAX's rule is finite
+@rule(Expn)
+def bprop_expn(n, x, out, dout):
+    # E_n' = -E_(n-1); E_0 = exp(-x) / x, whose slope is -E_0 - E_0 / x (JAX's
+    # rule asks E_-1 there, NaN; `maximum` keeps the arm not taken finite)
+    lower = jnp.where(n == 0, out + out / x, jsp.expn(jnp.maximum(n - 1, 0), x))
+    return None, sum_to(-dout * lower, x)
+
+
+@bprop_getters.register(ExpnOf)
+def get_bprop_expn_of(self):
+    if self.n == 0:
+        return lambda x, out, dout: (-dout * (out + out / x),)
+    lower = ExpnOf(self.n - 1)
+    return lambda x, out, dout: (-dout * lower(x),)
+
+
 unary(Logit, lambda x, out: 1.0 / (x * (1.0 - x)))
 unary(XLogX, lambda x, out: jnp.log(x) + 1.0)
 unary(Log1mExp, lambda x, out: 1.0 / jnp.expm1(x))
@@ -180,6 +217,17 @@ def _calls(jaxpr, name: str) -> bool:
     return False
 
 
+def _expn_call(body):
+    """`expn(n, x)` given `n`, or with a Python int `n` JAX baked into the
+    body (a literal first operand of its `jit`); else None (its body)."""
+    if len(body.jaxpr.invars) == 2:
+        return Expn()
+    first = body.jaxpr.eqns[0].invars[0] if body.jaxpr.eqns else None
+    if isinstance(first, jax_core.Literal) and float(first.val).is_integer():
+        return ExpnOf(int(first.val))
+    return None
+
+
 def _pinv_call(body):
     """`jnp.linalg.pinv`'s `_pinv`: `hermitian` is static, so not a parameter
     of the call, but its body then decomposes with `eigh` (else `svd`)."""
@@ -197,6 +245,8 @@ CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "logit"): lambda body: Logit(),
     ("jax/_src/scipy/special.py", "_xlogx"): lambda body: XLogX(),
     ("jax/_src/scipy/special.py", "log_ndtr"): LogNdtr,
+    ("jax/_src/scipy/special.py", "expn"): _expn_call,
+    ("jax/_src/scipy/special.py", "expi"): lambda body: Expi(),
     ("jax/_src/nn/functions.py", "log1mexp"): lambda body: Log1mExp(),
     ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
     ("jax/_src/lax/other.py", "logaddexp2"): lambda body: LogAddExp2(),

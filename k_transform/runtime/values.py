@@ -416,8 +416,10 @@ def ones_like_value(x):
 
 
 def env_get(env, key, like):
-    """The gradient stored under `key` in `env`, or zeros like `like`."""
-    if isinstance(env, dict) and key in env:
+    """The gradient stored under `key` in `env`, or zeros like `like` (also
+    where it is None, the zero gradient: what a closure's K sent back for a
+    value the program uses as an object, or read through an unused result)."""
+    if isinstance(env, dict) and env.get(key) is not None:
         return _in_dtype_of(env[key], like)
     return zeros_like_value(like)
 
