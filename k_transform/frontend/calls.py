@@ -36,7 +36,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.cell import Cell
-from k_transform.codegen.static import StaticFacts
+from k_transform.codegen.static import StaticFacts, is_plain
 from k_transform.errors import KTransformError
 from k_transform.frontend import (
     batching,
@@ -414,9 +414,11 @@ class CallBuilder:
             # one: its trace holds it as an input, whose object would escape)
             raise self.fp.unsupported(f"`{callee.hint or value.__name__}(...)` of arrays", e)
         given = [*args, *kwargs.values()]
-        if computes_as_python(value) and all(_STATIC.is_static(a) for a in given):
+        if computes_as_python(value) and all(_STATIC.is_static(a) or _literal(a) for a in given):
             # numpy or math on Python values (`np.prod(x.shape[1:])`,
-            # `math.sqrt(x.shape[-1])`) computes what numpy or math does
+            # `math.sqrt(x.shape[-1])`, `np.array([1.0, 2.0])`) computes what
+            # numpy or math does: a NumPy array of its dtype (float64), as
+            # Python gives it to the code it is passed to (`y.dtype`)
             call = prims.PythonValueCall(value, callee.hint or value.__name__, tuple(kwargs))
             return self.apply(call, *given, node=e)
         adapted = adapt_function(value, Call(args, kwargs))
@@ -915,6 +917,20 @@ def _known(node):
             return dict(zip(items[0::2], items[1::2], strict=True))
         return tuple(items) if isinstance(prim, prims.MakeTuple) else items
     return _UNKNOWN
+
+
+def _literal(node) -> bool:
+    """Whether `node` is a Python value written in the program: a constant or
+    a tuple, list or dict display of them (`[1.0, 2.0]`), arrays in none."""
+    return _plain_literal(_known(node))
+
+
+def _plain_literal(value) -> bool:
+    if isinstance(value, dict):
+        return all(_plain_literal(k) and _plain_literal(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_plain_literal(v) for v in value)
+    return value is not _UNKNOWN and is_plain(value)
 
 
 def _constant_attribute(args, kwargs) -> bool:

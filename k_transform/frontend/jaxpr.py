@@ -53,6 +53,7 @@ buffers it carries and writes row by row (`setitem`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import types
@@ -66,6 +67,7 @@ from k_transform.context import TRANSFORM
 from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.frontend import concrete, guards, python_code
+from k_transform.frontend.source import is_library_value
 from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
@@ -102,12 +104,28 @@ def numpy_twin(fn):
 
 def _traced(leaf, python: bool = False) -> bool:
     """Whether `leaf` is an input of the trace (else a static value).
-    `python`: user code run as Python sees a Python or NumPy scalar as it is."""
+    `python`: user code (run as Python, or host code: a method of the user's
+    object) sees what is not a JAX array as Python passes it, a Python float,
+    a NumPy array or scalar, as JAX's tracer does running the user's function
+    (it closes over constants): `isinstance(y, np.ndarray)`, `type(y) is
+    float`, `y.dtype.itemsize` and NumPy indexing (`np.eye(k)[y]`) keep
+    their meaning. Only a JAX array can carry a gradient here (the inputs of
+    a gradient function are made JAX arrays, `runtime.as_jax_inputs`)."""
     if isinstance(leaf, bool):
         return False
     if python:
-        return isinstance(leaf, (jax.Array, np.ndarray))
+        return isinstance(leaf, jax.Array)
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, complex))
+
+
+def _users_code(fn) -> bool:
+    """Whether `fn` runs the user's own Python (a function of theirs, a method
+    of their object, a partial of one), not library code (`jnp.arccos`)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    return not is_library_value(fn)
 
 
 def _scalar(leaf) -> bool:
@@ -149,7 +167,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if host and not arrays:
         return _value_graph(fn, hint, kwnames, len(args), host)
     refused = python_code.reason(fn)  # a user function run as Python
-    traced = [_traced(leaf, refused is not None) for leaf in leaves]
+    users = host or refused is not None or _users_code(fn)
+    traced = [_traced(leaf, users) for leaf in leaves]
     plan = (id(fn), tuple(kwnames), treedef, tuple(traced))
     _wanted = TRANSFORM.cache("jaxpr.static_scalars")
     if _wanted.get(plan, (None,))[0] is fn:  # JAX wants its Python numbers static
@@ -168,7 +187,12 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     # object is gone.
     held = (fn, *(leaf for leaf, t in zip(leaves, traced, strict=True) if not t and _by_id(leaf)))
     _graphs = TRANSFORM.cache("jaxpr.graphs")
-    entry = None if host else _graphs.get(key)
+    # A NumPy array the user's code reads as it is may be changed in place
+    # before the next call (its trace holds its values then): traced again.
+    cached = not host and not any(
+        isinstance(leaf, np.ndarray) for leaf, t in zip(leaves, traced, strict=True) if not t
+    )
+    entry = _graphs.get(key) if cached else None
     if entry is not None and all(a is b for a, b in zip(entry[0], held, strict=True)):
         return entry[1]
 
@@ -238,7 +262,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     out_tree, statics = returned
     out_shape = out_tree.unflatten([next(shapes) if s is None else s for s in statics])
     graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
-    if not host:
+    if cached:
         _graphs[key] = (held, graph)
     return graph
 
