@@ -202,6 +202,32 @@ def _note_user_line(exc: Exception, run) -> None:
         exc.add_note(_NOTE + where)
 
 
+_STATIC_NEEDED = ("Slice entries must be static", "Shapes must be 1D sequences of concrete")
+
+
+def _static_needed(exc: Exception, run) -> KTransformError | None:
+    """JAX's bare IndexError or TypeError for a traced value where it needs a
+    Python number (a slice bound, a shape: `x[k:]` with `k = int(alpha * n)`
+    and `alpha` an argument, which the jit traces) as a KTransformError
+    naming the user's line, as jax.jit's ConcretizationTypeError does."""
+    if not isinstance(exc, (IndexError, TypeError)) or not any(
+        m in str(exc) for m in _STATIC_NEEDED
+    ):
+        return None
+    where = user_line(exc, run)
+    if where is None:
+        return None
+    text = str(exc).strip().splitlines()
+    return KTransformError(
+        "a traced value where JAX needs a Python number (a slice bound, a shape): the jit "
+        "of graph mode traces the arguments of a call and the arrays computed, as jax.jit "
+        "does; make it a Python number (`int(...)` of a value computed from shapes, "
+        "constants and arguments given as Python ints, which stay static), or run op by op "
+        f"(kt.set_mode('eager')) "
+        f"({type(exc).__name__}: {text[0] if text else ''})\n  {where}"
+    )
+
+
 class CompiledGraph:
     """A transform graph compiled to Python and run with Parameters bound.
 
@@ -507,6 +533,9 @@ class CompiledGraph:
                     refusal.__cause__ = exc
                     _note_user_line(refusal, self.run)
                     raise refusal from exc
+                static = _static_needed(exc, self.run)
+                if static is not None:
+                    raise static from exc
                 _note_user_line(exc, self.run)
                 raise
         index = {id(p): k for k, p in enumerate(self.params)}

@@ -72,10 +72,10 @@ def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
     if primal.parent is not None and primal.free_variables():
         raise builder.fp.unsupported(closure_transform(api, primal), e)
     if reruns and primal.calls_host():
-        site, why = _host_site(primal)
+        site, what = _host_site(primal)
         exc = builder.fp.unsupported(
-            f"{api} of {primal.name}, which calls host code (`{site.source_line.strip()}`, "
-            f"line {site.line} of {site.file}{why}) inside transformed code: there {api} runs it "
+            f"{api} of {primal.name}, which {what} (`{site.source_line.strip()}`, "
+            f"line {site.line} of {site.file}) inside transformed code: there {api} runs it "
             "again for its derivative, where Python runs it once (call it outside the "
             "function transformed)",
             e,
@@ -91,8 +91,9 @@ def _primal(builder, api: str, fn, e, reruns: bool = False) -> FuncGraph:
 def _host_site(primal: FuncGraph):
     """Where `primal` (or a graph it reaches) calls host code: the call's
     debug info (a branch or loop holding it only if no call is found), and
-    why, where the call is of a user function run as Python (the construct
-    the parser refused, on the line the debug info names)."""
+    what it does there: "calls host code", or for a user function the parser
+    refused, "runs f as Python" and the construct it has no model of (the
+    debug info: the line it refused)."""
     sites = [
         node
         for graph in primal.reachable()
@@ -104,13 +105,13 @@ def _host_site(primal: FuncGraph):
     call = node.fn.value
     fn = getattr(getattr(call, "call", call), "fn", None)  # a LibraryCall, or K of one
     refused = python_code.reason(fn) if callable(fn) else None
-    if refused is None or getattr(refused, "construct", None) is None:
-        return node.debug, ""
-    name = getattr(fn, "__name__", "it")
-    return (
-        node.debug,
-        f": `{name}` runs as Python, the parser having no model of its {refused.construct}",
-    )
+    if refused is None:
+        return node.debug, "calls host code"
+    what = f"runs {getattr(fn, '__name__', 'it')} as Python"
+    construct = getattr(refused, "construct", None)
+    if construct is not None:
+        what += f", the parser having no model of its {construct}"
+    return node.debug, what
 
 
 def _with_defaults(builder, primal: FuncGraph, inputs: list, e) -> list:

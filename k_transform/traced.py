@@ -34,6 +34,7 @@ from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
+from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
@@ -88,6 +89,7 @@ class TracedCallK(LibraryK):
 
     def _run(self, host: bool, *args):
         if self.order >= 1:
+            args = primal_functions(args, self.order)
             self._check_no_derivative_closures(args)
         try:
             call = self.call
@@ -211,6 +213,55 @@ class DynamicCallK(DynamicK):
         return f"K{self.order}[call]"
 
 
+def primal_functions(values, order: int):
+    """`values` with each function the differentiated program made that reads
+    none of its values (`lambda x: 0.1 * x` given to `jnp.piecewise`), here
+    its derivative form of `order`, made the function itself (its primal
+    graph compiled): a library or code run as Python calls it as the
+    function, and its trace differentiates it with the call
+    (`refuse_derivative_closures` refuses the functions that read values)."""
+    leaves, tree = jax.tree_util.tree_flatten(values)
+    if not any(isinstance(leaf, types.FunctionType) for leaf in leaves):
+        return values
+    return jax.tree_util.tree_unflatten(tree, [_primal_function(v, order) for v in leaves])
+
+
+def _primal_function(value, order: int):
+    made = graph_of(value) if isinstance(value, types.FunctionType) else None
+    if made is None or made.k_order != order or value.__closure__:
+        return value
+    primal = made
+    for _ in range(order):
+        primal = getattr(primal, "k_primal", None)
+        if primal is None:
+            return value
+    if primal.k_order != 0 or primal.free_variables() or primal.calls_host():
+        return value
+    if _reads_parameters(primal):  # `lambda x: self.w * x`: w's gradient is an env's
+        return value
+    made = TRANSFORM.cache("traced.primal_functions")
+    entry = made.get(id(primal))
+    if entry is None or entry[0] is not primal:
+        entry = made[id(primal)] = (primal, compile_graph(primal))
+    return entry[1]
+
+
+def _reads_parameters(graph: FuncGraph) -> bool:
+    """Whether `graph` (or a graph it reaches) reads a `kt.Parameter` or a
+    Cell: a constant holding one, or a primitive holding one (an assign)."""
+    for g in graph.reachable():
+        for node in g.nodes:
+            for item in node.inputs:
+                value = item.value if isinstance(item, Constant) else None
+                if isinstance(value, Primitive):
+                    if value.parameters():
+                        return True
+                elif value is not None and not isinstance(value, FuncGraph):
+                    if holds_params(value):
+                        return True
+    return False
+
+
 def refuse_derivative_closures(hint: str, values, debug, why: str | None = None) -> None:
     """Refuse a function the differentiated program made (a leaf of `values`,
     or a static field of a pytree in it: `Kernel(lambda a, b: amp * k(a, b))`)
@@ -224,8 +275,8 @@ def refuse_derivative_closures(hint: str, values, debug, why: str | None = None)
     _static_functions(tree, found)
     for fn in found:
         made = graph_of(fn)
-        if made is None:
-            continue
+        if made is None or (made.k_order == 0 and not made.free_variables()):
+            continue  # (a function reading none of the program's values: `primal_functions`)
         name = made.name.removesuffix("_fprop")
         if why is not None:  # the call says why it cannot take it
             raise KTransformError(f"{why}; here it is given {name}", debug)

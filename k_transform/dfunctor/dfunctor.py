@@ -417,6 +417,7 @@ class DFunctor:
         self.bprop = FuncGraph(f"{primal.name}_bprop", self.fprop, primal.debug, "bprop")
         self.fprop.param_names = [p.name for p in primal.parameters]
         self.fprop.k_order = primal.k_order + 1
+        self.fprop.k_primal = primal
         self.k: dict[int, Node] = {}  # primal node -> its K-value in fprop
         self.bp: dict[int, Node] = {}  # primal Apply -> its bprop closure (calls)
         self.sens: dict[int, list[Node]] = {}

@@ -63,7 +63,7 @@ from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import tensor_methods
 from k_transform.ops.fold import fold_call
-from k_transform.ops.host import host_call, plain_exception
+from k_transform.ops.host import host_call, is_pure, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
 from k_transform.protocol import kt_attribute
 
@@ -74,6 +74,8 @@ ORIGINAL_REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put
 
 # Which arguments are plain Python values whenever the code runs (shapes, ints)
 _STATIC = StaticFacts()
+# methods whose result is a Python value, which a traced array has none of
+_PYTHON_VALUE_METHODS = frozenset(("item", "tolist", "__int__", "__float__", "__index__"))
 
 
 # Builtins that take functions or order values: no model of them on program
@@ -257,6 +259,64 @@ class CallBuilder:
                 e,
             )
 
+    def star_function(self, arg: Node, hint: str, e) -> Node:
+        """`arg` given to a transform (`kt.grad(inner)`): for the graph of a
+        user function taking `*args`, the function itself, whose transform is
+        made per number of arguments a call passes (as outside parsed code).
+        The graph takes the `*args` tuple as one parameter: its transform took
+        the first argument for that tuple (`kt.grad(inner)(*a)` under kt.jit:
+        a TypeError, or a wrong value). A nested def, with no function of its
+        own to transform, is refused."""
+        graph = arg.value if isinstance(arg, Constant) else None
+        sig = graph.signature if isinstance(graph, FuncGraph) else None
+        if sig is None or sig.vararg is None:
+            return arg
+        if graph.python_fn is not None:
+            return Constant(graph.python_fn, arg.debug, arg.hint)
+        raise self.fp.unsupported(
+            f"{hint}(...) of the nested function {graph.name!r}, which takes `*{sig.vararg}`", e
+        )
+
+    def concrete(self, node: Node, read_args: bool = False, depth: int = 0) -> Node | None:
+        """`node` as a value concrete when the program runs, also under jax.jit,
+        where it is a pure JAX computation of constants and static values
+        (`jnp.ceil(0.8 * x.shape[0])`, `jnp.sqrt(2.0)`, `jnp.arange(3)`):
+        each of its calls made a `prims.ConcreteCall`, for a reader that needs
+        a Python value (`int(...)`, `float(...)`, `.item()`, a slice bound),
+        as JAX computes it outside a jit. None where it is not one (it
+        calls host code, or reads an argument and not `read_args`).
+
+        `read_args`: the computation may read the function's arguments, as
+        the reader has no gradient whatever it reads (`int(...)`, a slice
+        bound): it is concrete when the arguments it reads are at run time
+        (`alpha=0.8` left to its default, which no jit traces). A reader with
+        a gradient (`float(...)`, `.item()`) reads no argument: there its
+        value would be differentiated, which JAX refuses as well."""
+        if _STATIC.is_static(node) or (isinstance(node, Constant) and _no_gradient_in(node.value)):
+            return node
+        if read_args and isinstance(node, Parameter):
+            return node
+        if depth > 32 or not isinstance(node, Apply) or node.graph is not self.graph:
+            return None
+        prim = getattr(node.fn, "value", None)
+        if isinstance(prim, prims.ConcreteCall):
+            return node
+        if (
+            not isinstance(prim, Primitive)
+            or prim.effectful
+            or prim.host
+            or prim.graph_slots
+            or isinstance(prim, (prims.HostValue, prims.KeywordCall))
+            or (isinstance(prim, prims.MethodCall) and not _array_method(prim, node.args[0]))
+            or (isinstance(prim, prims.LibraryCall) and not is_pure(prim.fn))
+        ):
+            return None
+        args = [self.concrete(a, read_args, depth + 1) for a in node.args]
+        if any(a is None for a in args):
+            return None
+        made = prims.ConcreteCall(prim, read_args)
+        return self.graph.apply(Constant(made), *args, debug=node.debug)
+
     def method_call(self, receiver: Node, e) -> Node:
         args = [self.expr(a) for a in e.args]
         kwnames = tuple(k.arg for k in e.keywords)
@@ -283,6 +343,11 @@ class CallBuilder:
             fn = Constant(meaning, self.debug(e), meaning.__name__)
             return self.call(fn, [receiver, *args], dict(zip(kwnames, kwvals, strict=True)), e)
         prim = prims.MethodCall(e.func.attr, kwnames)
+        if e.func.attr in _PYTHON_VALUE_METHODS and _array_method(prim, receiver):
+            # `jnp.arange(3).tolist()` of constants: Python values also under a jit
+            parts = [self.concrete(a) for a in (receiver, *args, *kwvals)]
+            if all(p is not None for p in parts):
+                return self.apply(prims.ConcreteCall(prim), *parts, node=e)
         return self.apply(prim, receiver, *args, *kwvals, node=e)
 
     def call(self, callee: Node, args: list[Node], kwargs: dict[str, Node], e) -> Node:
@@ -322,6 +387,7 @@ class CallBuilder:
             closures = [a.value for a in args if _reads_the_caller(a)]
             if closures:  # transformed on its own, it would not see the caller's values
                 raise self.fp.unsupported(closure_transform(callee.hint, closures[0]), e)
+            args = [self.star_function(a, callee.hint, e) for a in args]
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)
@@ -329,7 +395,7 @@ class CallBuilder:
         lower = kt_attribute(value, "__kt_lower__", None)
         if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
             return lower(self, args, kwargs, e)
-        graph = kt_attribute(value, "__kt_graph__", None)
+        graph = _graph_for_call(value, args, kwargs)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
@@ -638,6 +704,8 @@ class CallBuilder:
     def callee_graph(self, callee: Node) -> FuncGraph | None:
         """The graph a call of `callee` runs: a user function, method or Cell."""
         value = callee.value if isinstance(callee, Constant) else None
+        if kt_attribute(value, "__kt_graph_for__", None) is not None:
+            return None  # the gradient of a `*args` function: made per number of arguments
         graph = kt_attribute(value, "__kt_graph__", None)
         if isinstance(value, FuncGraph) or isinstance(graph, FuncGraph):
             return value if isinstance(value, FuncGraph) else graph
@@ -896,6 +964,42 @@ def computes_as_python(fn) -> bool:
     array: `round(math.sqrt(x.shape[-1]))` can be a shape."""
     in_math = getattr(fn, "__module__", None) == "math"
     return numpy_twin(fn) is not fn or in_math or fn is abs or fn is round
+
+
+def _no_gradient_in(value, depth: int = 0) -> bool:
+    """A constant with no gradient: no graph, Cell or `kt.Parameter` (whose
+    value is differentiated: `float(self.w.sum())` stays refused)."""
+    if isinstance(value, (tuple, list)):
+        return depth < 8 and all(_no_gradient_in(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return depth < 8 and all(_no_gradient_in(v, depth + 1) for v in value.values())
+    return not (
+        isinstance(value, (FuncGraph, Cell)) or kt_attribute(type(value), "__kt_parameter__", False)
+    )
+
+
+def _graph_for_call(value, args: list, kwargs: dict):
+    """The graph a call of `value` with `args` runs (`__kt_graph__`); for the
+    gradient of a `*args` function called with positional arguments, its
+    graph for that many (`__kt_graph_for__`), as a call of it runs: the
+    generic graph takes the `*args` tuple as one parameter, which a call
+    binding its arguments one by one filled with the first argument's value
+    (`kt.grad(inner)(*a)` under kt.jit: TypeError, or a wrong value)."""
+    graph_for = kt_attribute(value, "__kt_graph_for__", None)
+    if graph_for is not None and not kwargs:
+        spec = getattr(value, "spec", None)  # a GradOperation's `sens` is no `*args` value
+        return graph_for(len(args) - int(bool(getattr(spec, "sens_param", False))))
+    return kt_attribute(value, "__kt_graph__", None)
+
+
+def _array_method(prim, receiver: Node) -> bool:
+    """`a.max()` of an array computed, or held as a constant: no method of a
+    user's object, nor one changing its receiver."""
+    if prim.method in MUTATING_METHODS:
+        return False
+    if isinstance(receiver, Constant):
+        return isinstance(receiver.value, (jax.Array, np.ndarray, np.generic))
+    return isinstance(receiver, Apply)
 
 
 def static_inputs(args) -> bool:

@@ -290,6 +290,9 @@ class ExpressionBuilder:
                 self.expr(p) if p is not None else self.const(None, s)
                 for p in (s.lower, s.upper, s.step)
             ]
+            # a bound JAX computes from constants (`x[jnp.argmax(c):]`): concrete
+            # when the program runs, as a slice bound must be under jax.jit
+            parts = [self.concrete(p, read_args=True) or p for p in parts]
             return self.apply(prims.MakeSlice(), *parts, node=s)
         if isinstance(s, gast.Tuple):
             return self.apply(prims.MakeTuple(), *[self.index(p) for p in s.elts], node=s)

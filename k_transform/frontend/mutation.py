@@ -275,6 +275,29 @@ def outer_mutation(what: str, name: str, where: str) -> str:
     )
 
 
+def _parameter_defaults(fdef) -> dict:
+    """Parameter name -> its default's expression, where it is a mutable
+    display (`[]`, `{}`, `{1}`) or a `list()`/`dict()`/`set()` call."""
+    args = getattr(fdef, "args", None)
+    if args is None:
+        return {}
+    positional = [*getattr(args, "posonlyargs", []), *args.args]
+    defaulted = positional[len(positional) - len(args.defaults) :]
+    pairs = list(zip(defaulted, args.defaults, strict=True))
+    kw = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    pairs += [(a, d) for a, d in kw if d is not None]
+    return {
+        a.id: d
+        for a, d in pairs
+        if isinstance(d, (gast.List, gast.Dict, gast.Set))
+        or (
+            isinstance(d, gast.Call)
+            and isinstance(d.func, gast.Name)
+            and d.func.id in ("list", "dict", "set")
+        )
+    }
+
+
 def check_mutations(
     fdef, params, error, constants=(), unsupported=None, outer=None, writable=()
 ) -> Shared:
@@ -290,6 +313,7 @@ def check_mutations(
     object is seen only through `n` (`frontend.calls`)."""
     dicts = _names_made(fdef, params, _is_dict_value)
     facts = _Facts(set(params), _list_names(fdef, params), dicts)
+    facts.defaults = _parameter_defaults(fdef)
     facts.outer = outer or (lambda name: "a variable of an enclosing function or a global")
     facts.run(fdef.body)
     unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
@@ -372,6 +396,16 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
     if m.name in facts.params and not _rebound_before(m, facts):
         if m.name in facts.writable and _writes_own_items(m) and not facts.bindings.get(m.name):
             shared.written.add(m.name)  # (the caller's call allows it: `check_mutations`)
+        elif m.name in facts.defaults:  # `def f(n, _cache={})`: a memo every call shares
+            default = facts.defaults[m.name]
+            raise (unsupported or error)(
+                f"{what}, a change of the default object of {m.name!r} (`{m.name}="
+                f"{gast.unparse(default).strip()}` at line {default.lineno}), which each call "
+                "leaving it out shares: a later call would see the change, which k_transform "
+                "does not keep (a memo: compute the value without it, or fill it outside the "
+                "function transformed),",
+                m.node,
+            )
         else:
             exc = error(
                 f"{what} mutates the argument {m.name!r}, which the caller also holds; copy it "

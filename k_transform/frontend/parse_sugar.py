@@ -453,6 +453,13 @@ class SugarBuilder:
             return self.isinstance_call(fn, args, e)
         if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]) or len(args) != 1:
             return self.call(fn, args, kwargs, e)
+        if value in (int, float, bool) and not kwargs:
+            # `int(jnp.ceil(alpha * x.shape[0]))`: Python's value (int's has no gradient)
+            known = self.concrete(args[0], read_args=value is int)
+            if known is not None and value is int:  # (`rt.to_int`: Python's when concrete)
+                return self.apply(call_of(rt.to_int, "to_int"), known, node=e)
+            if known is not None:
+                return self.apply(prims.PythonValueCall(value, value.__name__), known, node=e)
         if value in (abs, round, float) and static_inputs([*args, *kwargs.values()]):
             return self.call(fn, args, kwargs, e)  # on a shape: Python's (`calls.call`)
         if kwargs:

@@ -186,6 +186,7 @@ class FuncGraph:
         # rebind (`frontend.guards.rebinds`): key -> (name, node, function).
         self.rebinds: dict = {}
         self.k_order = 0
+        self.k_primal: FuncGraph | None = None  # an fprop's: the graph it is K of
 
     # -- building ---------------------------------------------------------
     def add_parameter(self, name: str, debug: DebugInfo = NO_DEBUG) -> Parameter:

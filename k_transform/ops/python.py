@@ -389,6 +389,51 @@ class PythonValueCall(LibraryCall):
     static_when = "inputs"
 
 
+class Concretely:
+    """`prim(*args)` given no traced value run as JAX runs it on concrete
+    values, also mid-trace (`jax.ensure_compile_time_eval`): a concrete
+    array, not a traced one. Given a traced value, it is `prim(*args)`."""
+
+    def __init__(self, prim: Primitive):
+        self.prim = prim
+        self.__name__ = f"concretely_{prim.name}"
+
+    def __call__(self, *args):
+        if rt.any_traced(args):
+            return self.prim(*args)
+        with jax.ensure_compile_time_eval():
+            return self.prim(*args)
+
+    def __eq__(self, other):
+        return isinstance(other, Concretely) and self.prim == other.prim
+
+    def __hash__(self):
+        return hash(("concretely", self.prim))
+
+
+class ConcreteCall(PythonValueCall):
+    """A pure JAX computation of constants and static values (`jnp.ceil(a *
+    x.shape[0])`, `jnp.argmax(jnp.array([1.0, 5.0]))`), computed where the
+    program runs as a concrete array, also under jax.jit, where a value that
+    must be a Python one (`int(...)`, `.item()`, a slice bound) reads it: what
+    JAX computes outside a jit. Made only for such a reader
+    (`CallBuilder.concrete`): an array every call site makes (`jnp.ones(x.shape)`)
+    stays a traced one, not a constant of the compiled program. No gradient:
+    its inputs are constants, or feed a reader with none (`int(...)`, a slice
+    bound), which may read an argument (`reads_args`): then it is concrete
+    only where the arguments are (a default left to itself), so not static
+    (codegen.static)."""
+
+    def __init__(self, prim: Primitive, reads_args: bool = False):
+        super().__init__(Concretely(prim), f"concretely_{prim.name}")
+        self.effectful = False
+        self.reads_args = reads_args
+
+    @property
+    def static_when(self) -> str:
+        return "inputs" if self.reads_args else "always"
+
+
 class HostValue(LibraryCall):
     """A host call given no arrays (`rs.randn(3)`, `next(it)`): its result is a
     value of the host, with no gradient; it runs each time it is reached."""
