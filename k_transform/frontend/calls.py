@@ -830,7 +830,9 @@ def _may_change(method: str, receiver: Node) -> bool:
     does not know (a parameter: a dict the caller passed)."""
     if effects.mutable_builtin(receiver, prims) or mutability.may_be_mutable(receiver, prims):
         return True
-    return isinstance(receiver, Parameter) and method in REFUSED_MUTATORS
+    # (`x.add(y)` of a MindSpore Tensor argument is its sum, not a set's add)
+    tensor_method = method in tensor_methods.METHODS
+    return isinstance(receiver, Parameter) and method in REFUSED_MUTATORS and not tensor_method
 
 
 def _plain_constant(node: Node) -> bool:
