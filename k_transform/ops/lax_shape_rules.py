@@ -110,6 +110,25 @@ def _dynamic_update_slice(p):
     return bprop
 
 
+def scatter_add_as(dn, q: dict, op=jax.lax.scatter_add):
+    """`op(x, indices, updates)` (a scatter-add, or another lax scatter)
+    with the dimension numbers `dn` and the index options of the gather or
+    scatter whose parameters are `q`."""
+
+    def scatter(x, indices, updates):
+        return op(
+            x,
+            indices,
+            updates,
+            dn,
+            indices_are_sorted=q["indices_are_sorted"],
+            unique_indices=q["unique_indices"],
+            mode=q["mode"],
+        )
+
+    return scatter
+
+
 @lax_rule("gather")
 def _gather(p):
     dn, q = p.param["dimension_numbers"], p.param
@@ -121,16 +140,7 @@ def _gather(p):
         scatter_indices_batching_dims=dn.start_indices_batching_dims,
     )
 
-    def scatter(x, indices, updates):
-        return jax.lax.scatter_add(
-            x,
-            indices,
-            updates,
-            scatter_dn,
-            indices_are_sorted=q["indices_are_sorted"],
-            unique_indices=q["unique_indices"],
-            mode=q["mode"],
-        )
+    scatter = scatter_add_as(scatter_dn, q)
 
     add = traced_op("scatter-add", scatter, [*p.in_avals, p.out_avals()])
 
@@ -198,17 +208,7 @@ def _scatter(p):
     (x_shape, _), index_aval, (u_shape, _) = p.in_avals
     ids_avals = [(x_shape, np.int32), index_aval, (u_shape, np.int32)]
 
-    def scatter(x, indices, updates):
-        return jax.lax.scatter(
-            x,
-            indices,
-            updates,
-            dn,
-            indices_are_sorted=q["indices_are_sorted"],
-            unique_indices=q["unique_indices"],
-            mode=q["mode"],
-        )
-
+    scatter = scatter_add_as(dn, q, jax.lax.scatter)
     place = traced_op("scatter", scatter, ids_avals)
     pick_ids = _window_gather(p)(ids_avals[:2])
     pick = _window_gather(p)(p.in_avals[:2])

@@ -44,7 +44,7 @@ import numpy as np
 from k_transform.errors import KTransformError
 from k_transform.ops.lax import traced_op
 from k_transform.ops.lax_rules import lax_rule
-from k_transform.ops.lax_shape_rules import _window_gather
+from k_transform.ops.lax_shape_rules import _window_gather, scatter_add_as
 
 
 # -- windowed reductions ----------------------------------------------------------------
@@ -187,16 +187,7 @@ def _scatter_extremum(p):
     dn, q = p.param["dimension_numbers"], p.param
     (x_shape, _), index_aval, (u_shape, _) = p.in_avals
 
-    def scatter(x, indices, updates):
-        return jax.lax.scatter_add(
-            x,
-            indices,
-            updates,
-            dn,
-            indices_are_sorted=q["indices_are_sorted"],
-            unique_indices=q["unique_indices"],
-            mode=q["mode"],
-        )
+    scatter = scatter_add_as(dn, q)
 
     count = traced_op(
         "scatter-add", scatter, [(x_shape, np.int32), index_aval, (u_shape, np.int32)]
