@@ -7,6 +7,8 @@ looks in a closure's env only for what the closure's K can send back
 (`dfunctor._live_reads`). Each case gave NaN before.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
@@ -81,7 +83,31 @@ def value_of_value_and_grad(x):  # kt.value_and_grad's result read by item
     return v * aux
 
 
+class Stats(NamedTuple):
+    total: object
+    spread: object  # sqrt(0): never read
+
+
+def named_stats(x):
+    return Stats(jnp.sum(x), jnp.sqrt(jnp.sum(x * x) - jnp.sum(x * x)))
+
+
+def by_field(x):
+    return named_stats(x).total ** 2
+
+
+def by_unpacking(x):
+    total, _ = named_stats(x)
+    return total**2
+
+
+def every_field(x):  # every field read: each cotangent counts
+    s = named_stats(x)
+    return s.total + s[0] + s.spread * 0.0
+
+
 CASES = [first_only, nested, whole_and_item, by_negative_index, passed_on, encoder_stats]
+CASES += [by_field, by_unpacking]
 
 
 @pytest.mark.parametrize("f", CASES, ids=lambda f: f.__name__)
@@ -195,3 +221,10 @@ def test_the_output_and_aux_of_a_jvp_with_aux_both_count():
 
     x = X.astype(np.float32)
     np.testing.assert_allclose(kt.grad(k)(x), jax.grad(j)(x), rtol=1e-5)
+
+
+def test_a_namedtuple_read_field_by_field_keeps_every_fields_cotangent(x64):
+    """`s.spread * 0.0` reads the spread: JAX's NaN there (0 * inf) is ours."""
+    want = jax.grad(every_field)(X)
+    assert np.all(np.isnan(want))
+    assert np.all(np.isnan(kt.grad(every_field)(X)))

@@ -217,6 +217,11 @@ def _mask_of(node: Node, used: Mask) -> Mask:
     if used is None or not _builds_tuple(node):
         return None
     n = len(node.args)
+    names = getattr(node.fn.value, "names", ())  # a NamedTuple's fields (`s.mean`)
+    used = [
+        (names.index(k) if k in names else n, sub) if isinstance(k, str) else (k, sub)
+        for k, sub in used
+    ]
     if any(not -n <= k < n for k, _ in used):
         return None
     items: dict[int, Mask] = {}
@@ -239,10 +244,10 @@ def _masked(node: Node, used: Mask):
 
 
 def _builds_tuple(node: Node) -> bool:
-    return (
-        isinstance(node, Apply)
-        and isinstance(node.fn, Constant)
-        and isinstance(node.fn.value, prims.MakeTuple)
+    """A tuple display, or a NamedTuple made of its fields (`Stats(m, s)`)."""
+    maker = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    return isinstance(maker, prims.MakeTuple) or (
+        isinstance(maker, prims.MakeNode) and issubclass(maker.cls, tuple)
     )
 
 
@@ -676,7 +681,7 @@ class DFunctor:
             used.setdefault(index, []).append(reader)
         return tuple(
             (k, self.used_items(r[0], depth + 1) if len(r) == 1 and depth < 4 else None)
-            for k, r in sorted(used.items())
+            for k, r in sorted(used.items(), key=lambda item: (isinstance(item[0], str), item[0]))
         )
 
     def _may_get_sens(self) -> set[int]:
@@ -949,12 +954,16 @@ def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
     return cache[graph]
 
 
-def _item_index(reader: Apply | None, node: Node) -> int | None:
-    """k where `reader` is `node[k]`, k a constant int; else None."""
+def _item_index(reader: Apply | None, node: Node) -> int | str | None:
+    """k where `reader` is `node[k]`, k a constant int, or the name of the
+    field `node.k` reads (a NamedTuple's, resolved by `_mask_of`); else None."""
+    fn = reader.fn.value if reader is not None and isinstance(reader.fn, Constant) else None
+    if isinstance(fn, prims.GetAttr) and reader.args[0] is node:
+        return fn.attr
     if reader is None or len(reader.args) != 2 or reader.args[0] is not node:
         return None
     index = reader.args[1]
-    if not (isinstance(reader.fn, Constant) and isinstance(reader.fn.value, prims.GetItem)):
+    if not isinstance(fn, prims.GetItem):
         return None
     if isinstance(index, Constant) and type(index.value) is int:
         return index.value
