@@ -53,7 +53,7 @@ from k_transform.codegen.view import CodeView
 from k_transform.codegen.view import prim_name as _prim_name
 from k_transform.context import TRANSFORM
 from k_transform.ir.cse import pure_primitive
-from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter, reads_among
 from k_transform.ir.primitive import Primitive
 from k_transform.protocol import kt_attribute
 
@@ -613,15 +613,9 @@ class ModuleEmitter:
     def _graph_reads(self, graph: FuncGraph) -> tuple[list, list]:
         """`graph.reads_of()` as written (`view`): what its written nodes read."""
         if graph.uid not in self._reads:
-            nodes: dict[int, Node] = {}
-            closures = []
             written = [self.view.inputs(n) for n in graph.nodes if not self.view.is_alias(n)]
-            for node in [i for inputs in written for i in inputs] + [self.view.canon(graph.output)]:
-                if not isinstance(node, Constant):
-                    nodes.setdefault(id(node), node)
-                elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
-                    closures.append(node.value)
-            self._reads[graph.uid] = (list(nodes.values()), closures)
+            used = [i for inputs in written for i in inputs] + [self.view.canon(graph.output)]
+            self._reads[graph.uid] = reads_among(used)
         return self._reads[graph.uid]
 
     def uses_in(self, graph: FuncGraph) -> dict[int, list]:

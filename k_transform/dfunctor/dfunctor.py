@@ -79,7 +79,15 @@ from k_transform.control.prims import ControlPrimitive
 from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.errors import KTransformError
-from k_transform.ir.nodes import NO_DEBUG, Apply, Constant, DebugInfo, FuncGraph, Node
+from k_transform.ir.nodes import (
+    NO_DEBUG,
+    Apply,
+    Constant,
+    DebugInfo,
+    FuncGraph,
+    Node,
+    reads_among,
+)
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -943,14 +951,7 @@ def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
     missing entry reads as zeros: `0 * inf` at `x ** 0.5`'s x of 0)."""
     cache = TRANSFORM.weak_keys("dfunctor.live_reads")
     if graph not in cache:
-        nodes: dict[int, Node] = {}
-        closures = []
-        for node in _sens_flow(graph, [graph.output])[1]:
-            if not isinstance(node, Constant):
-                nodes.setdefault(id(node), node)
-            elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
-                closures.append(node.value)
-        cache[graph] = (list(nodes.values()), closures)
+        cache[graph] = reads_among(_sens_flow(graph, [graph.output])[1])
     return cache[graph]
 
 

@@ -272,14 +272,7 @@ class FuncGraph:
     def reads_of(self) -> tuple[list[Node], list[FuncGraph]]:
         """The non-constant nodes this graph reads (once each, in first-use
         order) and the closures (graphs with a parent) it uses."""
-        nodes: dict[int, Node] = {}
-        closures = []
-        for node in self.used_nodes():
-            if not isinstance(node, Constant):
-                nodes.setdefault(id(node), node)
-            elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
-                closures.append(node.value)
-        return list(nodes.values()), closures
+        return reads_among(self.used_nodes())
 
     def reachable(self):
         """This graph and every graph its constants reach (closures, branches,
@@ -332,3 +325,16 @@ class FuncGraph:
 
     def __repr__(self) -> str:
         return f"FuncGraph({self.name})"
+
+
+def reads_among(used) -> tuple[list[Node], list[FuncGraph]]:
+    """Of the nodes `used` (inputs a graph reads), the non-constant ones
+    (once each, in first-use order) and the closures (graphs with a parent)."""
+    nodes: dict[int, Node] = {}
+    closures = []
+    for node in used:
+        if not isinstance(node, Constant):
+            nodes.setdefault(id(node), node)
+        elif isinstance(node.value, FuncGraph) and node.value.parent is not None:
+            closures.append(node.value)
+    return list(nodes.values()), closures
