@@ -143,6 +143,18 @@ class JumpLowering:
 
     def lower_loop(self, s) -> list:
         """The loop as jump-free statements, plus `if _kt_has_ret: return ...`."""
+        if (
+            isinstance(s, gast.While)
+            and not s.orelse
+            and _contains([s.test], (gast.NamedExpr,), True)
+        ):
+            # `while (n := n - 1) > 0:` binds `n` for the body and after the loop:
+            # the test moves into the body, `while True: if not test: break`.
+            stop = gast.If(
+                test=gast.UnaryOp(op=gast.Not(), operand=s.test), body=[gast.Break()], orelse=[]
+            )
+            s.body = [_located(stop, s.test), *s.body]
+            s.test = _located(_const(True), s)
         has_break = _contains(s.body, (gast.Break,), into_loops=False) or _contains(
             s.body, (gast.Return,), into_loops=True
         )

@@ -37,7 +37,6 @@ UNSUPPORTED_EXPRESSIONS = {
     gast.Await: "await",
     gast.SetComp: "set comprehension",
     gast.Set: "set literal",
-    gast.NamedExpr: "assignment expression (:=)",
 }
 
 BINOPS = {
@@ -65,6 +64,8 @@ _CMPOPS = {
     gast.Is: "is_",
     gast.IsNot: "is_not",
 }
+# Graphs of a part of an expression (`ControlFlowBuilder.subgraph` kinds).
+_EXPRESSION_GRAPHS = ("ifexp_true", "ifexp_false", "bool_rhs", "bool_lhs", "while_cond")
 _UNARYOPS = {gast.USub: "neg", gast.UAdd: "pos", gast.Invert: "invert"}
 
 
@@ -114,6 +115,23 @@ class ExpressionBuilder:
         name = f"{self.fdef_name()}_lambda{self.debug(e).line}"
         fdef = lambda_def(e, "<lambda>")
         return self.materialize(ClosureSite(fdef, name, self, self.eval_defaults(fdef), ()))
+
+    def expr_NamedExpr(self, e) -> Node:
+        """`(name := value)` binds `name` at this point of the evaluation, in
+        the scope Python binds it in, and is the value. Where the expression
+        is built as a graph of its own (a branch of `x if c else y`, the right
+        operand of `and`/`or`, a `while` test other than the loop's own:
+        `desugar` moves those into the body), the binding would not reach the
+        function's scope: refused there."""
+        if self.graph.kind in _EXPRESSION_GRAPHS:
+            raise self.fp.unsupported(
+                "an assignment expression (:=) inside a conditional expression, the right "
+                "operand of and/or, or a loop test",
+                e,
+            )
+        value = self.expr(e.value)
+        self.bind(e.target.id, value)
+        return value
 
     def expr_IfExp(self, e) -> Node:
         cond = self.expr(e.test)

@@ -103,6 +103,8 @@ class _Facts(gast.NodeVisitor):
                 base = mutation_base(n)
                 if base is not None:
                     self.mutations.append(_Event(base.id, n, self.index, self.loops, s))
+                if isinstance(n, gast.NamedExpr):  # `(a := v)` binds like `a = v`
+                    self.binding([n.target], n.value, s)
         if isinstance(s, (gast.Assign, gast.AnnAssign, gast.AugAssign)):
             self.assignment(s)
         elif isinstance(s, gast.For):
@@ -147,6 +149,11 @@ class _Facts(gast.NodeVisitor):
                 self.mutations.append(_Event(name, s, self.index, self.loops))
             self.alias_calls(s, s)
             return
+        self.binding(targets, value, s)
+        self.alias_calls(s, s)
+
+    def binding(self, targets: list, value, s) -> None:
+        """`targets = value` in statement `s` (an assignment, or `:=` in it)."""
         # `a = b = []`: one object under two names, so neither is a fresh one
         shared = len(targets) > 1 and not isinstance(value, gast.Constant)
         for target in targets:
@@ -157,7 +164,6 @@ class _Facts(gast.NodeVisitor):
         self.alias_items(value, s, 0)
         for name in _viewed(value) - same:  # nor a view of itself
             self.views.append(_Event(name, s, self.index, self.loops))
-        self.alias_calls(s, s)
 
     def bind_target(self, target, value, s) -> None:
         if isinstance(target, gast.Name):
@@ -299,7 +305,7 @@ def _parameter_defaults(fdef) -> dict:
 
 
 def check_mutations(
-    fdef, params, error, constants=(), unsupported=None, outer=None, writable=()
+    fdef, params, error, constants=(), unsupported=None, outer=None, writable=(), line=None
 ) -> Shared:
     """Raise `error(message, node)` where a mutation in `fdef` could be seen
     through another reference (see the module docstring); `unsupported(what,
@@ -310,11 +316,13 @@ def check_mutations(
     parameters the function may write items of (`p[k] = v`) where it
     returns them on every path and never rebinds them: parsed so for a call
     `n = f(..., n, ...)` that `Shared.rebinds` allows, where the caller's
-    object is seen only through `n` (`frontend.calls`)."""
+    object is seen only through `n` (`frontend.calls`). `line(node)`: the
+    line of the user's file a node is on, for the messages."""
     dicts = _names_made(fdef, params, _is_dict_value)
     facts = _Facts(set(params), _list_names(fdef, params), dicts)
     facts.defaults = _parameter_defaults(fdef)
     facts.outer = outer or (lambda name: "a variable of an enclosing function or a global")
+    facts.line = line or (lambda node: node.lineno)
     facts.run(fdef.body)
     unsupported = unsupported or (lambda what, node: error(f"{what} is not supported", node))
     shared = Shared()
@@ -372,7 +380,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
         if not fresh and _chained(node):  # `a = b = []`: both names local
             raise unsupported(
                 f"{what}, a change of {m.name!r} whose object another name shares (`a = b = "
-                f"...` at line {node.lineno}; a copy, `{m.name}.copy()`, is not shared),",
+                f"...` at line {facts.line(node)}; a copy, `{m.name}.copy()`, is not shared),",
                 m.node,
             )
         if not fresh:
@@ -385,7 +393,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
                 )
             raise error(
                 f"{what} mutates {m.name!r}, whose object may be shared with another reference "
-                f"(bound at line {node.lineno}); make a copy first ({hint})",
+                f"(bound at line {facts.line(node)}); make a copy first ({hint})",
                 m.node,
             )
     guard = facts.none_guards.get(m.name)
@@ -400,7 +408,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
             default = facts.defaults[m.name]
             raise (unsupported or error)(
                 f"{what}, a change of the default object of {m.name!r} (`{m.name}="
-                f"{gast.unparse(default).strip()}` at line {default.lineno}), which each call "
+                f"{gast.unparse(default).strip()}` at line {facts.line(default)}), which each call "
                 "leaving it out shares: a later call would see the change, which k_transform "
                 "does not keep (a memo: compute the value without it, or fill it outside the "
                 "function transformed),",
@@ -423,7 +431,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
         if a.name == m.name and _may_follow(a, m):
             raise error(
                 f"{what} mutates {m.name!r} while another reference to it exists (line "
-                f"{a.node.lineno}); k_transform would not update that reference: copy it "
+                f"{facts.line(a.node)}); k_transform would not update that reference: copy it "
                 f"(`{m.name}.copy()`) where it is shared",
                 m.node,
             )
@@ -527,19 +535,19 @@ def _item_sharing(m: _Event, facts: _Facts, depth: int) -> tuple[bool, str] | No
             local = fresh and not _passes(value) and not _chained(node)
             return local, (
                 f"{what}, a change of an item of the container {m.name!r} whose items may be "
-                f"shared (bound at line {node.lineno}),"
+                f"shared (bound at line {facts.line(node)}),"
             )
     for e in facts.mutations:
         if e.name == m.name and e is not m and not _puts_distinct(e, facts, depth):
             return False, (
-                f"{what}, a change of an item of {m.name!r}, which line {e.node.lineno} may "
+                f"{what}, a change of an item of {m.name!r}, which line {facts.line(e.node)} may "
                 "have made shared,"
             )
     for a in facts.item_aliases:
         if a.name == m.name and a.depth <= depth and _may_follow(a, m):
             return True, (
                 f"{what}, a change of an item of {m.name!r} that another reference holds "
-                f"(line {a.node.lineno}),"
+                f"(line {facts.line(a.node)}),"
             )
     return None
 
@@ -685,8 +693,10 @@ def _parts(e, keys: bool) -> list:
         return [e.body, e.orelse]
     if isinstance(e, gast.BoolOp):
         return e.values
-    if isinstance(e, (gast.Starred, gast.NamedExpr)):
+    if isinstance(e, gast.Starred):
         return [e.value]
+    if isinstance(e, gast.NamedExpr):  # the value, also named by the target
+        return [e.target, e.value]
     if _dict_view(e) is not None:  # `d.items()`: a live view of `d` (a loop over it sees writes)
         return [_dict_view(e)]
     if isinstance(e, gast.Call) and _user_call(e.func):

@@ -36,6 +36,7 @@ from k_transform import ops
 from k_transform import runtime as rt
 from k_transform.frontend import sugar
 from k_transform.frontend.calls import static_inputs
+from k_transform.frontend.desugar import FUNCTION_SCOPES, walk_scope
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 
@@ -108,6 +109,10 @@ class SugarBuilder:
     def comprehension(self, e, kind: str) -> Node:
         if any(g.is_async for g in e.generators):
             raise self.fp.unsupported("an async comprehension", e)
+        if any(isinstance(n, gast.NamedExpr) for n in walk_scope([e], stop=FUNCTION_SCOPES)):
+            # It binds in the function around the comprehension, which the
+            # comprehension's own function (`sugar.comprehension`) cannot.
+            raise self.fp.unsupported("an assignment expression (:=) in a comprehension", e)
         if kind == "genexpr" and _yields_closures_over_targets(e):
             # Lazy: each closure sees the variable's value when it is called,
             # which depends on how far its consumer has advanced the generator.

@@ -490,6 +490,7 @@ class GraphBuilder(
             self.fp.unsupported,
             self.fp.outer_name,
             self.fp.writable if self.parent is None else (),
+            line=lambda node: self.debug(node).line,
         )
         for name, node in self.shared.not_none.items():
             d = self.debug(node)
