@@ -391,7 +391,8 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
                     f", or `list(...)`: `{gast.unparse(value).strip()}` is a view of a NumPy "
                     "array, a copy only of a list"
                 )
-            raise error(
+            local = isinstance(value, gast.Name) and _local_container(value.id, facts)
+            raise (unsupported if local else error)(
                 f"{what} mutates {m.name!r}, whose object may be shared with another reference "
                 f"(bound at line {facts.line(node)}); make a copy first ({hint})",
                 m.node,
@@ -429,12 +430,24 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
     ]
     for a in facts.aliases + iterating:
         if a.name == m.name and _may_follow(a, m):
-            raise error(
+            # Both names local (a list or dict this function made, not a
+            # loop over it growing): Python runs it exactly.
+            local = a not in iterating and _local_container(m.name, facts)
+            raise (unsupported if local else error)(
                 f"{what} mutates {m.name!r} while another reference to it exists (line "
                 f"{facts.line(a.node)}); k_transform would not update that reference: copy it "
                 f"(`{m.name}.copy()`) where it is shared",
                 m.node,
             )
+
+
+def _local_container(name: str, facts: _Facts) -> bool:
+    """Whether every binding of `name` makes a new list or dict here (not a
+    parameter): a change through another name of it, refused by the parser,
+    is kept exactly when the function runs as Python. (Not an array: JAX's
+    arrays do not take item assignment in Python.)"""
+    made = name in facts.list_names or name in facts.dict_names
+    return made and name not in facts.params
 
 
 def _writes_own_items(m: _Event) -> bool:

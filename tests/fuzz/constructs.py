@@ -774,6 +774,54 @@ class Constructs:
         )
 
     # -- names sharing one list, dict or object (frontend/mutation.py, effects.py) --
+    def c_walrus(self, scope, depth, indent):
+        """Assignment expressions: in an `if` test (traced or on a shape), in
+        an expression that reads the name again, as a call's argument, in a
+        `while` test counting (static) or halving a traced scalar, in a
+        comprehension or a branch of `x if c else y` (the name leaks to the
+        function: run as Python), and the name read after the statement."""
+        w, k = self.fresh("w"), self.fresh("k")
+        v1, v2 = self.vec(scope), self.vec(scope)
+        kind = self.integer(0, 6)
+        if kind == 0:
+            op = self.choice((">", "<"))
+            lines = [
+                f"{indent}if ({w} := {self.scalar(scope)}) {op} {self.choice((0.0, 0.3, -0.5))}:",
+                self.assign_result(scope, indent + "    ", f"{w} * {v1}"),
+                f"{indent}else:",
+                self.assign_result(scope, indent + "    ", f"{v2} - {w}"),
+            ]
+            return lines + [self.assign_result(scope, indent, f"{v1} * jnp.tanh({w})")]
+        if kind == 1:
+            return [self.assign_result(scope, indent, f"({w} := {v1}) * {w} + {v2}")]
+        if kind == 2:
+            use = f"jnp.maximum({w} := jnp.tanh({v1}), {w} * {w}) + {v2}"
+            return [self.assign_result(scope, indent, use)]
+        if kind == 3:
+            n = self.integer(1, 4)
+            return [
+                f"{indent}{k} = 0",
+                f"{indent}while ({k} := {k} + 1) < {n}:",
+                self.assign_result(scope, indent + "    ", f"jnp.tanh({v1}) * {k} + {v2}"),
+                self.assign_result(scope, indent, f"{v2} * {k}"),
+            ]
+        if kind == 4:
+            # halving a positive scalar: a traced test, a few trips
+            return [
+                f"{indent}{w} = 1.0 + jnp.sum(({v1}) ** 2)",
+                f"{indent}{k} = 0",
+                f"{indent}while ({w} := {w} * 0.5) > 0.2 and {k} < 6:",
+                f"{indent}    {k} = {k} + 1",
+                self.assign_result(scope, indent + "    ", f"jnp.tanh({v2} + {w})"),
+                self.assign_result(scope, indent, f"{v1} * {w}"),
+            ]
+        if kind == 5:
+            use = f"sum([({w} := {v1} * (i + 1)) * 0.5 for i in range(2)]) + {w}"
+            return [self.assign_result(scope, indent, use)]
+        cond = self.condition(scope, False)
+        use = f"({v1} if {cond} else ({w} := {v2}) * {w})"
+        return [self.assign_result(scope, indent, use)]
+
     def c_aliasing(self, scope, depth, indent):
         """Two names for one list or dict: `a = b = []`, `b = a` then `+=`,
         `*=` or `extend` through one name, rows repeated by `*`, a helper

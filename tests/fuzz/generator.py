@@ -66,6 +66,7 @@ CONSTRUCTS: dict[str, bool] = {
     "host_effects": True,  # random generators, counters, a rebound global, print
     "python_idioms": True,  # try/raise, walrus, for-else, classes, partial, sorted, key=, ...
     "vmap": True,  # `jax.vmap` of closures, helpers, lambdas over axis 0 or 1 (batched)
+    "walrus": True,  # `:=` in if/while tests, expressions, call arguments, comprehensions
     "aliasing": True,  # two names for one list or dict, rows shared by `*`, shallow copies
     "dicts": True,  # update, setdefault, |=, pop, del, loops and comprehensions over a dict
     "objects": True,  # a user object's methods changing it: attributes, appends, chaining
