@@ -209,6 +209,22 @@ class Cell:
     def untrainable_params(self) -> list[Parameter]:
         return [p for p in self.get_parameters() if not p.requires_grad]
 
+    def _structure_reads(self):
+        """(object, attribute) pairs `trainable_params` and its kin read: each Cell's
+        Parameters and sub-Cells, and each Parameter's `requires_grad`."""
+        for _, cell in self.cells_and_names():
+            yield cell, "_params"
+            yield cell, "_cells"
+        for p in self.get_parameters():
+            yield p, "requires_grad"
+
+    # Called by a Cell's method (an L2 penalty over them): read while parsing,
+    # the graph guarded by what it read (`frontend.guards`).
+    for _listing in (get_parameters, trainable_params, untrainable_params):
+        _listing.__kt_static__ = True
+        _listing.__kt_reads__ = _structure_reads
+    del _listing
+
     def cells(self) -> list[Cell]:
         return list(self.__dict__.get("_cells", {}).values())
 

@@ -388,6 +388,9 @@ class CallBuilder:
             if closures:  # transformed on its own, it would not see the caller's values
                 raise self.fp.unsupported(closure_transform(callee.hint, closures[0]), e)
             args = [self.star_function(a, callee.hint, e) for a in args]
+            reads = kt_attribute(value, "__kt_reads__", None)  # what it reads of its object
+            for owner, name in reads(value.__self__) if reads is not None else ():
+                self.fp.guards.read_attribute(owner, name)
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
                 return Constant(result, self.debug(e), callee.hint)

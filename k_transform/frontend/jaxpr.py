@@ -830,8 +830,9 @@ CONTROL = {"while": _while, "cond": _cond, "scan": _scan}
 
 
 class _Static:
-    """A function or a Python scalar a library call returns (`ravel_pytree`'s
-    `unflatten`, `cho_factor`'s `lower` flag): a value of the call's graph,
+    """A function, a Python scalar, a dtype or a pytree structure a library
+    call returns (`ravel_pytree`'s `unflatten`, `cho_factor`'s `lower` flag,
+    `tree_flatten`'s treedef): a value of the call's graph,
     the same at each call with these argument shapes (a Python value cannot
     depend on a traced one); a call of a function is a call of a library
     function, a flag stays a Python value that JAX takes as static. A
@@ -845,8 +846,8 @@ class _Static:
     def of(leaf, hint: str):
         """`leaf` as a _Static if it is a function or a Python scalar, else
         None (an array)."""
-        if isinstance(leaf, (bool, int, float, complex, str)):
-            return _Static(leaf)
+        if isinstance(leaf, (bool, int, float, complex, str, jax.tree_util.PyTreeDef, np.dtype)):
+            return _Static(leaf)  # (a treedef: `tree_flatten`'s structure, no value)
         if not callable(leaf) or hasattr(leaf, "shape"):
             return None
         if _holds_a_tracer(leaf):
