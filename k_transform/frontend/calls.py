@@ -56,7 +56,7 @@ from k_transform.frontend.desugar import (
     walk_scope,
 )
 from k_transform.frontend.jaxpr import numpy_twin
-from k_transform.frontend.mutation import outer_mutation
+from k_transform.frontend.mutation import outer_change
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
@@ -152,7 +152,8 @@ class CallBuilder:
         name, method = e.func.value.id, e.func.attr
         if name not in self.locals:
             what = f"`{name}.{method}(...)`"
-            raise self.fp.error(outer_mutation(what, name, self.fp.outer_name(name)), e)
+            where = self.fp.outer_name(name)
+            raise outer_change(what, name, where, self.fp.error, self.fp.unsupported, e)
         if method == "update" and effects.is_plain_dict(lst, prims):
             return self.dict_update(name, lst, e)
         if method in REFUSED_MUTATORS or (method == "pop" and effects.is_plain_dict(lst, prims)):

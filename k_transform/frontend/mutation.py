@@ -269,15 +269,26 @@ class Shared:
         self.rebinds: dict[tuple, tuple[str, tuple]] = {}
 
 
-def outer_mutation(what: str, name: str, where: str) -> str:
-    """The message for a change of an object outside the function (a global,
-    a variable of an enclosing function: `where` says which)."""
-    return (
+# How `outer(name)` names a variable of the function being transformed, seen
+# from a def nested in it (`emit(v)` appending to its caller's list): a change
+# the parser has no model of, exact when that function runs as Python.
+NESTED_DEF_VARIABLE = "a variable of an enclosing function in"
+
+
+def outer_change(what: str, name: str, where: str, error, unsupported, node):
+    """The refusal of a change of an object outside the function (a global,
+    a variable of an enclosing function: `where` says which). One of the
+    function transformed, changed by a def nested in it, is a construct the
+    parser has no model of (`unsupported`: a plain function runs as Python)."""
+    if where.startswith(NESTED_DEF_VARIABLE):
+        return unsupported(f"{what}, a change of {name!r}, {where},", node)
+    return error(
         f"{what} changes {name!r}, {where}, an object outside the function that its "
         "callers and later calls see; k_transform makes the function a program of its "
         "values and cannot make that change each time Python would (host bookkeeping, "
         "such as a timing log or a cache: keep it outside the function transformed, around "
-        "the call of the gradient function; a value the function computes: return it)"
+        "the call of the gradient function; a value the function computes: return it)",
+        node,
     )
 
 
@@ -371,7 +382,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
     if isinstance(m.node, gast.Call) and m.name not in facts.locals:
         return  # a module's function (`np.sort(x)`), or a global: see the parser
     if m.name not in facts.locals:
-        raise error(outer_mutation(what, m.name, facts.outer(m.name)), m.node)
+        raise outer_change(what, m.name, facts.outer(m.name), error, unsupported, m.node)
     if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):

@@ -75,7 +75,7 @@ from k_transform.frontend.closures import (
 from k_transform.frontend.control_flow import ControlFlowBuilder
 from k_transform.frontend.desugar import JumpLowering, assigned_names, loaded_names
 from k_transform.frontend.expressions import ExpressionBuilder
-from k_transform.frontend.mutation import check_mutations
+from k_transform.frontend.mutation import NESTED_DEF_VARIABLE, check_mutations
 from k_transform.frontend.parse_sugar import SugarBuilder
 from k_transform.frontend.signature import Signature, SignatureBinding, signature_params
 from k_transform.frontend.source import Source, is_user_function
@@ -246,7 +246,7 @@ class FunctionParser:
             return f"a variable of the enclosing function `{enclosing}`"
         if name in self.globals:
             return f"a global of the module {self.globals.get('__name__', '?')!r}"
-        return f"a variable of an enclosing function in `{self.fn.__qualname__}`"  # a nested def's
+        return f"{NESTED_DEF_VARIABLE} `{self.fn.__qualname__}`"  # a nested def's
 
     def unsupported(self, construct: str, node) -> KTransformError:
         """The error for a construct the parser has no model of: a plain
