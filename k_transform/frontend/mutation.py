@@ -384,6 +384,9 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
     if m.name not in facts.locals:
         raise outer_change(what, m.name, facts.outer(m.name), error, unsupported, m.node)
     if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
+        # (of a list or dict the function made: run as Python, exactly)
+        if _local_container(m.name, facts):
+            raise unsupported(f"the in-place method call {what}", m.node)
         raise error(f"the in-place method call {what} is not supported by k_transform", m.node)
     if isinstance(m.node, gast.Subscript) and _nested_in_list(m, facts):
         _check_items(m, facts, error, unsupported)

@@ -185,11 +185,10 @@ class StatementBuilder:
         if self.append_closure(s.value):
             return
         if _is_sort_call(s.value) and not _names_module(self, s.value.func.value):
-            # Its value unused: the in-place sort of a list or a NumPy array.
+            # Its value unused: the in-place sort of a list or a NumPy array
+            # (a plain function runs as Python, exactly).
             what = gast.unparse(s.value.func.value).strip()
-            raise self.fp.error(
-                f"the in-place method call `{what}.sort(...)` is not supported by k_transform", s
-            )
+            raise self.fp.unsupported(f"the in-place method call `{what}.sort(...)`", s)
         value = self.expr(s.value)
         if _object_method(value, self.outer_value):
             # its value unused, it can only act by changing its receiver or the host
