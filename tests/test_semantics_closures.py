@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import k_transform as kt
+from tests.refusals import strict_refusal
 from k_transform.errors import KTransformError
 
 X = jnp.asarray([0.5, 1.2, -0.3], jnp.float32)
@@ -300,8 +301,12 @@ def nonlocal_escapes(x):
     return jnp.sum(acc)
 
 
-def test_regression_nonlocal_escape_refused():
-    refused(nonlocal_escapes, "'add'", "nonlocal", "fs = [add]")
+def test_regression_nonlocal_escape_runs_as_python():
+    # The parser threads `nonlocal` only through direct calls: the function
+    # runs as Python, exactly (was: refused); strict mode names the escape.
+    check(nonlocal_escapes, X)
+    message = strict_refusal(nonlocal_escapes, X)
+    assert "'add'" in message and "nonlocal" in message and "fs = [add]" in message
 
 
 # -- refused: closures that cannot be rebound ------------------------------------------

@@ -34,7 +34,17 @@ from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ops import python as prims
 
 _SCOPES = FUNCTION_SCOPES
-_DEFERRED = (gast.IfExp, gast.BoolOp, gast.Lambda, gast.ListComp, gast.GeneratorExp)
+# Expressions whose parts run later, or not at all, or in a scope of their
+# own: a call of a `nonlocal` writer there is not threaded (refused).
+_DEFERRED = {
+    gast.IfExp: "called inside a conditional expression",
+    gast.BoolOp: "called inside an `and`/`or`",
+    gast.Lambda: "called inside a lambda",
+    gast.ListComp: "called inside a comprehension",
+    gast.GeneratorExp: "called inside a generator expression",
+    gast.DictComp: "called inside a comprehension",
+    gast.SetComp: "called inside a comprehension",
+}
 _HOLDERS = (
     prims.MakeTuple,
     prims.MakeList,
@@ -499,14 +509,15 @@ def nonlocal_names(fdef) -> tuple[str, ...]:
     return tuple(names)
 
 
-def thread_nonlocal_calls(fdef, error) -> dict[str, tuple[str, ...]]:
+def thread_nonlocal_calls(fdef, unsupported) -> dict[str, tuple[str, ...]]:
     """Checks and marks the calls of `fdef`'s nonlocal-writing nested defs.
 
     Returns {closure name: names it rebinds}. After each statement that calls
     such a closure, `name = name` assignments are inserted for the names it
     rebinds: the value itself is bound at the call, the assignment only makes
     the statement visibly assign them (branch outputs, loop carries).
-    `error(message, node)` makes the KTransformError for a refused use.
+    `unsupported(construct, node)` makes the KTransformError for a refused
+    use (a plain function then runs as Python, which keeps the updates).
     """
     writers = {}
     for n in _walk_scope_body(fdef.body):
@@ -514,8 +525,8 @@ def thread_nonlocal_calls(fdef, error) -> dict[str, tuple[str, ...]]:
             writers[n.name] = nonlocal_names(n)
     if not writers:
         return writers
-    _check_direct_calls(fdef, writers, error)
-    fdef.body = _mark_block(fdef.body, writers, error)
+    _check_direct_calls(fdef, writers, unsupported)
+    fdef.body = _mark_block(fdef.body, writers, unsupported)
     return writers
 
 
@@ -538,10 +549,10 @@ def _check_direct_calls(fdef, writers: dict, error) -> None:
 
 
 def _escape_message(name: str, how: str) -> str:
+    """A construct, for `unsupported` (a plain function runs as Python)."""
     return (
-        f"the closure {name!r} rebinds enclosing variables (`nonlocal`) and is {how}; "
-        "k_transform threads `nonlocal` updates only through direct calls in the "
-        "function that defines it"
+        f"the closure {name!r}, which rebinds enclosing variables (`nonlocal`: threaded "
+        f"only through direct calls in the function defining it), {how},"
     )
 
 
@@ -585,12 +596,11 @@ def _walk_deferred(s, writers, error):
     while todo:
         n = todo.pop()
         yield n
-        if isinstance(n, _DEFERRED):
+        how = _DEFERRED.get(type(n))
+        if how is not None:
             for inner in gast.walk(n):
                 if isinstance(inner, gast.Name) and inner.id in writers:
-                    raise error(
-                        _escape_message(inner.id, "called inside a conditional expression"), inner
-                    )
+                    raise error(_escape_message(inner.id, how), inner)
             continue
         todo.extend(gast.iter_child_nodes(n))
 

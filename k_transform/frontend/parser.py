@@ -479,7 +479,7 @@ class GraphBuilder(
         params = signature_params(args)
         if bound_self is not None and params and self.parent is None:
             localize_self_attributes(fdef, params[0].id, bound_self, self.fp.error)
-        thread_nonlocal_calls(fdef, self.fp.error)
+        thread_nonlocal_calls(fdef, self.fp.unsupported)
         JumpLowering(self.fp.unsupported).lower_function(fdef)
         constants = {params[0].id} if bound_self is not None and params else set()
         self.shared = check_mutations(
