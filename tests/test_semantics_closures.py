@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import k_transform as kt
-from tests.refusals import strict_refusal
 from k_transform.errors import KTransformError
+from tests.refusals import strict_refusal
 
 X = jnp.asarray([0.5, 1.2, -0.3], jnp.float32)
 XN = jnp.asarray([-0.4, -1.1, 0.2], jnp.float32)
