@@ -137,13 +137,15 @@ class DynamicCallK(DynamicK):
     would get no gradient).
     """
 
-    def __init__(self, order: int, debug=NO_DEBUG):
+    def __init__(self, order: int, debug=NO_DEBUG, out_used=None, lower: tuple = ()):
         self.order = order
+        # per order, the items of the result the caller reads (`DFunctor.used_items`)
+        self.masks = (*(lower or (None,) * (order - 1)), out_used)
         self.debug = debug  # the user's call site, for errors (not part of equality)
         self.hint = "call_fprop" + (str(order) if order > 1 else "")
 
-    def k(self) -> DynamicCallK:
-        return DynamicCallK(self.order + 1, self.debug)
+    def k(self, out_used=None) -> DynamicCallK:
+        return DynamicCallK(self.order + 1, self.debug, out_used, self.masks)
 
     def __call__(self, fn, *args):
         if _is_k_function(fn):
@@ -169,17 +171,17 @@ class DynamicCallK(DynamicK):
             # meets the call (`prims.CustomBpropCall`), never its steps'; its
             # bprop gives its inputs' gradients only (the callee's: the empty env)
             graph = _custom_bprop_graph(cell, cell_method, len(args), self.debug)
-            return _compiled_k(graph, self.order)(*args)
+            return _compiled_k(graph, self.order, self.masks)(*args)
         method = callables.user_call_method(fn) if user else None
         if method is not None and not hasattr(type(fn), "bprop") and holds_params(fn):
             # `layer(x)`, a Cell given as an argument: its `construct` parsed
             # with `self` fixed, as where it is a constant; the gradient of
             # the Cell is the env of its Parameters' (`runtime.state.param_env`)
-            return _compiled_k(parse(method, bound_self=fn), self.order)(*args)
+            return _compiled_k(parse(method, bound_self=fn), self.order, self.masks)(*args)
         refuse_derivative_closures(hint, fn, self.debug)  # (its arguments: `TracedCallK`)
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
-            return TracedCallK(call, self.order, self.debug)(*args)
+            return TracedCallK(call, self.order, self.debug, self.masks[-1], self.masks[:-1])(*args)
 
     def _at_order(self, fn):
         """A K-function `fn` made at a lower order than this call's, K'd up
@@ -189,11 +191,19 @@ class DynamicCallK(DynamicK):
         user's `act` a gradient function passes on to its fprop) is here its
         lower-order K, which needs K again (`kt.grad(f)(x, jnp.sin)` inside
         a differentiated function). Only a def with no free variables is
-        K'd again: a closure's free variables hold values of its own order."""
+        K'd again: a closure's free variables hold values of its own order.
+        Such a def is also K'd again for the items of its result the caller
+        reads (`masks`), as K of a call of it where it is known: an item no
+        one reads then sends no cotangent (`0 * inf` at `log(0)`'s slope)."""
         graph = graph_of(fn)
-        if graph is None or not 0 < graph.k_order < self.order:
+        if graph is None or not 0 < graph.k_order <= self.order:
+            return fn
+        masked = any(mask is not None for mask in self.masks)
+        if graph.k_order == self.order and not masked:
             return fn
         if fn.__closure__:
+            if graph.k_order == self.order:
+                return fn  # (its free variables hold values of its own K: kept)
             raise KTransformError(
                 "a closure passed as a function argument to a gradient function is "
                 f"differentiated here to order {self.order}, which k_transform does not "
@@ -201,13 +211,25 @@ class DynamicCallK(DynamicK):
                 "free variables)",
                 self.debug,
             )
+        if not any(mask is not None for mask in self.masks[: graph.k_order]):
+            return _compiled_k(graph, self.order - graph.k_order, self.masks[graph.k_order :])
+        primal = graph
+        while primal is not None and primal.k_order > 0:
+            primal = getattr(primal, "k_primal", None)
+        if primal is not None and not primal.free_variables():
+            return _compiled_k(primal, self.order, self.masks)
+        if graph.k_order == self.order:
+            return fn
         return _compiled_k(graph, self.order - graph.k_order)
 
     def __eq__(self, other):
-        return isinstance(other, DynamicCallK) and self.order == other.order
+        return isinstance(other, DynamicCallK) and (self.order, self.masks) == (
+            other.order,
+            other.masks,
+        )
 
     def __hash__(self):
-        return hash(("dynamic", self.order))
+        return hash(("dynamic", self.order, self.masks))
 
     def __repr__(self):
         return f"K{self.order}[call]"

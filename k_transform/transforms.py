@@ -91,7 +91,11 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
         graph.defaults = dict(primal.defaults or {})
     b = Builder(graph)
     inputs = args[: len(names)]
-    pair = b.call(Constant(k_graph(primal, _wrt(spec, len(names))), hint="fprop"), *inputs)
+    # with aux values, only `out` gets a cotangent: none comes back through the aux
+    # values (times an infinite slope there, a zero one would be NaN)
+    out_used = ((0, None),) if spec.has_aux else None
+    fprop = k_graph(primal, _wrt(spec, len(names)), out_used)
+    pair = b.call(Constant(fprop, hint="fprop"), *inputs)
     pair.tuple_arity = 2
     out, bprop = b.item(pair, 0, "out"), b.item(pair, 1, "bprop")
     if spec.has_aux:  # MindSpore: `(out, *aux)`, the sensitivity is out's

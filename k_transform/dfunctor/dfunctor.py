@@ -37,7 +37,12 @@ MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
   `f` is a value computed in `g`).
 The backward pass visits only nodes whose sensitivity is non-zero, in reverse
 program order; contributions are summed with `add_grad`. Parameters that
-receive nothing get zeros of their shape and dtype.
+receive nothing get zeros of their shape and dtype. What may get a
+sensitivity is found item by item (`liveness`): a node only unread items of
+a tuple, a dict or a NamedTuple depend on is not differentiated, and a call
+(of a graph, a value, a library function) or a `switch` whose result is read
+only in part is K'd for the items read (`DFunctor.used_items`), so an unread
+item sends no zero cotangent to meet an infinite slope (`0 * inf`).
 
 Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
 inputs are constants and only the parameters of the closures it builds (its
@@ -67,6 +72,7 @@ tables of `context.TRANSFORM` (memoized K-graphs, env-key labels).
 
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +84,7 @@ from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive
 from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.inline import inline, outputs
+from k_transform.dfunctor.liveness import Mask, builder_keys, liveness, mask_of, masked, union
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import (
     NO_DEBUG,
@@ -116,15 +123,17 @@ class DynamicK:
     """K^order of calling a value known only when the program runs (an
     `Apply` whose function is a node): called with the callee's K-value and
     the arguments' (`DynamicK(order)(callee, *args)`). A K-function (an
-    fprop the program made) is called as it is; another callable (a user
-    object, `getattr(jnp, "sin")`) is differentiated through its jaxpr
-    (`Services.dynamic_k`: `k_transform.traced.DynamicCallK`). Its bprop
-    returns `(env of the callee, *d_args)`, as the callee's own; K of it is
-    the same call one order higher, `k()`."""
+    fprop the program made) is called as it is, or made again for the items
+    of its result the caller reads where it can be (a function with no free
+    variables); another callable (a user object, `getattr(jnp, "sin")`) is
+    differentiated through its jaxpr (`Services.dynamic_k`:
+    `k_transform.traced.DynamicCallK`). Its bprop returns `(env of the
+    callee, *d_args)`, as the callee's own; K of it is the same call one
+    order higher, `k(out_used)` (`DFunctor.used_items`)."""
 
     order: int
 
-    def k(self) -> DynamicK:
+    def k(self, out_used: Mask = None) -> DynamicK:
         raise NotImplementedError
 
 
@@ -143,7 +152,8 @@ class Services:
     - `library_k(call, order, debug, out_used)`: a `LibraryK` for a library
       call (`out_used`: the items of its result the caller reads, see
       `DFunctor.used_items`);
-    - `dynamic_k(order, debug)`: a `DynamicK` for a call of a run-time value;
+    - `dynamic_k(order, debug, out_used)`: a `DynamicK` for a call of a
+      run-time value;
     - `is_modelled(value)`: whether the parser reads calls of `value` as a
       Python model (`lax.cond`, `jax.vmap`), so it is no value K can map.
     """
@@ -210,45 +220,10 @@ def _functor(
     return functors[key]
 
 
-# The items of a tuple a caller reads: `((k, items of item k), ...)`, in
-# order of k; None: the whole value (`DFunctor.used_items`).
-Mask = tuple | None
-
-
 def output_mask(graph: FuncGraph, used: Mask) -> Mask:
     """`used` (the items of `graph`'s result a caller reads) where it leaves
-    some out of the tuples `graph` builds; None (all of it) otherwise."""
-    return _mask_of(graph.output, used)
-
-
-def _mask_of(node: Node, used: Mask) -> Mask:
-    if used is None or not _builds_tuple(node):
-        return None
-    n = len(node.args)
-    names = getattr(node.fn.value, "names", ())  # a NamedTuple's fields (`s.mean`)
-    used = [
-        (names.index(k) if k in names else n, sub) if isinstance(k, str) else (k, sub)
-        for k, sub in used
-    ]
-    if any(not -n <= k < n for k, _ in used):
-        return None
-    items: dict[int, Mask] = {}
-    for k, sub in used:  # `t[-1]` is `t[n - 1]`; an item read twice is read whole
-        k %= n
-        items[k] = None if k in items else _mask_of(node.args[k], sub)
-    if len(items) == n and all(sub is None for sub in items.values()):
-        return None
-    return tuple(sorted(items.items()))
-
-
-def _masked(node: Node, used: Mask):
-    """`(item, path)` for each part of `node` that `used` keeps (`_mask_of`)."""
-    if used is None:
-        yield node, ()
-        return
-    for k, sub in used:
-        for item, path in _masked(node.args[k], sub):
-            yield item, (k, *path)
+    some of it out (`liveness.mask_of`); None (all of it) otherwise."""
+    return mask_of(graph.output, used)
 
 
 def _builds_tuple(node: Node) -> bool:
@@ -420,8 +395,7 @@ class DFunctor:
         self.out_used = out_used  # the items of the result a caller reads (None: all)
         # the `out_used` of this K and of the K-graphs around it (`_functor`'s key)
         self.made_for = (*(parent.made_for if parent is not None else ()), out_used)
-        self._readers: dict[int, list] | None = None
-        self._live: set[int] | None = None  # `_may_get_sens`
+        self._live: dict[int, Mask] | None = None  # `_may_get_sens`
         self._captured: set[int] | None = None  # `_captured_nodes`
         self.active: set[int] = set()  # passive: primal nodes that depend on an active input
         self._active_closures: dict[int, bool] = {}
@@ -522,7 +496,9 @@ class DFunctor:
                 raise KTransformError(f"internal: {node!r} is outside the graphs being mapped")
         return owner.k[id(node)]
 
-    def map_value(self, node: Constant) -> Node:
+    def map_value(self, node: Constant, out_used: Mask = None) -> Node:
+        """The K-value of a constant; of a graph, K of it made for the items
+        `out_used` of its result (a branch of a `switch`: `used_items`)."""
         value = node.value
         if isinstance(value, FuncGraph):
             value = value.differentiable()
@@ -531,7 +507,8 @@ class DFunctor:
             # A closed graph (no free variables) needs no enclosing K-graph.
             closure = value.parent is not None and value.free_variables()
             parent = self._functor_of(value.parent) if closure else None
-            return Constant(_functor(value, parent).fprop, node.debug, node.hint)
+            fprop = _functor(value, parent, out_used=out_used).fprop
+            return Constant(fprop, node.debug, node.hint)
         if isinstance(value, ControlPrimitive):
             return node
         if isinstance(value, LibraryK):  # K of K of an imported call: one order up
@@ -593,9 +570,18 @@ class DFunctor:
                 # The condition runs on K-values: a function it is passed is an
                 # fprop there, so it runs as the result of K(cond).
                 args[0] = Constant(_result_of(self.kval(node.args[0]).value), node.debug)
-            # K of a switch is a switch of K-graphs; K of a loop, a graph of loops
+            # K of a switch is a switch of K-graphs (made for the items of its
+            # result the program reads); K of a loop, a graph of loops
             # (`control.k_loops`: a forward loop recording carries, a reverse one).
             if fn.k_of_graphs:
+                used = self.used_items(node)
+                if used is not None:
+                    args = [
+                        self.map_value(a, used)
+                        if k in fn.k_slots and isinstance(a, Constant)
+                        else args[k]
+                        for k, a in enumerate(node.args)
+                    ]
                 pair = self.fprop.apply(node.fn, *args, debug=node.debug)
             else:
                 graphs = [args[k].value for k in fn.graph_slots]
@@ -610,7 +596,8 @@ class DFunctor:
             # K of that call (a higher order) is the same, one order up. A bprop
             # this DFunctor made (`k_function`) is called as it is.
             callee, args = (args[0], args[1:]) if fn is not None else (self.kval(node.fn), args)
-            dyn = fn.k() if fn is not None else SERVICES.dynamic_k(1, node.debug)
+            used = self.used_items(node)
+            dyn = fn.k(used) if fn is not None else SERVICES.dynamic_k(1, node.debug, used)
             dyn_node = Constant(dyn, node.debug, "call_fprop")
             pair = self.fprop.apply(dyn_node, callee, *args, debug=node.debug)
         else:
@@ -661,46 +648,31 @@ class DFunctor:
         fprop = _functor(graph, None, passive, used).fprop
         return Constant(fprop, node.fn.debug, node.fn.hint)
 
-    def used_items(self, node: Apply, depth: int = 0) -> Mask:
-        """The items of `node`'s result the program reads, when it reads only
-        items at constant indices (`coef, _, _, _ = lstsq(a, y)`; `Mask`): K
-        of the callee then gives the others no cotangent, not zeros. Else
-        None.
+    def used_items(self, node: Apply) -> Mask:
+        """The items of `node`'s value that may get a sensitivity, where the
+        program reads only some at constant keys (`coef, _, _, _ =
+        lstsq(a, y)`, `d["s"]`, `nt.total`; a `liveness.Mask`): K of a call
+        of a graph, a value or a library function, or of a `switch`, is made
+        for them, and gives the others no cotangent, not zeros. Else None
+        (all of it; or none, for a node that gets no sensitivity: its bprop
+        is never called).
         A zero cotangent is not symbolic: times an infinite slope (`sqrt`'s
         at the unused residual 0) it is NaN, where JAX, whose zeros are
         symbolic, has a number; a second order meets the same in the primal
         result that a gradient computes and drops (`log(0)`)."""
-        if self._readers is None:
-            self._readers = self.primal.readers()
-        live = self._may_get_sens()
-        used: dict[int, list[Apply]] = {}
-        if id(node) not in self._readers or id(node) in self._captured_nodes():
-            return None
-        if any(n is node for n, _ in _masked(self.primal.output, self.out_used)):
-            return None  # the caller's cotangent reaches it whole (`backward`)
-        for reader in self._readers[id(node)]:
-            if reader is None:  # a closure's read that sends no sensitivity (`_live_reads`)
-                continue
-            if id(reader) not in live or not _sends_to(reader, node):
-                continue  # read and dropped (`_`, a check, `len`): no cotangent comes back
-            index = _item_index(reader, node)
-            if index is None:
-                return None
-            used.setdefault(index, []).append(reader)
-        return tuple(
-            (k, self.used_items(r[0], depth + 1) if len(r) == 1 and depth < 4 else None)
-            for k, r in sorted(used.items(), key=lambda item: (isinstance(item[0], str), item[0]))
-        )
+        return self._may_get_sens().get(id(node))
 
-    def _may_get_sens(self) -> set[int]:
-        """The ids of the primal nodes that may get a sensitivity: the
-        result's (the items the caller reads, `out_used`), what closures
-        read, and the inputs of an active node that does and passes one back
-        (not a primitive with no gradient, such as `ones_like`)."""
+    def _may_get_sens(self) -> dict[int, Mask]:
+        """The primal nodes that may get a sensitivity, by id, with the
+        items of each that may (`liveness`): from the result's (the items
+        the caller reads, `out_used`) and what closures read, through the
+        inputs of each active node that passes one back (not a primitive
+        with no gradient, such as `ones_like`)."""
         if self._live is None:
-            out = [n for n, _ in _masked(self.primal.output, self.out_used)]
-            captured = [n for n in self.primal.nodes if id(n) in self._captured_nodes()]
-            self._live = _sens_flow(self.primal, [*out, *captured], self.is_active)[0]
+            out = [(n, mask) for n, _, mask in masked(self.primal.output, self.out_used)]
+            captured = [(n, None) for n in self.primal.nodes if id(n) in self._captured_nodes()]
+            starts = [*out, *captured]
+            self._live = liveness(self.primal, starts, _passes_to, self.is_active, _arg_mask)[0]
         return self._live
 
     def _copy_hints(self, node: Apply) -> None:
@@ -719,14 +691,15 @@ class DFunctor:
         self.env = None
         captured = self._captured_nodes()
         # only the items of the result the caller reads (`used_items`)
-        for node, path in _masked(self.primal.output, self.out_used):
+        for node, path, _ in masked(self.primal.output, self.out_used):
             d = dout
             for k in path:
                 d = self._item(self.bprop, d, k, NO_DEBUG.named(f"{d.debug.name or 'dout'}_{k}"))
             self.contribute(node, d)
+        live = self._may_get_sens()
         for node in reversed(self.primal.nodes):
-            if not self.is_active(node):
-                continue
+            if not self.is_active(node) or id(node) not in live:
+                continue  # (what reaches a node no sensitivity reaches is zeros)
             d = self.total_sens(node, captured)
             if d is not None:
                 self.backprop(node, d)
@@ -787,8 +760,12 @@ class DFunctor:
         return total
 
     def contribute(self, node: Node, grad: Node) -> None:
-        """Add `grad` to the sensitivity of primal `node`."""
+        """Add `grad` to the sensitivity of primal `node`: nothing where no
+        sensitivity reaches it (`liveness`: `grad` is zeros, such as a rule's
+        for an item of a tuple no one reads)."""
         if isinstance(grad, Constant) and grad.value is None or not self.is_active(node):
+            return
+        if id(node) not in self._may_get_sens():
             return
         if isinstance(node, Constant):
             value = node.value
@@ -852,6 +829,8 @@ class DFunctor:
             _, items = self.items.setdefault(id(node.args[0]), (node.debug.named(""), {}))
             items.setdefault((type(index), index), []).append(d)
             return
+        if isinstance(prim, prims.MakeDict) and self._dict_items_grad(node, d):
+            return
         rule = bprop_getters.bprop_graph(prim, len(node.args), SERVICES.parse, node.debug)
         if rule.no_gradient:
             return  # comparisons, shapes, integer results: nothing flows back
@@ -875,6 +854,24 @@ class DFunctor:
                 grad = self.bprop.apply(_const(check), grad, karg, debug=debug)
             self.contribute(arg, grad)
 
+    def _dict_items_grad(self, node: Apply, d: Node) -> bool:
+        """The gradients of the values of a dict display read only in part
+        (`d = {"s": a, "bad": b}; d["s"]`): each read value's is its entry
+        of `d`, and the others get none. Its rule, a loop over all the
+        values, would read them all, and K of it (a second order) would send
+        each a zero cotangent: `0 * inf` where one has an infinite slope."""
+        used = mask_of(node, self.used_items(node))
+        if used is None:
+            return False
+        keys = builder_keys(node)
+        debug = node.debug.named("")
+        for key, _ in used:
+            position = keys[key][1]
+            like = self.k_args[id(node)][position]
+            grad = self.bprop.apply(_const(prims.dict_get), d, Constant(key), like, debug=debug)
+            self.contribute(node.args[position], grad)
+        return True
+
     def _gathers(self, node: Apply) -> bool:
         """Whether the gradient of `x[k]` (`node`) waits to be gathered with
         the other items of `x` (`_items_grad`): `k` a constant int or str,
@@ -896,35 +893,15 @@ class DFunctor:
         return graph.apply(_const(prims.GetItem()), tup, Constant(k), debug=debug)
 
 
-def _sens_flow(graph: FuncGraph, starts: list[Node], active=None) -> tuple[set[int], list[Node]]:
-    """Where K of `graph` may send a sensitivity, from `starts` (its result):
-    the ids of the nodes that may get one (inputs of a node that does, where
-    its rule passes one back: `_passes_to`; `active` nodes only, if given),
-    and the inputs and results they come through."""
-    live = {id(n) for n in starts}
-    through = list(starts)
-    for node in reversed(graph.nodes):
-        if id(node) not in live or (active is not None and not active(node)):
-            continue
-        for k, i in enumerate(node.inputs):
-            if k == 0 or _passes_to(node, k - 1):
-                live.add(id(i))
-                through.append(i)
-    return live, through
-
-
-def _sends_to(reader: Apply, node: Node) -> bool:
-    """Whether `reader`'s rule may give `node`, one of its inputs, a gradient."""
-    return any(
-        i is node and (k == 0 or _passes_to(reader, k - 1)) for k, i in enumerate(reader.inputs)
-    )
-
-
 def _passes_to(node: Apply, k: int) -> bool:
     """Whether the rule of `node` may give its input `k` a gradient: not a
     primitive with no gradient (`ones_like`) nor one whose rule returns None
-    there (the tuple `getitem_grad` reads only for its structure)."""
+    there (the tuple `getitem_grad` reads only for its structure), nor a
+    graph's parameter (a branch's) that K of it sends none (`_params_reached`)."""
     fn = node.fn.value if isinstance(node.fn, Constant) else None
+    callees = _callees(node, k)
+    if callees is not None:
+        return any(j in _params_reached(g) for g, j in callees)
     if not isinstance(fn, Primitive) or isinstance(fn, ControlPrimitive):
         return True
     if k in fn.structure_inputs:
@@ -943,32 +920,75 @@ def _passes_to(node: Apply, k: int) -> bool:
     return not (isinstance(out.args[k], Constant) and out.args[k].value is None)
 
 
+def _arg_mask(node: Apply, k: int) -> Mask:
+    """The items of input `k` of `node` that may get a sensitivity, where it
+    is given to a graph (a branch) that reads only some (`_params_reached`):
+    `use(d)` with `use` reading `d["s"]`. None: all of them."""
+    callees = _callees(node, k)
+    if callees is None:
+        return None
+    masks = [_params_reached(g)[j] for g, j in callees if j in _params_reached(g)]
+    return functools.reduce(union, masks) if masks else ()
+
+
+def _callees(node: Apply, k: int) -> list[tuple[FuncGraph, int]] | None:
+    """`(graph, j)` where input `k` of `node` is parameter `j` of a graph
+    that K of `node` differentiates with the DFunctor (a call of it, the
+    branches of a `switch`); None elsewhere (a graph with a rule of its own,
+    one given fewer arguments than it has parameters, a run-time value)."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    if isinstance(fn, FuncGraph):
+        graphs, j, n = [fn], k, len(node.args)
+    elif isinstance(fn, ControlPrimitive) and fn.k_of_graphs and fn.grad_index(k) is not None:
+        slots = [node.args[s] for s in fn.graph_slots]
+        if not all(isinstance(g, Constant) and isinstance(g.value, FuncGraph) for g in slots):
+            return None
+        graphs, j = [g.value for g in slots], fn.grad_index(k) - 1
+        n = fn.graph_arity(fn.graph_slots[0], len(node.args))
+    else:
+        return None
+    for g in graphs:
+        if g.differentiable() is not g or g.custom_fprop is not None or g.is_custom_fprop:
+            return None
+        if n != len(g.parameters):
+            return None
+    return [(g, j) for g in graphs]
+
+
+def _params_reached(graph: FuncGraph) -> dict[int, Mask]:
+    """The parameters of `graph` that K of it may send a gradient, by
+    position, each with the items of it that may get one (`liveness`):
+    those its result reaches, or a closure it makes reads where it counts.
+    The others get zeros, so a caller sends nothing on to what it gave there
+    (a value a rule reads for its structure only, in a branch:
+    `set_item(dout, k, zeros_like(value))`; a dict item no one reads)."""
+    cache = TRANSFORM.weak_keys("dfunctor.params_reached")
+    if graph not in cache:
+        cache[graph] = dict.fromkeys(range(len(graph.parameters)))  # a recursion: all, for now
+        captured = [
+            v
+            for child in graph.children()
+            for v in child.free_variables(reads=_live_reads)
+            if v.graph is graph
+        ]
+        starts = [(graph.output, None), *((v, None) for v in captured)]
+        live = liveness(graph, starts, _passes_to, arg_mask=_arg_mask)[0]
+        params = enumerate(graph.parameters)
+        cache[graph] = {k: live[id(p)] for k, p in params if id(p) in live}
+    return cache[graph]
+
+
 def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
     """`graph.reads_of()`, leaving out reads K of `graph` sends no
-    sensitivity to (`_sens_flow`): dead code (the part of an inlined rule
+    sensitivity to (`liveness`): dead code (the part of an inlined rule
     for an input with no gradient), the tuple `getitem_grad` reads for its
     structure. Their owner need not look for one in the env (where a
     missing entry reads as zeros: `0 * inf` at `x ** 0.5`'s x of 0)."""
     cache = TRANSFORM.weak_keys("dfunctor.live_reads")
     if graph not in cache:
-        cache[graph] = reads_among(_sens_flow(graph, [graph.output])[1])
+        through = liveness(graph, [(graph.output, None)], _passes_to, arg_mask=_arg_mask)[1]
+        cache[graph] = reads_among(through)
     return cache[graph]
-
-
-def _item_index(reader: Apply | None, node: Node) -> int | str | None:
-    """k where `reader` is `node[k]`, k a constant int, or the name of the
-    field `node.k` reads (a NamedTuple's, resolved by `_mask_of`); else None."""
-    fn = reader.fn.value if reader is not None and isinstance(reader.fn, Constant) else None
-    if isinstance(fn, prims.GetAttr) and reader.args[0] is node:
-        return fn.attr
-    if reader is None or len(reader.args) != 2 or reader.args[0] is not node:
-        return None
-    index = reader.args[1]
-    if not isinstance(fn, prims.GetItem):
-        return None
-    if isinstance(index, Constant) and type(index.value) is int:
-        return index.value
-    return None
 
 
 def _may_read(node: Apply) -> bool:

@@ -414,6 +414,15 @@ class SugarBuilder:
         consumed(e.args[0])
         return self.run_sugar(sugar.collect(e.args[0], as_list, name, e), e)
 
+    def builtin_dict(self, e, fn) -> Node | None:
+        """`dict(k=v, ...)`: the dict display `{"k": v, ...}`, so that its
+        items are known one by one (an item no one reads gets no cotangent:
+        `dfunctor.liveness`). `dict(...)` of other arguments is a library call."""
+        if e.args:
+            return None
+        items = [x for k in e.keywords for x in (self.const(k.arg, e), self.expr(k.value))]
+        return self.apply(prims.MakeDict(), *items, node=e)
+
     def builtin_truth(self, e, fn) -> Node:
         """`any(items)` / `all(items)`: Python's on Python values; over traced
         truth values, their traced reduction (`rt.truth_any`), as a value or
@@ -507,6 +516,7 @@ _BUILTINS = {
     max: "builtin_extreme",
     list: "builtin_collect",
     tuple: "builtin_collect",
+    dict: "builtin_dict",
     zip: "builtin_iterator",
     enumerate: "builtin_iterator",
     reversed: "builtin_iterator",

@@ -1,0 +1,270 @@
+"""Which items of a value may get a sensitivity: the masks of the DFunctor.
+
+A zero cotangent is a number, not a symbol: times an infinite slope (`sqrt`'s
+at 0, `log`'s second derivative at 0) it is NaN, where JAX, whose zeros are
+symbolic, never multiplies. So K sends no cotangent to what the program does
+not read: a result read only in part (`s, _ = stats(x)`, `d["s"]`,
+`nt.total`) sends none to the other items, and what only they depend on is
+not differentiated at all.
+
+A *mask* says which items of a value are read: `((k, sub), ...)`, sorted
+(`key_order`), with `sub` the mask of item `k`; None is the whole value, `()`
+none of it. A key `k` is an index of a tuple or list (`t[0]`, `t[-1]`), a key
+of a dict (`d["s"]`, `d.get("s")`) or a `Field` (`nt.total`, an attribute).
+
+`liveness(graph, starts, passes_to)` runs backwards over a graph from the
+nodes whose sensitivities it starts with (the result's, with the mask its
+caller reads) and gives each node that may get a sensitivity its mask:
+- a container built of items (`builder_keys`: a tuple, list or NamedTuple,
+  a dict of constant keys, `dict(k=v)`) passes on only the items read;
+- an item read at a constant key (`x[k]`, `x.name`, `x.get(k)`) reads
+  item `k` of `x`, with the reader's own mask below it;
+- `d[k] = v` (a str key: a dict) is `v` for item `k`, the rest from `d`;
+- anything else reads each input it sends a sensitivity (`passes_to`)
+  whole, but a call of a graph or a `switch` only the items of it the
+  callee's parameter may get one for (`arg_mask`: `x["s"]` of a dict `x`).
+The DFunctor makes K of a call, a `switch`'s branches or a library call for
+the mask of its result (`DFunctor.used_items`) and differentiates no node
+this finds no sensitivity for. A mask is an over-approximation: reading an
+item that gets no cotangent costs time, dropping one that does is a silent
+wrong gradient, so every construct not listed reads its inputs whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from k_transform.control.prims import ControlPrimitive
+from k_transform.ir.nodes import Apply, Constant, Node
+from k_transform.ir.primitive import Primitive
+from k_transform.ops import python as prims
+
+Mask = tuple | None
+
+# Masks nest at most this deep: below it an item is read whole (a recursion
+# that reads `r(x)[0]` must not make K for ever deeper masks).
+MAX_DEPTH = 4
+
+
+@dataclass(frozen=True)
+class Field:
+    """`x.name` as a mask key: a NamedTuple's field, never a dict's key."""
+
+    name: str
+
+
+def key_order(key) -> tuple:
+    """A total order of mask keys (ints by value, the others by text)."""
+    if type(key) is int:
+        return (0, key, "")
+    return (1, 0, f"{type(key).__name__}:{key!r}")
+
+
+def sorted_mask(items: dict) -> tuple:
+    return tuple(sorted(items.items(), key=lambda item: key_order(item[0])))
+
+
+def union(a: Mask, b: Mask) -> Mask:
+    """The items `a` or `b` reads."""
+    if a is None or b is None:
+        return None
+    items = dict(a)
+    for k, sub in b:
+        items[k] = union(items[k], sub) if k in items else sub
+    return sorted_mask(items)
+
+
+def depth(mask: Mask) -> int:
+    return 0 if not mask else 1 + max(depth(sub) for _, sub in mask)
+
+
+def item_of(key, mask: Mask) -> Mask:
+    """The mask of a value whose item `key` is read with `mask`."""
+    return ((key, mask if depth(mask) < MAX_DEPTH else None),)
+
+
+def _maker(node: Node):
+    return node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+
+
+def builder_keys(node: Node) -> dict | None:
+    """`{mask key: (key, position)}` where `node` builds its value of items
+    (`position`: the input holding item `key`, the key a path into its
+    gradient takes): a tuple, list or NamedTuple display (negative indices
+    and field names too), a dict display of constant keys, `dict(k=v, ...)`.
+    None for other nodes."""
+    maker = _maker(node)
+    if isinstance(maker, (prims.MakeTuple, prims.MakeList)) or (
+        isinstance(maker, prims.MakeNode) and issubclass(maker.cls, tuple)
+    ):
+        n = len(node.args)
+        keys = {k: (k, k) for k in range(n)}
+        keys.update({k - n: (k, k) for k in range(n)})
+        names = getattr(maker, "names", ())  # a NamedTuple's fields (`s.mean`)
+        keys.update({Field(name): (k, k) for k, name in enumerate(names)})
+        return keys
+    if isinstance(maker, prims.MakeDict):
+        keys_in = node.args[0::2]
+        if not all(isinstance(k, Constant) and _hashable(k.value) for k in keys_in):
+            return None
+        keys = {}
+        for j, k in enumerate(keys_in):  # `{"b": x, "b": y}` is `{"b": y}`
+            keys[k.value] = (k.value, 2 * j + 1)
+        return keys
+    if isinstance(maker, prims.LibraryCall) and maker.fn is dict:
+        if len(maker.kwnames) == len(node.args):  # `dict(s=a, t=b)`
+            return {name: (name, k) for k, name in enumerate(maker.kwnames)}
+    return None
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def mask_of(node: Node, used: Mask) -> Mask:
+    """`used` (the items of `node`'s value a reader reads) in the keys of the
+    container `node` builds (`builder_keys`), or as it is where K of `node`
+    can use it (`uses_mask`); None (all of it) where it reads every item
+    whole, reads one the container does not have, or `node` cannot use it."""
+    if used is None:
+        return None
+    keys = builder_keys(node)
+    if keys is None:
+        return used if uses_mask(node) else None
+    items: dict = {}
+    for k, sub in used:
+        slot = keys.get(k) if _hashable(k) else None
+        if slot is None:  # (a method of the tuple, a key it lacks: read it whole)
+            return None
+        key, position = slot  # `t[-1]` is `t[n - 1]`; an item read twice is read whole
+        items[key] = None if key in items else mask_of(node.args[position], sub)
+    positions = {position for _, position in keys.values()}
+    if len(items) == len(positions) and all(sub is None for sub in items.values()):
+        return None
+    return sorted_mask(items)
+
+
+def masked(node: Node, used: Mask) -> Iterator[tuple[Node, tuple, Mask]]:
+    """`(item, path, mask)` for each part of `node` that `used` (a mask of
+    `mask_of`) keeps: the path of keys into `node`'s gradient that reaches
+    it, and the mask of it read (None: whole)."""
+    keys = builder_keys(node) if used is not None else None
+    if keys is None:
+        yield node, (), used
+        return
+    for k, sub in used:
+        for item, path, mask in masked(node.args[keys[k][1]], sub):
+            yield item, (k, *path), mask
+
+
+def read_key(node: Apply):
+    """`(x, key, exact)` where `node` reads one item of `x` at a constant
+    key: `x[k]` (an int or str), `x.name` (a `Field`), `x.get(k)`; else
+    None. `exact`: the value of `node` is that item. K of `x.get(k)` (a
+    library call's, `LibraryK`: `call` the method) returns it and a bprop
+    that reads no other item of `x` either, at every order."""
+    maker = _maker(node)
+    if isinstance(maker, prims.GetAttr):
+        return node.args[0], Field(maker.attr), True
+    method = maker if isinstance(maker, prims.MethodCall) else getattr(maker, "call", None)
+    is_get = isinstance(method, prims.MethodCall) and method.method == "get"
+    if not (isinstance(maker, prims.GetItem) or is_get and not method.kwnames):
+        return None
+    index = node.args[1] if len(node.args) >= 2 else None
+    if isinstance(index, Constant) and type(index.value) in (int, str):
+        return node.args[0], index.value, maker is method or not is_get
+    return None
+
+
+def uses_mask(node: Node) -> bool:
+    """Whether a mask of `node`'s value can leave something out: K of a call
+    (of a graph, a value, a library function) or of a `switch` is made for
+    it, a read of an item or `d[k] = v` passes it on."""
+    if not isinstance(node, Apply):
+        return False
+    fn = _maker(node)
+    if not isinstance(fn, Primitive):
+        return True  # a graph, a run-time value, a `LibraryK`, a `DynamicK`
+    if isinstance(fn, ControlPrimitive):
+        return fn.k_of_graphs
+    return prims.imports_jaxpr(fn) or read_key(node) is not None or _sets_key(node) is not None
+
+
+def _sets_key(node: Apply):
+    """`(d, key, v)` for `d[key] = v` with a constant str key (a dict's)."""
+    if not isinstance(_maker(node), prims.SetItem):
+        return None
+    d, key, v = node.args
+    if isinstance(key, Constant) and type(key.value) is str:
+        return d, key.value, v
+    return None
+
+
+def _whole(node: Apply, k: int) -> Mask:
+    return None
+
+
+def input_masks(
+    node: Apply,
+    mask: Mask,
+    passes_to: Callable[[Apply, int], bool],
+    arg_mask: Callable[[Apply, int], Mask] = _whole,
+) -> Iterator[tuple[Node, Mask]]:
+    """The inputs of `node` that its sensitivity (of the items `mask` of its
+    value) may reach, each with the mask of it that may get one (an input
+    `k` `passes_to` sends one, of the items `arg_mask` says: a callee's
+    parameter read only in part)."""
+    yield node.fn, None
+    keys = builder_keys(node) if mask is not None else None
+    used = mask_of(node, mask) if keys is not None else None
+    read, sets = read_key(node), _sets_key(node)
+    if used is not None:
+        parts = [(keys[k][1], sub) for k, sub in used]
+    elif read is not None:
+        _, key, exact = read
+        parts = [(0, item_of(key, mask if exact else None))]
+        parts += [(k, None) for k in range(2, len(node.args))]
+    elif sets is not None and mask is not None and all(type(k) is str for k, _ in mask):
+        kept = tuple((k, sub) for k, sub in mask if k != sets[1])
+        parts = [(0, kept), *((2, sub) for k, sub in mask if k == sets[1])]
+    else:
+        parts = [(k, arg_mask(node, k)) for k in range(len(node.args))]
+    for k, sub in parts:
+        if passes_to(node, k):
+            yield node.args[k], sub
+
+
+def liveness(
+    graph,
+    starts: list[tuple[Node, Mask]],
+    passes_to: Callable[[Apply, int], bool],
+    active: Callable[[Node], bool] | None = None,
+    arg_mask: Callable[[Apply, int], Mask] = _whole,
+) -> tuple[dict[int, Mask], list[Node]]:
+    """Where K of `graph` may send a sensitivity, from `starts` (nodes with
+    the mask of them that gets one): each such node's mask, by id (`active`
+    nodes only, if given, pass theirs on; `passes_to` and `arg_mask`: see
+    `input_masks`), and the inputs and results the sensitivities come
+    through, in the order met."""
+    live: dict[int, Mask] = {}
+    through: list[Node] = []
+
+    def reach(node: Node, mask: Mask) -> None:
+        if mask == ():
+            return  # none of it read: no sensitivity
+        live[id(node)] = union(live[id(node)], mask) if id(node) in live else mask
+        through.append(node)
+
+    for node, mask in starts:
+        reach(node, mask)
+    for node in reversed(graph.nodes):
+        if id(node) not in live or (active is not None and not active(node)):
+            continue
+        for item, mask in input_masks(node, live[id(node)], passes_to, arg_mask):
+            reach(item, mask)
+    return live, through
