@@ -196,7 +196,9 @@ class DynamicCallK(DynamicK):
         reads (`masks`), as K of a call of it where it is known: an item no
         one reads then sends no cotangent (`0 * inf` at `log(0)`'s slope)."""
         graph = graph_of(fn)
-        if graph is None or not 0 < graph.k_order <= self.order:
+        # (order 0: a function as the user wrote it, given to a custom rule's
+        # fprop (`dfunctor._own_functions`), which a call at order n K's n times)
+        if graph is None or not 0 <= graph.k_order <= self.order:
             return fn
         masked = any(mask is not None for mask in self.masks)
         if graph.k_order == self.order and not masked:

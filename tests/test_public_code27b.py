@@ -14,8 +14,8 @@ the same code:
    values it reads are passed to the call, so they get their gradients;
 5. `functools.partial(f, **kwargs)` / `partial(f, x)` of values of the
    program (every jax-md pair energy): a closure calling `f`;
-6. `@custom_vjp` over `@jax.jit` (its rule is used), and the refusal of a
-   `custom_jvp` in forward mode saying that forward mode does not use it.
+6. `@custom_vjp` over `@jax.jit` (its rule is used), and a `custom_jvp` in
+   forward mode (refused until session 29; now by its rule).
 """
 
 import functools
@@ -236,8 +236,8 @@ def uses_jvp_rule(x):
     return jnp.sum(log1mexp(x) * 2.0)
 
 
-def test_custom_jvp_refusal_names_forward_mode():
-    # (its forward mode is not the jvp rule: refused, saying so, with the line)
-    with pytest.raises(kt.KTransformError, match="forward mode .*not supported yet") as info:
-        kt.jvp(uses_jvp_rule, (-(X**2) - 0.1,), (X,))
-    assert "log1mexp(x) * 2.0" in str(info.value)
+def test_custom_jvp_in_forward_mode_uses_its_rule():
+    # (refused until session 29; now its rule is transposed, and forward mode,
+    # built from reverse mode, gives the rule's tangent)
+    x = -(X**2) - 0.1
+    close(kt.jvp(uses_jvp_rule, (x,), (X,)), jax.jvp(uses_jvp_rule, (x,), (X,)))

@@ -61,6 +61,13 @@ class BpropRegistry:
     def has_rule(self, prim: Primitive) -> bool:
         return self._getter_for(prim) is not None
 
+    def family(self, prim: Primitive) -> str:
+        """The family helper that registered `prim`'s rule (`"unary"`,
+        `"zero_gradient"`, `"rule"`: `bprop_registry.helpers`), or "" for a
+        getter written out."""
+        name = getattr(self._getter_for(prim), "__qualname__", "")
+        return name.partition("(")[0] if name.endswith(")") else ""
+
     def _getter_for(self, prim: Primitive):
         for cls in type(prim).__mro__:
             if cls in self._getters:

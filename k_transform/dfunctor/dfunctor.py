@@ -22,7 +22,12 @@ returns the shared `EMPTY_ENV`, and adding to an empty env is the addend.
 MapValueObject: a Primitive constant becomes its fprop graph (when it flows
 as a value), a FuncGraph constant becomes K of that graph (memoized, so
 recursion terminates), a `kt.Parameter` a `read_param` whose gradient goes to
-the env under the parameter's key; other constants stay.
+the env under the parameter's key; other constants stay. A graph with a rule
+of its own (a user's JAX custom_vjp or custom_jvp, `frontend/jax_custom.py`)
+becomes the fprop of its rule instead (`own_fprop`: the one written for it,
+or the transpose of its jvp rule, `_transposed_rule`); a call of it that no
+active input reaches stays the call, its rule met where K of the graph
+holding the call differentiates it (one order up).
 
 MapMorphism: each Apply `y = f(a, b)` of `g`, in program order:
 - `f` a primitive: `y = f(a, b)` in `g_fprop`; in `g_bprop` the registered
@@ -83,7 +88,9 @@ from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
 from k_transform.control.prims import ControlPrimitive
 from k_transform.control.runtime import shown_where
+from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.inline import inline, outputs
+from k_transform.dfunctor.linearity import nonlinear_step
 from k_transform.dfunctor.liveness import Mask, builder_keys, liveness, mask_of, masked, union
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import (
@@ -457,8 +464,9 @@ class DFunctor:
             found = len(self.active)
             self._active_closures.clear()
             for node in self.primal.nodes:
+                reads = node.args if _holds_no_gradient(node.fn) else node.inputs
                 if id(node) not in self.active and (
-                    any(self.is_active(i) for i in node.inputs) or (called and _may_read(node))
+                    any(self.is_active(i) for i in reads) or (called and _may_read(node))
                 ):
                     self.active.add(id(node))
             if len(self.active) == found:
@@ -502,7 +510,7 @@ class DFunctor:
         value = node.value
         if isinstance(value, FuncGraph):
             value = value.differentiable()
-            if value.custom_fprop is not None:  # its own rule (frontend/jax_custom.py)
+            if own_fprop(value) is not None:  # its own rule (frontend/jax_custom.py)
                 return Constant(value.custom_fprop, node.debug, node.hint)
             # A closed graph (no free variables) needs no enclosing K-graph.
             closure = value.parent is not None and value.free_variables()
@@ -547,6 +555,15 @@ class DFunctor:
     def map_morphism(self, node: Apply) -> None:
         fn = node.fn.value if isinstance(node.fn, Constant) else None
         args = [self.kval(a) for a in node.args] if not isinstance(fn, ControlPrimitive) else []
+        if _has_rule(fn) and not self.is_active(node):
+            # A function with its own rule called on constants (a JAX custom_jvp's
+            # rule calling the function itself, in its K w.r.t. the tangents): the
+            # call as written, no fprop (that would run K of the rule again, and
+            # again); its rule is met where K of this graph differentiates it.
+            args = _own_functions(node.args, args, node.debug)
+            self.k[id(node)] = self.fprop.apply(node.fn, *args, debug=node.debug)
+            self._copy_hints(node)
+            return
         if prims.imports_jaxpr(fn):  # K deferred to trace time (LibraryK)
             # A function given to the library (to call, or to keep) is the user's
             # own, not its fprop: a constant takes no gradient, and the library's
@@ -604,7 +621,7 @@ class DFunctor:
             if isinstance(fn, LibraryK):  # a library call K made: given the same functions
                 args = _given(node.args, args)
             elif isinstance(fn, FuncGraph) and (
-                fn.differentiable().custom_fprop is not None or fn.is_custom_fprop
+                own_fprop(fn.differentiable()) is not None or fn.is_custom_fprop
             ):  # (a custom fprop differentiated: one order up, the same functions)
                 args = _own_functions(node.args, args, node.debug)
             pair = self.fprop.apply(self.call_k(node, fn), *args, debug=node.debug)
@@ -627,7 +644,7 @@ class DFunctor:
             higher = fn.k(self.used_items(node))
             return Constant(higher, node.fn.debug, higher.hint)
         graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
-        if graph is None or graph.custom_fprop is not None:
+        if graph is None or own_fprop(graph) is not None:
             return self.kval(node.fn)
         if graph.parent is not None and graph.free_variables():  # K inside its parent's
             used = output_mask(graph, self.used_items(node))
@@ -991,13 +1008,22 @@ def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
     return cache[graph]
 
 
+def _holds_no_gradient(fn: Node) -> bool:
+    """Whether the function of a call holds nothing with a gradient, only
+    its inputs do: a primitive, or a function with its own rule (which gives
+    none to what it reads)."""
+    value = fn.value if isinstance(fn, Constant) else None
+    return isinstance(value, Primitive) or _has_rule(value)
+
+
 def _may_read(node: Apply) -> bool:
     """Whether `node` may read a Parameter whatever its inputs: anything but
     a plain primitive (a call of a graph or value, a branch or loop of
     graphs, a Parameter read an inner gradient made)."""
     fn = node.fn.value if isinstance(node.fn, Constant) else None
     plain = isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive)
-    return not plain or isinstance(fn, structural.ReadParam)
+    # (a function with its own rule gives its Parameters no gradient: its rule none)
+    return not (plain or _has_rule(fn)) or isinstance(fn, structural.ReadParam)
 
 
 def _is_bprop_node(node: Node) -> bool:
@@ -1082,6 +1108,105 @@ def _given(primal_args: list[Node], k_args: list[Node]) -> list[Node]:
     """A library call's arguments at K: its functions as given (`_as_given`),
     the rest K-values."""
     return [_as_given(a) or k for a, k in zip(primal_args, k_args, strict=True)]
+
+
+def _has_rule(fn) -> bool:
+    """Whether `fn` is a graph whose K is made of its own rule (`own_fprop`)."""
+    if not isinstance(fn, FuncGraph):
+        return False
+    graph = fn.differentiable()
+    return graph.custom_fprop is not None or graph.jvp_rule is not None
+
+
+def own_fprop(graph: FuncGraph) -> FuncGraph | None:
+    """The fprop K gives in place of transforming `graph`: one written for
+    it (`custom_fprop`: a user's JAX custom_vjp), or one made of its jvp
+    rule (`jvp_rule`: a user's JAX custom_jvp; `_transposed_rule`), made
+    once; None for a graph with neither."""
+    if graph.custom_fprop is None and graph.jvp_rule is None:
+        return None
+    checked = TRANSFORM.weak_keys("dfunctor.own_rules")  # graphs whose rule K took
+    if graph not in checked:
+        _refuse_parameter_reads(graph)
+        if graph.custom_fprop is None:
+            graph.custom_fprop = _transposed_rule(graph)
+            graph.custom_fprop.is_custom_fprop = True
+        checked[graph] = True
+    return graph.custom_fprop
+
+
+def _refuse_parameter_reads(graph: FuncGraph) -> None:
+    """A function with its own rule reading a `kt.Parameter` it is not given
+    (or a Cell holding some): its rule gives what it reads no gradient (its
+    bprop's env is empty), so the Parameter's would be lost. Refused (JAX
+    refuses a custom_vjp closing over a traced value too)."""
+    kind = "custom_jvp" if graph.jvp_rule is not None else "custom_vjp"
+    rule = graph.jvp_rule or graph.custom_fprop
+    for g in [*graph.reachable(), *rule.reachable()]:
+        for node in g.nodes:
+            for a in node.inputs:
+                if isinstance(a, Constant) and (_is_param(a.value) or holds_params(a.value)):
+                    what = getattr(a.value, "name", None) or a.hint or "a Cell"
+                    raise KTransformError(
+                        f"cannot differentiate the JAX {kind} function {graph.name}: it reads "
+                        f"the Parameter {what} (here) without being given it, and its rule "
+                        "gives no gradient to what it reads; pass it as an argument",
+                        node.debug,
+                    )
+
+
+def _transposed_rule(graph: FuncGraph) -> FuncGraph:
+    """The fprop of `graph` made of its jvp rule, `rule(*xs, *ts) -> (out,
+    tangent_out)`, linear in the tangents `ts`:
+
+        def f_fprop(*xs):
+            (out, _), rule_bprop = K_ts(rule)(*xs, *zeros_like(xs))
+            def f_bprop(dout):
+                grads = rule_bprop((zeros_like(out), dout))  # (env, d_xs, d_ts)
+                return (EMPTY_ENV, *grads[1 + n:])
+            return out, f_bprop
+
+    The vjp of `graph` at `xs` is the transpose of its tangent map `ts ->
+    tangent_out`, which is linear: its gradient w.r.t. `ts`, the same at any
+    `ts` (zeros here), is reverse mode of the rule w.r.t. its tangents only
+    (`K_ts`: the inputs `xs` are constants, so nothing of the rule's primal
+    steps is differentiated, at this order). So the user's rule, not the
+    function's steps, gives the gradient, as JAX transposes a custom_jvp's
+    rule; `f_fprop` is a graph like any, differentiated again at a higher
+    order (the rule's steps w.r.t. `xs`, as JAX does). `out` is the rule's
+    primal output, as JAX's (a rule calling the function itself computes
+    it so). An input the rule takes no tangent for (JAX's `nondiff_argnums`)
+    gets zeros: its tangent is not read."""
+    rule = graph.jvp_rule
+    n = len(graph.parameters)
+    step = nonlinear_step(rule, (False,) * n + (True,) * n)
+    if step is not None:
+        raise KTransformError(
+            f"cannot differentiate the JAX custom_jvp function {graph.name}: its jvp rule is "
+            "not linear in the tangents at this step, so it has no transpose, which reverse "
+            "mode needs (JAX's reverse mode refuses it too; k_transform's forward mode is built "
+            "from its reverse mode); make the rule linear in the tangents, or give the "
+            "function a JAX custom_vjp",
+            step.debug,
+        )
+    k_rule = k_graph(rule, wrt_inputs=(False,) * n + (True,) * n)
+    fprop, xs = new_graph(f"{graph.name}_fprop", graph, [p.name for p in graph.parameters], "fprop")
+    b = Builder(fprop)
+    ts = [b.prim(structural.ZerosLike(), x) for x in xs]
+    pair = b.call(Constant(k_rule, hint=k_rule.name), *xs, *ts, arity=2)
+    result = b.item(pair, 0)
+    result.tuple_arity = 2
+    out, rule_bprop = b.item(result, 0, "out"), b.item(pair, 1, "rule_bprop")
+    bprop = FuncGraph(f"{graph.name}_bprop", fprop, graph.debug, "bprop")
+    bprop.param_names, bprop.defaults = ["dout"], {}
+    dout = bprop.add_parameter("dout")
+    bb = Builder(bprop)
+    sens = bb.tuple(bb.prim(structural.ZerosLike(), out), dout)
+    grads = bb.call(rule_bprop, sens, arity=1 + 2 * n)
+    d_ts = [bb.item(grads, 1 + n + k, f"d_{x.name}") for k, x in enumerate(xs)]
+    bprop.output = bb.tuple(Constant(structural.EMPTY_ENV, hint="EMPTY_ENV"), *d_ts)
+    fprop.output = b.tuple(out, Constant(bprop, hint=bprop.name))
+    return fprop
 
 
 def _own_functions(primal_args: list[Node], k_args: list[Node], debug) -> list[Node]:

@@ -53,7 +53,7 @@ from k_transform.control.prims import (
     WhileLoop,
 )
 from k_transform.dfunctor.builder import Builder, new_graph
-from k_transform.dfunctor.dfunctor import SERVICES, k_graph
+from k_transform.dfunctor.dfunctor import SERVICES, k_graph, own_fprop
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
@@ -178,7 +178,7 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     output is a tuple of k values, given as `(*values, *tangents)` (a
     branch of a switch, which fills undefined values item by item)."""
     graph = graph.differentiable()
-    if graph.custom_fprop is not None:  # its rule is a bprop: J is double reverse
+    if own_fprop(graph) is not None:  # its rule is a bprop: J is double reverse
         raise _Unsupported("a function with its own fprop")
     key = (graph.uid, mask, want, top, flat)
     forwards = TRANSFORM.cache("forward.graphs")  # key -> _Forward, _BUILDING or None (J fails)

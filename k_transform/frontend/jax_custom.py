@@ -12,12 +12,28 @@ as JAX does. `nondiff_argnums` inputs go to bwd first and get no gradient
 (zeros); the functions among them are given as the user wrote them, not
 their fprops (a closure over the caller's values is refused).
 
-A user's `@custom_jvp` (JAX's) function runs as its primal and is refused when
-differentiated: its rule is a jvp, which this reverse-mode transform would
-have to transpose; its steps' gradient is what the rule exists to avoid.
+A user's `@custom_jvp` (JAX's) function `f` is, the same way, a call of a
+graph running `f.fun`, which carries its jvp rule as a graph `(*inputs,
+*tangents) -> (out, tangent_out)` (`FuncGraph.jvp_rule`, `_jvp_rule`)
+calling the user's rule as JAX calls it: the `nondiff_argnums` inputs first,
+then the tuples of the other inputs and of their tangents; for
+`defjvps(*terms)`, JAX's sum over the inputs of `term_k(tangent_k, out,
+*inputs)`, built as a graph (JAX's own rule is a closure over its tree
+utilities). K of the call transposes the rule (`dfunctor.own_fprop`): the
+rule is linear in the tangents, so the vjp is the gradient of the rule's
+tangent output w.r.t. the tangents alone, which our reverse mode of the
+parsed rule computes (never JAX's). So the rule, not `f`'s steps, gives the
+gradient, and at a higher order the rule's steps are differentiated as any
+code (a rule calling `f` itself meets `f`'s rule again), as JAX does. A rule
+that is not linear in the tangents (`jnp.clip(t, lo, hi)`) is refused when
+differentiated, as JAX's reverse mode refuses it (`dfunctor.linearity`);
+forward mode (`kt.jvp`, jacfwd) is built from reverse mode, so it gives the
+rule's tangent for the rules reverse mode takes.
 
 Also refused, never run without the user's rule: `symbolic_zeros=True`, a
-function without `defvjp`, and either kind reached only through a jaxpr
+function without `defvjp` (`defjvp`), one reading a `kt.Parameter` it is not
+given (its rule gives it no gradient: `dfunctor.own_fprop`), and either kind
+reached only through a jaxpr
 (`frontend/jaxpr.py`: `jax.vmap(f)`, code run as Python). JAX's own
 custom_vjp and custom_jvp functions (`jax.nn.relu`, ...) are library calls,
 differentiated through their steps with the rules of `frontend/jaxpr.py`.
@@ -28,10 +44,11 @@ from __future__ import annotations
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
 from k_transform.frontend.callables import custom_rule_kind, wrapped_target
-from k_transform.frontend.guards import guards_of
+from k_transform.frontend.guards import guards_of, stale
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import Constant, FuncGraph
 from k_transform.ops import python as prims
+from k_transform.ops import structural
 from k_transform.ops.structural import EMPTY_ENV, zeros_like
 
 
@@ -46,43 +63,59 @@ def users_custom_rule(value) -> bool:
 def lower_custom(builder, value, args: list, kwargs: dict, e):
     """`f(*args)` for a user's custom_vjp or custom_jvp `f` (module docstring)."""
     name = getattr(value, "__name__", "the function")
-    fun = builder.parse(value.fun, primal_only=custom_rule_kind(value) == "custom_vjp")
+    kind = custom_rule_kind(value)
+    fun = builder.parse(value.fun, primal_only=True)  # its K is its rule's
     inputs = builder.bind_call(fun, args, kwargs, e)
-    if custom_rule_kind(value) == "custom_jvp":
-        prim = prims.CustomBpropCall(_RefusedJvp(value), fun)
-        return builder.apply(prim, *inputs, node=e)
-    if value.fwd is None or value.bwd is None:
+    rule = (value.fwd, value.bwd) if kind == "custom_vjp" else (value.jvp,)
+    if any(f is None for f in rule):
+        how = "defvjp(fwd, bwd)" if kind == "custom_vjp" else "defjvp(jvp) or defjvps(...)"
         raise builder.fp.error(
-            f"the JAX custom_vjp function {name} has no rule: call {name}.defvjp(fwd, bwd) "
-            "before using it",
+            f"the JAX {kind} function {name} has no rule: call {name}.{how} before using it",
             e,
         )
     if value.symbolic_zeros:
-        raise builder.fp.unsupported(f"JAX custom_vjp with symbolic_zeros=True ({name})", e)
-    graph = _with_fprop(builder, value, len(inputs))
+        raise builder.fp.unsupported(f"JAX {kind} with symbolic_zeros=True ({name})", e)
+    graph = _with_rule(builder, value, len(inputs))
     return builder.apply(Constant(graph, builder.debug(e), name), *inputs, node=e)
 
 
-def _with_fprop(builder, value, n: int) -> FuncGraph:
-    """The graph of `value.fun(*inputs)` for `n` inputs, whose K is the
-    custom fprop of `value`'s fwd and bwd (`FuncGraph.custom_fprop`);
-    one per function and arity."""
+def _with_rule(builder, value, n: int) -> FuncGraph:
+    """The graph of `value.fun(*inputs)` for `n` inputs, whose K is made of
+    `value`'s rule: the custom fprop of a custom_vjp's fwd and bwd
+    (`FuncGraph.custom_fprop`), or a custom_jvp's jvp rule
+    (`FuncGraph.jvp_rule`, which K transposes); one per function and arity."""
     made = TRANSFORM.cache("jax_custom.graphs")
     entry = made.get((id(value), n))
-    if entry is not None and entry[0] is value:
+    if entry is not None and entry[0] is value and not stale(entry[1].guards):
         return entry[1]
     nondiff = tuple(sorted(k % n for k in value.nondiff_argnums))
-    where = [None] * n  # each input's place in bwd's result (None: no gradient)
-    for j, k in enumerate(k for k in range(n) if k not in nondiff):
-        where[k] = j
-    name = getattr(value, "__name__", "custom_vjp")
-    fun = builder.parse(value.fun, primal_only=True)  # its K is the rule's fprop
+    name = getattr(value, "__name__", custom_rule_kind(value))
+    fun = builder.parse(value.fun, primal_only=True)  # its K is the rule's
     graph = _calling(fun, n, name, "function", packed=False)
-    fprop = builder.parse(_fprop(value.fwd, value.bwd, nondiff, tuple(where)), star_arity=n)
-    graph.custom_fprop = _calling(fprop, n, f"{name}_fprop", "fprop", packed=True)
-    graph.custom_fprop.is_custom_fprop = True
-    made[(id(value), n)] = (value, graph)
+    made[(id(value), n)] = (value, graph)  # before the rule: it may call the function
+    try:
+        if custom_rule_kind(value) == "custom_jvp":
+            graph.jvp_rule = _jvp_rule(builder, value, graph, nondiff, n)
+        else:
+            where = [None] * n  # each input's place in bwd's result (None: no gradient)
+            for j, k in enumerate(k for k in range(n) if k not in nondiff):
+                where[k] = j
+            fprop = _fprop(value.fwd, value.bwd, nondiff, tuple(where))
+            fprop = builder.parse(fprop, star_arity=n)
+            graph.custom_fprop = _calling(fprop, n, f"{name}_fprop", "fprop", packed=True)
+            graph.custom_fprop.is_custom_fprop = True
+    except BaseException:
+        del made[(id(value), n)]
+        raise
+    # Stale with its rule: what the rule read, and the rule itself (`defjvp`
+    # again replaces it: the graphs made of the old one are then dropped).
+    rule = graph.jvp_rule or graph.custom_fprop
+    own = [(vars(value), k, v, None) for k, v in vars(value).items() if k in _RULE_ATTRIBUTES]
+    graph.guards = (*graph.guards, *guards_of(rule), *own)
     return graph
+
+
+_RULE_ATTRIBUTES = ("jvp", "fwd", "bwd", "symbolic_zeros", "nondiff_argnums")
 
 
 def _calling(callee: FuncGraph, n: int, name: str, kind: str, packed: bool) -> FuncGraph:
@@ -122,22 +155,84 @@ def _fprop(fwd, bwd, nondiff: tuple, where: tuple):
     return fprop
 
 
-class _RefusedJvp:
-    """What the `CustomBpropCall` of a user's custom_jvp function runs: the
-    function; differentiating it is refused (its rule is a jvp, which this
-    reverse-mode transform would have to transpose), never done through its
-    steps, which is what the rule exists to avoid."""
+def _jvp_rule(builder, value, fn: FuncGraph, nondiff: tuple, n: int) -> FuncGraph:
+    """The graph `(*inputs, *tangents) -> (out, tangent_out)` of the jvp
+    rule of the custom_jvp function `value` of `n` inputs (its graph `fn`),
+    calling it as JAX does: the `nondiff` inputs first, then the tuples of
+    the other inputs and of their tangents (the tangents of the `nondiff`
+    inputs are not read). Its parameters are one per value, so that K of it
+    w.r.t. the tangents alone keeps the inputs constants
+    (`dfunctor.own_fprop`). The rule `defjvps` gave is built as JAX builds
+    it (`_defjvps_rule`)."""
+    name = getattr(value, "__name__", "custom_jvp")
+    graph = FuncGraph(f"{name}_jvp_rule", debug=fn.debug)
+    xs = [graph.add_parameter(f"x{k}") for k in range(n)]
+    ts = [graph.add_parameter(f"t{k}") for k in range(n)]
+    graph.param_names, graph.defaults = [p.name for p in (*xs, *ts)], {}
+    terms = _defjvps_terms(value)
+    if terms is not None:
+        graph.output = _defjvps_rule(builder, graph, fn, terms, xs, ts)
+        graph.guards = guards_of(fn)
+        return graph
+    takes = "(" + "nondiff_input, " * len(nondiff) + "primals, tangents)"
+    callee = _parsed_rule(builder, value.jvp, name, takes)
+    diff = [k for k in range(n) if k not in nondiff]
+    primals = _apply(graph, prims.MakeTuple(), *[xs[k] for k in diff])
+    tangents = _apply(graph, prims.MakeTuple(), *[ts[k] for k in diff])
+    kept = [xs[k] for k in nondiff]
+    pair = graph.apply(Constant(callee, hint=callee.name), *kept, primals, tangents)
+    _apply(graph, prims.CheckUnpack(2), pair)  # a pair, as JAX requires
+    items = [_apply(graph, prims.GetItem(), pair, Constant(k)) for k in (0, 1)]
+    graph.output = _apply(graph, prims.MakeTuple(), *items)
+    graph.guards = guards_of(callee)
+    return graph
 
-    def __init__(self, fn):
-        self.construct = fn.fun
-        self.name = getattr(fn, "__name__", "the function")
 
-    @property
-    def bprop(self):
+def _defjvps_rule(builder, graph: FuncGraph, fn: FuncGraph, terms, xs, ts):
+    """The output of the rule `defjvps(*terms)` makes, as JAX's: `out =
+    f(*inputs)`, and the sum over the inputs with a term of `term_k(tangent_k,
+    out, *inputs)` (zeros where none has)."""
+    name = fn.name
+    out = graph.apply(Constant(fn, hint=name), *xs)
+    tangent_out = _apply(graph, structural.ZerosLike(), out)
+    for k, term in enumerate(terms):
+        if term is None:
+            continue
+        takes = "(tangent, primal_out" + ", primal" * len(xs) + ")"
+        callee = _parsed_rule(builder, term, name, takes)
+        made = graph.apply(Constant(callee, hint=callee.name), ts[k], out, *xs)
+        tangent_out = _apply(graph, structural.AddGrad(), tangent_out, made)
+    return _apply(graph, prims.MakeTuple(), out, tangent_out)
+
+
+def _parsed_rule(builder, rule, name: str, takes: str) -> FuncGraph:
+    """The graph of a jvp rule (or a `defjvps` term) of the custom_jvp
+    function `name`, which JAX calls with the positional arguments `takes`."""
+    callee = builder.parse(rule)
+    n = takes.count(",") + 1
+    if callee.signature is not None or len(callee.parameters) != n:
         raise KTransformError(
-            f"cannot differentiate the JAX custom_jvp function {self.name}: k_transform "
-            "differentiates in reverse mode and does not transpose a jvp rule; its forward "
-            "mode (kt.jvp, jacfwd) is built from the reverse one, so it does not use the "
-            "jvp rule either (not supported yet); give it its gradient as a JAX custom_vjp "
-            "(fwd, bwd), or register a bprop with kt.bprop_getters"
+            f"the jvp rule {callee.name} of the JAX custom_jvp function {name} is called with "
+            f"{n} positional arguments {takes}; k_transform reads a rule that takes exactly "
+            "those",
+            callee.debug,
         )
+    return callee
+
+
+def _apply(graph: FuncGraph, prim, *args):
+    return graph.apply(Constant(prim, hint=prim.name), *args)
+
+
+def _defjvps_terms(value) -> tuple | None:
+    """The functions `defjvps(*jvps)` was given for `value` (None for an
+    input without one), read from the rule it made (a closure of JAX's, over
+    its `jvps`, calling JAX's tree utilities: built again by
+    `_defjvps_rule` as code the parser reads); None if `value`'s rule is not
+    one `defjvps` made."""
+    jvp = value.jvp
+    code = getattr(jvp, "__code__", None)
+    if code is None or getattr(jvp, "__qualname__", "") != "custom_jvp.defjvps.<locals>.jvp":
+        return None
+    cells = dict(zip(code.co_freevars, jvp.__closure__ or (), strict=True))
+    return tuple(cells["jvps"].cell_contents) if "jvps" in cells else None

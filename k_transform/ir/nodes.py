@@ -171,6 +171,10 @@ class FuncGraph:
         # Whether this graph is such an fprop: at every order its callers give
         # it the function arguments as the user wrote them (fwd runs them)
         self.is_custom_fprop = False
+        # A jvp rule written for this graph: `(*inputs, *tangents) -> (out,
+        # tangent_out)`, linear in the tangents (a user's JAX custom_jvp); K
+        # makes the custom fprop of it (`dfunctor.own_fprop`)
+        self.jvp_rule: FuncGraph | None = None
         self.python_fn = None  # the user's Python function it was parsed from (top level)
         # A parsed function's guards (`frontend.guards`): the globals and
         # closure cells it read, with their values; None until it is built.
