@@ -281,11 +281,24 @@ class CompiledGraph:
         # Host calls (a random generator, a counter) run per call, as without
         # a jit: such a program is not compiled unless asked (`kt.jit`, jit=True).
         # `jit_host` (kt.jit): compiled all the same, host code runs at trace.
-        self.host = graph.calls_host() and not jit_host
+        calls_host = graph.calls_host()
+        self.host = calls_host and not jit_host
         self.jit_host = jit_host
+        # Compiled with host code in it (kt.jit, jit=True): host values it
+        # read (a global or attribute a function run as Python reads, a
+        # draw) are frozen in its traces, as in a `jax.jit`'s. An object made
+        # anew traces again (`own_traces`), as a fresh `jax.jit` of a new function does.
+        self.traces_host = calls_host and (jit_host or jit is True)
         # The defaults of `fn`'s parameters (not arrays) by position: an
         # argument that is one is a constant of the program (`_parts`).
         self.defaults = default_arguments(fn, primal or graph)
+
+    def own_traces(self) -> None:
+        """No traces of its own yet: a new object sharing another's program
+        (`reverse.GradFunction`) traces it again at its first call."""
+        self._jitted = {}
+        self._checked = set()
+        self._direct = None
 
     def under_jit(self) -> CompiledGraph:
         """This program as `kt.jit` runs it: compiled even where it calls host

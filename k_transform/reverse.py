@@ -400,12 +400,20 @@ class GradFunction(CompiledGraph):
         self.constant_sequences = False  # GradOperation: see `_drop_constants`
         # One program per (function, options), shared by every gradient
         # object asking for it: a fresh `kt.grad(f)(x)` transforms nothing
-        # and reuses the compiled code while f's names hold (guards).
+        # and reuses the compiled code while f's names hold (guards). A
+        # program compiled with host code in it shares its graph and
+        # generated code, not its traces (`CompiledGraph.traces_host`): the
+        # host code runs again at the new object's first trace.
         made = TRANSFORM.cache("grad.functions")
         key = (id(fn), getattr(fn, "training", None), spec, jit, api, bound, jit_host)
         entry = made.get(key)
         if entry is not None and entry[0] is fn and not stale(entry[1].guards):
             self.__dict__.update(entry[1].__dict__, constant_sequences=False)
+            if self.__dict__.get("traces_host"):
+                self.own_traces()
+                self._by_keywords = {}  # (made again: each with traces of its own)
+                if "_star" in self.__dict__:
+                    self._arities = {}
             return
         remake = functools.partial(GradFunction, fn, spec, jit, api, bound, jit_host)
         self._made = (fn, spec, jit, api, bound)

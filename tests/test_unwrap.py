@@ -94,8 +94,12 @@ def test_jit_target_value_and_grad_and_jvp():
     want_value, want_grad = jax.value_and_grad(powered)(X, 2)
     close((value, grad), (want_value, want_grad))
     v = np.array([1.0, 0.5, -2.0])
-    got = kt.jvp(lambda x: jnp.sin(jitted(x)), X, v)
-    close(got, jax.jvp(lambda x: jnp.sin(jitted.__wrapped__(x)), (X,), (v,)))
+    got = kt.jvp(jitted, X, v)  # the function differentiated: its source is read
+    close(got, jax.jvp(jitted.__wrapped__, (X,), (v,)))
+    # called inside, a jitted function is traced as JAX traces it (once per
+    # signature): its `if` on a traced value fails as under JAX, naming the line
+    with pytest.raises(kt.KTransformError, match=r"TracerBoolConversionError[\s\S]*jitted\(x\)"):
+        kt.jvp(lambda x: jnp.sin(jitted(x)), X, v)
 
 
 # -- jitted helpers called inside --------------------------------------------------

@@ -13,10 +13,19 @@ and `GraphBuilder.call` (`frontend/calls.py`) read them by these rules:
   it wraps and is read as that (`forwards_only`), so the target keeps its
   named parameters.
 - A library wrapper object, which is not user code (what `jax.jit(f)` and
-  `partial(jax.jit, static_argnums=...)(f)` return, `functools.lru_cache`),
-  is read through its `__wrapped__` chain down to the first user callable
-  (`unwrap`). These wrappers call what they wrap with the arguments given
-  and return its result, so reading `f` means what calling them means.
+  `partial(jax.jit, static_argnums=...)(f)` return), is read through its
+  `__wrapped__` chain down to the first user callable (`unwrap`) where it is
+  the function differentiated. These wrappers call what they wrap with the
+  arguments given and return its result, so reading `f` means what calling
+  them means, except for *when* `f`'s Python runs: a cache
+  (`functools.lru_cache`, `functools.cache`: `caches_results`) runs it only
+  for new arguments, and JAX traces `f` once per input signature under
+  `jax.jit` and `jax.checkpoint` (`traces_once`). So a cache is never read
+  through (it is called as it is, as host code), nor, where it is called
+  (`call=True`), a wrapper JAX traces once: that call is a library call,
+  its jaxpr imported (`GraphBuilder.wrapped_callee` parses `f` instead when
+  it reads a Parameter, which JAX's trace would make a constant). A bound
+  method of a wrapper is the method of what it wraps, bound to its object.
   A library *Python function* with a `__wrapped__` is not unwrapped: what
   `jax.vmap(f)` or JAX's gradient of `f` return computes something other than `f`,
   and is called as a library function; except the wrappers known to return
@@ -96,13 +105,21 @@ def custom_rule_kind(value) -> str | None:
     return None
 
 
-def unwrap(value):
+def unwrap(value, call: bool = False):
     """`value` when it is user code (or nothing under it is); for a library
-    wrapper, the first user callable down its `__wrapped__` chain."""
+    wrapper, the first user callable down its `__wrapped__` chain. A bound
+    method of a wrapper is the method of what it wraps, bound to the same
+    object. Never through a cache (`caches_results`); for a `call` site,
+    not through a wrapper that traces what it wraps once (`traces_once`)."""
+    if isinstance(value, types.MethodType) and not is_user_function(value.__func__):
+        inner = unwrap(value.__func__, call)  # (`__wrapped__` of the method drops `self`)
+        return value if inner is value.__func__ else types.MethodType(inner, value.__self__)
     current, seen = value, {id(value)}
     while not is_readable(current) or forwards_only(current):
         if custom_rule_kind(current) is not None:
             return current  # its `__wrapped__` is its primal, without its rule
+        if caches_results(current) or (call and traces_once(current)):
+            return value  # called as it is: what it wraps runs when it runs it
         if (
             isinstance(current, types.FunctionType)
             and not is_user_function(current)
@@ -121,19 +138,43 @@ def unwrap(value):
 
 # Library wrappers that return what they wrap returns (they change memory use
 # or names only): `jax.checkpoint`/`jax.remat` (`fun_remat`), `jax.named_call`.
-SAME_VALUES = {
-    ("jax._src.ad_checkpoint", "fun_remat"),
-    ("jax._src.source_info_util", "wrapper"),
-}
+REMAT = ("jax._src.ad_checkpoint", "fun_remat")
+SAME_VALUES = {REMAT, ("jax._src.source_info_util", "wrapper")}
 
 
-def same_values(fn: types.FunctionType) -> bool:
+def same_values(fn: types.FunctionType, table=SAME_VALUES) -> bool:
     """Whether the library function `fn` (or the one it closes over, under
-    JAX's traceback wrapper) is one of `SAME_VALUES`."""
+    JAX's traceback wrapper) is one of `table` (`SAME_VALUES`)."""
     cells = [c.cell_contents for c in fn.__closure__ or () if _has_contents(c)]
     inner = [f for f in cells if isinstance(f, types.FunctionType)]
-    return any(
-        (f.__globals__.get("__name__"), f.__code__.co_name) in SAME_VALUES for f in [fn, *inner]
+    return any((f.__globals__.get("__name__"), f.__code__.co_name) in table for f in [fn, *inner])
+
+
+_LRU_CACHE = type(functools.lru_cache(maxsize=None)(len))
+
+
+def caches_results(value) -> bool:
+    """A memoizing wrapper (`functools.lru_cache`, `functools.cache`): a call
+    runs what it wraps only for arguments not seen before, so it is called as
+    it is, as Python calls it (run as host code, through its cache; given
+    arrays, which are unhashable, it raises as under JAX)."""
+    return isinstance(value, _LRU_CACHE)
+
+
+def traces_once(value) -> bool:
+    """`jax.jit(f)` (also `partial(jax.jit, static_argnums=...)(f)`) or
+    `jax.checkpoint(f)`: JAX traces `f` once per input signature and reuses
+    the trace, so `f`'s Python (a print, a host draw) runs at its first trace
+    only. A call of one is a library call (its jaxpr imported, JAX's cache
+    deciding when `f` runs; `frontend/jaxpr.py`), not `f` parsed; as the
+    function differentiated, `f` is read (it runs when it is traced there)."""
+    kind = type(value)
+    if kind.__name__ == "PjitFunction" and kind.__module__.startswith("jaxlib"):
+        return True
+    return (
+        isinstance(value, types.FunctionType)
+        and not is_user_function(value)
+        and same_values(value, {REMAT})
     )
 
 
@@ -196,10 +237,11 @@ def _forwarding(call, fdef) -> bool:
     )
 
 
-def wrapped_target(value):
+def wrapped_target(value, call: bool = False):
     """What a call of the wrapper `value` reads instead (`unwrap`), or None
-    when `value` is not a wrapper of user code."""
-    inner = unwrap(value)
+    when `value` is not a wrapper of user code (or, at a `call` site, one
+    called as it is: `traces_once`)."""
+    inner = unwrap(value, call)
     return None if inner is value else inner
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from k_transform import runtime as rt
 from k_transform.cell import Cell
+from k_transform.cell import Parameter as Weight  # (`Parameter`: the IR's)
 from k_transform.codegen.static import StaticFacts, is_plain
 from k_transform.errors import KTransformError
 from k_transform.frontend import (
@@ -431,7 +432,7 @@ class CallBuilder:
             return self.partial_call(value, args, kwargs, e)
         if jax_custom.users_custom_rule(value):
             return jax_custom.lower_custom(self, value, args, kwargs, e)
-        wrapped = callables.wrapped_target(value)  # jax.jit(f), a C-level wrapper: f
+        wrapped = self.wrapped_callee(value)  # jax.jit(f) reading a Parameter, a wrapper: f
         if wrapped is not None:
             return self.call(self.fp.value_node(wrapped, callee.hint, e), args, kwargs, e)
         method = callables.user_call_method(value)
@@ -720,9 +721,26 @@ class CallBuilder:
         method = callables.user_call_method(value)
         if method is not None and not is_user_function(getattr(type(value), "bprop", None)):
             return self.parse(method, bound_self=value)
-        if isinstance(value, functools.partial) or callables.wrapped_target(value) is not None:
+        if isinstance(value, functools.partial):
             return self.parse(value)
-        return None
+        wrapped = self.wrapped_callee(value)
+        return None if wrapped is None else self.parse(wrapped)
+
+    def wrapped_callee(self, value):
+        """What a call of the wrapper `value` reads instead
+        (`callables.wrapped_target`), or None. A wrapper JAX traces once
+        (`callables.traces_once`: `jax.jit(f)`) is called as it is, unless
+        `f` reads or assigns a Parameter: in JAX's trace a Parameter would be
+        a constant, without its gradient, so `f` is parsed (its Python then
+        runs where the call runs)."""
+        inner = callables.wrapped_target(value)
+        if inner is None or callables.wrapped_target(value, call=True) is not None:
+            return inner
+        try:
+            graph = self.parse(inner)
+        except KTransformError:
+            return None
+        return inner if _uses_parameters(graph) else None
 
     def rebinding_call(self, fn, refused: KTransformError, args, kwargs, e) -> Node | None:
         """`d = f(..., d, ...)` where user function `f` writes into the
@@ -858,6 +876,16 @@ def _array_method_of_parameter(receiver: Constant, e) -> bool:
     at run time, differentiated), not of the Parameter object (`set_data`)."""
     value = receiver.value
     return kt_attribute(value, "__kt_parameter__", False) and not hasattr(type(value), e.func.attr)
+
+
+def _uses_parameters(graph: FuncGraph) -> bool:
+    """Whether `graph` (or a graph it reaches) reads or assigns a Parameter."""
+    for g in graph.reachable():
+        for node in g.used_nodes():
+            value = node.value if isinstance(node, Constant) else None
+            if isinstance(value, Weight) or (isinstance(value, Primitive) and value.parameters()):
+                return True
+    return False
 
 
 def _library_cell(value) -> bool:

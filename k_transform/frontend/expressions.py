@@ -246,6 +246,13 @@ class ExpressionBuilder:
             self.fp.guards.read_attribute(value.value, name)  # (the property replaced)
             method = Constant(types.MethodType(getter, value.value), self.debug(e), hint)
             return self.call(method, [], {}, e)
+        if guards.uncached_property(value.value, name):
+            # its getter runs where the line first runs, as a host call; once
+            # it ran, the object's `__dict__` holds the value (the guard fails:
+            # parsed again, the value read as any attribute)
+            self.fp.guards.read_attribute(value.value, name)
+            prim = prims.LibraryCall(getattr, hint, (), True)
+            return self.apply(prim, value, Constant(name), node=e)
         try:
             attr = getattr(value.value, name)
         except AttributeError:

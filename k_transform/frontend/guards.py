@@ -170,6 +170,18 @@ def property_getter(owner, name: str):
     return getter if is_user_function(getter) else None
 
 
+def uncached_property(owner, name: str) -> bool:
+    """Whether `owner.name` is a `functools.cached_property` not computed yet
+    for the object `owner`: Python runs its getter where the line first runs
+    (and keeps the value in the object's `__dict__`), so the parser does not
+    read it (which would run the getter while transforming)."""
+    if isinstance(owner, type):
+        return False
+    own = getattr(owner, "__dict__", None)
+    found = next((cls.__dict__[name] for cls in type(owner).__mro__ if name in cls.__dict__), None)
+    return type(found) is functools.cached_property and isinstance(own, dict) and name not in own
+
+
 def _current(container, name):
     if name is None:
         try:

@@ -21,7 +21,7 @@ import numpy as np
 from k_transform.cell import Cell
 from k_transform.context import TRANSFORM
 from k_transform.errors import KTransformError
-from k_transform.frontend.callables import custom_rule_kind
+from k_transform.frontend.callables import caches_results, custom_rule_kind
 from k_transform.frontend.source import is_user_function
 from k_transform.ir.nodes import FuncGraph
 from k_transform.protocol import kt_attribute
@@ -41,6 +41,8 @@ def is_library(fn) -> bool:
     if isinstance(fn, np.ufunc):
         return True
     if custom_rule_kind(fn) is not None:  # lowered with its rule
+        return True
+    if caches_results(fn):  # `functools.cache`: called as it is, through its cache
         return True
     if isinstance(fn, types.BuiltinFunctionType):  # `math.gamma`: no array library's
         return False
