@@ -25,6 +25,7 @@ inputs to differentiate.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -133,6 +134,87 @@ def _hashable(x):
     if isinstance(x, slice):
         return (slice, _hashable(x.start), _hashable(x.stop), _hashable(x.step))
     return (type(x), x)
+
+
+@jax.tree_util.register_pytree_node_class
+class _TraceConstant:
+    """A leaf of a compiled program's result that jax.jit cannot return (a
+    str: an aux dict's `"tag": "train"`, which JAX's gradient returns as it
+    is). At trace time it is a constant of the program (a value computed
+    from traced ones is a tracer), so it travels out of the jit as pytree
+    metadata, the same at each call of that trace, and `_finish` hands the
+    value back."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def tree_flatten(self):
+        return (), _Same(self.value)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(aux.value)
+
+
+class _Same:
+    """Pytree metadata holding a value compared by identity (a value need
+    not be hashable, and JAX compares metadata)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
+
+
+_JAX_LEAVES = (jax.Array, np.ndarray, np.generic, bool, int, float, complex)
+# Leaves returned as they are: values that hold no array (an object or a
+# function might hold a tracer of the trace, which must not escape it)
+_CONSTANT_LEAVES = (str, bytes, type, range, slice, np.dtype, enum.Enum, type(Ellipsis))
+
+
+def _is_jax_leaf(leaf) -> bool:
+    return isinstance(leaf, _JAX_LEAVES) or hasattr(leaf, "__jax_array__")
+
+
+def _trace_constants(result, fn):
+    """`result` (of the user's `fn`, traced) with each str (any leaf of
+    `_CONSTANT_LEAVES`) wrapped (`_TraceConstant`); `result` itself when there
+    is none. Another value jax.jit cannot return is refused, naming it."""
+    leaves, treedef = jax.tree_util.tree_flatten(result)
+    if all(map(_is_jax_leaf, leaves)):
+        return result
+    paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(result)[0]]
+    kept = []
+    for path, leaf in zip(paths, leaves, strict=True):
+        if not _is_jax_leaf(leaf) and not isinstance(leaf, _CONSTANT_LEAVES):
+            code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+            where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+            name = getattr(fn, "__qualname__", "the function")
+            raise KTransformError(
+                f"{name} returns a {type(leaf).__name__} (at result"
+                f"{jax.tree_util.keystr(path)}), which a compiled program cannot return: "
+                "return arrays, numbers and strings (or call it in eager mode, "
+                f"kt.set_mode('eager')){where}"
+            )
+        kept.append(leaf if _is_jax_leaf(leaf) else _TraceConstant(leaf))
+    return treedef.unflatten(kept)
+
+
+def _trace_constant_values(result):
+    """The inverse of `_trace_constants` on a compiled call's result."""
+    is_constant = lambda x: isinstance(x, _TraceConstant)  # noqa: E731
+    leaves, treedef = jax.tree_util.tree_flatten(result, is_leaf=is_constant)
+    if not any(map(is_constant, leaves)):
+        return result
+    return treedef.unflatten([x.value if is_constant(x) else x for x in leaves])
 
 
 MAX_RETRACES = 12  # each retrace sizes one loop's buffer to its measured trip count
@@ -276,6 +358,7 @@ class CompiledGraph:
         )
         self._jitted: dict[tuple, object] = {}
         self._checked: set[tuple] = set()  # keys whose program checks a loop bound
+        self._constants: set[tuple] = set()  # keys whose result holds a str (`_TraceConstant`)
         self._direct: tuple | None = None  # (key, program) of the last call of arrays only
         self.bound_loops = False  # gradient and jvp functions: see `_eager`
         # Host calls (a random generator, a counter) run per call, as without
@@ -412,6 +495,8 @@ class CompiledGraph:
         bound is waited for, so that an overflow raises here (see `_traced_as`)."""
         if self._checked and key in self._checked:
             jax.block_until_ready(output)
+        if key in self._constants:
+            output = (_trace_constant_values(output[0]), output[1])
         return self._write_back(output) if output[1] else output[0]
 
     def _recover(self, exc: Exception, key: tuple, retrace: bool, values, args):
@@ -528,10 +613,13 @@ class CompiledGraph:
             args = tuple(fixed[k] if k in fixed else next(it) for k in range(n))
             before = checks_traced()
             with retracing(retrace):
-                output = self._compute(values, args)
+                result, updates = self._compute(values, args)
             if checks_traced() > before:
                 self._checked.add(key)
-            return output
+            returned = _trace_constants(result, self.fn)
+            if returned is not result:
+                self._constants.add(key)
+            return returned, updates
 
         return compute
 

@@ -85,8 +85,9 @@ def library_write(fn, kwnames, args=()) -> str | None:
     if any(fn is f for f in IN_PLACE_FUNCTIONS):
         return "writes into its first argument"
     host = [a.value for a in args if type(a).__name__ == "Constant" and _host_object(a.value)]
-    if host and (fn is setattr or fn is delattr):
-        return f"changes the host object {type(host[0]).__name__} it is given"
+    if fn is setattr or fn is delattr:  # as `obj.attr = v`, on whatever object it is given
+        what = f"the host object {type(host[0]).__name__}" if host else "an attribute of the object"
+        return f"changes {what} it is given"
     module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "")
     if host and not (module or "").lstrip("_").startswith(_PURE_MODULES + ("k_transform",)):
         return f"may change the host object ({type(host[0]).__name__}) it is given"

@@ -52,7 +52,9 @@ buffers it carries and writes row by row (`setitem`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import functools
 import gc
 import os
@@ -208,7 +210,8 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         traces[:] = [concrete.current_trace()]  # a tracer of it left in a global escapes
         _check_unchanged(values, treedef, full, hint)
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-        returned[:] = [out_tree, [_Static.of(leaf, hint) for leaf in out_leaves]]
+        order = _key_order(out)  # (JAX's treedef sorts a dict's keys)
+        returned[:] = [out_tree, [_Static.of(leaf, hint) for leaf in out_leaves], order]
         return [leaf for leaf, s in zip(out_leaves, returned[1], strict=True) if s is None]
 
     # The globals and cells a function run as Python may rebind (`global RUNNING`).
@@ -259,8 +262,9 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     closed = discharged(closed, hint)
     paths = [path for (path, _), t in zip(flat, traced, strict=True) if t]
     shapes = iter(out_shape)
-    out_tree, statics = returned
+    out_tree, statics, order = returned
     out_shape = out_tree.unflatten([next(shapes) if s is None else s for s in statics])
+    out_shape = _in_order(out_shape, order)
     graph = _build(closed, out_shape, paths, hint, len(args), kwnames)
     if cached:
         _graphs[key] = (held, graph)
@@ -876,6 +880,36 @@ def _holds_a_tracer(value, depth: int = 4) -> bool:
     return any(isinstance(obj, jax.core.Tracer) for obj in level)
 
 
+def _key_order(value):
+    """The order of the keys of the dicts in `value`, a call's result, as
+    nested tuples (`_in_order` puts them back: Python iterates a dict in the
+    order its keys were inserted, JAX's unflatten sorts them)."""
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _key_order(v)) for k, v in value.items()))
+    if type(value) in (tuple, list):
+        return ("seq", tuple(_key_order(v) for v in value))
+    return None
+
+
+def _in_order(shape, order):
+    """`shape` (the result's structure from JAX's treedef) with the keys of
+    each dict in a tuple, list or dict in the order `_key_order` recorded."""
+    if order is None:
+        return shape
+    kind, items = order
+    if kind == "seq" and type(shape) in (tuple, list) and len(shape) == len(items):
+        return type(shape)(_in_order(s, o) for s, o in zip(shape, items, strict=True))
+    if kind == "dict" and isinstance(shape, dict) and set(shape) == {k for k, _ in items}:
+        ordered = {k: _in_order(shape[k], o) for k, o in items}
+        if type(shape) is dict:
+            return ordered
+        out = copy.copy(shape)  # a defaultdict keeps its factory
+        out.clear()
+        out.update(ordered)
+        return out
+    return shape
+
+
 def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:
     if isinstance(shape, jax.ShapeDtypeStruct):
         return next(outs)
@@ -888,9 +922,11 @@ def _rebuild(graph: FuncGraph, shape, outs, hint: str) -> Node:
         prim = prims.MakeTuple() if isinstance(shape, tuple) else prims.MakeList()
         return graph.apply(Constant(prim), *items)
     if isinstance(shape, dict):
-        kv = []
-        for k in sorted(shape):
-            kv += [Constant(k), _rebuild(graph, shape[k], outs, hint)]
+        # the leaves come in JAX's order (a dict's keys sorted, an OrderedDict's
+        # as they are); the dict is built in the order the call made it
+        flat_order = list(shape) if isinstance(shape, collections.OrderedDict) else sorted(shape)
+        items = {k: _rebuild(graph, shape[k], outs, hint) for k in flat_order}
+        kv = [node for k in shape for node in (Constant(k), items[k])]
         return graph.apply(Constant(prims.MakeDict()), *kv)
     node = pytree_node(shape)  # a registered class, a NamedTuple, a dataclass
     if node is not None:

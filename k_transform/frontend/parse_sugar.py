@@ -16,7 +16,10 @@
   `rt.iterated` takes its items at once (`zip`: as many as its other
   iterables have, `zip_parts`), by a host call a derivative replays; a `for`
   over one takes them one at a time and stops at its `break`
-  (`control.runtime.for_each`).
+  (`control.runtime.for_each`). A `for` over `zip`/`enumerate` of iterables
+  host calls made (a list a function run as Python returned, an
+  `itertools.count()`) learns which is which when it runs (`rt.zipped`): where
+  one has a length the items are read by position, keeping their gradients.
 - Unpacking is `k_transform.frontend.unpacking`; `*args`/`**kwargs` parameters
   `k_transform.frontend.signature`.
 
@@ -214,10 +217,19 @@ class SugarBuilder:
         unbounded (`itertools.count()`), which Python takes from item by item
         (read by position, it would be taken whole first). `fn` runs when the
         program runs and the loop takes its items one by one (`ForEach`),
-        stopping at a `break`."""
-        kwnames, extra = (("strict",), [self.const(True, it)]) if strict else ((), [])
-        call = prims.HostValue(fn, fn.__name__, kwnames)
-        self.for_loop(loop, [self.apply(call, *args, *extra, node=it)], over_range=False)
+        stopping at a `break`. Where one iterable has a length (a list a
+        function run as Python returned) the items are read by position, each
+        keeping its gradient (`rt.zipped`); a strict zip of such then raises
+        Python's ValueError for unequal lengths after the loop (unless it broke)."""
+        parts = self.apply(prims.MakeTuple(), *args, node=it)
+        items = self.apply(prims.Zipped(fn.__name__, strict), parts, node=it)
+        self.for_loop(loop, [items], over_range=False)
+        if strict and not self.returned:  # after the body's effects
+            flag = getattr(loop, "break_flag", None)
+            broke = self.read(flag, loop) if flag is not None else self.const(False, loop)
+            sized = call_of(rt.sized_len, "sized_len")
+            lengths = [self.apply(sized, a, node=it) for a in args]
+            self.apply(prims.ZipStrictEnd(), broke, *lengths, node=it)
 
     def zip_view(self, it, loop=None) -> View | None:
         """`zip(...)` read by position, as long as its shortest iterable. With

@@ -740,6 +740,53 @@ class IteratedGrad(RuntimeCall):
         super().__init__("iterated_grad")
 
 
+class Zipped(RuntimeCall):
+    """`zipped(parts)`: the items a `for` over `zip(*parts)` or
+    `enumerate(*parts)` (`kind`) takes where a host call made each iterable
+    (`parse_sugar.iterated_loop`): read by position where one has a length,
+    so they keep their gradient, else Python's lazy object, taken item by
+    item (`rt.zipped`). An iterator's items are host calls (`host_at_run_time`,
+    see `control.prims.ForEach`); effectful: an iterator is advanced once."""
+
+    n_inputs = 1
+    rt_name = "zipped"
+    effectful = True
+    host_at_run_time = True
+
+    def __init__(self, kind: str, strict: bool = False):
+        super().__init__("zipped", kind=kind, strict=strict)
+
+    def extra(self) -> list:
+        return [self.kind, self.strict]
+
+
+class ZippedGrad(RuntimeCall):
+    """`zipped_grad(parts, d)`: the gradients of `parts` from the gradient `d`
+    of `zipped(parts)` (`rt.zipped_grad`); linear in `d`."""
+
+    n_inputs = 2
+    rt_name = "zipped_grad"
+
+    def __init__(self, kind: str, strict: bool = False):
+        super().__init__("zipped_grad", kind=kind, strict=strict)
+
+    def extra(self) -> list:
+        return [self.kind, self.strict]
+
+
+class ZippedGradT(RuntimeCall):
+    """`zipped_grad_t(parts, dd)`: `ZippedGrad`'s transpose in `d`."""
+
+    n_inputs = 2
+    rt_name = "zipped_grad_t"
+
+    def __init__(self, kind: str, strict: bool = False):
+        super().__init__("zipped_grad_t", kind=kind, strict=strict)
+
+    def extra(self) -> list:
+        return [self.kind, self.strict]
+
+
 # == gradient rules ==============================================================
 # Tuples, lists and dicts are variadic: their inputs come packed (see the registry).
 
@@ -857,6 +904,8 @@ NON_DIFFERENTIABLE_CALLS = (
     rt.trip_count,  # the reverse loops of `for`s (control.k_loops)
     rt.each_count,
     rt.zip_length,
+    rt.sized_len,
+    rt.zip_limit,
     rt.dict_keys,
     rt.keys_within,
     rt.to_int,
@@ -1105,5 +1154,35 @@ def get_bprop_iterated_grad(self):
 
     def bprop(seq, d, out, dout):
         return None, back(seq, dout)
+
+    return bprop
+
+
+@bprop_getters.register(Zipped)
+def get_bprop_zipped(self):
+    back = ZippedGrad(self.kind, self.strict)
+
+    def bprop(parts, out, dout):
+        return (back(parts, dout),)
+
+    return bprop
+
+
+@bprop_getters.register(ZippedGrad)
+def get_bprop_zipped_grad(self):
+    back = ZippedGradT(self.kind, self.strict)
+
+    def bprop(parts, d, out, dout):
+        return None, back(parts, dout)
+
+    return bprop
+
+
+@bprop_getters.register(ZippedGradT)
+def get_bprop_zipped_grad_t(self):
+    back = ZippedGrad(self.kind, self.strict)
+
+    def bprop(parts, dd, out, dout):
+        return None, back(parts, dout)
 
     return bprop

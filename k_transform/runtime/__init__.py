@@ -76,6 +76,9 @@ from k_transform.runtime.python import (  # noqa: F401
     zip_limit,
     zip_strict_end,
     zip_strict_length,
+    zipped,
+    zipped_grad,
+    zipped_grad_t,
 )
 from k_transform.runtime.rules import (  # noqa: F401
     getitem_grad,

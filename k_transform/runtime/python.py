@@ -396,7 +396,10 @@ def zip_strict_end(broke, *lengths) -> None:
     lengths unless the loop broke first (`broke`, the break flag; traced:
     raised when the program runs without breaking). Under a jit it is
     raised when the program runs, after the prints of the loop's body, which
-    print then (a traced value's print is a callback)."""
+    print then (a traced value's print is a callback). A length None (an
+    iterator's: the loop was over Python's strict zip, `zipped`) checks nothing."""
+    if any(n is None for n in lengths):
+        return None
     if len(set(lengths)) <= 1 or (not is_tracer(broke) and broke):
         return None
     try:
@@ -475,6 +478,105 @@ def iterated_grad(seq, d):
     """The gradient of `seq` from that of `iterated(seq)`: none for a dict
     (its keys have none) or an iterator (a host object), else `d`."""
     return None if isinstance(seq, dict) or is_iterator(seq) else d
+
+
+# -- `for` over zip/enumerate of iterables a host call made (`parse_sugar.iterated_loop`) --
+# Such an iterable is known only when the program runs: an iterator maybe (maybe
+# unbounded: `itertools.count()`), or a sequence (a list a function run as Python
+# returned). A sequence's items are read by position, so each keeps its gradient;
+# only where every iterable is an iterator is the loop over Python's lazy zip.
+def zipped(parts: tuple, kind: str = "zip", strict: bool = False):
+    """What `for item in zip(*parts)` (`kind` "zip"; `strict`: zip's keyword) or
+    `for item in enumerate(*parts)` (`kind` "enumerate": `parts` is `(seq,
+    start)`) takes, where a host call made each iterable. Where one of them
+    has a length: its items as a list, each a tuple of items read by
+    position, which `zipped_grad` differentiates (an iterator among them gives
+    as many items as the shortest sized one, taken now by a host call, as
+    `zip_limit` takes; a dict gives its keys). Else (only iterators; or a
+    strict zip with one): Python's zip or enumerate object, made by a host
+    call, which the loop takes from item by item, stopping at its `break`
+    (an iterator's items have no gradient)."""
+    limit = _zipped_count(parts, kind, strict)
+    if limit is None:
+        fn, kwargs = (zip, {"strict": True} if strict else {}) if kind == "zip" else (enumerate, {})
+        return host_log.host(fn)(*parts, **kwargs)
+    if kind == "enumerate":
+        seq, start = parts
+        return [(start + k, item) for k, item in enumerate(iterated(seq, limit))]
+    return list(zip(*(iterated(p, limit) for p in parts), strict=False))
+
+
+def _zipped_count(parts: tuple, kind: str, strict: bool):
+    """How many items `zipped` reads by position: None where it is Python's
+    lazy object (no iterable has a length, or a strict zip has an iterator)."""
+    seqs = parts[:1] if kind == "enumerate" else parts
+    if not all(is_iterator(p) or _sized(p) for p in seqs):  # an iterable of its own kind
+        return None
+    lengths = [sized_len(p) for p in seqs]
+    if all(n is None for n in lengths) or (strict and None in lengths):
+        return None
+    return zip_limit(*lengths)
+
+
+def _sized(seq) -> bool:
+    """Whether `seq` has a length (`sized_len`): not an iterable that only
+    iterates (a class with `__iter__` alone)."""
+    return (
+        isinstance(seq, (tuple, list, dict))
+        or hasattr(seq, "shape")
+        or hasattr(type(seq), "__len__")
+    )
+
+
+def _zipped_slot(kind: str, j: int) -> int | None:
+    """Where the items of `parts[j]` stand in an item of `zipped`: None for
+    enumerate's start (the counter has no gradient)."""
+    if kind == "enumerate":
+        return 1 if j == 0 else None
+    return j
+
+
+def _gradable(part) -> bool:
+    """An iterable whose items read by position have a gradient: a tuple,
+    list or array (not an iterator, a dict's keys, a range or a str)."""
+    return isinstance(part, (tuple, list)) or hasattr(part, "shape")
+
+
+def zipped_grad(parts: tuple, d, kind: str = "zip", strict: bool = False) -> tuple:
+    """The gradients of `parts` from the gradient `d` of `zipped(parts, kind,
+    strict)`: item `k` of part `j` gets slot `j` of `d[k]` (none for an
+    iterator, a dict, Python's lazy object, or `d` None: zero)."""
+    from k_transform.runtime.rules import grad_item, items_grad
+
+    n = _zipped_count(parts, kind, strict)
+    grads = [None] * len(parts)
+    if n is None or d is None:
+        return tuple(grads)
+    for j, part in enumerate(parts):
+        slot = _zipped_slot(kind, j)
+        if slot is None or not _gradable(part):
+            continue
+        douts = [grad_item(grad_item(d, k), slot) for k in range(n)]
+        grads[j] = items_grad(part, tuple(range(n)), *douts) if n else zeros_like_value(part)
+    return tuple(grads)
+
+
+def zipped_grad_t(parts: tuple, dd, kind: str = "zip", strict: bool = False):
+    """The transpose of `zipped_grad(parts, ., kind, strict)` at `dd` (the
+    gradients of `parts`): shaped like `zipped`'s items, slot `j` of item `k`
+    read from `dd[j][k]` (none where `zipped_grad` gives none)."""
+    from k_transform.runtime.rules import grad_item
+
+    n = _zipped_count(parts, kind, strict)
+    if n is None or dd is None:
+        return None
+    width = 2 if kind == "enumerate" else len(parts)
+    slots: list = [None] * width
+    for j, part in enumerate(parts):
+        slot = _zipped_slot(kind, j)
+        if slot is not None and _gradable(part):
+            slots[slot] = grad_item(dd, j)
+    return [tuple(grad_item(s, k) for s in slots) for k in range(n)]
 
 
 # -- iterators: one-shot host objects, advanced once, as Python advances them -----

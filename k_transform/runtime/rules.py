@@ -8,7 +8,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from k_transform.runtime.values import add_grad, dict_like, rebuild, zeros_like_value
+from k_transform.errors import KTransformError
+from k_transform.protocol import kt_attribute
+from k_transform.runtime.values import (
+    add_grad,
+    dict_like,
+    pytree_node,
+    rebuild,
+    zeros_like_value,
+)
 
 
 # -- helpers of gradient rules ---------------------------------------------------
@@ -87,6 +95,8 @@ def getitem_grad(x, index, dout):
     """The gradient of `x[index]` w.r.t. `x`: zeros like `x` with `dout` at `index`."""
     if x is None or isinstance(x, range):  # no gradient (`x`: a zero gradient), integers
         return None
+    if _host_container(x):
+        return _host_item_grad(x, dout)
     if dout is None:
         return zeros_like_value(x)
     if isinstance(x, (tuple, list)):
@@ -102,6 +112,65 @@ def getitem_grad(x, index, dout):
         return padded
     zeros = jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return zeros.at[index].add(jnp.asarray(dout, zeros.dtype))
+
+
+def _host_container(x) -> bool:
+    """An object indexed through its own `__getitem__` (a user's container, a
+    CellList, an Enum class iterated): no tuple, list, dict, str, array or
+    pytree node, whose gradients have their structure."""
+    if isinstance(x, (tuple, list, dict, str, bytes)) or hasattr(x, "shape"):
+        return False
+    return not hasattr(x, "__jax_array__") and pytree_node(x) is None
+
+
+def _host_item_grad(x, dout):
+    """The gradient of the host object `x` from that of an item its
+    `__getitem__` gave: where the item holds Parameters (a Cell of a
+    CellList), its gradient is their env, and so is `x`'s; else none (the
+    object is a constant of the program, made by host code or read as a
+    global, as its items are). An item whose gradient is an array while `x`
+    holds Parameters may be one of them (or computed from them): refused,
+    not dropped."""
+    if dout is None or isinstance(dout, dict):
+        return dout
+    if _holds_parameter(x):
+        raise KTransformError(
+            f"indexing a {type(x).__name__} (`obj[i]`, its own __getitem__) that holds "
+            "Parameters in differentiated code: the gradient of a Parameter read that way "
+            "is not taken; keep the Parameters in a list, tuple or dict, or read them as "
+            "attributes"
+        )
+    return None
+
+
+def _holds_parameter(x, budget: int = 200) -> bool:
+    """Whether the host object `x` holds a Parameter in its attributes (or
+    their lists, tuples and dicts), looked for over at most `budget` values."""
+    stack, seen = [x], set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        budget -= 1
+        if budget < 0:
+            return True  # (not looked through: as holding one)
+        if isinstance(v, dict):
+            children = list(v.values())
+        elif isinstance(v, (list, tuple)):
+            children = list(v)
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            children = list(vars(v).values())
+        else:
+            continue
+        for c in children:
+            if kt_attribute(c, "__kt_parameter__", False) is True:
+                return True
+            if isinstance(c, (dict, list, tuple)) or (
+                hasattr(c, "__dict__") and not isinstance(c, type) and not hasattr(c, "shape")
+            ):
+                stack.append(c)
+    return False
 
 
 def grad_item(d, index):
