@@ -465,18 +465,12 @@ EXCLUDED = {
 }
 
 _FN_ARG = "a library call taking a function: the mapped function passed is k_transform's, not JAX's"
-_SERIES = (
-    "a custom_jvp over a series `while` (batched): JAX differentiates its closed-form rule, we "
-    "the primal loop, whose extra steps on finished elements and infinite initial carries give "
-    "NaN partials (our own rule for it would fix this)"
-)
 KNOWN_FAILING = {
     "jnp.roots": "eigenvalues of a companion matrix (`eig`, complex): no rule, no complex numbers",
     "jsp.betainc": "the lax primitive `regularized_incomplete_beta` has no gradient rule",
     "jsp.gammainc": "the lax primitive `igamma` has no gradient rule",
     "jsp.gammaincc": "the lax primitive `igammac` has no gradient rule",
     "jsp.zeta": "the lax primitive `zeta` has no gradient rule",
-    "jsp.hyp2f1": _SERIES + " (the jvp and second order)",
 }
 
 # Issue 13 asks for 0.95; the floor is the rate reached, raised as KNOWN_FAILING shrinks.
@@ -613,11 +607,7 @@ def test_matches_jax(name):
     check_case(name)
 
 
-# Series `while`s whose failure shows only after 5-15 s of compiling (CI time).
-SLOW_TO_FAIL = {"jsp.hyp2f1"}
-
-
-@pytest.mark.parametrize("name", sorted(set(KNOWN_FAILING) - SLOW_TO_FAIL))
+@pytest.mark.parametrize("name", sorted(KNOWN_FAILING))
 def test_known_failing_still_fails(name):
     """A fixed function must leave KNOWN_FAILING (and count as passing)."""
     # a refusal (a KTransformError, never a bare error) or a wrong value (AssertionError);

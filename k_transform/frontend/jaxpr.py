@@ -57,6 +57,8 @@ import contextlib
 import copy
 import functools
 import gc
+import inspect
+import operator
 import os
 import types
 
@@ -208,7 +210,7 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
         pos, kw = prims.split_kwargs(values, kwnames)
         out = fn(*pos, **kw)
         traces[:] = [concrete.current_trace()]  # a tracer of it left in a global escapes
-        _check_unchanged(values, treedef, full, hint)
+        _check_unchanged(values, treedef, full, hint, (fn, args))
         out_leaves, out_tree = jax.tree_util.tree_flatten(out)
         order = _key_order(out)  # (JAX's treedef sorts a dict's keys)
         returned[:] = [out_tree, [_Static.of(leaf, hint) for leaf in out_leaves], order]
@@ -315,18 +317,53 @@ def discharged(closed, hint: str):
     return discharge_state(closed)
 
 
-def _check_unchanged(values, treedef, leaves, hint: str) -> None:
+def _check_unchanged(values, treedef, leaves, hint: str, call: tuple) -> None:
     """A traced call must leave its arguments as it got them: a list it
     appends to (`list.append(rows, v)`), a dict it sets, is the caller's own
     in Python, but here a copy made for the trace, so the caller would not
-    see the change (it saw none, silently, before this check)."""
+    see the change (it saw none, silently, before this check). `call`:
+    `(fn, args)`, the function and the arguments it was given (to name a
+    default of `fn`'s own that it changes)."""
     after, tree = jax.tree_util.tree_flatten(list(values))
-    if tree != treedef or any(a is not b for a, b in zip(after, leaves, strict=True)):
+    if tree == treedef and all(a is b for a, b in zip(after, leaves, strict=True)):
+        return
+    fn, args = call
+    default, value = _changed_default(fn, args, values, treedef, leaves)
+    if default is not None:
+        fresh = {list: "[]", dict: "{}"}.get(type(value), f"{type(value).__name__}()")
         raise KTransformError(
-            f"{hint} changes an argument it was given (a list, a dict, an object's "
-            "attribute): it runs as Python under JAX's tracer on a copy, so the caller "
-            "would not see the change; return the new value instead"
+            f"{hint} changes `{default}`, its own default value (an object made once, "
+            f"when `def {getattr(fn, '__name__', hint)}` ran, that every call leaving "
+            f"`{default}` out shares, so in Python each call sees the changes of the calls "
+            "before it): it runs as Python under JAX's tracer on a copy, so the default "
+            "would not keep the change; pass the value in, or make a new one in the "
+            f"function (`{default}=None`, then `if {default} is None: {default} = {fresh}`)"
         )
+    raise KTransformError(
+        f"{hint} changes an argument it was given (a list, a dict, an object's "
+        "attribute): it runs as Python under JAX's tracer on a copy, so the caller "
+        "would not see the change; return the new value instead"
+    )
+
+
+def _changed_default(fn, args, values, treedef, leaves) -> tuple:
+    """`(name, value)` of the parameter of `fn` whose default is an argument
+    in `args` the call changed (`values`: the arguments after the call,
+    traced from `leaves`, the flat `args`), or `(None, None)`."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # (no signature: a builtin)
+        return None, None
+    before = jax.tree_util.tree_unflatten(treedef, leaves)  # (fresh containers)
+    for arg, old, new in zip(args, before, values, strict=True):
+        old_leaves, old_tree = jax.tree_util.tree_flatten(old)
+        new_leaves, new_tree = jax.tree_util.tree_flatten(new)
+        if old_tree == new_tree and all(map(operator.is_, old_leaves, new_leaves)):
+            continue  # (this one is unchanged)
+        named = [p.name for p in parameters if p.default is arg]
+        if named:
+            return named[0], arg
+    return None, None
 
 
 def _read_place(place, name):

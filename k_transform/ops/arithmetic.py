@@ -142,7 +142,8 @@ def bprop_pow(x, y, out, dout):
 
 @rule(AddN)
 def bprop_add_n(xs, out, dout):
-    return (tuple(sum_to(dout, x) for x in xs),)
+    # the outer `sum_to` gives the tuple `xs`'s container (a list, a NamedTuple)
+    return (sum_to(tuple(sum_to(dout, x) for x in xs), xs),)
 
 
 @rule(Neg)

@@ -231,16 +231,25 @@ class Written(RuntimeCall):
 
 
 class FieldsOf(RuntimeCall):
-    """The tuple of fields `names` of a pytree node (Nones for a None gradient)."""
+    """The tuple of fields `names` of a pytree node (Nones for a None
+    gradient). `cls`, the node's class where it is known (the gradient of
+    `cls(...)`): a NamedTuple's gradient may come as a plain tuple of its
+    items (`runtime.values.fields_of`)."""
 
     n_inputs = 1
     rt_name = "fields_of"
 
-    def __init__(self, names: tuple[str, ...]):
-        super().__init__("fields_of", names=tuple(names))
+    def __init__(self, names: tuple[str, ...], cls: type | None = None):
+        super().__init__("fields_of", names=tuple(names), cls=cls)
 
     def extra(self) -> list:
-        return [self.names]
+        return [self.names] if self.cls is None else [self.names, self.cls]
+
+    def emit(self, e, args):
+        if self.cls is None:
+            return super().emit(e, args)
+        cls = e.ref(self.cls, self.cls.__name__)
+        return f"{e.ref(self.module, self.alias)}.fields_of({args[0]}, {self.names!r}, {cls})"
 
 
 class ReplaceFields(RuntimeCall):
@@ -1059,7 +1068,7 @@ def get_bprop_getattr(self):
 
 @bprop_getters.register(MakeNode)
 def get_bprop_make_node(self):
-    fields = FieldsOf(self.names)
+    fields = FieldsOf(self.names, self.cls)
 
     def bprop(xs, out, dout):
         return fields(dout)

@@ -4,8 +4,10 @@ broadcast, concatenate/stack and their inverses, dtype casts.
 Shapes, permutations and dtypes are inputs (`Reshape()(x, shape)`), so a
 shape computed from `x.shape` works; they get no gradient. Axes that jax
 needs at trace time are attributes (`Squeeze(axis)`, `Concat(axis)`).
-`SplitLike` and `Unstack` return tuples: they are the gradients of `Concat`
-and `Stack` (and the other way round).
+`SplitLike` and `UnstackLike` cut the gradient of `Concat` and `Stack` into
+the items of their input, in its container (a tuple, a list, a NamedTuple:
+gradients mirror values); `Unstack` returns a tuple. Each is the gradient of
+the other (`jnp.concatenate`, `jnp.stack`).
 
 Rearrangements with static attributes: `Tile(reps)` (its gradient
 `TileGrad(reps)(dout, x)` sums the copies), `Pad(paddings)` (constant zeros;
@@ -31,6 +33,7 @@ from k_transform.ops.mapping import (
     register_method,
 )
 from k_transform.ops.structural import SumTo
+from k_transform.runtime.values import rebuild
 
 
 def invert_permutation(perm) -> tuple:
@@ -39,11 +42,29 @@ def invert_permutation(perm) -> tuple:
     return tuple(int(k) for k in np.argsort([p % n for p in perm]))
 
 
-def split_like(g, xs, axis: int) -> tuple:
-    """`g` cut along `axis` into pieces as long as each of `xs`."""
+def split_like(g, xs, axis: int):
+    """`g` cut along `axis` into pieces as long as each of `xs`, in `xs`'s container."""
     sizes = [jnp.shape(x)[axis] for x in xs]
     parts = jnp.split(g, np.cumsum(sizes)[:-1].tolist(), axis=axis)
-    return tuple(_real_like(part, x) for part, x in zip(parts, xs, strict=True))
+    return _items_like([_real_like(part, x) for part, x in zip(parts, xs, strict=True)], xs)
+
+
+def unstack_like(g, xs, axis: int):
+    """The slices of `g` along `axis`, one per item of `xs`, in `xs`'s
+    container (the gradient of `jnp.stack(xs, axis)`)."""
+    slices = unstack(g, axis)
+    return _items_like([_real_like(d, x) for d, x in zip(slices, xs, strict=True)], xs)
+
+
+def _items_like(parts: list, xs):
+    """`parts`, the gradients of the items of `xs`, in `xs`'s container: a
+    tuple, a list or a NamedTuple of the same type (gradients mirror values:
+    a NamedTuple's, as a plain tuple, could not be added to the gradient of
+    one of its fields), or the array of them where `xs` is an array
+    (`jnp.stack(x)` of the rows of `x`)."""
+    if isinstance(xs, (tuple, list)):
+        return rebuild(xs, parts)
+    return jnp.stack(parts)
 
 
 def _real_like(g, x):
@@ -129,10 +150,20 @@ class Unstack(_AxisPrimitive):
 
 
 class SplitLike(_AxisPrimitive):
-    """`SplitLike(axis)(g, xs)`: `g` cut along `axis` into pieces shaped like `xs`."""
+    """`SplitLike(axis)(g, xs)`: `g` cut along `axis` into pieces shaped like
+    the items of `xs`, in `xs`'s container (the gradient of `Concat`)."""
 
     jax_fn = staticmethod(split_like)
     jax_name = "split_like"
+    n_inputs = 2
+
+
+class UnstackLike(_AxisPrimitive):
+    """`UnstackLike(axis)(g, xs)`: the slices of `g` along `axis`, one per
+    item of `xs`, in `xs`'s container (the gradient of `Stack`)."""
+
+    jax_fn = staticmethod(unstack_like)
+    jax_name = "unstack_like"
     n_inputs = 2
 
 
@@ -402,7 +433,7 @@ def _split(call):
 # Rules for shape primitives: each gradient undoes the shape change.
 #
 # Shapes, permutations, axes and dtypes get None. `Concat`/`SplitLike` and
-# `Stack`/`Unstack` are each other's gradients, so both differentiate again.
+# `Stack`/`UnstackLike` are each other's gradients, so both differentiate again.
 
 sum_to = SumTo()
 invert_permutation = InvertPermutation()
@@ -497,11 +528,20 @@ def get_bprop_split_like(self):
 
 @bprop_getters.register(Stack)
 def get_bprop_stack(self):
-    unstack = Unstack(self.axis)
+    unstack_like = UnstackLike(self.axis)
 
     def bprop(xs, out, dout):
-        # sum_to of equal shapes: the real part for a real x (JAX's convention)
-        return (tuple(sum_to(d, x) for d, x in zip(unstack(dout), xs, strict=True)),)
+        return (unstack_like(dout, xs),)
+
+    return bprop
+
+
+@bprop_getters.register(UnstackLike)
+def get_bprop_unstack_like(self):
+    axis = self.axis
+
+    def bprop(g, xs, out, dout):
+        return jnp.stack(dout, axis=axis), None
 
     return bprop
 

@@ -8,9 +8,13 @@ differentiating those steps gives other numbers than JAX at the special points:
 derivative 0 (JAX: 1/4), `relu6` at 0 and 6 gets half (JAX: 0), `det` (from
 an LU) at a singular matrix and `pinv` (from an `svd`) at repeated or zero
 singular values give NaN (JAX: cofactors, a finite formula; those two
-primitives and rules are `ops.linalg`'s `Det` and `Pinv`). Each rule
-below is the JAX rule written with primitives that differentiate again, so
-jvp and second derivatives are JAX's too.
+primitives and rules are `ops.linalg`'s `Det` and `Pinv`). A body that
+returns a constant branch at a point has slope 0 there: `hyp1f1(a, b, 0)`,
+`hyp2f1(a, b, c, 0)`, `poch(z, 0)` in m, `owens_t` at |a| = 1, `i0` at 0
+(through `abs`: slope 1, JAX's 0). Each rule below is the JAX rule written
+with primitives that differentiate again, so jvp and second derivatives are
+JAX's too; where JAX's rule reads a value of its own that is off (`expn(n,
+0)`: 1/n, not 1/(n - 1)), ours takes the true one (`expn_exact`).
 
 One table, `CUSTOM_JVP`, keyed by (JAX source file, function name) as a
 jaxpr's `custom_jvp_call` names its body, gives the primitive a call
@@ -25,7 +29,9 @@ broadcast; `Erfcx`, `ReLU6Jax`, `Logit`, `XLogX` (`entr`'s and `rel_entr`'s
 `xlogx`' are inf, where their steps' derivative is NaN; `log_ndtr`'s series
 has ties and overflows its steps' derivative turns into a halved or NaN
 gradient); `SincMaclaurin(k)(x)` is the k-th derivative of `sin(x) / x` at
-0, broadcast to x (`jnp.sinc`'s value at 0).
+0, broadcast to x (`jnp.sinc`'s value at 0). `Expn(n, x)`, `ExpnExact(n, x)`,
+`Poch(z, m)`, `OwensT(h, a)`, `Hyp1F1(a, b, x)` and `Hyp2F1(a, b, c, x)`
+broadcast; `Dawsn`, `I0` are unary.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
+from jax._src.scipy import special as jax_special  # hypergeometric slopes (no public name)
 from jax.extend import core as jax_core
 
 from k_transform.bprop_registry.helpers import rule, unary
@@ -65,6 +72,27 @@ XLogX = elementwise("XLogX", lambda x: jsp.xlogy(x, x), "xlogx", doc="`x * log(x
 Log1mExp = elementwise("Log1mExp", jax.nn.log1mexp, "jax.nn.log1mexp", doc="`log(1 - exp(-x))`.")
 Expn = elementwise("Expn", jsp.expn, "jax.scipy.special.expn", 2, "`E_n(x)`; n gets no gradient.")
 Expi = elementwise("Expi", jsp.expi, "jax.scipy.special.expi", doc="`Ei(x)`.")
+Hyp1F1 = elementwise("Hyp1F1", jsp.hyp1f1, "jax.scipy.special.hyp1f1", 3, "`1F1(a; b; x)`.")
+Hyp2F1 = elementwise("Hyp2F1", jsp.hyp2f1, "jax.scipy.special.hyp2f1", 4, "`2F1(a, b; c; x)`.")
+Poch = elementwise("Poch", jsp.poch, "jax.scipy.special.poch", 2, "`(z)_m`, 1 at m = 0.")
+OwensT = elementwise("OwensT", jsp.owens_t, "jax.scipy.special.owens_t", 2, "Owen's `T(h, a)`.")
+Dawsn = elementwise("Dawsn", jsp.dawsn, "jax.scipy.special.dawsn", doc="Dawson's `F(x)`.")
+I0 = elementwise("I0", jnp.i0, "jnp.i0", doc="`I_0(x)`, from `exp(|x|) * i0e(|x|)`.")
+
+
+def expn_exact(n, x):
+    """`expn(n, x)` with its limit at x = 0, `E_n(0) = 1 / (n - 1)` for
+    n >= 2, where JAX's `expn` gives 1 / n (scipy: 1 / (n - 1)); elsewhere
+    JAX's value. What the slopes of `expn` read (`bprop_expn`): the value a
+    user's call computes stays JAX's, its derivative is the true one."""
+    n, x = jnp.asarray(n), jnp.asarray(x)
+    limit = 1.0 / jnp.maximum(n - 1, 1).astype(jnp.result_type(x))
+    return jnp.where((x == 0) & (n >= 2), limit, jsp.expn(n, x))
+
+
+ExpnExact = elementwise(
+    "ExpnExact", expn_exact, "expn_exact", 2, "`E_n(x)`, exact at 0; n gets no gradient."
+)
 
 
 class LogNdtr(AttrPrimitive):
@@ -87,15 +115,16 @@ class LogNdtr(AttrPrimitive):
 
 class ExpnOf(AttrPrimitive):
     """`ExpnOf(n)(x)`: `expn(n, x)` for a Python int `n` JAX baked into the
-    call's body (`exp1`, `expn(2, x)` inside a `vmap`)."""
+    call's body (`exp1`, `expn(2, x)` inside a `vmap`); `exact`: `expn_exact`
+    (in its derivatives)."""
 
     n_inputs = 1
 
-    def __init__(self, n: int):
-        super().__init__(n=n)
+    def __init__(self, n: int, exact: bool = False):
+        super().__init__(n=n, exact=exact)
 
     def impl(self, x):
-        return jsp.expn(self.n, x)
+        return expn_exact(self.n, x) if self.exact else jsp.expn(self.n, x)
 
 
 class SincMaclaurin(JaxPrimitive):
@@ -114,6 +143,10 @@ class SincMaclaurin(JaxPrimitive):
 map_functions(
     {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,), Expi: (jsp.expi,)}
 )  # jax.nn.relu6, log_ndtr, entr's `_xlogx`: through their jaxprs
+map_functions({Dawsn: (jsp.dawsn,), I0: (jnp.i0,)})
+map_functions({Poch: (jsp.poch,), OwensT: (jsp.owens_t,)}, n=2)
+map_functions({Hyp1F1: (jsp.hyp1f1,)}, n=3)
+map_functions({Hyp2F1: (jsp.hyp2f1,)}, n=4)
 map_functions(
     {
         XLogY: (jsp.xlogy,),
@@ -131,6 +164,7 @@ sum_to = SumTo()
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _LN2 = math.log(2.0)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 
 def _replace_inf(x):
@@ -168,11 +202,19 @@ unary(Expi, lambda x, out: jnp.exp(x) / x)
 
 # `expn`'s steps (a piecewise of a series loop and a continued fraction)
 # meet `0 / 0` in a select's arm not taken: NaN where JAX's rule is finite
+expn_exact_ = ExpnExact()
+
+
 @rule(Expn)
+@rule(ExpnExact)
 def bprop_expn(n, x, out, dout):
     # E_n' = -E_(n-1); E_0 = exp(-x) / x, whose slope is -E_0 - E_0 / x (JAX's
-    # rule asks E_-1 there, NaN; `maximum` keeps the arm not taken finite)
-    lower = jnp.where(n == 0, out + out / x, jsp.expn(jnp.maximum(n - 1, 0), x))
+    # rule asks E_-1 there, NaN; `maximum` and `x0` keep the arm not taken
+    # finite, and so its slope at second order). E_(n-1) at 0 is 1 / (n - 2),
+    # not JAX's value there, 1 / (n - 1): JAX's rule gives expn(3, .) half its
+    # slope at 0, we the true one
+    x0 = jnp.where(n == 0, x, 1.0)
+    lower = jnp.where(n == 0, out + out / x0, expn_exact_(jnp.maximum(n - 1, 0), x))
     return None, sum_to(-dout * lower, x)
 
 
@@ -180,8 +222,52 @@ def bprop_expn(n, x, out, dout):
 def get_bprop_expn_of(self):
     if self.n == 0:
         return lambda x, out, dout: (-dout * (out + out / x),)
-    lower = ExpnOf(self.n - 1)
+    lower = ExpnOf(self.n - 1, exact=True)  # (see `bprop_expn`)
     return lambda x, out, dout: (-dout * lower(x),)
+
+
+# The hypergeometric functions' bodies select a constant at x = 0 (their
+# series loops run no step) and where a = b (`exp(x)`), a = 0 or c = a, ...:
+# no slope there (or NaN) where JAX's rule has one. Their slopes in a, b, c
+# are JAX's series (private functions of `jax.scipy.special`).
+@rule(Hyp1F1)
+def bprop_hyp1f1(a, b, x, out, dout):
+    da = dout * jax_special._hyp1f1_a_derivative(a, b, x)
+    db = dout * jax_special._hyp1f1_b_derivative(a, b, x)
+    dx = dout * a / b * jsp.hyp1f1(a + 1.0, b + 1.0, x)
+    return sum_to(da, a), sum_to(db, b), sum_to(dx, x)
+
+
+@rule(Hyp2F1)
+def bprop_hyp2f1(a, b, c, x, out, dout):
+    da = dout * jax_special._hyp2f1_a_derivative(a, b, c, x)
+    db = dout * jax_special._hyp2f1_b_derivative(a, b, c, x)
+    dc = dout * jax_special._hyp2f1_c_derivative(a, b, c, x)
+    dx = dout * a * b / c * jsp.hyp2f1(a + 1.0, b + 1.0, c + 1.0, x)
+    return sum_to(da, a), sum_to(db, b), sum_to(dc, c), sum_to(dx, x)
+
+
+# `poch(z, m)` is `where(m == 0, 1, gamma(z + m) / gamma(z))`: slope 0 in m at 0
+@rule(Poch)
+def bprop_poch(z, m, out, dout):
+    upper = jsp.digamma(z + m)
+    return sum_to(dout * (upper - jsp.digamma(z)) * out, z), sum_to(dout * upper * out, m)
+
+
+# Owen's T is exact formulas at h = 0 and |a| = 1, a quadrature elsewhere
+@rule(OwensT)
+def bprop_owens_t(h, a, out, dout):
+    dh = -jnp.exp(-0.5 * h * h) * jax.lax.erf(a * h / math.sqrt(2.0)) / (2.0 * _SQRT_2PI)
+    da = jnp.exp(-0.5 * (a * a + 1.0) * h * h) / (2.0 * math.pi * (a * a + 1.0))
+    return sum_to(dout * dh, h), sum_to(dout * da, a)
+
+
+# dawsn's body divides by x (NaN at 0); i0's, `exp(|x|) * i0e(|x|)`, has the
+# kink of `abs` at 0 (slope 1 there, JAX's 0). JAX's i0 rule is `where(x == 0,
+# 0, slope)`, its second derivative at 0 then 0; `i1` is that slope without the
+# `where` (i1(0) = 0), whose own slope at 0 is the true 1/2
+unary(Dawsn, lambda x, out: 1.0 - 2.0 * x * out)
+unary(I0, lambda x, out: jsp.i1(x))
 
 
 unary(Logit, lambda x, out: 1.0 / (x * (1.0 - x)))
@@ -247,6 +333,12 @@ CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "log_ndtr"): LogNdtr,
     ("jax/_src/scipy/special.py", "expn"): _expn_call,
     ("jax/_src/scipy/special.py", "expi"): lambda body: Expi(),
+    ("jax/_src/scipy/special.py", "hyp1f1"): lambda body: Hyp1F1(),
+    ("jax/_src/scipy/special.py", "hyp2f1"): lambda body: Hyp2F1(),
+    ("jax/_src/scipy/special.py", "poch"): lambda body: Poch(),
+    ("jax/_src/scipy/special.py", "_owens_t_impl"): lambda body: OwensT(),
+    ("jax/_src/scipy/special.py", "_dawsn"): lambda body: Dawsn(),
+    ("jax/_src/numpy/lax_numpy.py", "_i0"): lambda body: I0(),
     ("jax/_src/nn/functions.py", "log1mexp"): lambda body: Log1mExp(),
     ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
     ("jax/_src/lax/other.py", "logaddexp2"): lambda body: LogAddExp2(),

@@ -55,7 +55,7 @@ def sum_to(g, like, tail: bool = False):
             folded[k % len(like)] = add_grad(folded[k % len(like)], item)
         return rebuild(like, folded)
     if isinstance(g, (tuple, list)) and isinstance(like, (tuple, list)):
-        return type(like)(g[len(g) - len(like) :] if tail else g[: len(like)])
+        return rebuild(like, g[len(g) - len(like) :] if tail else g[: len(like)])
     if g is None or not hasattr(g, "shape") and not isinstance(g, (int, float)):
         return g  # a dict gradient, or already shaped
     if jnp.iscomplexobj(g) and not jnp.iscomplexobj(like):
@@ -85,7 +85,7 @@ def spread_like(d, g, tail: bool = False):
     if isinstance(g, (tuple, list)):
         rest = zeros_like_value(g[: len(g) - len(d)] if tail else g[len(d) :])
         items = [*rest, *d] if tail else [*d, *rest]  # `d` may be a tuple, `g` a list
-        return tuple(items) if isinstance(g, tuple) else items
+        return rebuild(g, items)
     if not hasattr(d, "shape") and not isinstance(d, (int, float, complex)):
         return d  # a dict (or other pytree) gradient: `sum_to` passed it as it is
     return jnp.broadcast_to(d, jnp.shape(g))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import linecache
+import operator
 import types
 
 import jax
@@ -132,6 +133,25 @@ def rebuild(x, children):
     return type(x)(children)
 
 
+def node_children(d, like) -> list:
+    """The children of `d`, a gradient of the pytree node `like`: those of
+    `d`, a node of `like`'s type, or, where `like` is a NamedTuple, the
+    items of a plain tuple or list `d` (what a rule that takes a sequence
+    may give it: its pytree children are its items, in order). Gradients
+    mirror values, so a gradient of a node is the node's type however it was
+    made, and `add_grad` of the two forms keeps the node's."""
+    node = pytree_node(d)
+    if node is not None:
+        return node[0]
+    if type(d) in (tuple, list) and isinstance(like, tuple) and hasattr(like, "_fields"):
+        children = pytree_node(like)[0]  # (unless registered otherwise)
+        if len(d) == len(like) == len(children) and all(map(operator.is_, children, like)):
+            return list(d)
+    raise KTransformError(
+        f"internal: a gradient of a {type(like).__name__} came as a {type(d).__name__}"
+    )
+
+
 def _field_index(x, name: str, children, paths) -> int | None:
     """The position among `x`'s pytree children of its field `name`: by key
     path (dataclasses, NamedTuples), else by identity (`x.name is child`);
@@ -180,13 +200,17 @@ def replace_fields(x, values, names, grad: bool = False):
     return jax.tree_util.tree_unflatten(treedef, children)
 
 
-def fields_of(x, names):
+def fields_of(x, names, cls=None):
     """The fields `names` of the pytree node `x` (Nones when `x` is None); an
     int name is the child at that position (`tree_flatten`'s order). A plain
     dict is the gradient of an object that is no pytree (a Cell: the env of
-    its Parameters, `runtime.state.param_env`), whose fields take none."""
+    its Parameters, `runtime.state.param_env`), whose fields take none. A
+    plain tuple or list `x` is the gradient of a NamedTuple `cls` that a rule
+    gave as its items (`node_children`)."""
     if x is None or type(x) is dict:
         return (None,) * len(names)
+    if type(x) in (tuple, list) and cls is not None and hasattr(cls, "_fields"):
+        x = cls._make(x)  # (its fields are its items, in order: the gradient of `cls(...)`)
     if any(isinstance(name, int) for name in names):
         children = pytree_node(x)[0]
         return tuple(children[n] if isinstance(n, int) else getattr(x, n) for n in names)
@@ -269,7 +293,7 @@ def fit(value, shape):
         return {k: fit(value.get(k), s) for k, s in shape.items()}
     node = pytree_node(shape)
     if node is not None:
-        kids = pytree_node(value)[0] if value is not None else (None,) * len(node[0])
+        kids = node_children(value, shape) if value is not None else (None,) * len(node[0])
         return rebuild(shape, [fit(v, s) for v, s in zip(kids, node[0], strict=True)])
     if isinstance(shape, (tuple, list)):
         value = value if value is not None else (None,) * len(shape)
@@ -295,9 +319,11 @@ def add_grad(a, b):
         for key, value in b.items():
             out[key] = add_grad(out[key], value) if key in out else value
         return dict_like(a, out)
+    if pytree_node(a) is None and pytree_node(b) is not None:
+        a, b = b, a  # the sum keeps the node's structure (see `node_children`)
     node = pytree_node(a)
     if node is not None:
-        kids = pytree_node(b)[0]
+        kids = node_children(b, a)
         return rebuild(a, [add_grad(x, y) for x, y in zip(node[0], kids, strict=True)])
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a)(add_grad(x, y) for x, y in zip(a, b, strict=True))
@@ -533,5 +559,5 @@ def _container_input_grad(d, arg, node, integers: bool):
     if d is None or d is UNDEFINED:
         d_kids = [None] * len(kids)
     else:
-        d_kids = pytree_node(d)[0] if node is not None else list(d)
+        d_kids = node_children(d, arg) if node is not None else list(d)
     return rebuild(arg, [input_grad(g, v, integers) for g, v in zip(d_kids, kids, strict=True)])
