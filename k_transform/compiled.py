@@ -275,9 +275,10 @@ def _note_user_line(exc: Exception, run) -> None:
     if any(str(n).startswith(_NOTE) for n in getattr(exc, "__notes__", ())):
         return
     if isinstance(exc, KTransformError):
-        if exc.debug is not None or exc.__cause__ is None:
+        own = getattr(exc, "at_user_line", False)  # raised at a line of the user's
+        if exc.debug is not None or (exc.__cause__ is None and not own):
             return
-        where = user_line(exc.__cause__, run)
+        where = user_line(exc if own else exc.__cause__, run)
     else:
         where = user_line(exc, run)
     if where is not None:

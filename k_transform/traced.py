@@ -99,6 +99,15 @@ class TracedCallK(LibraryK):
             if exc.debug is not None and exc.debug.line > 0:
                 raise
             raise KTransformError(exc.bare_message, self.debug) from None
+        if host and not graph.calls_host():  # its trace computes it for other arrays
+            host_log.note_again(functools.partial(self._again, fprop))
+        return fprop(*args)
+
+    def _again(self, fprop, host: bool, *args):
+        """The call for other arrays, from the trace `fprop` of its first run
+        (a body JAX traces once: `runtime.host_log.note_again`)."""
+        if self.order >= 1:
+            args = primal_functions(args, self.order)
         return fprop(*args)
 
     def _check_no_derivative_closures(self, args: tuple) -> None:

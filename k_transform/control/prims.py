@@ -167,6 +167,58 @@ class HostReplay(ControlPrimitive):
         return self._emit_call(e, "replay", args, host_log, "_hl")
 
 
+class TracedOnce(ControlPrimitive):
+    """`traced_once(graph, *args)`: `graph(*args)`, the model of a JAX
+    construct (`construct`: `lax.scan`, `jax.vmap`, ...) whose body JAX
+    traces once: the body's host code runs in its first run only, the later
+    ones (each begun by `body_run()`) replaying its results
+    (`runtime.host_log.traced_once`). Like a switch, K of it is the same
+    primitive of the K-graph, whose bprop gives `(env, d_args...)`."""
+
+    graph_slots = (0,)
+    k_slots = (0,)
+    nondiff_slots = (0,)
+    k_of_graphs = True
+
+    def __init__(self, construct: str):
+        super().__init__("traced_once", construct=construct)
+
+    def grad_index(self, k):
+        return None if k < 1 else k
+
+    def result_arity(self, args) -> int:
+        return _tuple_arity(args[0])
+
+    def graph_arity(self, slot, n_args):
+        return n_args - 1
+
+    def impl(self, fn, *args):
+        return host_log.traced_once(self.construct, fn, *args)
+
+    def emit(self, e, args):
+        parts = [repr(self.construct), *args]
+        return f"{e.ref(host_log, '_hl')}.traced_once({', '.join(parts)})"
+
+
+class BodyRun(RuntimeCall):
+    """`body_run(key, after)`: a run of the body (its function `key`) of the
+    innermost `traced_once` starts (kept in program order: before the call),
+    after `after` is computed (a run for host code only, its value unused:
+    kept, and given no gradient)."""
+
+    module, alias, rt_name, n_inputs = host_log, "_hl", "body_run", 2
+    effectful = True
+
+    def __init__(self):
+        super().__init__(self.rt_name)
+
+
+zero_gradient(BodyRun)
+
+
+body_run = BodyRun()
+
+
 def _tuple_arity(graph_node) -> int:
     """The length of the tuple literal the graph constant `graph_node` returns (0: none)."""
     graph = graph_node.value if isinstance(graph_node, Constant) else None

@@ -136,9 +136,13 @@ class DynamicK:
     differentiated through its jaxpr (`Services.dynamic_k`:
     `k_transform.traced.DynamicCallK`). Its bprop returns `(env of the
     callee, *d_args)`, as the callee's own; K of it is the same call one
-    order higher, `k(out_used)` (`DFunctor.used_items`)."""
+    order higher, `k(out_used)` (`DFunctor.used_items`). Effectful, as the
+    call it differentiates (codegen keeps a call of an unknown value): kept
+    in program order, and run even where its result is unused (`fn(v)` as a
+    statement, its print or draw)."""
 
     order: int
+    effectful = True
 
     def k(self, out_used: Mask = None) -> DynamicK:
         raise NotImplementedError

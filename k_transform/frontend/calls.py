@@ -38,6 +38,7 @@ from k_transform import runtime as rt
 from k_transform.cell import Cell
 from k_transform.cell import Parameter as Weight  # (`Parameter`: the IR's)
 from k_transform.codegen.static import StaticFacts, is_plain
+from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.frontend import (
     batching,
@@ -365,6 +366,11 @@ class CallBuilder:
                 return self.apply(prim, callee, *args, *kwargs.values(), node=e)
             return self.apply(callee, *args, node=e)
         value = callee.value
+        if value is lax_models.traced_once:  # in a model: its body's host code runs once
+            construct, model = args[0].value, args[1].value
+            graph = model if isinstance(model, FuncGraph) else self.parse(model)
+            body = Constant(graph, self.debug(e), graph.name)
+            return self.apply(control.TracedOnce(construct), body, *args[2:], node=e)
         if value is getattr and _constant_attribute(args, kwargs):  # getattr(jnp, "tanh")
             default = args[2] if len(args) == 3 else None  # is `jnp.tanh`
             return self.attribute_of(args[0], args[1].value, e, default)
@@ -575,11 +581,16 @@ class CallBuilder:
             if len(args) < 3 or kwargs:
                 raise self.fp.error("lax.cond(pred, true_fun, false_fun, *operands) expected", e)
             model = lax_models.cond_model(len(args) - 3)
+            if self.may_call_host(args[1:3]):
+                model = lax_models.traced_branches_model("lax.cond", 2, len(args) - 3)
         elif value is jax.lax.switch:
             if len(args) < 2 or kwargs:
                 raise self.fp.error("lax.switch(index, branches, *operands) expected", e)
             branches = self.items_of(args[1], "the branches of lax.switch", e)
             model = lax_models.switch_model(len(branches), len(args) - 2)
+            if self.may_call_host(branches):
+                n = len(branches)
+                model = lax_models.traced_branches_model("lax.switch", n, len(args) - 2)
             args = [args[0], *branches, *args[2:]]
         else:  # jax.vmap(fun, in_axes=0, out_axes=0, ...): a value called later
             if id(e) not in _called(self) and _names_only(e.args[:1]):
@@ -608,6 +619,20 @@ class CallBuilder:
             return self.apply(prim, args[0], node=e)
         graph = Constant(self.parse(model), self.debug(e), model.__name__)
         return self.call(graph, args, kwargs, e)
+
+    def may_call_host(self, functions: list[Node]) -> bool:
+        """Whether calling one of `functions` may run host code (a function
+        known only at run time, or run as Python, may)."""
+        for f in functions:
+            graph = self.callee_graph(f)
+            if graph is not None:
+                if graph.may_call_host():
+                    return True
+                continue
+            value = f.value if isinstance(f, Constant) else None
+            if not (is_library_value(value) and not host_call(value, False)):  # `jnp.sin`
+                return True
+        return False
 
     def vmapped_call(self, callee: Apply, args, kwargs, e) -> Node:
         """`jax.vmap(fun, in_axes, out_axes)(*args)`: one batched library call

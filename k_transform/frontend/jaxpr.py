@@ -77,6 +77,7 @@ from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
 from k_transform.ops.special import CUSTOM_JVP
+from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
 from k_transform.runtime.values import pytree_node
 
@@ -222,7 +223,13 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     try:
         with no_parameter_reads(hint) if refused is not None else contextlib.nullcontext():
             values = [leaf for leaf, t in zip(leaves, traced, strict=True) if t]
-            if host and concrete.available() and all(map(concrete.concrete, values)):
+            abstract = host_log.traces_abstractly()  # a body JAX traces once
+            if (
+                host
+                and not abstract
+                and concrete.available()
+                and all(map(concrete.concrete, values))
+            ):
                 # Host code runs per call: its Python sees these values, as under
                 # JAX's eager gradient (a Python `if` on an array's value runs).
                 # The globals it rebinds keep values, not our tracers.

@@ -36,6 +36,20 @@ reverse-mode gradient (JAX refuses one).
   code, or known only at run time) a loop over the mapped axis (`in_axes` 0
   or None per argument, `out_axes` 0), the same values as the batched call.
 
+JAX traces each of these bodies once (every branch of a `cond` or `switch`),
+so their host code (a print, a random draw, a global counter, a function run
+as Python) runs once per call of the construct, where the model runs the
+body per step, row or taken branch. Each model runs as `traced_once(name,
+model, ...)` (`control.TracedOnce`), and `control.body_run(key, after)`
+begins each run of a body: the first run of each body records its host
+calls, the later ones replay them (`runtime.host_log.traced_once`), or are
+refused where a step would run them otherwise. A `cond` or `switch` whose
+branches may run host code (`traced_branches_model`) runs every branch once
+for its host code, in JAX's order, then the taken one, replayed; the others'
+values are unused (they get no gradient). Loops give their first step the
+carry JAX gives it (`trees.carry_init`: a Python float a JAX array), so a
+body run as Python, traced once, holds for every step.
+
 Not read here (a KTransformError names the option): `scan(unroll=...)` and
 `_split_transpose` are accepted and ignored (they change speed, not values);
 `vmap` with other axes, `axis_name` or keyword arguments to the mapped function.
@@ -55,50 +69,93 @@ from k_transform.errors import KTransformError
 from k_transform.ops import trees
 
 
+class _TracedOnce:
+    """`traced_once(construct, model, *args)`, written in a model: the parser
+    reads it as `control.TracedOnce` of `model`'s graph, where each
+    `control.body_run(key, after)` begins a run of the body JAX traces once (its host
+    code runs in the first run only: `runtime.host_log.traced_once`)."""
+
+    def __call__(self, construct, model, *args):
+        return model(*args)
+
+
+traced_once = _TracedOnce()
+
+
 def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpose=False):
+    return traced_once("lax.scan", _scan, f, init, xs, length, reverse)
+
+
+def _scan(f, init, xs, length, reverse):
     n = trees.scan_length(xs, length)
     rows = control.rows_stack(xs, n, not reverse)
     ys = control.stack_new()
-    carry = init
+    carry = trees.carry_init(init)
     for _ in range(n):
         x, rows = control.stack_pop(rows, None)
+        control.body_run(0, None)
         carry, y = f(carry, x)
         ys = control.stack_push_once(ys, y)
     return carry, control.stack_rows(ys, reverse)
 
 
 def lax_map(f, xs, batch_size=None):
+    return traced_once("lax.map", _lax_map, f, xs)
+
+
+def _lax_map(f, xs):
     n = trees.scan_length(xs, None)
     rows = control.rows_stack(xs, n, True)
     ys = control.stack_new()
     for _ in range(n):
         x, rows = control.stack_pop(rows, None)
+        control.body_run(0, None)
         ys = control.stack_push_once(ys, f(x))
     return control.stack_rows(ys, False)
 
 
 def while_loop(cond_fun, body_fun, init_val):
-    val = init_val
+    return traced_once("lax.while_loop", _while_loop, cond_fun, body_fun, init_val)
+
+
+def _while_loop(cond_fun, body_fun, init_val):
+    # JAX traces `cond_fun` and `body_fun` once each: one run of the body
+    # is a test and the step after it (the last test starts a run too)
+    val = trees.carry_init(init_val)
+    control.body_run(0, None)
     while cond_fun(val):
+        control.body_run(1, None)
         val = body_fun(val)
+        control.body_run(0, None)
     return val
 
 
 def fori_loop(lower, upper, body_fun, init_val, unroll=None):
-    val = init_val
+    return traced_once("lax.fori_loop", _fori_loop, lower, upper, body_fun, init_val)
+
+
+def _fori_loop(lower, upper, body_fun, init_val):
+    val = trees.carry_init(init_val)
     for i in range(lower, upper):
+        control.body_run(0, None)
         val = body_fun(i, val)
     return val
 
 
 def apply_along_axis(func1d, axis, arr):
+    return traced_once("jnp.apply_along_axis", _apply_along_axis, func1d, axis, arr)
+
+
+def _apply_along_axis(func1d, axis, arr):
     axis = axis % jnp.ndim(arr)
     moved = jnp.moveaxis(arr, axis, -1)
     rows = jnp.reshape(moved, (-1, jnp.shape(moved)[-1]))
     n = jnp.shape(rows)[0]
+    control.body_run(0, None)
     first = func1d(rows[0])
     ys = trees.tree_stack_at(first, n, 0)
     for i in range(1, n):
+        control.body_run(0, None)
         ys = trees.tree_set(ys, i, func1d(rows[i]))
     ys = jnp.reshape(ys, jnp.shape(moved)[:-1] + jnp.shape(first))
     outer, k = jnp.ndim(arr) - 1, jnp.ndim(first)
@@ -147,6 +204,41 @@ def switch_model(n_branches: int, n_ops: int):
     return _define(f"switch_{n_branches}_{n_ops}", "\n".join(lines) + "\n")
 
 
+@TRANSFORM.memoize("lax_models.traced_branches_model")
+def traced_branches_model(construct: str, n_branches: int, n_ops: int):
+    """The model of `lax.cond` (`construct`, its branches true then false)
+    or `lax.switch` whose branches run host code: JAX traces every branch
+    (their Python runs once each, in order) and runs the one taken. Each
+    branch is run once for its host code (its values unused: no gradient
+    flows there), then the taken one again, replaying it (`traced_once`)."""
+    ops = ", ".join(f"op{k}" for k in range(n_ops))
+    names = ("true_fun", "false_fun") if construct == "lax.cond" else None
+    branches = names or tuple(f"branch{k}" for k in range(n_branches))
+    first = "pred" if names else "index"
+    name = f"{construct.replace('lax.', '')}_traced_{n_branches}_{n_ops}"
+    params = ", ".join([first, *branches, *([ops] if ops else [])])
+    lines = [
+        f"def {name}({params}):",
+        f"    return traced_once({construct!r}, {name}_branches, {params})",
+        "",
+        "",
+        f"def {name}_branches({params}):",
+    ]
+    ran = "None"  # the value of the run before: computed (its host code runs), unused
+    for k, b in enumerate(branches):
+        lines += [f"    control.body_run({k}, {ran})", f"    ran = {b}({ops})"]
+        ran = "ran"
+    tests = (
+        ["pred"] if names else ["index <= 0", *(f"index == {k}" for k in range(1, n_branches - 1))]
+    )
+    for k, test in enumerate(tests):
+        lines += [f"    if {test}:", f"        control.body_run({k}, ran)"]
+        lines.append(f"        return {branches[k]}({ops})")
+    k = n_branches - 1
+    lines += [f"    control.body_run({k}, ran)", f"    return {branches[k]}({ops})"]
+    return _define(name, "\n".join(lines) + "\n")
+
+
 def vmap_model(axes: tuple):
     """The loop `jax.vmap(fun, in_axes=axes)(*args)` means, for len(axes) args
     (cached by the axes' text: an entry may be a dict)."""
@@ -173,9 +265,14 @@ def _vmap_model(axes: tuple):
     name = f"vmap_{len(axes)}"
     source = (
         f"def {name}(fun, {', '.join(args)}):\n"
+        f"    return traced_once('jax.vmap', {name}_rows, fun, {', '.join(args)})\n"
+        f"\n\n"
+        f"def {name}_rows(fun, {', '.join(args)}):\n"
         f"    n = trees.batch_size({axes!r}, ({', '.join(args)},))\n"
+        f"    control.body_run(0, None)\n"
         f"    ys = trees.tree_stack_at(fun({row(0)}), n, 0)\n"
         f"    for i in range(1, n):\n"
+        f"        control.body_run(0, None)\n"
         f"        ys = trees.tree_set(ys, i, fun({row('i')}))\n"
         f"    return ys\n"
     )
@@ -185,7 +282,7 @@ def _vmap_model(axes: tuple):
 def _define(name: str, source: str):
     filename = f"<k_transform: model of {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    scope = {"__name__": __name__, "trees": trees}
+    scope = {"__name__": __name__, "trees": trees, "control": control, "traced_once": traced_once}
     exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own text
     return scope[name]
 

@@ -38,6 +38,9 @@ TreeSet = elementwise("TreeSet", rt.tree_set, "_rt.tree_set", 3, "`ys` with row 
 ScanLength = elementwise(
     "ScanLength", rt.scan_length, "_rt.scan_length", 2, "The trip count of `lax.scan`."
 )
+CarryInit = elementwise(
+    "CarryInit", rt.carry_init, "_rt.carry_init", 1, "A loop's first carry, as JAX gives it."
+)
 BatchSize = elementwise(
     "BatchSize", rt.batch_size, "_rt.batch_size", 2, "The mapped axis size of `jax.vmap`."
 )
@@ -73,6 +76,7 @@ tree_stack_at = TreeStackAt()
 tree_set = TreeSet()
 scan_length = ScanLength()
 batch_size = BatchSize()
+carry_init = CarryInit()
 zeros_like = ZerosLike()
 tree_size = TreeSize()
 ravel_rows = RavelRows()
@@ -82,6 +86,11 @@ jacobian_blocks = JacobianBlocks()
 jacobian_matrix = JacobianMatrix()
 
 zero_gradient(ScanLength, BatchSize, TreeSize)
+
+
+@rule(CarryInit)
+def bprop_carry_init(init, out, dout):
+    return (dout,)
 
 
 @rule(RavelRows)

@@ -116,6 +116,7 @@ from k_transform.runtime.state import (  # noqa: F401
 )
 from k_transform.runtime.trees import (  # noqa: F401
     batch_size,
+    carry_init,
     jacobian_blocks,
     jacobian_matrix,
     ravel_rows,

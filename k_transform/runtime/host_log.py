@@ -34,9 +34,24 @@ A host call reached while a loop body or branch is traced for `lax`
 (`traced_body`) raises `HostInTrace` before it runs: host code known only
 at run time (a method of the user's object) would run once for all
 iterations; the loop keeps Python's iterations instead (`control.runtime`).
+
+A body JAX traces once (the function given to `lax.scan`, `lax.fori_loop`,
+`lax.while_loop`, `lax.map`, `jax.vmap`: `frontend.lax_models`) runs its
+host code once per call of that construct, as there, though its model runs
+it per step or row: the model runs under `traced_once(construct, ...)`, a
+frame whose first body run (`body_run()` starts each) records the body's
+host calls and whose later runs replay them, in order (each value is also
+appended to the logs of the iterations that run them, so a derivative that
+runs an iteration again replays it). A replayed call given other arguments
+than in the first run is one JAX ran once, on tracers: one whose result is
+None (`print(c)`) gives that; any other (a draw sized by the step's value,
+a function run as Python given the step's values) is refused
+(`KTransformError`): neither run again nor given the first step's result.
 """
 
 from __future__ import annotations
+
+import types
 
 import jax
 import numpy as np
@@ -59,8 +74,20 @@ class HostLog(list):
     """The results of the host calls of one iteration, in order (no pytree: a
     host value, carried beside a stack's item)."""
 
-    __slots__ = ()
+    __slots__ = ("agains",)  # {index: how that call computes for other arrays}
     __kt_constant__ = True  # `runtime.residuals` keeps it as it is
+
+    def append_call(self, entry, again) -> None:
+        if again is not None:
+            if getattr(self, "agains", None) is None:
+                self.agains = {}
+            self.agains[len(self)] = again
+        self.append(entry)
+
+    def again(self, k):
+        """How the call recorded at `k` computes its result for other arrays
+        of the same shapes without running its host code again, or None."""
+        return (getattr(self, "agains", None) or {}).get(k)
 
 
 class _Frame:
@@ -73,6 +100,37 @@ class _Frame:
     def __init__(self, log, replaying: bool, where: str = "", exact: bool = True):
         self.log, self.replaying, self.at, self.where = log, replaying, 0, where
         self.exact = exact
+
+
+class _OnceFrame(_Frame):
+    """The frame of a body JAX traces once (`traced_once`): for each of its
+    functions (`key`: a while loop's test and step), recording in its first
+    run, replaying from its start in each later one (`body_run`)."""
+
+    __slots__ = ("logs", "key", "checked")
+
+    def __init__(self, construct: str):
+        super().__init__(HostLog(), replaying=False, where=construct)
+        self.logs: dict = {}  # key: [its log, its runs so far]
+        self.key = None
+        self.checked = False  # whether the run is checked when it ends (not traced)
+
+    def run(self, key) -> None:
+        """A run of function `key` begins (the one before it has ended)."""
+        self.finished()
+        entry = self.logs.setdefault(key, [HostLog(), 0])
+        entry[1] += 1
+        self.key, self.log, self.replaying, self.at = key, entry[0], entry[1] > 1, 0
+        self.checked = not _tracing
+
+    def ran(self, key) -> bool:
+        return key in self.logs
+
+    def finished(self) -> None:
+        """Refuse a replayed run that made fewer host calls than the first
+        (one traced for `lax` may have been left: it is not checked)."""
+        if self.checked and self.replaying and self.at != len(self.log):
+            raise _not_once(self, None, "makes fewer host calls in a later step than in its first")
 
 
 _frames: list[_Frame] = []
@@ -111,7 +169,7 @@ def host(fn, kind="value"):
     """`fn`, or while a log is open a function that records or replays its
     calls. `kind`: what its result is (a value; `TracedCallK` gives its order
     of K), checked on replay, so a result is never taken for another kind."""
-    if _tracing:
+    if _tracing and not _replayed_once(fn):
         raise HostInTrace(fn)
     if not _frames:
         return _explained(fn)
@@ -150,16 +208,36 @@ def _explained(fn):
     return call
 
 
+def _replayed_once(fn) -> bool:
+    """Whether a call of `fn` now takes its result from the innermost body
+    traced once (`traced_once`), running nothing: allowed where that body
+    is traced for `lax` (a traced `lax.cond`'s taken branch)."""
+    if _each_step(fn):
+        return False
+    for frame in reversed(_frames):
+        if isinstance(frame, _OnceFrame):
+            return frame.replaying
+        if frame.replaying:
+            return False
+    return False
+
+
 def _call(fn, kind, args, kwargs):
     """`fn(*args, **kwargs)`, run once: recorded in the open logs, or replayed."""
-    source = next((k for k in range(len(_frames) - 1, -1, -1) if _frames[k].replaying), None)
-    if source is None:
-        value = _run(fn, args, kwargs)
+    frames = _frames
+    if _each_step(fn):  # JAX runs it at every step: no body traced once holds it
+        frames = [frame for frame in _frames if not isinstance(frame, _OnceFrame)]
+    source = next((k for k in range(len(frames) - 1, -1, -1) if frames[k].replaying), None)
+    if source is None:  # a body traced once is traced as JAX traces it: on no values
+        once = any(isinstance(frame, _OnceFrame) for frame in frames)
+        value, again = _ran(fn, args, kwargs, once)
+    elif isinstance(frames[source], _OnceFrame):
+        value, again = _once_next(frames[source], fn, kind, args, kwargs)
     else:
-        value = _next(_frames[source], fn, kind, args, kwargs)
-    for frame in _frames[(source or -1) + 1 :]:
+        value, again = _next(frames[source], fn, kind, args, kwargs)
+    for frame in frames[(source or -1) + 1 :]:
         if not frame.replaying:
-            frame.log.append((kind, value, (args, kwargs)))
+            frame.log.append_call((kind, value, (args, kwargs)), again)
     return value
 
 
@@ -167,15 +245,127 @@ def _next(frame: _Frame, fn, kind, args, kwargs):
     if frame.log is None or frame.at >= len(frame.log):
         raise _refused("whose result was not recorded when the code first ran", frame.where)
     recorded, value, given = frame.log[frame.at]
+    again = frame.log.again(frame.at)
     frame.at += 1
     if not frame.exact and not _same(given, (args, kwargs)):
         # another run's backward part (a pullback given another cotangent): it runs
-        return _run(fn, args, kwargs)
+        return _ran(fn, args, kwargs, False)
     if recorded != kind:
         raise _refused(f"whose recorded result is of another kind ({recorded!r})", frame.where)
     if _holds_ended_trace(value):
         raise _refused("whose recorded result was made under a trace that has ended", frame.where)
-    return value
+    return value, again
+
+
+# JAX's callbacks run when the program runs, at each step of a loop
+_EACH_STEP_MODULES = ("jax.debug", "jax._src.debugging")
+
+
+def _target(fn):
+    """The function a host call runs: `fn`, or the user's where `fn` is the
+    run of a call differentiated by tracing (`traced.TracedCallK._run`)."""
+    call = getattr(getattr(fn, "__self__", None), "call", None)
+    return getattr(call, "fn", fn)
+
+
+def _each_step(fn) -> bool:
+    module = getattr(_target(fn), "__module__", None) or ""
+    return any(module == m or module.startswith(m + ".") for m in _EACH_STEP_MODULES)
+
+
+def _once_next(frame: _OnceFrame, fn, kind, args, kwargs):
+    """The result of a host call in a later run of a body JAX traces once:
+    the first run's (see the module docstring)."""
+    if frame.at >= len(frame.log):
+        raise _not_once(
+            frame, fn, "makes more host calls in a later step than in its first ({name})"
+        )
+    recorded, value, given = frame.log[frame.at]
+    again = frame.log.again(frame.at)
+    frame.at += 1
+    if recorded != kind:
+        raise _not_once(
+            frame, fn, "makes other host calls in a later step than in its first ({name})"
+        )
+    if _same(given, (args, kwargs)):
+        return value, again
+    if again is not None and _same_avals(given, (args, kwargs)):  # traced once, run again
+        return again(*args, **kwargs), again
+    if kind == "value" and value is None:  # `print(c)`: JAX prints once
+        return None, None
+    raise _not_once(frame, fn, "calls {name} with values that change from step to step")
+
+
+def _not_once(frame: _OnceFrame, fn, what: str) -> KTransformError:
+    """The refusal of a host call a later step of a body traced once would
+    run otherwise than its first: it names the call (a function run as
+    Python by its definition), and the generated code's frames it passes
+    through give the user's line (`compiled._note_user_line`)."""
+    call = getattr(getattr(fn, "__self__", None), "call", None)  # a `TracedCallK`'s run
+    target = _target(fn)
+    name = getattr(call, "hint", None) or getattr(target, "__qualname__", None)
+    code = getattr(target, "__code__", None) if isinstance(target, types.FunctionType) else None
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    what = what.format(name=name or type(target).__name__)
+    exc = KTransformError(
+        f"the function given to {frame.where} {what}: JAX "
+        "traces that function once, running its Python (a print, a random draw, a function "
+        "run as Python, a global counter) once for all steps, on traced values; k_transform "
+        "runs each step, and keeps that host code to its first step only where the others "
+        "would give the same: make it independent of the step's values, or move it out of "
+        f"the function{describe(where)}"
+    )
+    exc.at_user_line = True  # (no debug: the line is the generated frame's it leaves)
+    return exc
+
+
+_noted = None  # the `again` the host call running now noted (`note_again`)
+_abstract = False  # whether it runs for a body traced once (`traces_abstractly`)
+
+
+def note_again(again) -> None:
+    """Noted by a host call as it returns (`traced.TracedCallK`, given arrays):
+    `again(*args)` computes its result for other arrays of the same shapes
+    and dtypes from its trace, without running its Python again."""
+    global _noted
+    _noted = again
+
+
+def traces_abstractly() -> bool:
+    """Whether the host call running now runs in the first step of a body
+    JAX traces once: traced on no values, as JAX traces it, so that its
+    trace holds for every step (`note_again`)."""
+    return _abstract
+
+
+def _ran(fn, args, kwargs, once: bool):
+    """`_run`, and the `again` the call noted (None: none)."""
+    global _abstract, _noted
+    saved, _abstract, _noted = _abstract, once, None
+    try:
+        value = _run(fn, args, kwargs)
+    finally:
+        _abstract = saved
+    again, _noted = _noted, None
+    return value, again
+
+
+def _same_avals(a, b) -> bool:
+    """Whether two calls' arguments differ only in the values of their JAX
+    arrays (the same shapes and dtypes), all else the same (`_same`)."""
+    leaves_a, tree_a = jax.tree_util.tree_flatten(a)
+    leaves_b, tree_b = jax.tree_util.tree_flatten(b)
+    if tree_a != tree_b:
+        return False
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        if isinstance(x, jax.Array) or isinstance(y, jax.Array):
+            if not (isinstance(x, jax.Array) and isinstance(y, jax.Array)):
+                return False
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return False
+        elif not _same_leaf(x, y):
+            return False
+    return True
 
 
 def _run(fn, args, kwargs):
@@ -240,6 +430,35 @@ def _holds_ended_trace(value) -> bool:
         if isinstance(x, jax.core.Tracer) and valid is not None and not valid():
             return True
     return False
+
+
+def traced_once(construct: str, fn, *args):
+    """`fn(*args)`, the model of `construct` (`lax.scan`, `jax.vmap`, ...),
+    whose body runs host code once: see the module docstring."""
+    frame = _OnceFrame(construct)
+    _frames.append(frame)
+    try:
+        out = fn(*args)
+    finally:
+        del _frames[_frames.index(frame) :]
+    frame.finished()
+    return out
+
+
+def body_run(key=0, after=None) -> None:
+    """A run of the body (its function `key`) of the innermost `traced_once`
+    starts: the first records its host calls, each later one replays them.
+    Nothing where a replay of another kind is nearer (the body run again
+    by a derivative replays its own iteration's log) or while the body is
+    traced for `lax` before its first run (where a host call is refused
+    before it runs: Python then runs the steps)."""
+    for frame in reversed(_frames):
+        if isinstance(frame, _OnceFrame):
+            if not _tracing or frame.ran(key):
+                frame.run(key)
+            return
+        if frame.replaying:
+            return
 
 
 class recording:

@@ -44,6 +44,18 @@ def scan_length(xs, length=None) -> int:
     return n
 
 
+def carry_init(init):
+    """`init` as the carry JAX gives the first step of `lax.scan`,
+    `lax.fori_loop` and `lax.while_loop`: each Python float or complex a
+    JAX array (weak-typed), so every step sees the same types (ints and
+    bools stay Python's: a step may index or count with them). A constant
+    still (made at trace time under a jit), as the number was."""
+    with jax.ensure_compile_time_eval():
+        return jax.tree_util.tree_map(
+            lambda leaf: jnp.asarray(leaf) if type(leaf) in (float, complex) else leaf, init
+        )
+
+
 def _mapped_leaves(axis, arg) -> list:
     """The leaves of `arg` that `axis` (0, None, or a prefix tree of them) maps."""
     if axis is None:
