@@ -95,14 +95,21 @@ def builder_keys(node: Node) -> dict | None:
     and field names too), a dict display of constant keys, `dict(k=v, ...)`.
     None for other nodes."""
     maker = _maker(node)
-    if isinstance(maker, (prims.MakeTuple, prims.MakeList)) or (
-        isinstance(maker, prims.MakeNode) and issubclass(maker.cls, tuple)
-    ):
+    if isinstance(maker, (prims.MakeTuple, prims.MakeList)):
         n = len(node.args)
         keys = {k: (k, k) for k in range(n)}
         keys.update({k - n: (k, k) for k in range(n)})
-        names = getattr(maker, "names", ())  # a NamedTuple's fields (`s.mean`)
-        keys.update({Field(name): (k, k) for k, name in enumerate(names)})
+        return keys
+    if isinstance(maker, prims.MakeNode) and issubclass(maker.cls, tuple):
+        # A NamedTuple: its arguments are named (`NT(b=y, a=x)`, a field left
+        # to its default given none), its items in the class's field order.
+        fields = tuple(getattr(maker.cls, "_fields", ()))
+        if not set(maker.names) <= set(fields):
+            return None
+        n, keys = len(fields), {}
+        for position, name in enumerate(maker.names):
+            k = fields.index(name)
+            keys[k] = keys[k - n] = keys[Field(name)] = (k, position)
         return keys
     if isinstance(maker, prims.MakeDict):
         keys_in = node.args[0::2]
