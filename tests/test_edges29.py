@@ -222,3 +222,19 @@ def test_changing_its_own_default_is_refused_naming_the_default(fn, name, fresh)
     assert __file__ in message and ("acc.append(1.0)" in message or 'seen["calls"] = 1' in message)
     defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
     assert not any(defaults)  # the trace changed a copy: the default is as `def` made it
+
+
+# -- slogdet's result is JAX's NamedTuple (helper-82's hunt) --------------------------
+def _slogdet_fields(x):
+    m = jnp.eye(3) * 2.0 + jnp.outer(x, x) * 0.1
+    r = jnp.linalg.slogdet(m)
+    return r.logabsdet * r.sign + r[1]
+
+
+def test_slogdet_fields_are_read_by_name():
+    # was: AttributeError "'tuple' object has no attribute 'logabsdet'"
+    x = jnp.array([0.3, 1.2, 2.5])
+    np.testing.assert_allclose(kt.grad(_slogdet_fields)(x), jax.grad(_slogdet_fields)(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        kt.hessian(_slogdet_fields)(x), jax.hessian(_slogdet_fields)(x), rtol=1e-4, atol=1e-6
+    )

@@ -34,8 +34,8 @@ from k_transform.ops.structural import SumTo
 
 
 def slogdet(a) -> tuple:
-    sign, logabsdet = jnp.linalg.slogdet(a)
-    return sign, logabsdet
+    """JAX's `(sign, logabsdet)`, a NamedTuple (`.logabsdet` reads it)."""
+    return jnp.linalg.slogdet(a)
 
 
 Inv = elementwise("Inv", jnp.linalg.inv, "jnp.linalg.inv", 1, "`jnp.linalg.inv(a)`.")
