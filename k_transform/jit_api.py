@@ -130,3 +130,8 @@ def jit(fn=None, *, backend: str | None = None, **options):
     if fn is None:
         return lambda f: Jit(f)
     return Jit(fn)
+
+
+# In transformed code `kt.jit(f)` is `f` (`frontend.calls`), as `jax.jit(f)` is there:
+# the enclosing program is compiled already.
+jit.__kt_compiles__ = True

@@ -15,8 +15,14 @@ from __future__ import annotations
 CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "__kt_static__": (
         "true: a call of it with constant arguments runs while parsing, and its "
-        "result is a constant (GradOperation(), kt.grad(f), kt.jacrev(f))",
-        ("k_transform.reverse", "k_transform.jacobians"),
+        "result is a constant (GradOperation(), kt.grad(f), kt.jacrev(f), a Cell's "
+        "trainable_params(), guarded by what its `__kt_reads__` says it reads)",
+        ("k_transform.reverse", "k_transform.jacobians", "k_transform.cell"),
+    ),
+    "__kt_compiles__": (
+        "true: `kt.jit(f)` inside parsed code is `f`, as `jax.jit(f)` there (the "
+        "program around it is compiled as one)",
+        ("k_transform.jit_api",),
     ),
     "__kt_lower__": (
         "`__kt_lower__(builder, args, kwargs, node)`: its call is built into the "

@@ -26,6 +26,7 @@ from k_transform.cell import Parameter
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import k_graph, param_key
 from k_transform.dfunctor.forward import double_reverse, forward_jvp
+from k_transform.dfunctor.rule_linearity import check_rules_linear
 from k_transform.errors import KTransformError, KTransformIndexError
 from k_transform.frontend.guards import guards_of
 from k_transform.ir.nodes import Constant, FuncGraph, Node
@@ -171,6 +172,7 @@ def jvp_graph(primal: FuncGraph, given: tuple | None = None) -> FuncGraph:
     reaches, else double reverse of the whole graph (`dfunctor.forward`).
     `given`: flags of the inputs the caller gave (the others, left to their
     defaults, have zero tangents: constants to the transform)."""
+    check_rules_linear(primal)  # forward mode transposes users' rules: linear ones only
     mask = None if given is None or all(given) else tuple(given)
     graph = forward_jvp(primal, mask) or double_reverse(primal, mask)
     graph.guards = guards_of(primal)

@@ -93,6 +93,11 @@ INTERNAL = (
     prims.HostValue,  # a host call given no arrays: tests/test_host_python.py
     prims.PythonValueCall,  # math on shapes: tests/test_third_party_crashes.py
     prims.Written,  # which scatter writes apply (no gradient): tests/test_scatter_writes.py
+    ops.ClipIndex,  # an index clamped (no gradient): tests/test_rules_forward29.py
+    prims.Zipped,  # zip/enumerate of host-made lists; each grad the other's rule:
+    prims.ZippedGrad,  # tests/test_host_iteration29.py (grad, jit, hessian)
+    prims.ZippedGradT,
+    control.BodyRun,  # a run of a body JAX traces once: tests/test_library_bodies29.py
     prims.ArrayIndex,  # a list index of an array (no gradient): tests/test_crash_fixes.py
     control.EachItem,  # item k of a `for`'s tangent; each the other's rule:
     control.EachItemGrad,  # tests/test_structure_edges.py (jvp, grad, jvp of grad)
@@ -166,6 +171,7 @@ UNIQUE = np.array([2, 0], np.int32)  # distinct indices (scatter-multiply)
 IDX = np.array([2, 0, 2], np.int32)
 OUT_OF_RANGE = np.array([2, 5, -1, -4], np.int32)  # `.at[]` modes: 5 and -4 are out of range
 INDEX_ADD_CLIPPED = ops.IndexAddClipped()
+CLIPPED_DISTINCT = np.array([5, -7], np.int32)  # clamped to 2 and 0: no write lost
 GETITEM_GRAD = ops.GetItemGrad()
 GRAD_ITEM = ops.GradItem()
 TREE_INDEX, TREE_PUT = trees.TreeIndex(), trees.TreePut()
@@ -176,6 +182,7 @@ SCAN_LENGTH, BATCH_SIZE = trees.ScanLength(), trees.BatchSize()
 TREE_SIZE, RAVEL_ROWS = trees.TreeSize(), trees.RavelRows()
 UNRAVEL_ROWS, UNRAVEL_LEAD = trees.UnravelRows(), trees.UnravelRows(lead=True)
 JAC_BLOCKS, JAC_MATRIX = trees.JacobianBlocks(), trees.JacobianMatrix()
+CARRY_INIT = trees.CarryInit()
 FIELDS = prims.FieldsOf(("w", "b"))
 
 
@@ -282,6 +289,7 @@ CASES = [
     case(ops.Mod(), lambda x, y: x % y, (5,), Arr((5,), P)),
     case(ops.FloorDiv(), lambda x, y: x // y, (5,), Arr((5,), P)),
     case(ops.Neg(), lambda x: -x, (3,)),
+    case(trees.CarryInit(), lambda x: CARRY_INIT(x), (3,)),  # a loop's first carry
     case(ops.Pos(), lambda x: +x, (3,)),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (3, 4), (4, 2)),
     case(ops.NumpyMatMul(), lambda a, b: a @ b, (4,), (4,), id="vec-vec"),
@@ -500,6 +508,8 @@ CASES = [
     case(ops.IndexGet("fill", 7.0), lambda x: x.at[OUT_OF_RANGE].get(mode="fill", fill_value=7.0), (3, 2), args=lambda x: (x, OUT_OF_RANGE)),  # noqa: E501
     case(ops.IndexGet("clip"), lambda x: x.at[OUT_OF_RANGE].get(mode="clip"), (3, 2), args=lambda x: (x, OUT_OF_RANGE), id="clip"),  # noqa: E501
     case(ops.IndexAddClipped(), lambda x, v: INDEX_ADD_CLIPPED(x, OUT_OF_RANGE, v), (3, 2), (2,), args=lambda x, v: (x, OUT_OF_RANGE, v)),  # noqa: E501
+    case(ops.ClippedUpdate(ops.IndexAdd()), lambda x, v: x.at[OUT_OF_RANGE].add(v, mode="clip"), (3, 2), (2,), args=lambda x, v: (x, OUT_OF_RANGE, v), id="add_clip"),  # noqa: E501
+    case(ops.ClippedUpdate(prims.SetItem()), lambda x, v: x.at[CLIPPED_DISTINCT].set(v, mode="clip"), (3, 2), (2,), args=lambda x, v: (x, CLIPPED_DISTINCT, v), id="set_clip"),  # noqa: E501
     case(prims.GetItem(), lambda x: x[1:, None, ..., 0], (3, 2, 4), args=lambda x: (x, (slice(1, None), None, Ellipsis, 0))),  # noqa: E501
     case(prims.GetItem(), lambda x: x[IDX], (3, 2), args=lambda x: (x, IDX), id="int-array"),
     case(prims.GetItem(), lambda x: x[::-2, 1], (5, 2), args=lambda x: (x, (slice(None, None, -2), 1)), id="step"),  # noqa: E501

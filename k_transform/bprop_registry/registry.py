@@ -61,18 +61,18 @@ class BpropRegistry:
     def has_rule(self, prim: Primitive) -> bool:
         return self._getter_for(prim) is not None
 
-    def family(self, prim: Primitive) -> str:
-        """The family helper that registered `prim`'s rule (`"unary"`,
-        `"zero_gradient"`, `"rule"`: `bprop_registry.helpers`), or "" for a
-        getter written out."""
-        name = getattr(self._getter_for(prim), "__qualname__", "")
-        return name.partition("(")[0] if name.endswith(")") else ""
-
     def _getter_for(self, prim: Primitive):
         for cls in type(prim).__mro__:
             if cls in self._getters:
                 return self._getters[cls]
         return None
+
+    def rule_function(self, prim: Primitive):
+        """The Python bprop registered for `prim` (for a rule made of another's)."""
+        getter = self._getter_for(prim)
+        if getter is None:
+            raise KTransformError(f"no bprop is registered for {type(prim).__name__}")
+        return getter(prim)
 
     def bprop_graph(self, prim: Primitive, n_inputs: int, parse, debug: DebugInfo | None = None):
         """The rule for `prim` applied to `n_inputs` inputs, as the FuncGraph

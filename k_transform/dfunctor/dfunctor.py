@@ -79,8 +79,6 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.context import TRANSFORM
@@ -90,8 +88,9 @@ from k_transform.control.prims import ControlPrimitive
 from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.inline import inline, outputs
-from k_transform.dfunctor.linearity import nonlinear_step
 from k_transform.dfunctor.liveness import Mask, builder_keys, liveness, mask_of, masked, union
+from k_transform.dfunctor.rule_linearity import not_linear_in
+from k_transform.dfunctor.services import SERVICES, install  # noqa: F401 (install: re-exported)
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import (
     NO_DEBUG,
@@ -146,47 +145,6 @@ class DynamicK:
 
     def k(self, out_used: Mask = None) -> DynamicK:
         raise NotImplementedError
-
-
-def _not_installed(*args, **kwargs):
-    raise KTransformError(
-        "internal: the DFunctor's services are not installed (import k_transform.traced)"
-    )
-
-
-@dataclass
-class Services:
-    """What the DFunctor asks of the layers above it (`install`).
-
-    - `parse(fn)`: a gradient rule's Python function as a FuncGraph (the
-      registry caches it: `bprop_getters.bprop_graph(prim, n, parse)`);
-    - `library_k(call, order, debug, out_used)`: a `LibraryK` for a library
-      call (`out_used`: the items of its result the caller reads, see
-      `DFunctor.used_items`);
-    - `dynamic_k(order, debug, out_used)`: a `DynamicK` for a call of a
-      run-time value;
-    - `is_modelled(value)`: whether the parser reads calls of `value` as a
-      Python model (`lax.cond`, `jax.vmap`), so it is no value K can map.
-    """
-
-    parse: Callable[..., FuncGraph] = _not_installed
-    library_k: Callable[..., LibraryK] = _not_installed
-    dynamic_k: Callable[..., DynamicK] = _not_installed
-    is_modelled: Callable[[object], bool] = _not_installed
-
-
-SERVICES = Services()
-
-
-def install(
-    parse: Callable[..., FuncGraph],
-    library_k: Callable[..., LibraryK],
-    dynamic_k: Callable[..., DynamicK],
-    is_modelled: Callable[[object], bool],
-) -> None:
-    """Give the DFunctor its services (once, by `k_transform.traced` at import)."""
-    SERVICES.parse, SERVICES.library_k, SERVICES.is_modelled = parse, library_k, is_modelled
-    SERVICES.dynamic_k = dynamic_k
 
 
 def k_graph(
@@ -1183,15 +1141,15 @@ def _transposed_rule(graph: FuncGraph) -> FuncGraph:
     gets zeros: its tangent is not read."""
     rule = graph.jvp_rule
     n = len(graph.parameters)
-    step = nonlinear_step(rule, (False,) * n + (True,) * n)
-    if step is not None:
+    found = not_linear_in(rule, rule.parameters[n:])
+    if found is not None:
         raise KTransformError(
             f"cannot differentiate the JAX custom_jvp function {graph.name}: its jvp rule is "
-            "not linear in the tangents at this step, so it has no transpose, which reverse "
-            "mode needs (JAX's reverse mode refuses it too; k_transform's forward mode is built "
-            "from its reverse mode); make the rule linear in the tangents, or give the "
-            "function a JAX custom_vjp",
-            step.debug,
+            f"not linear in the tangents (they go through {found.what} here), so it has no "
+            "transpose, which reverse mode needs (JAX's reverse mode refuses it too; "
+            "k_transform's forward mode is built from its reverse mode); make the rule linear "
+            "in the tangents, or give the function a JAX custom_vjp",
+            found.node.debug if found.node is not None else rule.debug,
         )
     k_rule = k_graph(rule, wrt_inputs=(False,) * n + (True,) * n)
     fprop, xs = new_graph(f"{graph.name}_fprop", graph, [p.name for p in graph.parameters], "fprop")
@@ -1210,6 +1168,7 @@ def _transposed_rule(graph: FuncGraph) -> FuncGraph:
     d_ts = [bb.item(grads, 1 + n + k, f"d_{x.name}") for k, x in enumerate(xs)]
     bprop.output = bb.tuple(Constant(structural.EMPTY_ENV, hint="EMPTY_ENV"), *d_ts)
     fprop.output = b.tuple(out, Constant(bprop, hint=bprop.name))
+    fprop.linear_rule = True  # (the transpose of a rule checked linear: `rule_linearity`)
     return fprop
 
 

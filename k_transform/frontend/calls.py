@@ -391,6 +391,9 @@ class CallBuilder:
                 return made
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
+        if kt_attribute(value, "__kt_compiles__", False) and len(args) == 1:
+            if _all_constant(list(kwargs.values())):  # `kt.jit(f)(x)` in the code: f, as
+                return args[0]  # `jax.jit(f)(x)` there (its options have no effect)
         if kt_attribute(value, "__kt_static__", False):  # GradOperation(), kt.grad(f), ...
             closures = [a.value for a in args if _reads_the_caller(a)]
             if closures:  # transformed on its own, it would not see the caller's values

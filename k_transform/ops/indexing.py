@@ -8,8 +8,10 @@ adapters here recognise that shape and turn it into one primitive on
 
 Keyword options, as JAX reads them. `mode=`: an update drops an index out
 of bounds by default (JAX's scatter), so `"drop"`, `"fill"` and
-`"promise_in_bounds"` are the default there; `"clip"` (clamp the index) is
-refused for an update. `.get(mode=..., fill_value=...)` with a mode other than
+`"promise_in_bounds"` are the default there; `"clip"` clamps the index
+(`ClippedUpdate`: the update, and its rule, at the clamped index
+`clip_index(x, index)`, a negative index counted from the end first, as
+JAX's scatter). `.get(mode=..., fill_value=...)` with a mode other than
 the default is `IndexGet`: `"fill"`/`"drop"` read the fill value (NaN by
 default) out of bounds, with no gradient there; `"clip"` clamps the index and
 its gradient goes to the clamped position. `indices_are_sorted=` and
@@ -24,7 +26,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.bprop_registry.helpers import rule
+from k_transform.bprop_registry.helpers import rule, zero_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import Apply, Constant
@@ -122,6 +124,67 @@ class IndexMax(JaxPrimitive):
         return f"{args[0]}.at[{args[1]}].max({args[2]})"
 
 
+class ClippedUpdate(JaxPrimitive):
+    """`x.at[index].<update>(value, mode="clip")`: the update `inner` (a
+    primitive on `(x, index, value)`) at `clip_index(x, index)`; its rule is
+    `inner`'s there (`get_bprop_clipped_update`)."""
+
+    n_inputs = 3
+
+    def __init__(self, inner):
+        super().__init__(inner=inner)
+
+    def impl(self, x, index, value):
+        return self.inner.impl(x, clip_index(x, index), value)
+
+    def emit(self, e, args):
+        clipped = f"{e.ref(clip_index, '_clip_index')}({args[0]}, {args[1]})"
+        return self.inner.emit(e, [args[0], clipped, args[2]])
+
+
+class ClipIndex(JaxPrimitive):
+    """`clip_index(x, index)` (no gradient: an index)."""
+
+    n_inputs = 2
+
+    def impl(self, x, index):
+        return clip_index(x, index)
+
+    def emit(self, e, args):
+        return f"{e.ref(clip_index, '_clip_index')}({', '.join(args)})"
+
+
+def clip_index(x, index):
+    """`index` into `x` with each integer item clamped into its axis (JAX's
+    `mode="clip"`: a negative one counted from the end first, then clamped
+    to `[0, n - 1]`); slices (clamped by Python already), `None`, `...`
+    and boolean masks are kept."""
+    items = index if isinstance(index, tuple) else (index,)
+    shape = jnp.shape(x)
+
+    def width(item) -> int:  # the axes of `x` an index item consumes
+        if item is None or item is Ellipsis:
+            return 0
+        if not isinstance(item, slice) and jnp.result_type(item) == jnp.bool_:
+            return jnp.ndim(item)
+        return 1
+
+    out, axis = [], 0
+    for k, item in enumerate(items):
+        if item is Ellipsis:
+            axis = len(shape) - sum(width(i) for i in items[k + 1 :])
+        elif item is not None and not isinstance(item, slice) and width(item) == 1:
+            n = shape[axis]
+            if isinstance(item, (int, np.integer)):
+                item = min(max(item + n if item < 0 else item, 0), n - 1)
+            else:
+                item = jnp.asarray(item)
+                item = jnp.clip(jnp.where(item < 0, item + n, item), 0, n - 1)
+        axis += width(item)
+        out.append(item)
+    return tuple(out) if isinstance(index, tuple) else out[0]
+
+
 def _at_target(node):
     """(x, index) when `node` is `x.at[index]`, else None."""
     if not (isinstance(node, Apply) and isinstance(node.fn, Constant)):
@@ -159,8 +222,8 @@ def _at_update(name: str, prim_cls, n_values: int = 1):
             raise KTransformError(_refusal(name, f"with mode={mode!r} fill_value={fill_value!r} "))
         if name == "get" and mode in ("fill", "drop", "clip"):
             return IndexGet(mode, fill_value), list(target)
-        if name != "get" and mode == "clip":
-            raise KTransformError(_refusal(name, 'with mode="clip" (clamped updates) '))
+        if name != "get" and mode == "clip":  # the update at the clamped index
+            return ClippedUpdate(prim_cls()), [*target, *call.args[1:]]
         return prim_cls(), [*target, *call.args[1:]]  # the default mode
 
     return adapter
@@ -215,6 +278,21 @@ def get_bprop_index_get(self):
     # "fill"/"drop": an index out of bounds read the fill value, no gradient;
     # `IndexAdd` drops it, as JAX's scatter
     return lambda x, index, out, dout: (index_add(jnp.zeros_like(x), index, dout), None)
+
+
+@bprop_getters.register(ClippedUpdate)
+def get_bprop_clipped_update(self):
+    inner = bprop_getters.rule_function(self.inner)
+    clip = ClipIndex()
+
+    def bprop(x, index, value, out, dout):
+        dx, _, dvalue = inner(x, clip(x, index), value, out, dout)
+        return dx, None, dvalue  # (the index's None seen where it is built)
+
+    return bprop
+
+
+zero_gradient(ClipIndex)
 
 
 @rule(IndexAddClipped)
