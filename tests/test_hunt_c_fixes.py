@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import k_transform as kt
+from tests.refusals import strict_refusal
 from k_transform import nn, ops
 
 
@@ -234,9 +235,14 @@ def sorts_a_list_in_place(x):
     return items[0]
 
 
-def test_list_sort_in_place_is_refused_with_its_line():
-    with pytest.raises(kt.KTransformError, match=r"(?s)`items\.sort\(\.\.\.\)`.*test_hunt_c_fixes"):
-        kt.grad(sorts_a_list_in_place)(jnp.array([0.3, -1.0]))
+def test_list_sort_in_place_runs_as_python_strict_names_its_line():
+    # Session 29: the function's own list sorted in place runs as Python, exactly.
+    x = jnp.array([0.3, -1.0])
+    np.testing.assert_allclose(
+        kt.grad(sorts_a_list_in_place)(x), jax.grad(sorts_a_list_in_place)(x)
+    )
+    message = strict_refusal(sorts_a_list_in_place, x)
+    assert "`items.sort(...)`" in message and "test_hunt_c_fixes" in message
 
 
 def sorts_a_list_argument(x, items):
