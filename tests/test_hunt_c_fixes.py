@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import k_transform as kt
-from tests.refusals import strict_refusal
 from k_transform import nn, ops
+from tests.refusals import strict_refusal
 
 
 def _same(ours, ref):
