@@ -51,12 +51,8 @@ from k_transform.frontend import (
     pytrees,
     sugar,
 )
-from k_transform.frontend.desugar import (
-    LIST_MUTATORS,
-    REFUSED_MUTATORS,
-    mutation_base,
-    walk_scope,
-)
+from k_transform.frontend.desugar import mutation_base, walk_scope
+from k_transform.frontend.effects import LIST_MUTATORS, REFUSED_MUTATORS
 from k_transform.frontend.jaxpr import numpy_twin
 from k_transform.frontend.mutation import outer_change
 from k_transform.frontend.source import is_library_value, is_user_function
@@ -69,10 +65,7 @@ from k_transform.ops.host import host_call, is_pure, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
 from k_transform.protocol import kt_attribute
 
-MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
 MUTATING_METHODS = (*LIST_MUTATORS, *effects.MUTATING_METHODS)
-# In-place list and array methods, refused on an item or attribute whatever it is.
-ORIGINAL_REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
 
 # Which arguments are plain Python values whenever the code runs (shapes, ints)
 _STATIC = StaticFacts()
@@ -110,7 +103,7 @@ class CallBuilder:
             receiver = self.expr(e.func.value)
             if not isinstance(receiver, Constant) and e.func.attr in (
                 *LIST_MUTATORS,
-                *ORIGINAL_REFUSED,
+                *effects.IN_PLACE_METHODS,
             ):
                 raise self.fp.unsupported(
                     f"the in-place method call `{_called_text(e)}(...)` on an item or attribute", e
@@ -869,7 +862,8 @@ def _takes_mutation(method: str, receiver: Node) -> bool:
     `name`: the list methods and the in-place array methods whatever `name`
     holds; the other mutating names (`update`, `add`) on a builtin container
     (else a method of an object, `acc.add(x)`: `check_method_effect`)."""
-    return method in (*LIST_MUTATORS, *ORIGINAL_REFUSED) or effects.mutable_builtin(receiver, prims)
+    modelled = (*LIST_MUTATORS, *effects.IN_PLACE_METHODS)
+    return method in modelled or effects.mutable_builtin(receiver, prims)
 
 
 def _may_change(method: str, receiver: Node) -> bool:

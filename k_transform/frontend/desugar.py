@@ -38,7 +38,7 @@ from collections import Counter
 
 import gast
 
-from k_transform.frontend.effects import LIST_MUTATORS, REFUSED_MUTATORS
+from k_transform.frontend.effects import IN_PLACE_METHODS, LIST_MUTATORS, MUTATORS
 
 SPECIAL_NAMES = ("_kt_undefined",)
 
@@ -260,7 +260,7 @@ def _walk_scope(node):
 # `update`; the others are refused.
 
 
-_LIST_AND_ARRAY = (*LIST_MUTATORS, "remove", "clear", "reverse", "sort", "fill", "resize", "put")
+_LIST_AND_ARRAY = (*LIST_MUTATORS, *IN_PLACE_METHODS)
 
 
 def mutation_base(node) -> gast.Name | None:
@@ -272,7 +272,7 @@ def mutation_base(node) -> gast.Name | None:
         return node if isinstance(node, gast.Name) else None
     if isinstance(node, gast.Call) and isinstance(node.func, gast.Attribute):
         receiver = node.func.value
-        if node.func.attr in LIST_MUTATORS + REFUSED_MUTATORS and isinstance(receiver, gast.Name):
+        if node.func.attr in MUTATORS and isinstance(receiver, gast.Name):
             # `self.update(...)`: a method of the object, not a dict's
             own = receiver.id == "self" and node.func.attr not in _LIST_AND_ARRAY
             return None if own else receiver

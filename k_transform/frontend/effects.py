@@ -52,6 +52,11 @@ MUTATING_METHODS = (
 # (`x.sort()` is not refused by name: a JAX array's returns a new array, see
 # `CallBuilder.sort_call`, which refuses a list's.)
 REFUSED_MUTATORS = tuple(m for m in MUTATING_METHODS if m not in (*LIST_MUTATORS, "sort"))
+MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
+# The list and array methods that change their receiver with no functional
+# model: refused on an item or attribute whatever it is (`calls.py`), and
+# before parsing on a variable (`mutation.py`).
+IN_PLACE_METHODS = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
 _MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque, np.ndarray)
 
 _IN_PLACE_OPERATORS = (

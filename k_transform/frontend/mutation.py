@@ -30,13 +30,8 @@ from __future__ import annotations
 
 import gast
 
-from k_transform.frontend.desugar import (
-    FUNCTION_SCOPES,
-    LIST_MUTATORS,
-    REFUSED_MUTATORS,
-    mutation_base,
-    walk_scope,
-)
+from k_transform.frontend.desugar import FUNCTION_SCOPES, mutation_base, walk_scope
+from k_transform.frontend.effects import IN_PLACE_METHODS, LIST_MUTATORS, MUTATORS
 
 _SCOPES = FUNCTION_SCOPES
 _LOOPS = (gast.For, gast.While)
@@ -47,12 +42,6 @@ _VIEWS = frozenset(
 )
 _FRESH_BUILTINS = frozenset(("list", "dict", "sorted", "tuple"))
 _FRESH_METHODS = frozenset(("copy", "astype", "tolist"))
-_MUTATORS = LIST_MUTATORS + REFUSED_MUTATORS
-# Refused before parsing: the list and array methods with no model. The
-# others (`d.update`, `s.add`, a user object's `acc.add`) are checked for other
-# references here like a list; the parser models or refuses them at the call
-# (`frontend.effects`), a plain function then running as Python.
-_REFUSED = ("remove", "clear", "reverse", "sort", "fill", "resize", "put", "itemset")
 
 
 class _Event:
@@ -184,7 +173,7 @@ class _Facts(gast.NodeVisitor):
         """References stored by calls: `c.append(a)`, and lambdas reading `a`."""
         for n in _walk_scope(node):
             if isinstance(n, gast.Call) and isinstance(n.func, gast.Attribute):
-                if n.func.attr in _MUTATORS:
+                if n.func.attr in MUTATORS:
                     for arg in n.args:
                         for name in _passes(arg):
                             self.aliases.append(_Event(name, s, self.index, self.loops))
@@ -340,7 +329,7 @@ def check_mutations(
     facts.writable = {p for p in writable if _returns_only(fdef, p)}
     for m in facts.mutations:
         call = isinstance(m.node, gast.Call)
-        if call and m.node.func.attr not in (*LIST_MUTATORS, *_REFUSED, "update"):
+        if call and m.node.func.attr not in (*LIST_MUTATORS, *IN_PLACE_METHODS, "update"):
             continue  # never modelled (`s.add`, `acc.add`): the parser refuses it at the call
         if not (call and m.name in constants):
             _check_one(m, facts, error, unsupported, shared)
@@ -383,7 +372,7 @@ def _check_one(m: _Event, facts: _Facts, error, unsupported, shared: Shared) -> 
         return  # a module's function (`np.sort(x)`), or a global: see the parser
     if m.name not in facts.locals:
         raise outer_change(what, m.name, facts.outer(m.name), error, unsupported, m.node)
-    if isinstance(m.node, gast.Call) and m.node.func.attr in _REFUSED:
+    if isinstance(m.node, gast.Call) and m.node.func.attr in IN_PLACE_METHODS:
         # (of a list or dict the function made: run as Python, exactly)
         if _local_container(m.name, facts):
             raise unsupported(f"the in-place method call {what}", m.node)
