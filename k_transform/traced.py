@@ -59,11 +59,16 @@ class TracedCallK(LibraryK):
         debug=NO_DEBUG,
         out_used=None,
         lower: tuple = (),
+        active: tuple | None = None,
+        lower_active: tuple = (),
     ):
         self.call = call
         self.order = order
         # per order, the items of the result the caller reads (`DFunctor.used_items`)
         self.masks = (*(lower or (None,) * (order - 1)), out_used)
+        # per order, which of the call's arguments may carry a gradient (None:
+        # all); the others are constants at that order's call (`DFunctor.call_flags`)
+        self.active = (*(lower_active or (None,) * (order - 1)), active)
         self.debug = debug  # the user's call site, for errors (not part of equality)
         base = "".join(c if c.isalnum() else "_" for c in call.hint).strip("_")
         self.hint = f"{base}_fprop" + (str(order) if order > 1 else "")
@@ -77,8 +82,9 @@ class TracedCallK(LibraryK):
     def host(self) -> bool:
         return self.call.host
 
-    def k(self, out_used=None) -> TracedCallK:
-        return TracedCallK(self.call, self.order + 1, self.debug, out_used, self.masks)
+    def k(self, out_used=None, active=None) -> TracedCallK:
+        order = self.order + 1
+        return TracedCallK(self.call, order, self.debug, out_used, self.masks, active, self.active)
 
     def __call__(self, *args):
         host = self.call.host or _host_receiver(self.call, args)
@@ -94,7 +100,7 @@ class TracedCallK(LibraryK):
         try:
             call = self.call
             graph = imported_graph(call.fn, call.hint, call.kwnames, args, host)
-            fprop = _compiled_k(graph, self.order, self.masks)
+            fprop = _compiled_k(graph, self.order, self.masks, self.active)
         except KTransformError as exc:
             if exc.debug is not None and exc.debug.line > 0:
                 raise
@@ -120,14 +126,13 @@ class TracedCallK(LibraryK):
         refuse_derivative_closures(self.call.hint, args, self.debug, why)
 
     def __eq__(self, other):
-        return isinstance(other, TracedCallK) and (self.call, self.order, self.masks) == (
-            other.call,
-            other.order,
-            other.masks,
-        )
+        return isinstance(other, TracedCallK) and self._key() == other._key()
+
+    def _key(self) -> tuple:
+        return (self.call, self.order, self.masks, self.active)
 
     def __hash__(self):
-        return hash((self.call, self.order, self.masks))
+        return hash(self._key())
 
     def __repr__(self):
         return f"K{self.order}[{self.call!r}]"
@@ -445,19 +450,25 @@ def _is_k_function(fn) -> bool:
 _RUN_TIME = ("k_transform.control.", "k_transform.runtime.")
 
 
-def _compiled_k(graph: FuncGraph, order: int, masks: tuple = ()):
+def _compiled_k(graph: FuncGraph, order: int, masks: tuple = (), active: tuple = ()):
     """The generated function of K^order(graph) (cached with the graph);
     `masks[n]`: the items of K^n's result the caller reads (K^(n+1) gives
-    the others no cotangent; None: all)."""
+    the others no cotangent; None: all); `active[n]`: the inputs K^(n+1)
+    differentiates (the others get zeros, never computed; None: all)."""
     masks = masks or (None,) * order
     if masks:
         masks = (output_mask(graph, masks[0]), *masks[1:])
-    key = (graph.uid, order, masks)
+    n_inputs = len(graph.parameters)  # (K^n's inputs are graph's)
+    active = tuple(
+        flags if flags is not None and len(flags) == n_inputs and not all(flags) else None
+        for flags in (active or (None,) * order)
+    )
+    key = (graph.uid, order, masks, active)
     compiled = TRANSFORM.cache("traced.compiled")
     if key not in compiled:
         k = graph
         for n in range(order):
-            k = k_graph(k, out_used=masks[n])
+            k = k_graph(k, True if active[n] is None else active[n], out_used=masks[n])
         compiled[key] = compile_graph(k)
     return compiled[key]
 

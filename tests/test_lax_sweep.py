@@ -347,9 +347,9 @@ REFUSED = {
     "imag": "complex numbers",
     "conj": "complex numbers",
     "fft": "complex numbers",
-    "igamma": _NO_RULE,
-    "igammac": _NO_RULE,
-    "regularized_incomplete_beta": _NO_RULE,
+    "igamma": "its derivative w.r.t. a differentiated again (JAX has none)",
+    "igammac": "its derivative w.r.t. a differentiated again (JAX has none)",
+    "regularized_incomplete_beta": "w.r.t. a and b (JAX has no such derivative)",
     "reduce": _NO_RULE + " (a reducer given as a jaxpr)",
     "scatter-mul": _NO_RULE,
     "approx_top_k": _NO_RULE,
@@ -369,6 +369,8 @@ REFUSED = {
 # The primitive a refusal names, where it is not the probe's own: the probe's
 # first step back (`real` of a complex result), or the `shard_map` around it.
 REFUSED_AS = {
+    "igamma": "igamma_grad_a",
+    "igammac": "igamma_grad_a",
     "complex": "real",
     "conj": "imag",
     "eig": "real",

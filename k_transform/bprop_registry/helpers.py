@@ -5,6 +5,10 @@
 - `unary(Prim, derivative)`: elementwise f(x); `derivative(x, out)` is f'(x).
 - `zero_gradient(*Prims)`: outputs that do not depend smoothly on inputs
   (comparisons, sign, floor): every input gets None (no gradient).
+- `NotDifferentiable(what)`: a rule's result for a float input it has no
+  gradient for (the incomplete beta function w.r.t. its shape parameters):
+  the DFunctor refuses, naming `what`, when that input is differentiated,
+  and sends it nothing otherwise (None would be a silent zero).
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ def unary(prim_cls, derivative) -> None:
 
     get_bprop.__qualname__ = f"unary({prim_cls.__name__})"
     bprop_getters.register(prim_cls)(get_bprop)
+
+
+class NotDifferentiable:
+    """A rule's result for an input the rule has no gradient for (see the module
+    docstring); `what` completes "cannot differentiate ...". The rule reads it
+    as a global, so it reaches the DFunctor as a constant."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"NotDifferentiable({self.what!r})"
 
 
 def no_gradient(bprop):

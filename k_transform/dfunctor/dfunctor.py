@@ -80,6 +80,7 @@ from __future__ import annotations
 import functools
 import types
 
+from k_transform.bprop_registry.helpers import NotDifferentiable
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.context import TRANSFORM
 from k_transform.control import k_loops as loops
@@ -121,7 +122,7 @@ class LibraryK:
     call: prims.LibraryCall
     order: int
 
-    def k(self, out_used: Mask = None) -> LibraryK:
+    def k(self, out_used: Mask = None, active: tuple[bool, ...] | None = None) -> LibraryK:
         raise NotImplementedError
 
 
@@ -531,7 +532,9 @@ class DFunctor:
             # own, not its fprop: a constant takes no gradient, and the library's
             # jaxpr, differentiated as a whole, holds what its calls compute.
             args = _given(node.args, args)
-            k1 = SERVICES.library_k(fn, 1, node.debug, self.used_items(node))
+            k1 = SERVICES.library_k(
+                fn, 1, node.debug, self.used_items(node), active=self.call_flags(node)
+            )
             traced = Constant(k1, node.debug, k1.hint)
             pair = self.fprop.apply(traced, *args, debug=node.debug)
         elif isinstance(fn, Primitive) and not isinstance(fn, ControlPrimitive):
@@ -603,7 +606,7 @@ class DFunctor:
         hold: `0 * inf` where `log1p(-y)` is infinite at a label `y` of 1,
         NaN where JAX, whose zero tangents are symbolic, has a number."""
         if isinstance(fn, LibraryK):  # K of K of an imported call: one order up
-            higher = fn.k(self.used_items(node))
+            higher = fn.k(self.used_items(node), self.call_flags(node))
             return Constant(higher, node.fn.debug, higher.hint)
         graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
         if graph is None or own_fprop(graph) is not None:
@@ -616,16 +619,22 @@ class DFunctor:
             return Constant(fprop, node.fn.debug, node.fn.hint)
         if len(node.args) != len(graph.parameters):
             return self.kval(node.fn)
-        flags = [
-            not _plain_data(a.value) if isinstance(a, Constant) else self.is_active(a)
-            for a in node.args
-        ]
+        flags = self.call_flags(node)
         used = output_mask(graph, self.used_items(node))
         if all(flags) and used is None:
             return self.kval(node.fn)
         passive = False if all(flags) else CallFlags(flags)
         fprop = _functor(graph, None, passive, used).fprop
         return Constant(fprop, node.fn.debug, node.fn.hint)
+
+    def call_flags(self, node: Apply) -> tuple[bool, ...]:
+        """Which arguments of the call `node` may carry a gradient: not a
+        constant the program holds (a number, an array), nor a node no
+        differentiated input reaches (`CallFlags`)."""
+        return tuple(
+            not _plain_data(a.value) if isinstance(a, Constant) else self.is_active(a)
+            for a in node.args
+        )
 
     def used_items(self, node: Apply) -> Mask:
         """The items of `node`'s value that may get a sensitivity, where the
@@ -825,6 +834,10 @@ class DFunctor:
             )
         check = structural.CheckGrad(rule.rule_name)
         for k, (arg, karg, grad) in enumerate(zip(node.args, inputs, outs, strict=True)):
+            if isinstance(grad, Constant) and isinstance(grad.value, NotDifferentiable):
+                if self.is_active(arg):
+                    raise KTransformError(f"cannot differentiate {grad.value.what}", node.debug)
+                continue
             if isinstance(grad, Constant) and grad.value is None or k in prim.structure_inputs:
                 continue
             if isinstance(arg, Constant) and not _has_gradient(arg.value):
@@ -896,7 +909,12 @@ def _passes_to(node: Apply, k: int) -> bool:
     out = rule.output
     if fn.n_inputs is None or not _builds_tuple(out) or k >= len(out.args):
         return True
-    return not (isinstance(out.args[k], Constant) and out.args[k].value is None)
+    given = out.args[k]
+    return not (isinstance(given, Constant) and _gives_nothing(given.value))
+
+
+def _gives_nothing(grad) -> bool:
+    return grad is None or isinstance(grad, NotDifferentiable)
 
 
 def _arg_mask(node: Apply, k: int) -> Mask:

@@ -24,9 +24,10 @@ class Services:
 
     - `parse(fn)`: a gradient rule's Python function as a FuncGraph (the
       registry caches it: `bprop_getters.bprop_graph(prim, n, parse)`);
-    - `library_k(call, order, debug, out_used)`: a `LibraryK` for a library
-      call (`out_used`: the items of its result the caller reads, see
-      `DFunctor.used_items`);
+    - `library_k(call, order, debug, out_used, active=)`: a `LibraryK` for a
+      library call (`out_used`: the items of its result the caller reads, see
+      `DFunctor.used_items`; `active`: which arguments may carry a gradient,
+      `DFunctor.call_flags`);
     - `dynamic_k(order, debug, out_used)`: a `DynamicK` for a call of a
       run-time value;
     - `is_modelled(value)`: whether the parser reads calls of `value` as a

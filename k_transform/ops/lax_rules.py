@@ -21,9 +21,11 @@ naming the lax primitive (or gives no gradient when no input is a float):
 `eig`, `tridiagonal_solve` and a complex `triangular_solve` (`eigh`, `svd`,
 `qr`, `lu`, `cholesky`, `custom_linear_solve`: `lax_linalg_rules`), JAX's
 own max-pooling gradient steps (`select_and_*`), scatters that multiply,
-the incomplete gamma and beta functions, `zeta`, complex numbers, FFTs.
-`sort` with several keys refuses in its rule, a `reduce_window` whose
-reducer is not max, min or add in its. This module holds the elementwise
+complex numbers, FFTs. `sort` with several keys refuses in its rule, a
+`reduce_window` whose reducer is not max, min or add in its, and the rules
+of `regularized_incomplete_beta` (w.r.t. a, b), `zeta` (w.r.t. s) and
+`igamma_grad_a` (w.r.t. a) refuse where they have no derivative
+(`NotDifferentiable`: only when that input is differentiated). This module holds the elementwise
 rules, `lax_shape_rules`, `lax_window_rules` (windowed reductions,
 `scatter-max`/`scatter-min`) and `lax_linalg_rules` the others
 (`cummax`/`cummin` are imported as JAX's scan: `lax_map`).
@@ -36,7 +38,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from k_transform.bprop_registry.helpers import no_gradient
+from k_transform.bprop_registry.helpers import NotDifferentiable, no_gradient
 from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.errors import KTransformError
 from k_transform.ops import lax_map  # noqa: F401 - the twins (`ops.lax.TWINNED`)
@@ -113,11 +115,7 @@ bprop_getters.register(EffectCall)(_no_gradient)
 _LINALG = "this linear-algebra primitive"
 REFUSED = {
     **dict.fromkeys(("complex", "real", "imag", "conj", "fft"), "complex numbers"),
-    **dict.fromkeys(
-        ("igamma", "igammac", "igamma_grad_a", "random_gamma_grad"), "incomplete gamma functions"
-    ),
-    "regularized_incomplete_beta": "the incomplete beta function",
-    "zeta": "the Hurwitz zeta function",
+    "random_gamma_grad": "the derivative of gamma samples",
     "reduce": "a reducer given as a jaxpr",
     "scatter-mul": "a scatter that multiplies",
     "approx_top_k": "approximate top-k",
@@ -300,6 +298,79 @@ def _polygamma(p):
 
     def bprop(m, x, out, dout):
         return None, dout * polygamma(m + 1.0, x)
+
+    return bprop
+
+
+# The incomplete gamma and beta functions and the Hurwitz zeta function:
+# JAX's derivatives (`jax._src.lax.special`), and its refusals where it has none.
+@lax_rule("igamma", "igammac")
+def _igamma(p):
+    """d/dx P(a, x) = x^(a-1) e^-x / Gamma(a); d/da is the primitive
+    `igamma_grad_a`. Q = 1 - P (`igammac`): the negatives."""
+    grad_a = lax_op("igamma_grad_a", p.in_avals)
+    lgamma = lax_op("lgamma", p.in_avals[:1])
+    sign = -1.0 if p.prim.name == "igammac" else 1.0
+
+    def bprop(a, x, out, dout):
+        d_x = jnp.exp(-x + (a - 1.0) * jnp.log(x) - lgamma(a))
+        return sum_to(sign * dout * grad_a(a, x), a), sum_to(sign * dout * d_x, x)
+
+    return bprop
+
+
+_IGAMMA_GRAD_A_A = NotDifferentiable(
+    "the lax primitive `igamma_grad_a` w.r.t. a: the incomplete gamma function twice "
+    "w.r.t. its parameter a (JAX has no such derivative either)"
+)
+
+
+@lax_rule("igamma_grad_a")
+def _igamma_grad_a(p):
+    """d/dx of dP/da = d/da of x^(a-1) e^-x / Gamma(a) = that * (log x - digamma(a))."""
+    lgamma = lax_op("lgamma", p.in_avals[:1])
+    digamma = lax_op("digamma", p.in_avals[:1])
+
+    def bprop(a, x, out, dout):
+        d_x = jnp.exp(-x + (a - 1.0) * jnp.log(x) - lgamma(a)) * (jnp.log(x) - digamma(a))
+        return _IGAMMA_GRAD_A_A, sum_to(dout * d_x, x)
+
+    return bprop
+
+
+_BETA_SHAPE = NotDifferentiable(
+    "the lax primitive `regularized_incomplete_beta` w.r.t. a or b: the incomplete beta "
+    "function `betainc(a, b, x)` has a derivative w.r.t. x only (JAX has no other either)"
+)
+
+
+@lax_rule("regularized_incomplete_beta")
+def _betainc(p):
+    """d/dx I_x(a, b) = x^(a-1) (1-x)^(b-1) / B(a, b)."""
+    lgamma = lax_op("lgamma", p.in_avals[:1])
+    lgamma_b = lax_op("lgamma", p.in_avals[1:2])
+
+    def bprop(a, b, x, out, dout):
+        lbeta = lgamma(a) + lgamma_b(b) - lgamma(a + b)
+        d_x = jnp.exp((b - 1.0) * jnp.log1p(-x) + (a - 1.0) * jnp.log(x) - lbeta)
+        return _BETA_SHAPE, _BETA_SHAPE, sum_to(dout * d_x, x)
+
+    return bprop
+
+
+_ZETA_S = NotDifferentiable(
+    "the lax primitive `zeta` w.r.t. s: the Hurwitz zeta function `zeta(s, q)` has a "
+    "derivative w.r.t. q only here"
+)
+
+
+@lax_rule("zeta")
+def _zeta(p):
+    """d/dq zeta(s, q) = -s zeta(s + 1, q)."""
+    zeta = lax_op("zeta", p.in_avals)
+
+    def bprop(s, q, out, dout):
+        return _ZETA_S, sum_to(-dout * s * zeta(s + 1.0, q), q)
 
     return bprop
 

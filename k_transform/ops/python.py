@@ -976,6 +976,8 @@ def bprop_getitem(x, index, out, dout):
 
 @rule(SetItem)
 def bprop_setitem(x, index, value, out, dout):
+    # (one return: the DFunctor reads the index's None from the result's display;
+    # a None from one of several returns reached it as a run-time value)
     if isinstance(dout, tuple):  # the gradient of a list may come as a tuple
         dout = to_list(dout)
     if isinstance(index, slice) and isinstance(x, list):  # the list may grow or shrink
@@ -985,22 +987,23 @@ def bprop_setitem(x, index, value, out, dout):
             dvalue = to_tuple(dvalue)
         elif not isinstance(value, list):  # the rows of an array
             dvalue = jnp.stack(dvalue)
-        return set_item(dout, span, zeros_value(x[index])), None, dvalue
-    # Read row `index` before writing it: XLA updates `dout` in place then
-    # (written the other way round, a loop copied the whole array every step).
-    if isinstance(dout, dict) and index not in dout:  # a gradient built without the
-        read = zeros_like(value)  # key (a second order's, from the dict before it): zero
+        dx = set_item(dout, span, zeros_value(x[index]))
     else:
-        read = dout[index]
-    if not isinstance(x, (list, dict)):  # only the writes kept take a gradient
-        read = jnp.where(kept_writes(x, index), read, 0.0)
-    dvalue = sum_to(read, value)  # value may broadcast
-    if isinstance(x, list) or (isinstance(x, dict) and index in x):
-        # the item it replaced, whose structure `x`'s gradient keeps (`m[0] += [v]`
-        # makes a longer row)
-        dx = set_item(dout, index, zeros_like(x[index]))
-    else:
-        dx = set_item(dout, index, zeros_like(value))
+        # Read row `index` before writing it: XLA updates `dout` in place then
+        # (written the other way round, a loop copied the whole array every step).
+        if isinstance(dout, dict) and index not in dout:  # a gradient built without the
+            read = zeros_like(value)  # key (a second order's, from the dict before it): zero
+        else:
+            read = dout[index]
+        if not isinstance(x, (list, dict)):  # only the writes kept take a gradient
+            read = jnp.where(kept_writes(x, index), read, 0.0)
+        dvalue = sum_to(read, value)  # value may broadcast
+        if isinstance(x, list) or (isinstance(x, dict) and index in x):
+            # the item it replaced, whose structure `x`'s gradient keeps (`m[0] += [v]`
+            # makes a longer row)
+            dx = set_item(dout, index, zeros_like(x[index]))
+        else:
+            dx = set_item(dout, index, zeros_like(value))
     return dx, None, dvalue
 
 
