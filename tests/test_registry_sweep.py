@@ -370,6 +370,8 @@ CASES = [
     case(ops.OwensT(), lambda h, a: jax.scipy.special.owens_t(h, a), (2, 3), (3,)),
     case(ops.Dawsn(), lambda x: jax.scipy.special.dawsn(x), (2, 3)),
     case(ops.I0(), lambda x: jnp.i0(x), (2, 3)),
+    case(ops.Si(), lambda x: ops.Si()(x), (2, 3)),
+    case(ops.Ci(), lambda x: ops.Ci()(x), Arr((2, 3), P)),
     case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),
     case(ops.Gelu(approximate=False), lambda x: jax.nn.gelu(x, approximate=False), (2, 3), id="erf"),  # noqa: E501
     case(ops.Softmax(-1), lambda x: jax.nn.softmax(x), (2, 3)),

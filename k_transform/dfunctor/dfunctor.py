@@ -47,7 +47,9 @@ sensitivity is found item by item (`liveness`): a node only unread items of
 a tuple, a dict or a NamedTuple depend on is not differentiated, and a call
 (of a graph, a value, a library function) or a `switch` whose result is read
 only in part is K'd for the items read (`DFunctor.used_items`), so an unread
-item sends no zero cotangent to meet an infinite slope (`0 * inf`).
+item sends no zero cotangent to meet an infinite slope (`0 * inf`); so is a
+graph given to a helper that calls it (`_calls_read`), and a closure no
+sensitivity reaches reads nothing that counts (`_live_with_closures`).
 
 Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
 inputs are constants and only the parameters of the closures it builds (its
@@ -366,7 +368,7 @@ class DFunctor:
         # the `out_used` of this K and of the K-graphs around it (`_functor`'s key)
         self.made_for = (*(parent.made_for if parent is not None else ()), out_used)
         self._live: dict[int, Mask] | None = None  # `_may_get_sens`
-        self._captured: set[int] | None = None  # `_captured_nodes`
+        self._captured: set[int] = set()  # `_captured_nodes`
         self.active: set[int] = set()  # passive: primal nodes that depend on an active input
         self._active_closures: dict[int, bool] = {}
         fparent = parent.fprop if parent is not None else None
@@ -589,6 +591,8 @@ class DFunctor:
                 own_fprop(fn.differentiable()) is not None or fn.is_custom_fprop
             ):  # (a custom fprop differentiated: one order up, the same functions)
                 args = _own_functions(node.args, args, node.debug)
+            else:
+                args = self._functions_given(node, fn, args)
             pair = self.fprop.apply(self.call_k(node, fn), *args, debug=node.debug)
         pair.tuple_arity = 2
         self.k[id(node)] = self._item(self.fprop, pair, 0, node.debug)
@@ -636,6 +640,26 @@ class DFunctor:
             for a in node.args
         )
 
+    def _functions_given(self, node: Apply, fn, args: list[Node]) -> list[Node]:
+        """`args` (K-values), with each graph given to the graph `fn` (a
+        lambda or def: `apply(g, x)`, `apply` calling `g(x)[0]`) K'd for the
+        items of its result that `fn`'s calls of it read (`_calls_read`), as
+        K of a call of it here is (`call_k`): an item no one reads then sends
+        no cotangent (`0 * inf` at `log(0)`'s slope), also for a closure over
+        this graph's values, which the call of it at run time cannot K again."""
+        graph = fn.differentiable() if isinstance(fn, FuncGraph) else None
+        if graph is None or len(node.args) != len(graph.parameters):
+            return args
+        out_used = output_mask(graph, self.used_items(node))
+        given = list(args)
+        for k, a in enumerate(node.args):
+            value = a.value if isinstance(a, Constant) else None
+            if isinstance(value, FuncGraph) and own_fprop(value.differentiable()) is None:
+                mask = _calls_read(graph, k, out_used)
+                if mask is not None:
+                    given[k] = self.map_value(a, mask)
+        return given
+
     def used_items(self, node: Apply) -> Mask:
         """The items of `node`'s value that may get a sensitivity, where the
         program reads only some at constant keys (`coef, _, _, _ =
@@ -658,9 +682,7 @@ class DFunctor:
         with no gradient, such as `ones_like`)."""
         if self._live is None:
             out = [(n, mask) for n, _, mask in masked(self.primal.output, self.out_used)]
-            captured = [(n, None) for n in self.primal.nodes if id(n) in self._captured_nodes()]
-            starts = [*out, *captured]
-            self._live = liveness(self.primal, starts, _passes_to, self.is_active, _arg_mask)[0]
+            self._live, self._captured = _live_with_closures(self.primal, out, self.is_active)
         return self._live
 
     def _copy_hints(self, node: Apply) -> None:
@@ -701,13 +723,9 @@ class DFunctor:
         self.bprop.output = self.bprop.apply(_const(prims.MakeTuple()), env, *grads)
 
     def _captured_nodes(self) -> set[int]:
-        """Nodes of the primal graph that closures read where it counts
-        (`_live_reads`): their sens is in env."""
-        if self._captured is None:
-            self._captured = set()
-            for child in self.primal.children():
-                reads = child.free_variables(reads=_live_reads)
-                self._captured |= {id(v) for v in reads if v.graph is self.primal}
+        """Nodes of the primal graph that closures a sensitivity reaches read
+        where it counts (`_live_with_closures`): their sens is in env."""
+        self._may_get_sens()
         return self._captured
 
     def total_sens(self, node: Node, captured: set[int]) -> Node | None:
@@ -923,9 +941,33 @@ def _arg_mask(node: Apply, k: int) -> Mask:
     `use(d)` with `use` reading `d["s"]`. None: all of them."""
     callees = _callees(node, k)
     if callees is None:
-        return None
+        return _items_iterated(node, k)
     masks = [_params_reached(g)[j] for g, j in callees if j in _params_reached(g)]
     return functools.reduce(union, masks) if masks else ()
+
+
+def _items_iterated(node: Apply, k: int) -> Mask:
+    """The items of the sequence a `for` loop iterates (input `k` of a
+    `for_each`) that may get a sensitivity, where it is a tuple or list
+    display: each item as the body reads its parameter (`for a, *rest in
+    [h(x), h(y)]` reads item 0 of each). None (all) elsewhere."""
+    fn = node.fn.value if isinstance(node.fn, Constant) else None
+    seq_maker = _maker_of(node.args[0])
+    if not isinstance(fn, control.ForEach) or k != 0:
+        return None
+    if not isinstance(seq_maker, (prims.MakeTuple, prims.MakeList)):
+        return None
+    body = node.args[1].value if isinstance(node.args[1], Constant) else None
+    if not isinstance(body, FuncGraph) or body.differentiable() is not body or body.custom_fprop:
+        return None
+    item = _params_reached(body).get(0, ()) if body.parameters else None
+    if not item:
+        return item
+    return tuple((j, item) for j in range(len(node.args[0].args)))
+
+
+def _maker_of(node: Node):
+    return node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
 
 
 def _callees(node: Apply, k: int) -> list[tuple[FuncGraph, int]] | None:
@@ -962,17 +1004,74 @@ def _params_reached(graph: FuncGraph) -> dict[int, Mask]:
     cache = TRANSFORM.weak_keys("dfunctor.params_reached")
     if graph not in cache:
         cache[graph] = dict.fromkeys(range(len(graph.parameters)))  # a recursion: all, for now
-        captured = [
-            v
-            for child in graph.children()
-            for v in child.free_variables(reads=_live_reads)
-            if v.graph is graph
-        ]
-        starts = [(graph.output, None), *((v, None) for v in captured)]
-        live = liveness(graph, starts, _passes_to, arg_mask=_arg_mask)[0]
+        live = _live_with_closures(graph, [(graph.output, None)])[0]
         params = enumerate(graph.parameters)
         cache[graph] = {k: live[id(p)] for k, p in params if id(p) in live}
     return cache[graph]
+
+
+def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = frozenset()) -> Mask:
+    """The items of the results of `graph`'s calls of its parameter `j` (a
+    function it is given) that may get a sensitivity (`liveness`), where the
+    items `out_used` of `graph`'s result are read: `g(x)[0]` reads item 0.
+    The parameter may also be given on to a graph that calls it so. None
+    (all of them) where it goes anywhere else: returned, stored in a
+    container, read by a closure, given to a library, in a recursion."""
+    table = TRANSFORM.weak_keys("dfunctor.calls_read").setdefault(graph, {})
+    if (j, out_used) in table:
+        return table[(j, out_used)]
+    if graph.uid in outer or j >= len(graph.parameters):
+        return None
+    param = graph.parameters[j]
+    out = [(n, m) for n, _, m in masked(graph.output, out_used)]
+    live = _live_with_closures(graph, out)[0]
+    mask: Mask = ()
+    for reader in graph.readers()[id(param)]:
+        read = live.get(id(reader), ()) if reader is not None else None
+        fn = reader.fn.value if reader is not None and isinstance(reader.fn, Constant) else None
+        given = [k for k, a in enumerate(reader.args) if a is param] if reader else []
+        if reader is not None and reader.fn is param and not given:
+            mask = union(mask, read)  # `g(x)`
+        elif isinstance(fn, DynamicK) and given == [0]:
+            mask = union(mask, read)  # `g(x)` in a K-graph: `call_fprop(g, x)`
+        elif isinstance(fn, FuncGraph) and given and _callees(reader, given[0]) is not None:
+            callee_used = output_mask(fn, read)
+            for k in given:  # `apply(g, x)`: how `apply` reads what it calls `g` for
+                mask = union(mask, _calls_read(fn, k, callee_used, outer | {graph.uid}))
+        else:
+            mask = None
+        if mask is None:
+            break
+    table[(j, out_used)] = mask
+    return mask
+
+
+def _live_with_closures(graph: FuncGraph, starts: list, active=None) -> tuple[dict, set[int]]:
+    """`liveness` of `graph` from `starts` (`active`: see there), where the
+    nodes of `graph` that the closures a sensitivity reaches read (where it
+    counts: `_live_reads`) get one too, to a fixed point; and the ids of
+    those nodes (their sensitivity comes in the env). A closure none
+    reaches (`rest` in `a, *rest = h(x)`, never read; a bprop no one calls)
+    reads nothing that counts: what only it reads (all of `h(x)`) sends no
+    cotangent to the items no one else reads."""
+    captured: dict[int, Node] = {}
+    seen: set[int] = set()
+    closures = [
+        (n, n.value)
+        for n in [*(i for node in graph.nodes for i in node.inputs), graph.output]
+        if isinstance(n, Constant) and isinstance(n.value, FuncGraph) and n.value.parent is graph
+    ]
+    while True:
+        more = [*starts, *((v, None) for v in captured.values())]
+        live = liveness(graph, more, _passes_to, active, _arg_mask)[0]
+        reached = [c for n, c in closures if id(n) in live and c.uid not in seen]
+        if not reached:
+            return live, set(captured)
+        for closure in reached:
+            seen.add(closure.uid)
+            for v in closure.free_variables(reads=_live_reads):
+                if v.graph is graph:
+                    captured.setdefault(id(v), v)
 
 
 def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:

@@ -18,7 +18,10 @@ J maps each node of `g` to its value and its tangent, in program order:
   captures there);
 - a function value J made (a closure's J-graph, e.g. the bprop closure
   of a gradient: `jvp(grad(f))` is forward over reverse): called with the
-  arguments' tangents. Its build-time tangent is `_Fn`; it has no other;
+  arguments' tangents. Its build-time tangent is `_Fn`; it has no other.
+  A closure a called graph returns that the caller only calls, with an
+  argument whose tangent is zero there (`bprop(ones_like(out))`), gets a
+  J-graph that takes no tangent for it (`calls_of_returned`);
 - `switch(c, t, f, *args)`: a switch of the branches' J-graphs, which give
   `(*values, *tangents)` so an undefined value is filled item by item;
 - `while_loop`, `for_range`, `for_each`: the same loop over the carries and
@@ -55,7 +58,7 @@ from k_transform.control.prims import (
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.dfunctor import SERVICES, k_graph, own_fprop
 from k_transform.errors import KTransformError
-from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
 from k_transform.ops import structural
@@ -172,15 +175,19 @@ def forward_jvp(primal: FuncGraph, mask: tuple | None = None) -> FuncGraph | Non
         return None
 
 
-def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int = 0) -> _Forward:
+def _forward(
+    graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int = 0, called: tuple = ()
+) -> _Forward:
     """J of `graph` for inputs whose tangents are non-zero where `mask` says,
     its output tangent shaped `want` (None: as it comes). `flat=k`: the
     output is a tuple of k values, given as `(*values, *tangents)` (a
-    branch of a switch, which fills undefined values item by item)."""
+    branch of a switch, which fills undefined values item by item).
+    `called`: `(uid, mask)` of the closures `graph` returns that the caller
+    calls only with the tangents `mask` flags (`_Forward.closure`)."""
     graph = graph.differentiable()
     if own_fprop(graph) is not None:  # its rule is a bprop: J is double reverse
         raise _Unsupported("a function with its own fprop")
-    key = (graph.uid, mask, want, top, flat)
+    key = (graph.uid, mask, want, top, flat, called)
     forwards = TRANSFORM.cache("forward.graphs")  # key -> _Forward, _BUILDING or None (J fails)
     found = forwards.get(key)
     if found is _BUILDING:
@@ -190,7 +197,7 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
     if found is None:
         forwards[key] = _BUILDING
         try:
-            found = _Forward(graph, mask, want, top, flat, None)
+            found = _Forward(graph, mask, want, top, flat, None, called)
         except _Unsupported:
             forwards[key] = None
             raise
@@ -204,11 +211,15 @@ def _forward(graph: FuncGraph, mask: tuple, want, top: bool = False, flat: int =
 class _Forward:
     """Builds J of one graph (see the module docstring)."""
 
-    def __init__(self, primal: FuncGraph, mask: tuple, want, top: bool, flat: int, parent):
+    def __init__(
+        self, primal: FuncGraph, mask, want, top: bool, flat: int, parent, called: tuple = ()
+    ):
         if parent is None and primal.parent is not None and primal.free_variables():
             raise _Unsupported("a closure outside its enclosing function")
         self.parent: _Forward | None = parent  # J of the enclosing graph (a closure's)
         self.children: dict[tuple, object] = {}  # J of closures defined in this graph
+        self.mask = mask
+        self.called = dict(called)  # closure uid -> the tangents its callers give
         names = [p.name for p in primal.parameters]
         takes = [m or top for m in mask]  # a jvp graph takes every input's tangent
         tangents = [f"v_{x}" for x, t in zip(names, takes, strict=True) if t]
@@ -274,8 +285,12 @@ class _Forward:
         return self.tangent(node)
 
     def closure(self, graph: FuncGraph) -> _Forward:
-        """J of a function used as a value: every input may have a tangent."""
-        return self.j_of(graph, (True,) * len(graph.parameters))
+        """J of a function used as a value: every input may have a tangent,
+        except those its callers give none (`called`: a bprop called with
+        `ones_like(out)`, whose tangent is zero): J of it then takes none for
+        them, and never meets `0 * inf` (`dout * (1 / x)` at x = 0, where
+        JAX, whose zero tangents are symbolic, has -inf)."""
+        return self.j_of(graph, self.called.get(graph.uid, (True,) * len(graph.parameters)))
 
     def owner(self, graph: FuncGraph) -> _Forward:
         """J of `graph`, this one or one enclosing it."""
@@ -286,20 +301,22 @@ class _Forward:
                 raise _Unsupported("a value of a graph J is not inside")
         return found
 
-    def j_of(self, graph: FuncGraph, mask: tuple, want=None, flat: int = 0) -> _Forward:
+    def j_of(
+        self, graph: FuncGraph, mask: tuple, want=None, flat: int = 0, called: tuple = ()
+    ) -> _Forward:
         """J of a called graph: a closed one is shared, a closure's is built
         inside J of the graph that defines it (reading its values there)."""
         if graph.parent is None or not graph.free_variables():
-            return _forward(graph, mask, want, flat=flat)
+            return _forward(graph, mask, want, flat=flat, called=called)
         owner = self.owner(graph.parent)
-        key = (graph.uid, mask, want, flat)
+        key = (graph.uid, mask, want, flat, called)
         found = owner.children.get(key)
         if found is _BUILDING:
             raise _Unsupported("recursion")
         if found is None:
             owner.children[key] = _BUILDING
             try:
-                found = _Forward(graph, mask, want, False, flat, owner)
+                found = _Forward(graph, mask, want, False, flat, owner, called)
             except BaseException:
                 del owner.children[key]
                 raise
@@ -473,9 +490,47 @@ class _Forward:
             self._set(node, self.copy(node, node.fn, args), None)
             return
         mask = tuple(t is not None for t in ts)
-        sub = self.j_of(graph, mask)
+        sub = self.j_of(graph, mask, called=self.calls_of_returned(node, graph))
         pair = self._call_j(Constant(sub.graph, hint=sub.graph.name), args, ts, mask, node)
         self.pair(node, pair, sub.out_shape)
+
+    def calls_of_returned(self, node, graph: FuncGraph) -> tuple:
+        """`(uid, mask)` for each closure the graph `node` calls returns in
+        its tuple (an fprop's bprop) that this graph only calls, `mask`
+        flagging the arguments whose tangent may be non-zero there (not a
+        constant nor a primitive with no gradient: `dout = ones_like(out)`)."""
+        out = graph.output
+        if not (isinstance(out, Apply) and _maker(out) is prims.MakeTuple):
+            return ()
+        called = []
+        for k, item in enumerate(out.args):
+            value = item.value if isinstance(item, Constant) else None
+            if isinstance(value, FuncGraph) and value.parent is graph:
+                mask = self.call_mask(node, k, len(value.parameters))
+                if mask is not None and not all(mask):
+                    called.append((value.uid, mask))
+        return tuple(called)
+
+    def call_mask(self, node, k: int, n: int) -> tuple | None:
+        """The tangents the calls of item `k` of `node` in this graph give
+        (`calls_of_returned`); None where the item is read otherwise."""
+        mask = (False,) * n
+        for reader in self.users[id(node)]:
+            if reader is None or _maker(reader) is not prims.GetItem:
+                return None
+            index = reader.args[1]
+            if not isinstance(index, Constant) or type(index.value) is not int:
+                return None
+            if index.value != k:
+                continue
+            for call in self.users[id(reader)]:
+                if call is None or call.fn is not reader or len(call.args) != n:
+                    return None
+                if any(a is reader for a in call.args):
+                    return None
+                flags = [not _zero_tangent(a) for a in call.args]
+                mask = tuple(m or f for m, f in zip(mask, flags, strict=True))
+        return mask
 
     def call_value(self, node) -> None:
         """A call of a function value that J made (a closure's J-graph)."""
@@ -487,7 +542,9 @@ class _Forward:
             raise _Unsupported("a call with defaults")
         args = [self.value(a) for a in node.args]
         ts = [self.tangent(a) for a in node.args]
-        mask = (True,) * len(args)
+        mask = fn.jf.mask  # (the tangents its callers give: `closure`)
+        if any(t is not None and not m for t, m in zip(ts, mask, strict=True)):
+            raise _Unsupported("a tangent for an input J of the closure takes none for")
         pair = self._call_j(self.value(node.fn), args, ts, mask, node)
         self.pair(node, pair, fn.jf.out_shape)
 
@@ -607,6 +664,20 @@ def _is_control(node) -> bool:
 
 def _mask_text(mask: tuple) -> str:
     return "_" + "".join("1" if m else "0" for m in mask) if not all(mask) else ""
+
+
+def _maker(node):
+    fn = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    return type(fn) if isinstance(fn, Primitive) else None
+
+
+def _zero_tangent(node: Node) -> bool:
+    """Whether `node`'s tangent is zero whatever J meets before it: a
+    constant, or the result of a primitive with no gradient (`ones_like`)."""
+    if isinstance(node, Constant):
+        return not isinstance(node.value, FuncGraph)
+    fn = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    return isinstance(fn, Primitive) and not fn.effectful and _no_gradient(fn, len(node.args))
 
 
 def _no_gradient(prim: Primitive, n: int) -> bool:

@@ -20,6 +20,8 @@ caller reads) and gives each node that may get a sensitivity its mask:
 - an item read at a constant key (`x[k]`, `x.name`, `x.get(k)`) reads
   item `k` of `x`, with the reader's own mask below it;
 - `d[k] = v` (a str key: a dict) is `v` for item `k`, the rest from `d`;
+- `x[a::s]` (a >= 0, s >= 1) reads item `a + k * s` of `x` for its item `k`;
+- `x._replace(f=v)` read by field name: field `f` from `v`, the rest from `x`;
 - anything else reads each input it sends a sensitivity (`passes_to`)
   whole, but a call of a graph or a `switch` only the items of it the
   callee's parameter may get one for (`arg_mask`: `x["s"]` of a dict `x`).
@@ -191,7 +193,8 @@ def read_key(node: Apply):
 def uses_mask(node: Node) -> bool:
     """Whether a mask of `node`'s value can leave something out: K of a call
     (of a graph, a value, a library function) or of a `switch` is made for
-    it, a read of an item or `d[k] = v` passes it on."""
+    it, a read of an item or a slice, `d[k] = v` or `x._replace(f=v)` passes
+    it on."""
     if not isinstance(node, Apply):
         return False
     fn = _maker(node)
@@ -199,7 +202,9 @@ def uses_mask(node: Node) -> bool:
         return True  # a graph, a run-time value, a `LibraryK`, a `DynamicK`
     if isinstance(fn, ControlPrimitive):
         return fn.k_of_graphs
-    return prims.imports_jaxpr(fn) or read_key(node) is not None or _sets_key(node) is not None
+    passes = read_key(node) is not None or _sets_key(node) is not None
+    passes = passes or _read_slice(node) is not None or isinstance(fn, prims.ReplaceFields)
+    return prims.imports_jaxpr(fn) or passes
 
 
 def _sets_key(node: Apply):
@@ -210,6 +215,43 @@ def _sets_key(node: Apply):
     if isinstance(key, Constant) and type(key.value) is str:
         return d, key.value, v
     return None
+
+
+def _read_slice(node: Apply):
+    """`(start, step)` for `x[start::step]` (any stop) with a constant start
+    >= 0 and step >= 1: its item `k` is item `start + k * step` of `x`."""
+    if not isinstance(_maker(node), prims.GetItem) or len(node.args) != 2:
+        return None
+    index = node.args[1]
+    if not (isinstance(index, Constant) and isinstance(index.value, slice)):
+        return None
+    start, step = index.value.start or 0, index.value.step or 1
+    if type(start) is int and type(step) is int and start >= 0 and step >= 1:
+        return start, step
+    return None
+
+
+def _of_slice(mask: Mask, start: int, step: int) -> Mask:
+    """The items of `x` that `mask` (of `x[start::step]`) reads; None (all)
+    where it reads one from the end (`[-1]`) or by another key."""
+    if mask is None or not all(type(k) is int and k >= 0 for k, _ in mask):
+        return None
+    return sorted_mask({start + k * step: sub for k, sub in mask})
+
+
+def _replaced(node: Apply, mask: Mask):
+    """`[(0, mask of x), (1, mask of values)]` for `x._replace(**fields)`
+    (`ReplaceFields`) read by field name only: the fields replaced come from
+    `values`, the others from `x`; else None."""
+    maker = _maker(node)
+    if not isinstance(maker, prims.ReplaceFields) or maker.grad or mask is None:
+        return None
+    names = maker.names
+    if not all(type(n) is str for n in names) or not all(isinstance(k, Field) for k, _ in mask):
+        return None
+    kept = tuple((k, sub) for k, sub in mask if k.name not in names)
+    given = {names.index(k.name): sub for k, sub in mask if k.name in names}
+    return [(0, kept), (1, sorted_mask(given))]
 
 
 def _whole(node: Apply, k: int) -> Mask:
@@ -230,12 +272,17 @@ def input_masks(
     keys = builder_keys(node) if mask is not None else None
     used = mask_of(node, mask) if keys is not None else None
     read, sets = read_key(node), _sets_key(node)
+    sliced, replaced = _read_slice(node), _replaced(node, mask)
     if used is not None:
         parts = [(keys[k][1], sub) for k, sub in used]
     elif read is not None:
         _, key, exact = read
         parts = [(0, item_of(key, mask if exact else None))]
         parts += [(k, None) for k in range(2, len(node.args))]
+    elif sliced is not None:
+        parts = [(0, _of_slice(mask, *sliced)), (1, None)]
+    elif replaced is not None:
+        parts = replaced
     elif sets is not None and mask is not None and all(type(k) is str for k, _ in mask):
         kept = tuple((k, sub) for k, sub in mask if k != sets[1])
         parts = [(0, kept), *((2, sub) for k, sub in mask if k == sets[1])]

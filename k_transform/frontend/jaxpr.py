@@ -36,7 +36,8 @@ Constants. `jit`/`pjit`/`closed_call`/`remat` and `custom_jvp_call`/
 `custom_jvp` function is differentiated through what it computes, except
 JAX's own ones whose rule differs from their steps' at special points
 (`xlogy`, `logaddexp`, `relu`, `sinc` at 0: `ops.special.CUSTOM_JVP`), which
-become the primitive a direct call maps to, whose rule is JAX's. The output
+become the primitive a direct call maps to, whose rule is JAX's (one per
+result: `sici`'s `Si` and `Ci`). The output
 is rebuilt as the function's tuple/list/dict structure. A float rebuilt
 from another float's bits (`bitcast_convert_type` there and back) is
 refused, not given the zero gradient integer arithmetic would give;
@@ -503,12 +504,12 @@ def _equation(graph: FuncGraph, eqn, args: list[Node], bits: set | None) -> list
         if name == "custom_jvp_call" and _custom_jvp_of(body) in ARITHMETIC_PRIMALS:
             ours = ARITHMETIC_PRIMALS[_custom_jvp_of(body)](eqn)
             return _inline(graph, ours.jaxpr, [Constant(c) for c in ours.consts], args, None)
-        ruled = _jax_rule_primitive(eqn, body) if name == "custom_jvp_call" else None
+        ruled = _jax_rule_primitives(eqn, body) if name == "custom_jvp_call" else None
         if ruled is not None:
-            takes_consts = getattr(ruled, "takes_consts", False)  # (`ops.linalg.Pinv`)
+            takes_consts = getattr(ruled[0], "takes_consts", False)  # (`ops.linalg.Pinv`)
             operands = args if takes_consts else args[eqn.params["num_consts"] :]
             debug = DebugInfo(name=name)
-            return [graph.apply(Constant(ruled, hint=ruled.name), *operands, debug=debug)]
+            return [graph.apply(Constant(p, hint=p.name), *operands, debug=debug) for p in ruled]
         if isinstance(body, jex_core.ClosedJaxpr):
             consts = [Constant(c, hint="c") for c in body.consts]
             return _inline(graph, body.jaxpr, consts, args, bits)
@@ -654,16 +655,20 @@ def _frexp_primal(eqn):
 ARITHMETIC_PRIMALS = {("jax/_src/numpy/ufuncs.py", "_frexp"): _frexp_primal}
 
 
-def _jax_rule_primitive(eqn, body):
-    """The primitive of ours whose rule is the custom_jvp rule of JAX's
+def _jax_rule_primitives(eqn, body) -> tuple | None:
+    """The primitives of ours whose rules are the custom_jvp rule of JAX's
     function `body` traces (`ops.special.CUSTOM_JVP`: `xlogy`, `logaddexp`,
-    `relu`, ...), for real floating results; else None (its body is read)."""
+    `relu`, ...), one per result (`sici`'s two: each its own node, so an
+    unread one gets no cotangent), for real floating results; else None (its
+    body is read)."""
     builder = CUSTOM_JVP.get(_custom_jvp_of(body))
-    if builder is None or len(eqn.outvars) != 1:
+    if builder is None:
         return None
-    if not jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating):
+    if not all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in eqn.outvars):
         return None
-    return builder(body)
+    ruled = builder(body)
+    ruled = (ruled,) if ruled is not None and not isinstance(ruled, tuple) else ruled
+    return ruled if ruled is not None and len(ruled) == len(eqn.outvars) else None
 
 
 def _custom_jvp_of(body) -> tuple:

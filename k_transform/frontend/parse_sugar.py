@@ -86,6 +86,38 @@ def cells_of(node: Node) -> Node:
     return node
 
 
+def static_keys(d: Node, depth: int = 0) -> tuple | None:
+    """The keys of the dict `d`, in order, where they are known while
+    parsing: a dict display of constant keys, `dict(k=v)`, a constant dict,
+    such a dict with `d[k] = v` at a constant key, or returned by a function
+    parsed already; else None."""
+    if isinstance(d, Constant):
+        return tuple(d.value) if isinstance(d.value, dict) else None
+    maker = maker_of(d)
+    if isinstance(maker, prims.MakeDict):
+        keys = d.args[0::2]
+        if all(isinstance(k, Constant) and _hashable(k.value) for k in keys):
+            return tuple(dict.fromkeys(k.value for k in keys))
+    elif isinstance(maker, prims.LibraryCall) and maker.fn is dict:
+        if len(maker.kwnames) == len(d.args):  # `dict(s=a, t=b)`
+            return tuple(maker.kwnames)
+    elif isinstance(maker, FuncGraph) and depth < 8 and maker.output is not None:
+        return static_keys(maker.output, depth + 1)  # `d = make(x)`, its result a display
+    elif isinstance(maker, prims.SetItem) and isinstance(d.args[1], Constant):
+        base, key = static_keys(d.args[0], depth), d.args[1].value
+        if base is not None and _hashable(key):
+            return base if key in base else (*base, key)
+    return None
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 class SugarBuilder:
     """The methods of `GraphBuilder` for the constructs in the module docstring."""
 
@@ -325,13 +357,24 @@ class SugarBuilder:
         return View(inner.length, item, inner.strict)
 
     def dict_view(self, it) -> View:
+        """`d.items()`, `d.keys()`, `d.values()`: item `i` read by its key;
+        the keys of a dict whose keys are known while parsing (`static_keys`)
+        are constants, so each item is a read at a constant key (which reads
+        no other item: `liveness`), the loop unrolled."""
         d = self.expr(it.func.value)
-        keys = self.apply(call_of(rt.dict_keys, "dict_keys"), d, node=it)
+        known = static_keys(d)
+        if known is not None:
+            keys = Constant(known, d.debug)
+        else:
+            keys = self.apply(call_of(rt.dict_keys, "dict_keys"), d, node=it)
         read_d, read_keys = self.hide(d), self.hide(keys)
         kind = it.func.attr
 
         def item(b, i):
-            key = b.apply(prims.GetItem(), read_keys(b), i, node=it)
+            if known is not None and isinstance(i, Constant):
+                key = Constant(known[i.value], keys.debug)
+            else:
+                key = b.apply(prims.GetItem(), read_keys(b), i, node=it)
             if kind == "keys":
                 return key
             value = b.apply(prims.GetItem(), read_d(b), key, node=it)

@@ -203,9 +203,9 @@ def d_acos(x, out):
     return -1.0 / jnp.sqrt(1.0 - x * x)
 
 
-@derivative("acosh")
+@derivative("acosh")  # JAX's x^2 - 1: (x - 1)(x + 1)'s slope at 1 is 0 * inf (NaN)
 def d_acosh(x, out):
-    return 1.0 / (jnp.sqrt(x - 1.0) * jnp.sqrt(x + 1.0))
+    return 1.0 / jnp.sqrt(x * x - 1.0)
 
 
 @derivative("atanh")
@@ -228,9 +228,9 @@ def d_one_minus_square(x, out):
     return -2.0 * x
 
 
-@derivative("cbrt")
+@derivative("cbrt")  # JAX's out^-2: out * out's slope at 0 is 0 * inf (NaN)
 def d_cbrt(x, out):
-    return 1.0 / (3.0 * out * out)
+    return out**-2.0 / 3.0
 
 
 @derivative("erfc")

@@ -18,10 +18,10 @@ JAX's too; where JAX's rule reads a value of its own that is off (`expn(n,
 
 One table, `CUSTOM_JVP`, keyed by (JAX source file, function name) as a
 jaxpr's `custom_jvp_call` names its body, gives the primitive a call
-becomes; `frontend.jaxpr` imports such a call as that primitive, so a
-function passed as a value (`activation=jax.nn.relu`) or reached inside a
-library call gets the same rule as a direct call, which the parser maps by
-`map_functions`.
+becomes (a tuple, one per result, for `sici`: `Si`, `Ci`); `frontend.jaxpr`
+imports such a call as that primitive, so a function passed as a value
+(`activation=jax.nn.relu`) or reached inside a library call gets the same
+rule as a direct call, which the parser maps by `map_functions`.
 
 `XLogY(x, y)`, `XLog1pY(x, y)`, `LogAddExp(x1, x2)`, `LogAddExp2(x1, x2)`
 broadcast; `Erfcx`, `ReLU6Jax`, `Logit`, `XLogX` (`entr`'s and `rel_entr`'s
@@ -31,7 +31,7 @@ has ties and overflows its steps' derivative turns into a halved or NaN
 gradient); `SincMaclaurin(k)(x)` is the k-th derivative of `sin(x) / x` at
 0, broadcast to x (`jnp.sinc`'s value at 0). `Expn(n, x)`, `ExpnExact(n, x)`,
 `Poch(z, m)`, `OwensT(h, a)`, `Hyp1F1(a, b, x)` and `Hyp2F1(a, b, c, x)`
-broadcast; `Dawsn`, `I0` are unary.
+broadcast; `Dawsn`, `I0`, `Si`, `Ci` are unary.
 """
 
 from __future__ import annotations
@@ -78,6 +78,20 @@ Poch = elementwise("Poch", jsp.poch, "jax.scipy.special.poch", 2, "`(z)_m`, 1 at
 OwensT = elementwise("OwensT", jsp.owens_t, "jax.scipy.special.owens_t", 2, "Owen's `T(h, a)`.")
 Dawsn = elementwise("Dawsn", jsp.dawsn, "jax.scipy.special.dawsn", doc="Dawson's `F(x)`.")
 I0 = elementwise("I0", jnp.i0, "jnp.i0", doc="`I_0(x)`, from `exp(|x|) * i0e(|x|)`.")
+
+
+def sine_integral(x):
+    """`Si(x)`, the first result of `jax.scipy.special.sici`."""
+    return jsp.sici(x)[0]
+
+
+def cosine_integral(x):
+    """`Ci(x)`, the second result of `jax.scipy.special.sici`."""
+    return jsp.sici(x)[1]
+
+
+Si = elementwise("Si", sine_integral, "sine_integral", doc="`Si(x)`, sici's first result.")
+Ci = elementwise("Ci", cosine_integral, "cosine_integral", doc="`Ci(x)`, sici's second result.")
 
 
 def expn_exact(n, x):
@@ -262,6 +276,13 @@ def bprop_owens_t(h, a, out, dout):
     return sum_to(dout * dh, h), sum_to(dout * da, a)
 
 
+# `sici`'s body selects a series, an asymptotic expansion and `log(|x|)` (NaN
+# slopes at 0 in the arms not taken); JAX's rule, one line per result, each
+# its own primitive: reading Si alone sends Ci's `cos(x) / x` (inf at 0) nothing
+unary(Si, lambda x, out: jnp.sinc(x / math.pi))
+unary(Ci, lambda x, out: jnp.cos(x) / x)
+
+
 # dawsn's body divides by x (NaN at 0); i0's, `exp(|x|) * i0e(|x|)`, has the
 # kink of `abs` at 0 (slope 1 there, JAX's 0). JAX's i0 rule is `where(x == 0,
 # 0, slope)`, its second derivative at 0 then 0; `i1` is that slope without the
@@ -338,6 +359,7 @@ CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "poch"): lambda body: Poch(),
     ("jax/_src/scipy/special.py", "_owens_t_impl"): lambda body: OwensT(),
     ("jax/_src/scipy/special.py", "_dawsn"): lambda body: Dawsn(),
+    ("jax/_src/scipy/special.py", "sici"): lambda body: (Si(), Ci()),
     ("jax/_src/numpy/lax_numpy.py", "_i0"): lambda body: I0(),
     ("jax/_src/nn/functions.py", "log1mexp"): lambda body: Log1mExp(),
     ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
