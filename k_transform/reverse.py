@@ -93,8 +93,10 @@ class GradOperation:
     argument is the output sensitivity, else ones like the output.
     `GradOperation(fn)(x)` is shorthand for `GradOperation()(fn)(x)`.
     As in MindSpore 2.x, `get_by_list` without weights means all trainable
-    Parameters, and a tuple or list argument is a constant left out of the
-    gradients unless passed as `kt.mutable(xs)` (`_drop_constants`).
+    Parameters (a function's: those it reads, and those of the Cells it is
+    given or gives a function), and a tuple or list argument is a constant
+    left out of the gradients unless passed as `kt.mutable(xs)`
+    (`_drop_constants`).
     """
 
     def __new__(cls, get_all=False, get_by_list=False, sens_param=False):
@@ -108,6 +110,7 @@ class GradOperation:
         self.get_all, self.get_by_list, self.sens_param = get_all, get_by_list, sens_param
 
     def __call__(self, fn, weights=None) -> GradFunction:
+        every = self.get_by_list and weights is None and not isinstance(fn, Cell)
         if self.get_by_list and weights is None:  # MindSpore: all trainable Parameters
             weights = _trainable_params(fn)
         params, single = as_weights(weights) if self.get_by_list else (None, False)
@@ -118,7 +121,9 @@ class GradOperation:
         target = target_of(fn, arity(fn)) if is_library(fn) else fn
         if inputs == "first" and _takes_no_inputs(target):
             inputs = "all"  # MindSpore: `()` for a network without inputs
-        spec = GradSpec(inputs, params, single, self.sens_param, integer_grads=True)
+        spec = GradSpec(
+            inputs, params, single, self.sens_param, integer_grads=True, all_trainable=every
+        )
         grad_fn = GradFunction(target, spec)
         grad_fn.constant_sequences = True
         return grad_fn
@@ -136,7 +141,22 @@ def _trainable_params(fn) -> list[Parameter]:
     weights differentiates, PYNATIVE mode)."""
     if isinstance(fn, Cell):
         return list(fn.trainable_params())
-    return [p for p in parameters_of(graph_of(fn)) if p.requires_grad]
+    graph = graph_of(fn)
+    found = {id(p): p for p in parameters_of(graph)}
+    # a Cell it gives a function (`loss(NET, x)`), which reads it when it runs
+    given = _given_params(_constant_arguments(graph), {}, tuple(found.values()))
+    return [p for p in [*found.values(), *given] if p.requires_grad]
+
+
+def _constant_arguments(root: FuncGraph) -> tuple:
+    """The constants the graphs reachable from `root` pass to calls."""
+    return tuple(
+        a.value
+        for graph in root.reachable()
+        for node in graph.nodes
+        for a in node.args
+        if isinstance(a, Constant)
+    )
 
 
 def _graph_inputs(inputs, signature):
@@ -476,6 +496,18 @@ class GradFunction(CompiledGraph):
         made.constant_sequences = self.constant_sequences  # GradOperation's
         return made
 
+    def _with_weights(self, more: tuple) -> GradFunction:
+        """This gradient (`all_trainable`) with the Parameters `more` added to its weights."""
+        made = self.__dict__.setdefault("_widened", {})
+        key = tuple(id(p) for p in more)
+        if key not in made or made[key][0] != more:
+            weights = (*self.spec.weights, *more)
+            spec = dataclasses.replace(self.spec, weights=weights, all_trainable=False)
+            grad_fn = GradFunction(self.fn, spec, self.jit, self.api)
+            grad_fn.constant_sequences = self.constant_sequences
+            made[key] = (more, grad_fn)
+        return made[key][1]
+
     def _per_arity(self, kwargs: dict) -> bool:
         """Whether this call goes to the per-arity gradient of a `*args`
         function (keywords keep the generic graph, where there is one)."""
@@ -490,6 +522,11 @@ class GradFunction(CompiledGraph):
         return self._arities[n]
 
     def __call__(self, *args, **kwargs):
+        if self.spec.all_trainable:
+            n = len(args) - self.spec.sens_param
+            given = _given_params(args[:n], kwargs, self.spec.weights)
+            if given:  # the trainable Parameters of the Cells it is given, too
+                return self._with_weights(given)(*args, **kwargs)
         if self._per_arity(kwargs):
             return self._for_arity(len(args) - self.spec.sens_param)(*args, **kwargs)
         if not self.constant_sequences:
@@ -503,6 +540,8 @@ class GradFunction(CompiledGraph):
         if self.spec.sens_param and not args:
             raise KTransformError("sens_param=True: pass the output sensitivity last")
         n_inputs = len(args) - self.spec.sens_param
+        if self.spec.weights:
+            _refuse_weights_given(self.spec.weights, args[:n_inputs], kwargs, self.fn)
         positions = _positions(self.spec.inputs, n_inputs)
         static = ()
         if self.api in MINDSPORE_APIS:
@@ -587,6 +626,46 @@ class GradFunction(CompiledGraph):
                 self.fn, spec, self.jit, bound=True, jit_host=self.jit_host
             )
         return CompiledGraph.__call__(self._by_keywords[key], *flat, *sens)
+
+
+def _given_params(args: tuple, kwargs: dict, weights: tuple) -> tuple:
+    """The trainable Parameters of the Cells among the arguments (in lists,
+    tuples and dicts too) that are not among `weights`, in order."""
+    known = {id(p) for p in weights}
+    found: dict[int, Parameter] = {}
+    todo = [*args, *kwargs.values()]
+    while todo:
+        value = todo.pop(0)
+        if isinstance(value, Cell):
+            found.update((id(p), p) for p in value.trainable_params() if id(p) not in known)
+        elif isinstance(value, (list, tuple)):
+            todo.extend(value)
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+    return tuple(found.values())
+
+
+def _refuse_weights_given(weights: tuple, args: tuple, kwargs: dict, fn) -> None:
+    """A Parameter among the weights given as an argument (or an item of
+    one): the program sees its value, an array, and the weights' gradients
+    (the env of the Parameters the function holds or reaches through a Cell
+    argument) would miss what flows through it: refused, never a zero. A
+    Cell argument's Parameters are its attributes, not leaves: they count."""
+    wanted = {id(p) for p in weights}
+    is_param = lambda v: isinstance(v, Parameter)  # noqa: E731
+    leaves = jax.tree_util.tree_flatten_with_path((args, kwargs), is_leaf=is_param)[0]
+    for path, leaf in leaves:
+        if is_param(leaf) and id(leaf) in wanted:
+            where = f"argument {path[1].idx}" if path[0].idx == 0 else f"keyword {path[1].key!r}"
+            inner = jax.tree_util.keystr(path[2:])
+            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            raise KTransformError(
+                f"{name}: the Parameter {leaf.name!r}, one of the weights, is given as "
+                f"{where}{f' (at {inner})' if inner else ''}, where the program sees only its "
+                "value: its gradient through the argument would be lost. Read it where the "
+                "function holds it (a global, a closure, an attribute of a Cell given as an "
+                "argument), or differentiate w.r.t. that argument (grad_position)"
+            )
 
 
 def _with_ids(result, spec: GradSpec, n: int, left_out: tuple = ()):

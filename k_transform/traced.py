@@ -87,6 +87,13 @@ class TracedCallK(LibraryK):
         return TracedCallK(self.call, order, self.debug, out_used, self.masks, active, self.active)
 
     def __call__(self, *args):
+        if _cell_method(self.call, args):
+            # `net.layer(x)`, `net.encode(x)` on a Cell the program was given:
+            # the attribute read and a call of its value, which parse it (the
+            # Cell's Parameters get their gradients; JAX's trace would hold
+            # their values as constants)
+            graph = _method_graph(self.call.method, len(args) - 1)
+            return _compiled_k(graph, self.order, self.masks)(*args)
         host = self.call.host or _host_receiver(self.call, args)
         # host code: run once where a derivative runs its loop iteration again
         if not host:
@@ -192,6 +199,9 @@ class DynamicCallK(DynamicK):
             # with `self` fixed, as where it is a constant; the gradient of
             # the Cell is the env of its Parameters' (`runtime.state.param_env`)
             return _compiled_k(parse(method, bound_self=fn), self.order, self.masks)(*args)
+        if _params_method(fn):  # `net.encode`, a method of such a Cell: the same
+            graph = parse(fn.__func__, bound_self=fn.__self__)
+            return _compiled_k(graph, self.order, self.masks)(*args)
         refuse_derivative_closures(hint, fn, self.debug)  # (its arguments: `TracedCallK`)
         call = prims.LibraryCall(fn, hint, (), effectful=user)
         with no_parameter_reads(hint) if user else contextlib.nullcontext():
@@ -416,6 +426,45 @@ def _without_env(k: FuncGraph, n_args: int) -> FuncGraph:
     back.output = back.apply(Constant(prims.MakeTuple()), *kept)
     graph.output = graph.apply(Constant(prims.MakeTuple()), result, Constant(back))
     return graph
+
+
+def _cell_method(call, args) -> bool:
+    """Whether `call` is a method call, without keywords, on an object that
+    holds Parameters (a Cell: `net.layer(x)`, `net.encode(x)`)."""
+    return (
+        type(call) is prims.MethodCall
+        and not call.kwnames
+        and bool(args)
+        and pytree_node(args[0]) is None
+        and holds_params(args[0])
+    )
+
+
+def _params_method(fn) -> bool:
+    """Whether `fn` is a user-written method bound to an object that holds
+    Parameters (`net.encode`, `net.construct`)."""
+    return (
+        isinstance(fn, types.MethodType)
+        and is_user_function(fn.__func__)
+        and not isinstance(fn.__self__, type)
+        and holds_params(fn.__self__)
+    )
+
+
+def _method_graph(method: str, n_args: int) -> FuncGraph:
+    """`(obj, *args) -> obj.<method>(*args)` as the attribute read (`GetAttr`,
+    whose rule gives `obj` the env of the Parameters the value reaches) and
+    a call of the value (`DynamicCallK`: a sub-Cell's `construct` or a
+    method, parsed with `self` fixed)."""
+    made = TRANSFORM.cache("traced.method_graphs")
+    if (method, n_args) not in made:
+        graph = FuncGraph(f"call_{method}")
+        params = [graph.add_parameter(n) for n in ["obj", *(f"x{k}" for k in range(n_args))]]
+        graph.param_names = [p.name for p in params]
+        bound = graph.apply(Constant(prims.GetAttr(method)), params[0])
+        graph.output = graph.apply(bound, *params[1:])
+        made[(method, n_args)] = graph
+    return made[(method, n_args)]
 
 
 def _host_receiver(call, args) -> bool:

@@ -51,7 +51,10 @@ class GradSpec:
     (MindSpore's `return_ids`). `scalar_output`: the output must be a
     scalar, as JAX's API requires (`kt.hessian`). `integer_grads`:
     integer array inputs get their gradient in their own dtype (MindSpore's
-    GradOperation), else zeros (JAX's float0 cotangent).
+    GradOperation), else zeros (JAX's float0 cotangent). `all_trainable`:
+    `weights` are the trainable Parameters the function reads (MindSpore's
+    `get_by_list` without weights); a call adds those of the Cells it is
+    given (`reverse.GradFunction`).
     """
 
     inputs: object = "first"
@@ -63,6 +66,7 @@ class GradSpec:
     integer_grads: bool = False
     return_ids: bool = False
     scalar_output: bool = False
+    all_trainable: bool = False
 
 
 def as_weights(weights) -> tuple[tuple | None, bool]:
@@ -111,10 +115,12 @@ def grad_graph(primal: FuncGraph, spec: GradSpec) -> FuncGraph:
     grads = b.call(bprop, dout)
     grads.tuple_arity = len(primal.parameters) + 1
     integers = structural.InputGrad(spec.integer_grads)
-    d_args = [
-        b.prim(integers, b.item(grads, k + 1, f"d_{x.name}"), x) for k, x in enumerate(inputs)
-    ]
-    result = _select(b, spec, b.item(grads, 0, "env"), d_args)
+    d_inputs = [b.item(grads, k + 1, f"d_{x.name}") for k, x in enumerate(inputs)]
+    d_args = [b.prim(integers, d, x) for d, x in zip(d_inputs, inputs, strict=True)]
+    env = b.item(grads, 0, "env")
+    if spec.weights:
+        env = _with_argument_params(b, env, inputs, d_inputs)
+    result = _select(b, spec, env, d_args)
     if spec.with_value:
         result = b.tuple(out, result)
     elif spec.has_aux:
@@ -135,6 +141,16 @@ def _wrt(spec: GradSpec, n: int) -> bool | tuple[bool, ...]:
     if spec.weights or not all(-n <= k < n for k in positions):
         return True  # (an index out of range is refused by `_select`)
     return tuple(k in {j % n for j in positions} for k in range(n))
+
+
+def _with_argument_params(b: Builder, env: Node, inputs: list, d_inputs: list) -> Node:
+    """`env` with the Parameter gradients of the inputs: a Cell (a Parameter,
+    a list, tuple or dict of them) given as an argument of the function
+    differentiated gets, as its gradient, the env of its Parameters'
+    (`runtime.state.param_env`; an array's adds nothing), which the weights
+    read as they read those of the Parameters the function holds."""
+    given = b.prim(structural.ParamEnv(), b.tuple(*inputs), b.tuple(*d_inputs))
+    return b.prim(structural.AddGrad(), env, given)
 
 
 def _select(b: Builder, spec: GradSpec, env: Node, d_args: list[Node]) -> Node:

@@ -106,3 +106,39 @@ def test_prod_hessian_with_zero_entries():
         return jnp.prod(x) + over_one + jnp.sum(jnp.prod(x, axis=(0, 2), keepdims=True) ** 2)
 
     _check_grad_and_hessian(f, PROD_POINTS)
+
+
+def _sinc_d1(x):
+    return jax.grad(jnp.sinc)(x)
+
+
+def _sinc_d3(x):
+    return jax.grad(jax.grad(jax.grad(jnp.sinc)))(x)
+
+
+def _sinc_by_vjp(x):
+    return jax.vjp(jnp.sinc, x)[1](jnp.ones_like(x))[0]
+
+
+def _sinc_by_jacfwd(x):
+    return jax.jacfwd(jnp.sinc)(x)
+
+
+@pytest.mark.parametrize("f", [_sinc_d1, _sinc_d3, _sinc_by_vjp, _sinc_by_jacfwd])
+def test_jax_derivatives_of_sinc_differentiated_at_zero(f):
+    """User code taking JAX's derivative of `jnp.sinc` holds its rule's
+    `_sinc_maclaurin(k, x)` for k = 1, 2, ...; each is `SincMaclaurin(k)`
+    (an odd k's read from its rule's trace), whose derivative is the next
+    term: `sinc''(0) = -pi**2 / 3` and `sinc''''(0) = pi**4 / 5`, where the
+    bodies (`x * 0`) gave 0. Oracle: JAX's own nesting, and the closed form."""
+    closed = np.pi**4 / 5 if f is _sinc_d3 else -(np.pi**2) / 3
+    _close(kt.grad(f)(0.0), closed)
+    # (_sinc_d3 takes seconds: JAX tracing its own third derivative, where
+    # `_sinc_maclaurin(3, x)` meets ours; the only way to an odd k above 1)
+    if f is not _sinc_d3:
+        _close(kt.grad(f)(0.4), jax.jit(jax.grad(f))(0.4))
+
+
+def test_our_third_derivative_of_a_jax_derivative_of_sinc():
+    f = kt.grad(kt.grad(kt.grad(_sinc_d1)))
+    _close(f(0.0), np.pi**4 / 5)

@@ -666,7 +666,7 @@ def _jax_rule_primitives(eqn, body) -> tuple | None:
         return None
     if not all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in eqn.outvars):
         return None
-    ruled = builder(body)
+    ruled = builder(eqn)
     ruled = (ruled,) if ruled is not None and not isinstance(ruled, tuple) else ruled
     return ruled if ruled is not None and len(ruled) == len(eqn.outvars) else None
 

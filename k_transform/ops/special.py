@@ -47,6 +47,7 @@ from jax.extend import core as jax_core
 
 from k_transform.bprop_registry.helpers import rule, unary
 from k_transform.bprop_registry.registry import bprop_getters
+from k_transform.errors import KTransformError
 from k_transform.ops.base import AttrPrimitive, JaxPrimitive, elementwise
 from k_transform.ops.linalg import Det, Pinv
 from k_transform.ops.mapping import map_functions
@@ -57,8 +58,12 @@ from k_transform.ops.structural import SumTo
 def sinc_maclaurin(x, k: int):
     """The k-th derivative of `sin(x) / x` at 0, shaped like x (JAX's
     `_sinc_maclaurin(k, x)`)."""
-    coefficient = 0.0 if k % 2 else (-1) ** (k // 2) / (k + 1)
-    return x * 0 + jnp.asarray(coefficient, jnp.result_type(x))
+    return x * 0 + jnp.asarray(sinc_maclaurin_coefficient(k), jnp.result_type(x))
+
+
+def sinc_maclaurin_coefficient(k: int) -> float:
+    """The k-th derivative of `sin(x) / x` at 0."""
+    return 0.0 if k % 2 else (-1) ** (k // 2) / (k + 1)
 
 
 XLogY = elementwise("XLogY", jsp.xlogy, "jax.scipy.special.xlogy", 2, "`x * log(y)`, 0 at x = 0.")
@@ -305,12 +310,61 @@ def get_bprop_sinc_maclaurin(self):
 
 
 # == a jaxpr's custom_jvp calls ===================================================
-def _sinc_maclaurin_call(body):
-    """`_sinc_maclaurin(k, x)` as `jnp.sinc` calls it: k = 0, whose body is
-    `x * 0 + 1`; another k, only JAX's own rule calls, keeps its body (None)."""
-    last = body.jaxpr.eqns[-1]
-    added = [v.val for v in last.invars if isinstance(v, jax_core.Literal)]
-    return SincMaclaurin(0) if last.primitive.name == "add" and added == [1.0] else None
+def _sinc_maclaurin_call(eqn):
+    """`_sinc_maclaurin(k, x)`: `SincMaclaurin(k)`. `jnp.sinc` calls it with
+    k = 0, JAX's own rule with k + 1 (in the jaxpr of `jax.grad(jnp.sinc)`
+    run by a user's code: k = 1, then 2, ..., one per derivative JAX took).
+    k is static, baked into the body: `x * 0 + c_k` for an even k (`c_k`
+    tells k), `x * 0` for every odd k, whose k is one less than that of the
+    call `_sinc_maclaurin(k + 1, x)` its rule makes (`_next_term`). A body
+    of another form (another JAX version's) is imported as it is (None)."""
+    body = _body(eqn)
+    k = _maclaurin_order(body)
+    eqns = body.jaxpr.eqns
+    if k is None and len(eqns) == 1 and _times_zero(eqns[0]):
+        after = _next_term(eqn)
+        k = None if after is None else _maclaurin_order(after)
+        if k is None:
+            raise KTransformError(
+                "cannot read the order of a jnp.sinc Maclaurin term (`_sinc_maclaurin`) in "
+                "this JAX version: its derivative at 0 would be lost"
+            )
+        k -= 1
+    return None if k is None else SincMaclaurin(k)
+
+
+def _literals(eqn) -> list[float]:
+    return [float(v.val) for v in eqn.invars if isinstance(v, jax_core.Literal)]
+
+
+def _times_zero(eqn) -> bool:
+    """Whether `eqn` is `x * 0` (`_sinc_maclaurin`'s body for an odd k)."""
+    return eqn.primitive.name == "mul" and _literals(eqn) == [0.0]
+
+
+def _maclaurin_order(body) -> int | None:
+    """The even k of a `_sinc_maclaurin(k, x)` body `x * 0 + c_k`, else None."""
+    eqns = body.jaxpr.eqns
+    if len(eqns) != 2 or not _times_zero(eqns[0]):
+        return None
+    added = _literals(eqns[1])
+    if eqns[1].primitive.name != "add" or len(added) != 1 or added[0] == 0.0:
+        return None
+    k = round(1.0 / abs(added[0])) - 1
+    exact = math.isclose(sinc_maclaurin_coefficient(k), added[0], rel_tol=1e-6)
+    return k if k % 2 == 0 and exact else None
+
+
+def _next_term(eqn):
+    """The body of the call `_sinc_maclaurin(k + 1, x)` that the rule of the
+    call `eqn` makes (`_sinc_maclaurin(k, x), _sinc_maclaurin(k + 1, x) * t`,
+    read from its trace: traced, not differentiated), or None."""
+    zeros = [False] * (len(eqn.invars) - eqn.params["num_consts"])  # (no symbolic zeros)
+    fun = eqn.params.get("jvp_jaxpr_fun")  # (older JAX: a `jvp_jaxpr_thunk`)
+    traced = fun.call_wrapped(*zeros) if fun is not None else eqn.params["jvp_jaxpr_thunk"](*zeros)
+    rule = getattr(traced[0], "jaxpr", traced[0])
+    calls = [e for e in rule.eqns if e.primitive.name == "custom_jvp_call"]
+    return calls[1].params["call_jaxpr"] if len(calls) == 2 else None
 
 
 def _calls(jaxpr, name: str) -> bool:
@@ -324,9 +378,15 @@ def _calls(jaxpr, name: str) -> bool:
     return False
 
 
-def _expn_call(body):
+def _body(eqn):
+    """The body of a jaxpr's `custom_jvp_call` (a ClosedJaxpr)."""
+    return eqn.params["call_jaxpr"]
+
+
+def _expn_call(eqn):
     """`expn(n, x)` given `n`, or with a Python int `n` JAX baked into the
     body (a literal first operand of its `jit`); else None (its body)."""
+    body = _body(eqn)
     if len(body.jaxpr.invars) == 2:
         return Expn()
     first = body.jaxpr.eqns[0].invars[0] if body.jaxpr.eqns else None
@@ -335,38 +395,39 @@ def _expn_call(body):
     return None
 
 
-def _pinv_call(body):
+def _pinv_call(eqn):
     """`jnp.linalg.pinv`'s `_pinv`: `hermitian` is static, so not a parameter
     of the call, but its body then decomposes with `eigh` (else `svd`)."""
+    body = _body(eqn)
     return Pinv(body, hermitian=_calls(body.jaxpr, "eigh"))
 
 
-# (JAX source file, function name) of a custom_jvp function -> builder(body, a
-# ClosedJaxpr) of the primitive a call of it becomes (None: its body is
-# imported); the primitive takes the call's operands after its constants, or
+# (JAX source file, function name) of a custom_jvp function -> builder(eqn, the
+# jaxpr's `custom_jvp_call`) of the primitive a call of it becomes (None: its
+# body is imported); the primitive takes the call's operands after its constants, or
 # all of them when it `takes_consts`
 CUSTOM_JVP = {
-    ("jax/_src/scipy/special.py", "xlogy"): lambda body: XLogY(),
-    ("jax/_src/scipy/special.py", "xlog1py"): lambda body: XLog1pY(),
-    ("jax/_src/scipy/special.py", "_erfcx"): lambda body: Erfcx(),
-    ("jax/_src/scipy/special.py", "logit"): lambda body: Logit(),
-    ("jax/_src/scipy/special.py", "_xlogx"): lambda body: XLogX(),
-    ("jax/_src/scipy/special.py", "log_ndtr"): LogNdtr,
+    ("jax/_src/scipy/special.py", "xlogy"): lambda eqn: XLogY(),
+    ("jax/_src/scipy/special.py", "xlog1py"): lambda eqn: XLog1pY(),
+    ("jax/_src/scipy/special.py", "_erfcx"): lambda eqn: Erfcx(),
+    ("jax/_src/scipy/special.py", "logit"): lambda eqn: Logit(),
+    ("jax/_src/scipy/special.py", "_xlogx"): lambda eqn: XLogX(),
+    ("jax/_src/scipy/special.py", "log_ndtr"): lambda eqn: LogNdtr(_body(eqn)),
     ("jax/_src/scipy/special.py", "expn"): _expn_call,
-    ("jax/_src/scipy/special.py", "expi"): lambda body: Expi(),
-    ("jax/_src/scipy/special.py", "hyp1f1"): lambda body: Hyp1F1(),
-    ("jax/_src/scipy/special.py", "hyp2f1"): lambda body: Hyp2F1(),
-    ("jax/_src/scipy/special.py", "poch"): lambda body: Poch(),
-    ("jax/_src/scipy/special.py", "_owens_t_impl"): lambda body: OwensT(),
-    ("jax/_src/scipy/special.py", "_dawsn"): lambda body: Dawsn(),
-    ("jax/_src/scipy/special.py", "sici"): lambda body: (Si(), Ci()),
-    ("jax/_src/numpy/lax_numpy.py", "_i0"): lambda body: I0(),
-    ("jax/_src/nn/functions.py", "log1mexp"): lambda body: Log1mExp(),
-    ("jax/_src/lax/other.py", "logaddexp"): lambda body: LogAddExp(),
-    ("jax/_src/lax/other.py", "logaddexp2"): lambda body: LogAddExp2(),
-    ("jax/_src/nn/functions.py", "relu"): lambda body: ReLU(),
-    ("jax/_src/nn/functions.py", "relu6"): lambda body: ReLU6Jax(),
+    ("jax/_src/scipy/special.py", "expi"): lambda eqn: Expi(),
+    ("jax/_src/scipy/special.py", "hyp1f1"): lambda eqn: Hyp1F1(),
+    ("jax/_src/scipy/special.py", "hyp2f1"): lambda eqn: Hyp2F1(),
+    ("jax/_src/scipy/special.py", "poch"): lambda eqn: Poch(),
+    ("jax/_src/scipy/special.py", "_owens_t_impl"): lambda eqn: OwensT(),
+    ("jax/_src/scipy/special.py", "_dawsn"): lambda eqn: Dawsn(),
+    ("jax/_src/scipy/special.py", "sici"): lambda eqn: (Si(), Ci()),
+    ("jax/_src/numpy/lax_numpy.py", "_i0"): lambda eqn: I0(),
+    ("jax/_src/nn/functions.py", "log1mexp"): lambda eqn: Log1mExp(),
+    ("jax/_src/lax/other.py", "logaddexp"): lambda eqn: LogAddExp(),
+    ("jax/_src/lax/other.py", "logaddexp2"): lambda eqn: LogAddExp2(),
+    ("jax/_src/nn/functions.py", "relu"): lambda eqn: ReLU(),
+    ("jax/_src/nn/functions.py", "relu6"): lambda eqn: ReLU6Jax(),
     ("jax/_src/numpy/ufuncs.py", "_sinc_maclaurin"): _sinc_maclaurin_call,
-    ("jax/_src/numpy/linalg.py", "_det"): lambda body: Det(),
+    ("jax/_src/numpy/linalg.py", "_det"): lambda eqn: Det(),
     ("jax/_src/numpy/linalg.py", "_pinv"): _pinv_call,
 }
