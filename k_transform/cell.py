@@ -61,11 +61,15 @@ class Parameter:
         (possibly traced) value it was called with, else `data`."""
         return rt.read_param(self)
 
+    # NumPy defers to it as to a JAX array: `np.float64(2) * p` is `p.__rmul__`
+    __array_priority__ = 100
+    __hash__ = object.__hash__  # (`__eq__` is elementwise, as an array's)
+
     def __jax_array__(self):
         return self.value()
 
     def __array__(self, dtype=None, copy=None):
-        return np.asarray(self._data, dtype=dtype)
+        return np.asarray(self.value(), dtype=dtype)
 
     def __getattr__(self, name):
         if name.startswith("__") or name == "_data":
@@ -75,8 +79,28 @@ class Parameter:
     def __getitem__(self, index):
         return self.value()[index]
 
+    def __iter__(self):
+        return iter(self.value())
+
     def __len__(self):
         return len(self._data)
+
+    # The value's truth and number, as an array's (`if self.flag:`): parsed,
+    # read where the line runs (`frontend.control_flow.known_truth`)
+    def __bool__(self):
+        return bool(self.value())
+
+    def __float__(self):
+        return float(self.value())
+
+    def __int__(self):
+        return int(self.value())
+
+    def __index__(self):
+        return operator.index(self.value())
+
+    def __complex__(self):
+        return complex(self.value())
 
     def __repr__(self) -> str:
         shape, dtype = tuple(self._data.shape), self._data.dtype
@@ -100,6 +124,11 @@ for _name, _op in [
     ("mod", operator.mod),
     ("pow", operator.pow),
     ("matmul", operator.matmul),
+    ("and", operator.and_),
+    ("or", operator.or_),
+    ("xor", operator.xor),
+    ("lshift", operator.lshift),
+    ("rshift", operator.rshift),
 ]:
     setattr(Parameter, f"__{_name}__", _delegate(_op))
     setattr(Parameter, f"__r{_name}__", _rdelegate(_op))
@@ -111,6 +140,9 @@ for _name, _op in [
     ("le", operator.le),
     ("gt", operator.gt),
     ("ge", operator.ge),
+    ("eq", operator.eq),
+    ("ne", operator.ne),
+    ("invert", operator.invert),
 ]:
     setattr(Parameter, f"__{_name}__", _delegate(_op))
 
@@ -218,13 +250,6 @@ class Cell:
         for p in self.get_parameters():
             yield p, "requires_grad"
 
-    # Called by a Cell's method (an L2 penalty over them): read while parsing,
-    # the graph guarded by what it read (`frontend.guards`).
-    for _listing in (get_parameters, trainable_params, untrainable_params):
-        _listing.__kt_static__ = True
-        _listing.__kt_reads__ = _structure_reads
-    del _listing
-
     def cells(self) -> list[Cell]:
         return list(self.__dict__.get("_cells", {}).values())
 
@@ -245,6 +270,24 @@ class Cell:
             yield name, cell
             children = cell.__dict__.get("_cells", {}).items()
             stack.extend(reversed([(f"{name}.{n}" if name else n, c) for n, c in children]))
+
+    # Called by a Cell's method (an L2 penalty over them, a loop over the
+    # sub-Cells): read while parsing, so that each Parameter and sub-Cell is
+    # the constant the program reads and differentiates (run as Python, they
+    # would be values with no gradient); the graph is guarded by what it read
+    # (`frontend.guards`). A generator's items are read as a tuple.
+    for _listing in (
+        get_parameters,
+        trainable_params,
+        untrainable_params,
+        parameters_and_names,
+        cells,
+        name_cells,
+        cells_and_names,
+    ):
+        _listing.__kt_static__ = True
+        _listing.__kt_reads__ = _structure_reads
+    del _listing
 
     def set_train(self, mode: bool = True) -> Cell:
         object.__setattr__(self, "training", mode)

@@ -434,6 +434,7 @@ CASES = [
     case(ops.UnstackLike(1), lambda g, a, b: UNSTACK_LIKE(g, Pair(a, b)), (2, 2, 3), (2, 3), (2, 3), args=lambda g, a, b: (g, Pair(a, b))),  # noqa: E501
     # -- more elementwise, scans, statistics --
     case(ops.Atan2(), lambda y, x: jnp.arctan2(y, x), (2, 3), (3,)),
+    case(ops.Fmod(), lambda x, y: jnp.fmod(x, y), (2, 3), Arr((3,), P)),  # x of both signs
     case(ops.Tril(), lambda x: jnp.tril(x), (3, 3)),
     case(ops.Triu(1), lambda x: np.triu(x, 1), (2, 3, 3)),
     case(ops.Var(), lambda x: jnp.var(x, axis=1), (3, 4), args=lambda x: (x, 1)),

@@ -55,10 +55,19 @@ def graph_of(fn) -> FuncGraph | None:
 _COMMENT = re.compile(r"\s*# (?:grad of )?line (\d+): (.*)")
 
 
+def _is_line_of(file: str, line: int, text: str) -> bool:
+    """Whether `text` (a comment's, maybe cut short) is `file`'s line `line`;
+    true where the file cannot be read."""
+    source = linecache.getline(file, line).strip()
+    return not source or source.startswith(text.strip().removesuffix("...").rstrip())
+
+
 def user_line(exc: BaseException, fn) -> str | None:
     """Where in the user's code the innermost generated line that `exc`
     passed through came from (`fn`: a `compile_graph` function): "File
-    ..., line N" and the line, from the `# line N` comment above it."""
+    ..., line N" and the line, from the nearest `# line N` comment above it
+    that is that file's line N (one from a gradient rule inlined there names
+    a line of the rule's file: passed over)."""
     frame = None
     tb = exc.__traceback__
     while tb is not None:
@@ -69,9 +78,9 @@ def user_line(exc: BaseException, fn) -> str | None:
     if frame is None or frame.tb_frame.f_code.co_name not in files:
         return None
     lines = linecache.getlines(frame.tb_frame.f_code.co_filename)
+    file = files[frame.tb_frame.f_code.co_name]
     for text in reversed(lines[: frame.tb_lineno]):
         match = _COMMENT.match(text)
-        if match:
-            file = files[frame.tb_frame.f_code.co_name]
+        if match and _is_line_of(file, int(match[1]), match[2]):
             return f'File "{file}", line {match[1]}\n    {match[2]}'
     return None

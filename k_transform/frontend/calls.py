@@ -397,6 +397,8 @@ class CallBuilder:
                 self.fp.guards.read_attribute(owner, name)
             if all(isinstance(a, Constant) for a in [*args, *kwargs.values()]):
                 result = value(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+                if isinstance(result, types.GeneratorType):  # (`cell.cells_and_names()`)
+                    result = tuple(result)
                 return Constant(result, self.debug(e), callee.hint)
             raise self.fp.unsupported(f"{callee.hint}(...) given values known only at run time", e)
         lower = kt_attribute(value, "__kt_lower__", None)

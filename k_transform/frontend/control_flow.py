@@ -28,6 +28,7 @@ from k_transform.frontend.desugar import assigned_names, exposed_names, loaded_n
 from k_transform.frontend.parse_sugar import View, cells_of
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ops import python as prims
+from k_transform.protocol import kt_attribute
 
 
 class ControlFlowBuilder:
@@ -35,14 +36,10 @@ class ControlFlowBuilder:
 
     def stmt_If(self, s) -> None:
         cond = self.expr(s.test)
-        if isinstance(cond, Constant) and not isinstance(cond.value, FuncGraph):
-            try:
-                taken = bool(cond.value)
-            except Exception:  # an array constant: decided at run time
-                taken = None
-            if taken is not None:  # a static `if` (a flag, an attribute): only one branch
-                self.block(s.body if taken else s.orelse)
-                return
+        taken = known_truth(cond)
+        if taken is not None:  # a static `if` (a flag, an attribute): only one branch
+            self.block(s.body if taken else s.orelse)
+            return
         tail = _returns_on_every_path(s)
         outputs = [] if tail else self.live_outputs(s, [*s.body, *s.orelse])
         branches = [self.subgraph("if", s, "true"), self.subgraph("if", s, "false")]
@@ -294,3 +291,20 @@ def _returns_on_every_path(s) -> bool:
         return isinstance(last, gast.If) and ends(last.body) and ends(last.orelse)
 
     return ends(s.body) and ends(s.orelse)
+
+
+def known_truth(node: Node) -> bool | None:
+    """`bool(node)` where it is known while parsing (a flag, an attribute, a
+    constant array), else None: decided where the program runs. A
+    `kt.Parameter`'s truth is its value's when the line runs (`if self.flag:`
+    after `set_data`), never the value it held while parsing."""
+    if not isinstance(node, Constant):
+        return None
+    if isinstance(node.value, FuncGraph):
+        return True  # a function
+    if kt_attribute(node.value, "__kt_parameter__", False):
+        return None
+    try:
+        return bool(node.value)
+    except Exception:  # noqa: BLE001 - an array of several elements: decided at run time
+        return None

@@ -25,7 +25,7 @@ from k_transform.control import prims as control
 from k_transform.errors import KTransformError
 from k_transform.frontend import guards
 from k_transform.frontend.closures import ClosureSite, is_maker
-from k_transform.frontend.control_flow import close_graphs
+from k_transform.frontend.control_flow import close_graphs, known_truth
 from k_transform.ir.nodes import Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.mapping import adapt_attribute
@@ -84,8 +84,9 @@ class ExpressionBuilder:
         return result
 
     def short_circuit(self, left: Node, right_expr, is_and: bool, e) -> Node:
-        if isinstance(left, Constant):
-            keep_left = (not left.value) if is_and else bool(left.value)
+        truth = known_truth(left)
+        if truth is not None:
+            keep_left = (not truth) if is_and else truth
             return left if keep_left else self.expr(right_expr)
         evaluate = self.subgraph("bool", e, "rhs")
         evaluate.graph.add_parameter("left")
@@ -135,8 +136,9 @@ class ExpressionBuilder:
 
     def expr_IfExp(self, e) -> Node:
         cond = self.expr(e.test)
-        if isinstance(cond, Constant):
-            return self.expr(e.body if cond.value else e.orelse)
+        truth = known_truth(cond)
+        if truth is not None:
+            return self.expr(e.body if truth else e.orelse)
         branches = [self.subgraph("ifexp", e, "true"), self.subgraph("ifexp", e, "false")]
         for builder, part in zip(branches, (e.body, e.orelse), strict=True):
             builder.graph.output = builder.expr(part)
@@ -229,16 +231,23 @@ class ExpressionBuilder:
         value = self.expr(e.value)
         if isinstance(value, Constant):
             return self.attribute_of(value, e.attr, e)
-        adapted = adapt_attribute(e.attr, value)
+        return self.value_attribute(value, e.attr, e)
+
+    def value_attribute(self, value: Node, name: str, e) -> Node:
+        """`value.name` read where the line runs (`x.T`, `x.shape`, `x.at`)."""
+        adapted = adapt_attribute(name, value)
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
-        return self.apply(prims.GetAttr(e.attr), value, node=e)
+        return self.apply(prims.GetAttr(name), value, node=e)
 
     def attribute_of(self, value: Constant, name: str, e, default: Node | None = None) -> Node:
         """`value.name` for a constant `value` (a module, a Cell, an object);
         with a `default`, `getattr(value, name, default)`."""
         if isinstance(value.value, FuncGraph):
             raise self.fp.unsupported("attributes of a function", e)
+        if _value_attribute(value.value, name):
+            # MindSpore's `p.data` is the Parameter itself: its value, read when run
+            return value if name == "data" else self.value_attribute(value, name, e)
         hint = f"{value.hint}.{name}" if value.hint else name
         getter = guards.property_getter(value.value, name)
         if getter is not None and self._getter_called(getter, value.value):
@@ -375,3 +384,15 @@ def _known_items(mapping: Node) -> list[Node] | None:
 
 def _is_parameter(value) -> bool:
     return kt_attribute(value, "__kt_parameter__", False)
+
+
+def _value_attribute(value, name: str) -> bool:
+    """`p.name` of a `kt.Parameter` `p` that reads its value (`p.T`, `p.at`,
+    `p.real`, `p.shape`; `p.data`, which MindSpore's Parameter is itself):
+    read where the line runs, as of an array argument, so it has a gradient
+    and sees `set_data`, never the value the Parameter held while parsing.
+    Its own attributes (`name`, `requires_grad`, `set_data`) stay constants."""
+    if not (_is_parameter(value) and hasattr(type(value), "__getattr__")):
+        return False
+    own = hasattr(type(value), name) or name in getattr(value, "__dict__", {})
+    return name == "data" or not own

@@ -235,6 +235,14 @@ def remainder(input, other):  # noqa: A002
     return jnp.remainder(input, other)
 
 
+def floor_mod(input, other):  # noqa: A002 - the remainder with the divisor's sign
+    return jnp.remainder(input, other)
+
+
+def fmod(input, other):  # noqa: A002 - the remainder with the dividend's sign (C's)
+    return jnp.fmod(input, other)
+
+
 def round(input, *, decimals=0):  # noqa: A001, A002 - MindSpore's name: half to even
     return jnp.round(input, decimals)
 

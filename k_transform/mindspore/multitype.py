@@ -373,7 +373,13 @@ class HyperMap:
                     e,
                 )
         value = fn.value if isinstance(fn, Constant) else fn
-        model = _map_model(value, len(bound), len(seqs), self.nested)
+        if isinstance(value, FuncGraph) and value.parent is not None:
+            # a closure of the caller (`lambda w: w * x`, x a local): a value the
+            # mapping function is given, as it cannot read the caller's scope
+            model = _map_model(None, len(bound), len(seqs), self.nested)
+            bound = [fn, *bound]
+        else:
+            model = _map_model(value, len(bound), len(seqs), self.nested)
         return builder.call(builder.fp.value_node(model, name, e), [*bound, *seqs], {}, e)
 
 
@@ -458,21 +464,23 @@ def _check_lengths(seqs: list) -> None:
 
 def _map_model(fn, n_bound: int, n_seqs: int, nested: bool):
     """The Python function `HyperMap(fn)` (`nested`) or `Map(fn)` means for
-    `n_bound` bound values and `n_seqs` sequences, parsed where it is called."""
+    `n_bound` bound values and `n_seqs` sequences, parsed where it is called;
+    for `fn` None, one that takes the function as its first argument `fn`."""
     table = TRANSFORM.cache("mindspore.multitype.maps")
     key = (id(fn), n_bound, n_seqs, nested)
     if key in table and table[key][0] is fn:
         return table[key][1]
+    given = ["fn"] if fn is None else []
     bound = [f"b{k}" for k in range(n_bound)]
     seqs = [f"a{k}" for k in range(n_seqs)]
     name = "hyper_map" if nested else "map"
-    params = ", ".join([*bound, *seqs])
+    args = ", ".join([*bound, *seqs])
     row = ", ".join([*bound, *(f"{s}[i]" for s in seqs)])
-    each = f"{name}({row})" if nested else f"fn({row})"
+    each = f"{name}({', '.join([*given, row])})" if nested else f"fn({row})"
     same = " and ".join(f"isinstance({s}, (tuple, list)) and len({s}) == len(a0)" for s in seqs)
-    lines = [f"def {name}({params}):"]
+    lines = [f"def {name}({', '.join([*given, args])}):"]
     if nested:
-        lines += ["    if not isinstance(a0, (tuple, list)):", f"        return fn({params})"]
+        lines += ["    if not isinstance(a0, (tuple, list)):", f"        return fn({args})"]
     lines += [
         f"    if not ({same}):",
         f"        raise ValueError({_LENGTHS!r})",
@@ -483,7 +491,9 @@ def _map_model(fn, n_bound: int, n_seqs: int, nested: bool):
         "        return out",
         "    return tuple(out)",
     ]
-    model = _define(name, "\n".join(lines) + "\n", {"fn": fn}, f"HyperMap of {fn!r}")
+    scope = {} if fn is None else {"fn": fn}
+    what = "HyperMap of a closure" if fn is None else f"HyperMap of {fn!r}"
+    model = _define(name, "\n".join(lines) + "\n", scope, what)
     table[key] = (fn, model)
     return model
 

@@ -94,6 +94,8 @@ OPERATIONS = pick(
     "Shape Sigmoid Sign Sin Sinh Size Softmax Softplus Sqrt Square Squeeze Stack StopGradient "
     "Sub Tan Tanh TensorAdd Transpose Tril Triu Unstack ZerosLike",
 )
+OPERATIONS["Mod"] = ops.Fmod  # MindSpore's `Mod` truncates (C's fmod); `FloorMod` is `%`
+OPERATIONS["FloorMod"] = ops.Mod
 OPERATIONS["Cast"] = ops.MsCast  # MindSpore's gradient: through a cast to an integer too
 OPERATIONS["GeLU"] = ops.Gelu  # MindSpore's current name of `Gelu` (tanh approximation)
 OPERATIONS.update(pick(loops, "ForiLoop WhileLoop Scan"))  # MindSpore's loops, as Python loops
@@ -157,7 +159,7 @@ COMPOSED = pick(
     "ones zeros full full_like fill eye arange linspace "
     "cat flatten split chunk unbind unsqueeze permute swapaxes flip narrow ravel roll "
     "repeat_interleave index_select gather_elements masked_fill one_hot pad "
-    "subtract multiply divide true_divide negative floor_divide remainder round "
+    "subtract multiply divide true_divide negative floor_divide remainder floor_mod fmod round "
     "lt gt le ge eq ne isnan isinf isfinite logical_and logical_or logical_not depend "
     "relu6 hardswish hardsigmoid leaky_relu elu selu silu gelu softplus mish logsigmoid softsign "
     "max min std var norm cumprod all any topk sort argsort "

@@ -27,7 +27,7 @@ from k_transform.cell import Cell, ParameterTuple
 from k_transform.errors import KTransformError
 from k_transform.forward_api import jvp
 from k_transform.ir.primitive import Primitive
-from k_transform.reverse import value_and_grad, vjp
+from k_transform.reverse import GradOperation, value_and_grad, vjp
 
 WORLD_GROUPS = ("hccl_world_group", "nccl_world_group", "mccl_world_group")
 
@@ -151,6 +151,9 @@ class TrainOneStepCell(Cell):
         self.return_grad = return_grad
         object.__setattr__(self, "weights", ParameterTuple(optimizer.parameters))
         object.__setattr__(self, "grad_fn", value_and_grad(network, None, self.weights))
+        # MindSpore's, which subclasses' `construct` use: `self.grad(self.network,
+        # weights)(*inputs, sens)` and `self.grad_reducer(grads)`
+        object.__setattr__(self, "grad", GradOperation(get_by_list=True, sens_param=True))
         self.weights_name = tuple(p.name for p in optimizer.parameters)
         self.reducer_flag = data_parallel.on
         if self.reducer_flag and data_parallel.degree not in (None, jax.process_count()):
@@ -163,6 +166,8 @@ class TrainOneStepCell(Cell):
             self.grad_reducer = DistributedGradReducer(
                 self.weights, data_parallel.mean, data_parallel.degree
             )
+        else:
+            object.__setattr__(self, "grad_reducer", _identity)  # MindSpore's F.identity
 
     def construct(self, *inputs):
         loss, grads = self.grad_fn(*inputs)
@@ -177,6 +182,10 @@ class TrainOneStepCell(Cell):
                 by_name[self.weights_name[k]] = grads[k]
             return loss, by_name
         return loss
+
+
+def _identity(grads):
+    return grads
 
 
 def _check_inputs(name: str, args: tuple) -> None:

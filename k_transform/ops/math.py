@@ -3,9 +3,9 @@ that map onto them (`jnp.sin`, `np.sin`, `math.sin`, `jax.nn.sigmoid`, ...).
 
 Unary functions take one array; `Maximum`, `Minimum` broadcast two;
 `Select(c, x, y)` is `jnp.where(c, x, y)`; `Clip(x, lo, hi)` takes None for
-a missing bound; `Atan2(y, x)` is `jnp.arctan2`; `Tril(k)` / `Triu(k)` keep
-the lower / upper triangle of the last two axes. `math.floor`/`math.ceil`
-are not mapped: they return ints.
+a missing bound; `Atan2(y, x)` is `jnp.arctan2`; `Fmod(x, y)` is `jnp.fmod`
+(MindSpore's `Mod`); `Tril(k)` / `Triu(k)` keep the lower / upper triangle of
+the last two axes. `math.floor`/`math.ceil` are not mapped: they return ints.
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ def imag_grad(x, dout):
 
 ImagGrad = elementwise("ImagGrad", imag_grad, "imag_grad", 2, "`imag_grad(x, dout)`.")
 Atan2 = elementwise("Atan2", jnp.arctan2, "jnp.arctan2", 2, "`jnp.arctan2(y, x)`.")
+Fmod = elementwise(
+    "Fmod", jnp.fmod, "jnp.fmod", 2, "`jnp.fmod(x, y)`: C's remainder (MindSpore's `ops.Mod`)."
+)
 
 
 class Tril(JaxPrimitive):
@@ -129,6 +132,7 @@ map_functions(
         Maximum: (jnp.maximum, np.maximum),
         Minimum: (jnp.minimum, np.minimum),
         Atan2: (jnp.arctan2, np.arctan2, math.atan2),
+        Fmod: (jnp.fmod, np.fmod, math.fmod),
     },
     n=2,
 )
@@ -297,6 +301,12 @@ rule(ClipJax)(_clip_bprop(0.5))
 def bprop_atan2(y, x, out, dout):
     scale = dout / (x * x + y * y)
     return sum_to(scale * x, y), sum_to(-scale * y, x)
+
+
+@rule(Fmod)
+def bprop_fmod(x, y, out, dout):
+    q = x / y  # fmod(x, y) = x - trunc(x / y) * y
+    return sum_to(dout, x), sum_to(-dout * (jnp.sign(q) * jnp.floor(jnp.abs(q))), y)
 
 
 @bprop_getters.register(Tril)

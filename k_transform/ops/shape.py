@@ -390,6 +390,11 @@ def _transpose_attribute(call):
     return Transpose(), [call.args[0], NONE]
 
 
+@register_attribute("mT")
+def _matrix_transpose_attribute(call):  # the last two axes swapped
+    return SwapAxes(), [call.args[0], Constant(-2), Constant(-1)]
+
+
 @register_function(jnp.tile, np.tile)
 def _tile(call):
     if not call.names_ok(("A", "reps"), 2):
@@ -484,10 +489,11 @@ def bprop_cast(x, dtype, out, dout):
     # piecewise constant (zero derivative), and an integer input has none.
     # Zeros, not None: the test is on dtypes, so it runs with the rule, and a
     # None returned there would reach the rules before it as their `dout`.
-    if jnp.issubdtype(jnp.result_type(x), jnp.inexact) and jnp.issubdtype(
-        jnp.result_type(out), jnp.inexact
-    ):
-        return _to_dtype_of(x, dout), None
+    # A list `x` (`Tensor([2, 0], ms.int32)`, `jnp.asarray([a, b])`) has its
+    # items' dtype; its gradient is an array, read item by item by the list's rule.
+    dtype_x = jnp.result_type(jnp.asarray(x))
+    if jnp.issubdtype(dtype_x, jnp.inexact) and jnp.issubdtype(jnp.result_type(out), jnp.inexact):
+        return _to_dtype_of(jnp.asarray(x), dout), None
     return jnp.zeros_like(x), None
 
 
