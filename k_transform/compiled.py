@@ -293,14 +293,24 @@ def _static_needed(exc: Exception, run) -> KTransformError | None:
     Python number (a slice bound, a shape: `x[k:]` with `k = int(alpha * n)`
     and `alpha` an argument, which the jit traces) as a KTransformError
     naming the user's line, as jax.jit's ConcretizationTypeError does."""
-    if not isinstance(exc, (IndexError, TypeError)) or not any(
-        m in str(exc) for m in _STATIC_NEEDED
+    mask = isinstance(exc, jax.errors.NonConcreteBooleanIndexError)
+    if not mask and (
+        not isinstance(exc, (IndexError, TypeError))
+        or not any(m in str(exc) for m in _STATIC_NEEDED)
     ):
         return None
     where = user_line(exc, run)
     if where is None:
         return None
     text = str(exc).strip().splitlines()
+    if mask:  # `x[x > 0]`: a shape that depends on the values
+        return KTransformError(
+            "a boolean mask as an index (`x[x > 0]`) of a traced array: the result's shape "
+            "depends on the values, which the jit of graph mode does not know while tracing "
+            "(jax.jit raises NonConcreteBooleanIndexError too); use jnp.where(mask, x, 0), "
+            "or run op by op (kt.set_mode('eager')), where it has a gradient as in JAX "
+            f"({type(exc).__name__}: {text[0] if text else ''})\n  {where}"
+        )
     return KTransformError(
         "a traced value where JAX needs a Python number (a slice bound, a shape): the jit "
         "of graph mode traces the arguments of a call and the arrays computed, as jax.jit "

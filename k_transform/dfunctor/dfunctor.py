@@ -1210,6 +1210,9 @@ def own_fprop(graph: FuncGraph) -> FuncGraph | None:
         if graph.custom_fprop is None:
             graph.custom_fprop = _transposed_rule(graph)
             graph.custom_fprop.is_custom_fprop = True
+        # K of `graph`, as a function value (a nested custom_jvp given to `lax.map`);
+        # no `k_primal`: K of `graph`'s steps is not K of its rule
+        graph.custom_fprop.k_order = graph.k_order + 1
         checked[graph] = True
     return graph.custom_fprop
 

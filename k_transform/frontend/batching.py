@@ -18,7 +18,8 @@ reads folded into the trace), or calls a closure of its enclosing function
 (`ir.lift` does not copy it) or a function it reads from it (a function
 value, known when the program runs), stays the sequential model of
 `frontend.lax_models.vmap_model`; so do a function value known only when
-the program runs and a user's callable object.
+the program runs, a user's callable object, and a function with a rule of
+its own (a JAX custom_jvp defined in the function: its trace would lose it).
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def converted(builder, fun: Node):
         graph = value if isinstance(value, FuncGraph) else builder.parse(value)
         if graph.signature is not None:  # `*args`, keyword-only: not its parameters in order
             return None
+        if graph.jvp_rule is not None or graph.custom_fprop is not None:
+            return None  # its own rule (a nested JAX custom_jvp): the model keeps it
         free = graph.free_variables()
         if _calls_any(graph, free):  # a function it reads: known when the program runs
             return None

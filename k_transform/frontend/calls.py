@@ -11,7 +11,10 @@ arguments `k_transform.frontend.unpacking`), then:
 - `call` decides by the callee: a graph (user functions, methods, Cells,
   gradient functions and compiled programs through `__kt_graph__`, with
   arguments matched by `bind_call`), a primitive, `functools.partial`
-  (`partial_call`), a wrapper (`jax.jit(f)`), a Cell with its own `bprop`,
+  (`partial_call`; of a user function, `partial_closure`; of a function
+  known only when run or a library's, a `PartialOfValue` read where it is
+  called or given to a `lax` model, `jax.vmap` or `jax.tree.map`:
+  `fixed_partial`), a wrapper (`jax.jit(f)`), a Cell with its own `bprop`,
   `print`, the `lax` control functions and `jax.vmap` as Python models
   (`model_call`, `vmapped_call`, `k_transform.frontend.lax_models`),
   NamedTuple and dataclass constructors, constant folding, mapped library
@@ -75,10 +78,33 @@ _PYTHON_VALUE_METHODS = frozenset(("item", "tolist", "__int__", "__float__", "__
 
 # Builtins that take functions or order values: no model of them on program
 # values (`sorted(xs)`, `map(f, xs)`); a plain function using them runs as Python.
+# So do `itertools`' functions (`chain(a, b)`, `accumulate(xs)`): their result is
+# an iterator, no JAX type, which a library call of traced values cannot return.
 _PYTHON_ONLY_BUILTINS = (sorted, map, filter, zip, iter, next)
+# `tree_map(f, tree, *rest)`: calls `f` with one argument per tree.
+_TREE_MAPS = (jax.tree.map, jax.tree_util.tree_map)
 # Mutable array references: a function making one runs as Python, and its
 # jaxpr's reference operations become values (`jaxpr.discharged`).
 _REFERENCE_MAKERS = tuple(getattr(jax, n) for n in ("new_ref", "empty_ref") if hasattr(jax, n))
+
+
+def _python_only(fn, given: list[Node]) -> bool:
+    """A builtin with no model on program values `given`, or an `itertools`
+    function (`chain.from_iterable` too) given one that may hold an array
+    (of Python values, as `product(range(x.shape[0]), repeat=2)`, its
+    iterator is a host object, taken by `rt.iterated`)."""
+    if any(fn is b for b in _PYTHON_ONLY_BUILTINS):
+        return True
+    owner = getattr(fn, "__self__", fn)  # (a classmethod's class)
+    return getattr(owner, "__module__", None) == "itertools" and not all(
+        _STATIC.is_static(a) or _literal(a) or _is_range(a) for a in given
+    )
+
+
+def _is_range(node: Node) -> bool:
+    """`range(...)` made where the program runs: a sequence of ints."""
+    prim = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    return isinstance(prim, prims.LibraryCall) and prim.fn is range
 
 
 class CallBuilder:
@@ -351,6 +377,10 @@ class CallBuilder:
             getattr(callee.fn, "value", None), prims.Vmapped
         ):
             return self.vmapped_call(callee, args, kwargs, e)
+        parts = _partial_of_value(callee)
+        if parts is not None:  # `partial(f, *bound, **kw)(*args)`: f(*bound, *args, **kw)
+            fn, bound, kw = parts
+            return self.call(fn, [*bound, *args], {**kw, **kwargs}, e)
         if not isinstance(callee, Constant):
             if kwargs and not self.fp.primal_only:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
@@ -382,6 +412,9 @@ class CallBuilder:
             made = self.partial_closure(args[0], args[1:], kwargs, None, e)
             if made is not None:
                 return made
+            # of a function known when run, or a library's: read where it is called
+            prim = prims.PartialOfValue(tuple(kwargs))
+            return self.apply(prim, *args, *kwargs.values(), node=e)
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if kt_attribute(value, "__kt_compiles__", False) and len(args) == 1:
@@ -408,6 +441,8 @@ class CallBuilder:
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
+            if any(_partial_of_value(a) is not None for a in args):
+                args = self.model_functions(value, args, e)
             bound = self.bind_call(value, args, kwargs, e)
             self.check_changed_arguments(value, bound, e)
             result = self.apply(callee, *bound, node=e)
@@ -507,7 +542,7 @@ class CallBuilder:
             return self.call(Constant(twin, self.debug(e), f"jnp.{twin.__name__}"), args, kwargs, e)
         if any(value is r for r in _REFERENCE_MAKERS):
             raise self.fp.unsupported(f"a mutable array reference (`{hint}(...)`)", e)
-        if not constant and any(value is b for b in _PYTHON_ONLY_BUILTINS):
+        if not constant and _python_only(value, given):
             # JAX's tracer cannot run these on traced values it is given, but the
             # function around them may run as Python (frontend/python_code.py)
             raise self.fp.unsupported(f"`{hint}(...)` of values of the program", e)
@@ -534,6 +569,8 @@ class CallBuilder:
             # pullback: no JAX type); the caller runs as Python instead, the
             # user's own call as written, and its trace is imported
             raise self.fp.unsupported(f"`{hint}(...)` of a function known only at run time", e)
+        if any(value is m for m in _TREE_MAPS) and args:  # each leaf: f(leaf, *others)
+            args = [self.fixed_partial(args[0], len(args) - 1, e), *args[1:]]
         closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
         library = closures and is_library_value(value)
         lifted = batching.with_closures(self, value, args, kwargs) if library else None
@@ -579,12 +616,15 @@ class CallBuilder:
             if len(args) < 3 or kwargs:
                 raise self.fp.error("lax.cond(pred, true_fun, false_fun, *operands) expected", e)
             model = lax_models.cond_model(len(args) - 3)
+            branches = [self.fixed_partial(b, len(args) - 3, e) for b in args[1:3]]
+            args = [args[0], *branches, *args[3:]]
             if self.may_call_host(args[1:3]):
                 model = lax_models.traced_branches_model("lax.cond", 2, len(args) - 3)
         elif value is jax.lax.switch:
             if len(args) < 2 or kwargs:
                 raise self.fp.error("lax.switch(index, branches, *operands) expected", e)
             branches = self.items_of(args[1], "the branches of lax.switch", e)
+            branches = [self.fixed_partial(b, len(args) - 2, e) for b in branches]
             model = lax_models.switch_model(len(branches), len(args) - 2)
             if self.may_call_host(branches):
                 n = len(branches)
@@ -638,6 +678,7 @@ class CallBuilder:
         vm, fun = callee.fn.value, callee.args[0]
         if kwargs:
             raise self.fp.error("keyword arguments to a jax.vmap function are not supported", e)
+        fun = self.fixed_partial(fun, len(args), e)
         made = None
         if not vm.options:
             made = batching.batched(self, fun, vm.in_axes, vm.out_axes, len(args))
@@ -654,6 +695,44 @@ class CallBuilder:
         model = lax_models.vmap_model(axes)
         graph = Constant(self.parse(model), self.debug(e), model.__name__)
         return self.call(graph, [fun, *args], {}, e)
+
+    def model_functions(self, graph: FuncGraph, args: list[Node], e) -> list[Node]:
+        """`args` of a call of `graph`, where it is the model of `lax.scan`,
+        `lax.map`, `lax.while_loop` or `lax.fori_loop`, with each partial of a
+        function known when run (`prims.PartialOfValue`) given as the def of
+        as many parameters as the model calls it with (`fixed_partial`)."""
+        for model, slots in lax_models.FUNCTION_ARITIES.items():
+            if self.parse(model) is graph:
+                return [
+                    self.fixed_partial(a, slots[k], e) if k in slots else a
+                    for k, a in enumerate(args)
+                ]
+        return args
+
+    def fixed_partial(self, node: Node, arity: int, e) -> Node:
+        """`node`, or where it is `partial(f, *bound, **kw)` of a function `f`
+        known only when run, called with `arity` positional arguments: `def
+        f_partial(a0, ...): return f(*bound, a0, ..., **kw)`, a def the
+        program can pass on (a `lax` model's body, `jax.vmap`'s function)."""
+        parts = _partial_of_value(node)
+        if parts is None:
+            return node
+        fn, bound, kw = parts
+        f = self.hidden_name(fn)
+        b = self.hidden_name(self.apply(prims.MakeTuple(), *bound, node=e))
+        d = self.hidden_name(
+            self.apply(
+                prims.MakeDict(), *[x for k, v in kw.items() for x in (self.const(k, e), v)], node=e
+            )
+        )
+        params = ", ".join(f"_kt_a{k}" for k in range(arity))
+        name = f"{fn.debug.name or 'fn'}_partial" if isinstance(fn, Parameter) else "fn_partial"
+        lines = [
+            f"def {name}({params}):",
+            f"    return {f}(*{b}, {params}{', ' if params else ''}**{d})",
+        ]
+        fdef = sugar.locate(gast.parse("\n".join(lines)).body[0], e)
+        return self.built_now(fdef)
 
     def items_of(self, node: Node, what: str, e) -> list[Node]:
         """The items of a tuple or list known while parsing."""
@@ -1079,6 +1158,17 @@ def _known(node):
             return dict(zip(items[0::2], items[1::2], strict=True))
         return tuple(items) if isinstance(prim, prims.MakeTuple) else items
     return _UNKNOWN
+
+
+def _partial_of_value(node: Node):
+    """`(f, bound, kw)` where `node` is `functools.partial(f, *bound, **kw)` of
+    a function known only when run (`prims.PartialOfValue`), else None."""
+    prim = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    if not isinstance(prim, prims.PartialOfValue):
+        return None
+    n = len(node.args) - len(prim.kwnames)
+    kw = dict(zip(prim.kwnames, node.args[n:], strict=True))
+    return node.args[0], list(node.args[1:n]), kw
 
 
 def _literal(node) -> bool:

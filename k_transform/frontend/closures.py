@@ -69,6 +69,7 @@ class ClosureSite:
         body_reads = loaded_names(gast.Module(body=fdef.body, type_ignores=[]))
         self.reads = [v for v in body_reads if v not in params or v in writes]
         self.graphs: dict[tuple, object] = {}  # key -> Constant of the built graph
+        self.custom = None  # JAX's custom_jvp or custom_vjp (`jax_custom.NestedCustom`)
 
 
 class ClosureScope:
@@ -119,6 +120,8 @@ class ClosureScope:
         sub = type(self)(self.fp, graph, self, closed=False, fdef=copy.deepcopy(fdef))
         sub.defaults_given = site.defaults
         sub.build_function(sub.fdef)
+        if site.custom is not None:  # JAX's custom_jvp (`jax_custom.NestedCustom`)
+            return site.custom.made(self, site, key, value)
         if not graph.free_variables() and not site.defaults and not fdef.decorator_list:
             graph.python_fn = _python_function(self.fp.fn, graph.debug.line, name)
         return value

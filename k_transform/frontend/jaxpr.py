@@ -250,6 +250,19 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
                 return retried
         if not arrays:  # given no JAX array, it has no gradient: run as Python computes it
             return _value_graph(fn, hint, kwnames, len(args), host)  # (`"".join(names)`)
+        if isinstance(exc, _VALUE_NEEDED) and refused is None:
+            if not host and concrete.available() and all(map(concrete.concrete, values)):
+                # `l.item()`: JAX's eager gradient lends the value (a Python
+                # number, no gradient); traced at the values, at each call
+                return imported_graph(fn, hint, kwnames, args, host=True)
+            first = str(exc).strip().splitlines()[0]
+            raise KTransformError(
+                f"cannot differentiate the call {hint}(...): tracing it with jax.make_jaxpr "
+                f"failed ({type(exc).__name__}: {first}): it needs the value of a traced "
+                "array, which is not known while tracing (graph mode's jit, a loop body "
+                "traced for lax), as under jax.jit; run op by op (kt.set_mode('eager')), or "
+                "print with jax.debug.print"
+            ) from None
         if refused is not None and _users_exception(exc):
             # the user's own exception (a KeyError, a StopIteration, a check of
             # theirs): Python raises it running the function, and so do we
@@ -279,6 +292,10 @@ def imported_graph(fn, hint: str, kwnames: tuple, args: tuple, host: bool = Fals
     if cached:
         _graphs[key] = (held, graph)
     return graph
+
+
+# JAX's errors for a traced value where Python needs its value (`l.item()`).
+_VALUE_NEEDED = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
 
 
 def _users_exception(exc: Exception) -> bool:

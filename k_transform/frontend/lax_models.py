@@ -335,6 +335,9 @@ def fixed_model(value):
         return None
 
 
+# The function arguments of the models above, by position: how many
+# positional arguments the model calls each with.
+FUNCTION_ARITIES = {scan: {0: 2}, lax_map: {0: 1}, while_loop: {0: 1, 1: 1}, fori_loop: {2: 2}}
 PER_CALL = (lax.cond, lax.switch, jax.vmap, jnp.apply_along_axis)
 # `jax.checkpoint(f)` and `jax.named_call(f)` compute what `f` computes (they
 # change memory use or names): the call is `f` itself.

@@ -21,7 +21,7 @@ import gast
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.frontend import effects, mutability
+from k_transform.frontend import effects, jax_custom, mutability
 from k_transform.frontend.calls import called_here
 from k_transform.frontend.expressions import BINOPS, lambda_def
 from k_transform.ir.nodes import Apply, Constant, Node, Parameter
@@ -55,8 +55,10 @@ class StatementBuilder:
         self._visit(s, "stmt_", UNSUPPORTED_STATEMENTS, "statement")
 
     def stmt_FunctionDef(self, s) -> None:
-        if s.decorator_list:
-            raise self.fp.unsupported("a decorator on a nested function", s)
+        if s.decorator_list:  # JAX's custom_jvp or custom_vjp, or a rule of one
+            if not jax_custom.nested_def(self, s):
+                raise self.fp.unsupported("a decorator on a nested function", s)
+            return
         self.bind_closure(s.name, s)
 
     def stmt_Return(self, s) -> None:
@@ -183,6 +185,8 @@ class StatementBuilder:
         if isinstance(s.value, gast.Constant) and isinstance(s.value.value, str):
             return  # a docstring
         if self.append_closure(s.value):
+            return
+        if jax_custom.nested_rule_call(self, s.value, lambda_def):  # `f.defvjp(fwd, bwd)`
             return
         if _is_sort_call(s.value) and not _names_module(self, s.value.func.value):
             # Its value unused: the in-place sort of a list or a NumPy array

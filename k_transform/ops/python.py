@@ -385,6 +385,20 @@ class LibraryCall(Primitive):
         return self.hint + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")
 
 
+class PartialOfValue(LibraryCall):
+    """`functools.partial(f, *bound, **kw)` given values of the program, of a
+    function `f` known only when the program runs (a parameter) or of one
+    with no graph (a library's: `jnp.dot`): the parser reads its call as `f(*bound,
+    *args, **kw)`, and gives it to a `lax` model or `jax.vmap` as the def of
+    as many parameters as they call it with (`CallBuilder.fixed_partial`).
+    Where it escapes it is this call, whose K (through its jaxpr) refuses a
+    partial holding traced values. Pure: dropped where unused."""
+
+    def __init__(self, kwnames: tuple[str, ...] = ()):
+        super().__init__(functools.partial, "functools.partial", kwnames)
+        self.effectful = False
+
+
 def _is_static_call(fn) -> bool:
     return any(fn is f for f in (len, isinstance, jnp.shape, jnp.ndim, jnp.size))
 
