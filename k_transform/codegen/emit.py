@@ -56,6 +56,7 @@ from k_transform.ir.cse import pure_primitive
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter, reads_among
 from k_transform.ir.primitive import Primitive
 from k_transform.protocol import kt_attribute
+from k_transform.runtime import host_log
 
 _STANDARD_GLOBALS = {"_rt": rt, "jax": jax, "jnp": jnp, "np": np, "math": math}
 
@@ -506,7 +507,12 @@ class ModuleEmitter:
         fn = node.fn
         if isinstance(fn, Constant) and isinstance(fn.value, Primitive):
             return fn.value.emit(self, args)
-        return f"{self.atom(fn, names, namer)}({', '.join(args)})"
+        callee = self.atom(fn, names, namer)
+        if getattr(node, "calls_value", False):
+            # the program calls a function value known only when it runs: the
+            # user's Python there is host code (`host_log.called`)
+            callee = f"{self.ref(host_log.called, '_called')}({callee})"
+        return f"{callee}({', '.join(args)})"
 
     def atom(self, node: Node, names, namer) -> str:
         """A name or literal for `node`'s value."""

@@ -14,6 +14,7 @@ and slices. Calls are `k_transform.frontend.calls`; comprehensions
 
 from __future__ import annotations
 
+import inspect
 import types
 
 import gast
@@ -26,7 +27,8 @@ from k_transform.errors import KTransformError
 from k_transform.frontend import guards
 from k_transform.frontend.closures import ClosureSite, is_maker
 from k_transform.frontend.control_flow import close_graphs, known_truth
-from k_transform.ir.nodes import Constant, FuncGraph, Node
+from k_transform.frontend.source import is_user_function
+from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.mapping import adapt_attribute
 from k_transform.protocol import kt_attribute
@@ -238,6 +240,10 @@ class ExpressionBuilder:
         adapted = adapt_attribute(name, value)
         if adapted is not None:
             return self.apply(adapted[0], *adapted[1], node=e)
+        getter = _property_of_made(value, name)
+        if getter is not None:  # `p.area` of a NamedTuple made here: its getter runs, parsed
+            method = Constant(getter, self.debug(e), f"{getter.__qualname__}")
+            return self.call(method, [value], {}, e)
         return self.apply(prims.GetAttr(name), value, node=e)
 
     def attribute_of(self, value: Constant, name: str, e, default: Node | None = None) -> Node:
@@ -365,6 +371,22 @@ def lambda_def(e, name: str):
         type_params=[],
     )
     return gast.copy_location(fdef, e)
+
+
+def _property_of_made(value: Node, name: str):
+    """The user-written getter of property `name` of the NamedTuple or
+    dataclass the program made at `value` (`P(a, b).area`), else None. Its
+    fields are read as fields (`prims.GetAttr`, whose rule gives the pytree
+    gradient); a property is computed from them, so its gradient is that of
+    its getter's code, parsed as a call of the getter on the value."""
+    maker = value.fn.value if isinstance(value, Apply) and isinstance(value.fn, Constant) else None
+    if isinstance(maker, prims.ReplaceFields):  # `p._replace(a=v)`: the type of `p`
+        return _property_of_made(value.args[0], name)
+    if not isinstance(maker, prims.MakeNode) or name in maker.names:
+        return None
+    found = inspect.getattr_static(maker.cls, name, None)
+    getter = found.fget if type(found) is property else None
+    return getter if is_user_function(getter) else None
 
 
 def _known_items(mapping: Node) -> list[Node] | None:

@@ -54,6 +54,7 @@ buffers it carries and writes row by row (`setitem`).
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import copy
 import functools
@@ -918,6 +919,13 @@ class _Static:
         None (an array)."""
         if isinstance(leaf, (bool, int, float, complex, str, jax.tree_util.PyTreeDef, np.dtype)):
             return _Static(leaf)  # (a treedef: `tree_flatten`'s structure, no value)
+        if isinstance(leaf, collections.abc.Iterator) and not hasattr(leaf, "shape"):
+            raise KTransformError(
+                f"cannot differentiate the call {hint}(...): it returns an iterator "
+                f"({type(leaf).__name__}) whose items are taken after it returns, outside "
+                "the trace of its arrays that k_transform differentiates; return a list or "
+                "tuple of them (`list(map(...))`, `list(it)`)"
+            )
         if not callable(leaf) or hasattr(leaf, "shape"):
             return None
         if _holds_a_tracer(leaf):

@@ -445,7 +445,9 @@ class GraphBuilder(
             self.refuse_star_function_values(args, node)
         debug = self.debug(node) if node is not None else NO_DEBUG
         args = tuple(self.parameters_read(a, debug) for a in args)
-        return self.graph.apply(fn, *args, debug=debug)
+        made = self.graph.apply(fn, *args, debug=debug)
+        made.calls_value = not isinstance(fn, Constant)  # (see `Apply`)
+        return made
 
     def parameters_read(self, arg: Node, debug) -> Node:
         """`arg`, or where it is a constant tuple, list or dict holding

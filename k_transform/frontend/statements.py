@@ -227,6 +227,15 @@ class StatementBuilder:
                 self.assign_starred(target, value, s)
                 return
             items = self.static_items(value)
+            made_dict = isinstance(value, Constant) and isinstance(value.value, dict)
+            if items is None and (made_dict or effects.is_plain_dict(value, prims)):
+                value = self.apply(prims.Iterated(), value, node=s)  # `a, b = d`: its keys
+            elif items is None and self.made_outside_by_host(value, here=True):
+                # a host call's result, maybe an iterator (`a, b = map(f, xs)`): its
+                # items, as many as Python takes (one more finds too many)
+                limit = self.const(len(target.elts) + 1, s)
+                pulls = prims.IteratedUpTo(self.made_outside_by_host(value))
+                value = self.apply(pulls, value, limit, node=s)
             if items is None or len(items) != len(target.elts):  # Python's ValueError
                 self.apply(prims.CheckUnpack(len(target.elts)), value, node=s)
             for k, elt in enumerate(target.elts):

@@ -83,5 +83,6 @@ def _shell(g: FuncGraph) -> FuncGraph:
 def _copied(graph: FuncGraph, node: Apply) -> Apply:
     copy = Apply(graph, [], node.debug)
     copy.tuple_arity = node.tuple_arity
+    copy.calls_value = node.calls_value
     graph.nodes.append(copy)
     return copy

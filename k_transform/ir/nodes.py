@@ -94,12 +94,16 @@ class Constant(Node):
 
 
 class Apply(Node):
-    """A call `inputs[0](*inputs[1:])` owned by `graph` (MindSpore's CNode)."""
+    """A call `inputs[0](*inputs[1:])` owned by `graph` (MindSpore's CNode).
+    `calls_value`: the user's program calls there a function value it knows
+    only when it runs (set by the parser; codegen runs such a call of the
+    user's Python as host code, `runtime.host_log.called`)."""
 
     def __init__(self, graph: FuncGraph, inputs: list[Node], debug: DebugInfo = NO_DEBUG):
         self.graph = graph
         self.inputs = list(inputs)
         self.debug = debug
+        self.calls_value = False
 
     @property
     def fn(self) -> Node:

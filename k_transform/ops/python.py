@@ -289,10 +289,15 @@ class MethodCall(Primitive):
 
     def impl(self, x, *args):
         pos, kw = split_kwargs(args, self.kwnames)
-        return getattr(x, self.method)(*pos, **kw)
+        method = x if self.method == "__call__" else getattr(x, self.method)
+        return host_log.called(method)(*pos, **kw)
 
     def emit(self, e, args):
-        return f"{args[0]}.{self.method}({call_args(args[1:], self.kwnames)})"
+        # a method of the user's object is host code (`host_log.called`), as a
+        # gradient runs it (`traced._host_receiver`)
+        method = args[0] if self.method == "__call__" else f"{args[0]}.{self.method}"
+        called = e.ref(host_log.called, "_called")
+        return f"{called}({method})({call_args(args[1:], self.kwnames)})"
 
     def __repr__(self):
         return f"method.{self.method}" + (f"[{', '.join(self.kwnames)}=]" if self.kwnames else "")

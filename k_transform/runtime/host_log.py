@@ -47,10 +47,18 @@ than in the first run is one JAX ran once, on tracers: one whose result is
 None (`print(c)`) gives that; any other (a draw sized by the step's value,
 a function run as Python given the step's values) is refused
 (`KTransformError`): neither run again nor given the first step's result.
+Where that first run calls the user's Python given arrays (a function run
+as Python, an object's `__call__`), the call is traced as JAX traces the
+body, on abstract values (`_traced_abstractly`), so a later step computes
+its result from that trace; a gradient's call differentiated by tracing
+does the same (`traced.TracedCallK`). A function value the program calls
+that it knows only when it runs goes through `called`: the user's Python is
+host code there too (a plain program's, as a gradient's `DynamicCallK`).
 """
 
 from __future__ import annotations
 
+import functools
 import types
 
 import jax
@@ -230,7 +238,7 @@ def _call(fn, kind, args, kwargs):
     source = next((k for k in range(len(frames) - 1, -1, -1) if frames[k].replaying), None)
     if source is None:  # a body traced once is traced as JAX traces it: on no values
         once = any(isinstance(frame, _OnceFrame) for frame in frames)
-        value, again = _ran(fn, args, kwargs, once)
+        value, again = _ran(fn, args, kwargs, once, kind)
     elif isinstance(frames[source], _OnceFrame):
         value, again = _once_next(frames[source], fn, kind, args, kwargs)
     else:
@@ -338,9 +346,13 @@ def traces_abstractly() -> bool:
     return _abstract
 
 
-def _ran(fn, args, kwargs, once: bool):
-    """`_run`, and the `again` the call noted (None: none)."""
+def _ran(fn, args, kwargs, once: bool, kind="value"):
+    """`_run`, and the `again` the call noted (None: none). In the first run
+    of a body JAX traces once, the user's Python given arrays is traced as
+    JAX traces it (`_traced_abstractly`), which gives its `again`."""
     global _abstract, _noted
+    if once and kind == "value" and _users_python(fn):
+        return _traced_abstractly(fn, args, kwargs)
     saved, _abstract, _noted = _abstract, once, None
     try:
         value = _run(fn, args, kwargs)
@@ -348,6 +360,107 @@ def _ran(fn, args, kwargs, once: bool):
         _abstract = saved
     again, _noted = _noted, None
     return value, again
+
+
+# Library code: its Python is not the user's (a value called: `called`); the
+# random generators of these modules are host code all the same.
+_LIBRARY = ("jax", "jaxlib", "numpy", "scipy", "math", "cmath", "builtins", "functools")
+_LIBRARY += ("operator", "k_transform")
+_HOST_LIBRARY = ("numpy.random",)
+
+
+def _within(module: str, names: tuple) -> bool:
+    return any(module == m or module.startswith(m + ".") for m in names)
+
+
+def _module_of(fn) -> str:
+    """The module of the code calling `fn` runs (a partial's function, a
+    bound method's; a builtin method's object's: `rng.normal`)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    if isinstance(fn, types.FunctionType):
+        if fn.__code__.co_filename.startswith("<k_transform:"):  # generated code
+            return "k_transform"
+        return fn.__module__ or ""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(fn, types.BuiltinFunctionType):
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return type(owner).__module__ or ""
+        return fn.__module__ or "builtins"
+    return type(fn).__module__ or ""
+
+
+def _users_python(fn) -> bool:
+    """Whether calling `fn` runs the user's own Python (a function of theirs,
+    a method or `__call__` of their object, a partial of one), not code
+    k_transform generated nor library code."""
+    return not _within(_module_of(fn), _LIBRARY)
+
+
+def called(fn):
+    """`fn`, a function value the program calls that it knows only when it
+    runs (one it was given, or a call made): the user's Python run as it is
+    (a function k_transform runs as Python, an object's `__call__`) is host
+    code, called through `host` (run once in a body JAX traces once, as the
+    gradient's `traced.DynamicCallK` runs it); code k_transform generated and
+    library code are called as they are (their host calls go through `host`)."""
+    if (_frames or _tracing) and (_users_python(fn) or _within(_module_of(fn), _HOST_LIBRARY)):
+        return host(fn)
+    return fn
+
+
+def _traced_abstractly(fn, args, kwargs):
+    """`(value, again)` of the user's Python `fn(*args, **kwargs)` run in the
+    first run of a body JAX traces once: JAX traces that body on abstract
+    values, so `fn` is traced so (its Python runs once, `jax.make_jaxpr` over
+    the JAX arrays among its arguments) and `again(*args, **kwargs)` computes
+    its result for other arrays of the same shapes from that trace, running
+    no Python (`_once_next`). Non-array results (a flag, a string) are the
+    trace's. Given no JAX array it is run as it is (no `again`)."""
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    at = [k for k, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
+    if not at:
+        return _run(fn, args, kwargs), None
+    made = []
+
+    def flat(*xs):
+        full = list(leaves)
+        for k, x in zip(at, xs, strict=True):
+            full[k] = x
+        a, kw = jax.tree_util.tree_unflatten(tree, full)
+        out, out_tree = jax.tree_util.tree_flatten(_run(_explained(fn), a, kw))
+        made[:] = [out_tree, [None if isinstance(v, jax.Array) else v for v in out]]
+        kept = [v for v in made[1] if v is not None and not isinstance(v, _PLAIN)]
+        if kept:  # (it may hold this trace's values: an iterator over them)
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            raise KTransformError(
+                f"{name} runs as Python in a function JAX traces once (a body of lax.scan, "
+                f"jax.vmap, ...) and returns a {type(kept[0]).__name__}: k_transform traces "
+                "it once there, as JAX does, and keeps of its result arrays, numbers and "
+                "strings (and tuples, lists and dicts of them); return those"
+            )
+        return [v for v in out if isinstance(v, jax.Array)]
+
+    closed = jax.make_jaxpr(flat)(*[_abstract_of(leaves[k]) for k in at])
+    out_tree, statics = made
+
+    def again(*args, **kwargs):
+        new = jax.tree_util.tree_leaves((args, kwargs))
+        outs = iter(jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *[new[k] for k in at]))
+        return out_tree.unflatten([next(outs) if v is None else v for v in statics])
+
+    return again(*args, **kwargs), again
+
+
+# the non-array results a trace of the user's Python keeps (`_traced_abstractly`)
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, type, np.generic, np.ndarray, np.dtype)
+
+
+def _abstract_of(x):
+    aval = jax.typeof(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
 def _same_avals(a, b) -> bool:

@@ -152,6 +152,19 @@ def node_children(d, like) -> list:
     )
 
 
+def _no_field(x, name: str):
+    """Refuse a gradient through `x.name`, no pytree field of `x`."""
+    what = "a property" if isinstance(getattr(type(x), name, None), property) else "an attribute"
+    exc = KTransformError(
+        f"`.{name}` is {what} of {type(x).__name__}, not one of its pytree fields: "
+        "k_transform differentiates a property read where the function makes the object "
+        f"(`{type(x).__name__}(...).{name}`), not of one it is given; compute it in the "
+        "function instead"
+    )
+    exc.at_user_line = True  # (the generated code's frame gives the user's line)
+    raise exc
+
+
 def _field_index(x, name: str, children, paths) -> int | None:
     """The position among `x`'s pytree children of its field `name`: by key
     path (dataclasses, NamedTuples), else by identity (`x.name is child`);
@@ -162,10 +175,7 @@ def _field_index(x, name: str, children, paths) -> int | None:
         if getattr(path[0], "name", None) == name:
             return k
     if isinstance(getattr(type(x), name, None), property):
-        raise KTransformError(
-            f"`.{name}` is a property of {type(x).__name__}, not one of its pytree fields: "
-            "k_transform cannot differentiate through it (compute it in the function instead)"
-        )
+        _no_field(x, name)
     value = getattr(x, name, UNDEFINED)
     return next((k for k, c in enumerate(children) if c is value), None)
 
@@ -178,6 +188,9 @@ def replace_fields(x, values, names, grad: bool = False):
         return None
     if isinstance(x, tuple) and hasattr(x, "_replace"):
         names = [x._fields[n] if isinstance(n, int) else n for n in names]  # (a position)
+        for name in names:
+            if name not in x._fields:
+                _no_field(x, name)
         return x._replace(**dict(zip(names, values, strict=True)))
     node = pytree_node(x)
     if node is None and grad and not hasattr(x, "shape"):
