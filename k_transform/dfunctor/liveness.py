@@ -41,6 +41,7 @@ from k_transform.control.prims import ControlPrimitive
 from k_transform.ir.nodes import Apply, Constant, Node
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.runtime.python import hashable
 
 Mask = tuple | None
 
@@ -115,7 +116,7 @@ def builder_keys(node: Node) -> dict | None:
         return keys
     if isinstance(maker, prims.MakeDict):
         keys_in = node.args[0::2]
-        if not all(isinstance(k, Constant) and _hashable(k.value) for k in keys_in):
+        if not all(isinstance(k, Constant) and hashable(k.value) for k in keys_in):
             return None
         keys = {}
         for j, k in enumerate(keys_in):  # `{"b": x, "b": y}` is `{"b": y}`
@@ -125,14 +126,6 @@ def builder_keys(node: Node) -> dict | None:
         if len(maker.kwnames) == len(node.args):  # `dict(s=a, t=b)`
             return {name: (name, k) for k, name in enumerate(maker.kwnames)}
     return None
-
-
-def _hashable(value) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def mask_of(node: Node, used: Mask) -> Mask:
@@ -147,7 +140,7 @@ def mask_of(node: Node, used: Mask) -> Mask:
         return used if uses_mask(node) else None
     items: dict = {}
     for k, sub in used:
-        slot = keys.get(k) if _hashable(k) else None
+        slot = keys.get(k) if hashable(k) else None
         if slot is None:  # (a method of the tuple, a key it lacks: read it whole)
             return None
         key, position = slot  # `t[-1]` is `t[n - 1]`; an item read twice is read whole

@@ -96,7 +96,7 @@ def static_keys(d: Node, depth: int = 0) -> tuple | None:
     maker = maker_of(d)
     if isinstance(maker, prims.MakeDict):
         keys = d.args[0::2]
-        if all(isinstance(k, Constant) and _hashable(k.value) for k in keys):
+        if all(isinstance(k, Constant) and rt.hashable(k.value) for k in keys):
             return tuple(dict.fromkeys(k.value for k in keys))
     elif isinstance(maker, prims.LibraryCall) and maker.fn is dict:
         if len(maker.kwnames) == len(d.args):  # `dict(s=a, t=b)`
@@ -105,17 +105,9 @@ def static_keys(d: Node, depth: int = 0) -> tuple | None:
         return static_keys(maker.output, depth + 1)  # `d = make(x)`, its result a display
     elif isinstance(maker, prims.SetItem) and isinstance(d.args[1], Constant):
         base, key = static_keys(d.args[0], depth), d.args[1].value
-        if base is not None and _hashable(key):
+        if base is not None and rt.hashable(key):
             return base if key in base else (*base, key)
     return None
-
-
-def _hashable(value) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 class SugarBuilder:

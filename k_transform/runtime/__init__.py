@@ -44,6 +44,7 @@ from k_transform.runtime.python import (  # noqa: F401
     dict_updated,
     each_count,
     fstring,
+    hashable,
     indices,
     insert_position,
     iterated,

@@ -17,6 +17,15 @@ from k_transform.runtime import bounds, host_log
 from k_transform.runtime.values import any_traced, describe, is_tracer, zeros_like_value
 
 
+def hashable(value) -> bool:
+    """Whether `value` can be a dict key or a set item."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def not_(x):
     if is_tracer(x):
         return jnp.logical_not(x)
