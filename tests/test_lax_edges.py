@@ -153,7 +153,10 @@ def test_frexp_values_unchanged():
             exact = np.ldexp(np.ones(x.shape, dtype), -np.asarray(e))
         np.testing.assert_array_equal(np.asarray(tangent)[normal], exact[normal])
         _, want = jax.jvp(lambda x: jnp.frexp(x)[0], (x,), (np.ones_like(x),))
-        np.testing.assert_array_equal(np.asarray(tangent)[~normal], np.asarray(want)[~normal])
+        # (not at subnormals: whether XLA flushes them there differs between its CPU
+        # emitters, and the tests compile with the classic ones, see conftest.py)
+        edge = ~normal & ~((x != 0) & (np.abs(x) < info.tiny))
+        np.testing.assert_array_equal(np.asarray(tangent)[edge], np.asarray(want)[edge])
 
 
 def _opaque(fn):

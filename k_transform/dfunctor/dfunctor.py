@@ -1048,30 +1048,21 @@ def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = fro
 
 def _live_with_closures(graph: FuncGraph, starts: list, active=None) -> tuple[dict, set[int]]:
     """`liveness` of `graph` from `starts` (`active`: see there), where the
-    nodes of `graph` that the closures a sensitivity reaches read (where it
-    counts: `_live_reads`) get one too, to a fixed point; and the ids of
-    those nodes (their sensitivity comes in the env). A closure none
-    reaches (`rest` in `a, *rest = h(x)`, never read; a bprop no one calls)
-    reads nothing that counts: what only it reads (all of `h(x)`) sends no
-    cotangent to the items no one else reads."""
-    captured: dict[int, Node] = {}
-    seen: set[int] = set()
-    closures = [
-        (n, n.value)
-        for n in [*(i for node in graph.nodes for i in node.inputs), graph.output]
-        if isinstance(n, Constant) and isinstance(n.value, FuncGraph) and n.value.parent is graph
-    ]
-    while True:
-        more = [*starts, *((v, None) for v in captured.values())]
-        live = liveness(graph, more, _passes_to, active, _arg_mask)[0]
-        reached = [c for n, c in closures if id(n) in live and c.uid not in seen]
-        if not reached:
-            return live, set(captured)
-        for closure in reached:
-            seen.add(closure.uid)
-            for v in closure.free_variables(reads=_live_reads):
-                if v.graph is graph:
-                    captured.setdefault(id(v), v)
+    nodes of `graph` that its closures read (where it counts: `_live_reads`)
+    get a sensitivity too; and the ids of those nodes (their sensitivity
+    comes in the env). Every closure counts, whether a sensitivity reaches
+    it or not: counting only those reached lost what a second derivative
+    needs (an hvp through a loop over an object's method, wrong numbers:
+    tests/test_host_python.py), so `rest` in `a, *rest = h(x)` still reads
+    all of `h(x)`."""
+    captured = {
+        id(v): v
+        for child in graph.children()
+        for v in child.free_variables(reads=_live_reads)
+        if v.graph is graph
+    }
+    starts = [*starts, *((v, None) for v in captured.values())]
+    return liveness(graph, starts, _passes_to, active, _arg_mask)[0], set(captured)
 
 
 def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
