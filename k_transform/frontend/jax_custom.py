@@ -30,7 +30,7 @@ differentiated, as JAX's reverse mode refuses it (`dfunctor.linearity`);
 forward mode (`kt.jvp`, jacfwd) is built from reverse mode, so it gives the
 rule's tangent for the rules reverse mode takes.
 
-One defined inside the function differentiated (`@jax.custom_jvp` on a
+One defined inside the function differentiated (JAX's `custom_jvp` decorator on a
 nested def, its rule a nested def or lambda given by `defjvp`/`defvjp`
 there) is a closure whose graph is made the same way where it is called
 (`NestedCustom`); one whose body or rule reads a variable of the function
@@ -258,8 +258,8 @@ def _defjvps_terms(value) -> tuple | None:
 
 
 # -- one defined inside the function differentiated --------------------------------
-# `@jax.custom_jvp def f(...)` (or custom_vjp, or `functools.partial(jax.custom_jvp,
-# nondiff_argnums=...)`) nested in parsed code is a closure whose site records
+# A def decorated with JAX's `custom_jvp` (or `custom_vjp`, or a `functools.partial`
+# of one with `nondiff_argnums=...`) nested in parsed code is a closure whose site records
 # the kind (`NestedCustom`, `site.custom`); `@f.defjvp def rule`, `f.defjvp(rule)`
 # and `f.defvjp(fwd, bwd)` there give it its rule (a nested def or a function).
 # A call of `f` is then a call of a graph whose K is the rule's, as for one
@@ -415,8 +415,8 @@ def _give_rule(builder, site: ClosureSite, method: str, rules: list, e) -> None:
 
 
 def _decorator_kind(builder, d) -> NestedCustom | None:
-    """`jax.custom_jvp`, `jax.custom_vjp` or `functools.partial(one,
-    nondiff_argnums=...)` as a decorator: its `NestedCustom`; else None."""
+    """JAX's `custom_jvp` or `custom_vjp` class, or `functools.partial(one,
+    nondiff_argnums=...)`, as a decorator: its `NestedCustom`; else None."""
     nondiff: tuple = ()
     if isinstance(d, gast.Call):
         maker = builder.expr(d.func) if isinstance(d.func, (gast.Name, gast.Attribute)) else None

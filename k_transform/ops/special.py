@@ -312,7 +312,7 @@ def get_bprop_sinc_maclaurin(self):
 # == a jaxpr's custom_jvp calls ===================================================
 def _sinc_maclaurin_call(eqn):
     """`_sinc_maclaurin(k, x)`: `SincMaclaurin(k)`. `jnp.sinc` calls it with
-    k = 0, JAX's own rule with k + 1 (in the jaxpr of `jax.grad(jnp.sinc)`
+    k = 0, JAX's own rule with k + 1 (in the jaxpr of JAX's gradient of `jnp.sinc`
     run by a user's code: k = 1, then 2, ..., one per derivative JAX took).
     k is static, baked into the body: `x * 0 + c_k` for an even k (`c_k`
     tells k), `x * 0` for every odd k, whose k is one less than that of the
