@@ -42,7 +42,12 @@ from k_transform.codegen.compile import compile_graph, user_line
 from k_transform.context import TRANSFORM
 from k_transform.control import policy
 from k_transform.control.runtime import refusal_of
-from k_transform.errors import KTransformError, KTransformRuntimeError, UnboundedRecursion
+from k_transform.errors import (
+    KTransformError,
+    KTransformRuntimeError,
+    UnboundedRecursion,
+    needs_static,
+)
 from k_transform.frontend import callables, effects
 from k_transform.frontend.guards import guards_of, stale, stale_names
 from k_transform.ir.nodes import Constant, FuncGraph
@@ -285,19 +290,13 @@ def _note_user_line(exc: Exception, run) -> None:
         exc.add_note(_NOTE + where)
 
 
-_STATIC_NEEDED = ("Slice entries must be static", "Shapes must be 1D sequences of concrete")
-
-
 def _static_needed(exc: Exception, run) -> KTransformError | None:
     """JAX's bare IndexError or TypeError for a traced value where it needs a
     Python number (a slice bound, a shape: `x[k:]` with `k = int(alpha * n)`
     and `alpha` an argument, which the jit traces) as a KTransformError
     naming the user's line, as jax.jit's ConcretizationTypeError does."""
     mask = isinstance(exc, jax.errors.NonConcreteBooleanIndexError)
-    if not mask and (
-        not isinstance(exc, (IndexError, TypeError))
-        or not any(m in str(exc) for m in _STATIC_NEEDED)
-    ):
+    if not mask and not needs_static(exc):
         return None
     where = user_line(exc, run)
     if where is None:

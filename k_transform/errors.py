@@ -16,6 +16,22 @@ class KTransformError(Exception):
         super().__init__(message + (debug.describe() if debug is not None else ""))
 
 
+# JAX's messages for a traced value where it needs a Python number, by version:
+# 0.10's "Slice entries must be static" and "...indices must be static", 0.11's
+# "Array slice indices must have static start/stop/step"; a shape of tracers.
+_STATIC_NEEDED = (
+    "must be static",
+    "must have static start/stop/step",
+    "Shapes must be 1D sequences of concrete",
+)
+
+
+def needs_static(exc: BaseException) -> bool:
+    """Whether `exc` is JAX's bare IndexError or TypeError for a traced value
+    where it needs a Python number (a slice bound, a shape)."""
+    return isinstance(exc, (IndexError, TypeError)) and any(m in str(exc) for m in _STATIC_NEEDED)
+
+
 class KTransformValueError(KTransformError, ValueError):
     """A bad argument value (`grad(grad_position=None, weights=None)`): a
     ValueError too, as MindSpore raises."""

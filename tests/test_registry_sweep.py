@@ -116,6 +116,7 @@ INTERNAL = (
     Custom,  # ops.Custom(func_type="pyfunc"): tests/test_ms_custom.py
     ops.Pinv,  # jnp.linalg.pinv's custom_jvp body, in a jaxpr: tests/test_linalg_rules.py
     ops.LogNdtr,  # log_ndtr's custom_jvp body, in a jaxpr: tests/test_numeric_edges27.py
+    ops.JaxOwnRule,  # refused when differentiated: tests/test_jax_versions31.py
 )
 
 
@@ -370,6 +371,9 @@ CASES = [
     case(ops.OwensT(), lambda h, a: jax.scipy.special.owens_t(h, a), (2, 3), (3,)),
     case(ops.Dawsn(), lambda x: jax.scipy.special.dawsn(x), (2, 3)),
     case(ops.I0(), lambda x: jnp.i0(x), (2, 3)),
+    case(ops.I1(), lambda x: jax.scipy.special.i1(x), (2, 3)),
+    case(ops.FresnelS(), lambda x: ops.FresnelS()(x), (2, 3)),
+    case(ops.FresnelC(), lambda x: ops.FresnelC()(x), (2, 3)),
     case(ops.Si(), lambda x: ops.Si()(x), (2, 3)),
     case(ops.Ci(), lambda x: ops.Ci()(x), Arr((2, 3), P)),
     case(ops.Gelu(), lambda x: jax.nn.gelu(x), (2, 3)),

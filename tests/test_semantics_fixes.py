@@ -182,7 +182,8 @@ print("OK")
 def test_regression_getitem_grad_none_axis_with_reversed_cumsum_in_subprocess(tmp_path):
     script = tmp_path / "crasher.py"  # k_transform reads the program's source from a file
     script.write_text(textwrap.dedent(CRASHER))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     run = subprocess.run(
         [sys.executable, str(script)],
         cwd=ROOT,

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.control import checkpoint, invariants, policy
-from k_transform.errors import KTransformError, UnboundedRecursion
+from k_transform.errors import KTransformError, UnboundedRecursion, needs_static
 from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
 from k_transform.runtime import stack as rs
@@ -72,9 +72,7 @@ def _traced_where_static(error) -> bool:
         jax.errors.TracerBoolConversionError,
         jax.errors.NonConcreteBooleanIndexError,
     )
-    return isinstance(error, concrete) or (
-        isinstance(error, IndexError) and "must be static" in str(error)
-    )
+    return isinstance(error, concrete) or (isinstance(error, IndexError) and needs_static(error))
 
 
 def _naming_carries(body_at: int, skip: int):

@@ -78,7 +78,7 @@ from k_transform.ir.nodes import Constant, DebugInfo, FuncGraph, Node
 from k_transform.ops import python as prims
 from k_transform.ops.arithmetic import Greater
 from k_transform.ops.lax_map import import_equation
-from k_transform.ops.special import CUSTOM_JVP
+from k_transform.ops.special import CUSTOM_JVP, JAX_BODIES, JaxOwnRule
 from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
 from k_transform.runtime.values import pytree_node
@@ -677,13 +677,18 @@ def _jax_rule_primitives(eqn, body) -> tuple | None:
     """The primitives of ours whose rules are the custom_jvp rule of JAX's
     function `body` traces (`ops.special.CUSTOM_JVP`: `xlogy`, `logaddexp`,
     `relu`, ...), one per result (`sici`'s two: each its own node, so an
-    unread one gets no cotangent), for real floating results; else None (its
-    body is read)."""
-    builder = CUSTOM_JVP.get(_custom_jvp_of(body))
-    if builder is None:
-        return None
+    unread one gets no cotangent), for real floating results; None (its body
+    is read) for one in `JAX_BODIES`; a `JaxOwnRule` per result for any other
+    (it runs, but is not differentiated)."""
+    key = _custom_jvp_of(body)
     if not all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in eqn.outvars):
         return None
+    builder = CUSTOM_JVP.get(key)
+    if builder is None:
+        if key in JAX_BODIES:
+            return None
+        name = body.jaxpr.debug_info.func_name
+        return tuple(JaxOwnRule(body, k, name) for k in range(len(eqn.outvars)))
     ruled = builder(eqn)
     ruled = (ruled,) if ruled is not None and not isinstance(ruled, tuple) else ruled
     return ruled if ruled is not None and len(ruled) == len(eqn.outvars) else None

@@ -177,9 +177,11 @@ def _qr(p):
 # -- cholesky of an operand not symmetrized (`cho_factor`, `symmetrize_input=False`) --
 @lax_rule("cholesky")
 def _cholesky(p):
-    """JAX's jvp: dL = L Phi(L^-1 da L^-T), Phi the lower triangle with the
-    diagonal halved; da is not symmetrized (lax's `cholesky` reads a's lower
-    triangle, JAX's rule the whole tangent). Transposed: L^-T Phi(L^T dL) L^-1.
+    """lax's `cholesky` reads a's lower triangle only: the gradient is the
+    symmetric tangent's, g = L^-T Phi(L^T dL) L^-1 (Phi the lower triangle
+    with the diagonal halved: dL = L Phi(L^-1 da L^-T) transposed), folded
+    onto that triangle, tril(g + g^T) with g's diagonal once, and 0 above it
+    (as finite differences give; JAX 0.11's rule too, 0.10's gave g).
     (An operand symmetrized in the jaxpr is `ops.linalg.Cholesky`, `lax_map`.)"""
     _real_matrix(p)
 
@@ -188,7 +190,8 @@ def _cholesky(p):
         m = _t(low) @ dout
         phi = 0.5 * (jnp.tril(m) + jnp.tril(m, -1))
         left = jsl.solve_triangular(low, phi, trans=1, lower=True)  # L^-T Phi
-        return (_t(jsl.solve_triangular(low, _t(left), trans=1, lower=True)),)
+        g = _t(jsl.solve_triangular(low, _t(left), trans=1, lower=True))
+        return (jnp.tril(g) + jnp.tril(_t(g), -1),)
 
     return bprop
 

@@ -83,6 +83,21 @@ Poch = elementwise("Poch", jsp.poch, "jax.scipy.special.poch", 2, "`(z)_m`, 1 at
 OwensT = elementwise("OwensT", jsp.owens_t, "jax.scipy.special.owens_t", 2, "Owen's `T(h, a)`.")
 Dawsn = elementwise("Dawsn", jsp.dawsn, "jax.scipy.special.dawsn", doc="Dawson's `F(x)`.")
 I0 = elementwise("I0", jnp.i0, "jnp.i0", doc="`I_0(x)`, from `exp(|x|) * i0e(|x|)`.")
+I1 = elementwise("I1", jsp.i1, "jax.scipy.special.i1", doc="`I_1(x)`, `exp(|x|) * i1e(x)`.")
+
+
+def fresnel_s(x):
+    """`S(x)`, the first result of `jax.scipy.special.fresnel`."""
+    return jsp.fresnel(x)[0]
+
+
+def fresnel_c(x):
+    """`C(x)`, the second result of `jax.scipy.special.fresnel`."""
+    return jsp.fresnel(x)[1]
+
+
+FresnelS = elementwise("FresnelS", fresnel_s, "fresnel_s", doc="Fresnel's `S(x)`.")
+FresnelC = elementwise("FresnelC", fresnel_c, "fresnel_c", doc="Fresnel's `C(x)`.")
 
 
 def sine_integral(x):
@@ -162,7 +177,7 @@ class SincMaclaurin(JaxPrimitive):
 map_functions(
     {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,), Expi: (jsp.expi,)}
 )  # jax.nn.relu6, log_ndtr, entr's `_xlogx`: through their jaxprs
-map_functions({Dawsn: (jsp.dawsn,), I0: (jnp.i0,)})
+map_functions({Dawsn: (jsp.dawsn,), I0: (jnp.i0,), I1: (jsp.i1,)})
 map_functions({Poch: (jsp.poch,), OwensT: (jsp.owens_t,)}, n=2)
 map_functions({Hyp1F1: (jsp.hyp1f1,)}, n=3)
 map_functions({Hyp2F1: (jsp.hyp2f1,)}, n=4)
@@ -296,6 +311,59 @@ unary(Dawsn, lambda x, out: 1.0 - 2.0 * x * out)
 unary(I0, lambda x, out: jsp.i1(x))
 
 
+def i1_slope(x, out):
+    """`I_1'(x) = I_0(x) - I_1(x) / x`, 0/0 at 0: near 0 its Maclaurin terms
+    `1/2 + 3 x^2 / 16` (JAX 0.11's rule does the same below sqrt(eps)), which
+    also give the higher derivatives there. Below 3.5e-4 (float32's
+    sqrt(eps)) the next term, `5 x^4 / 128`, is under float64's rounding."""
+    small = jnp.abs(x) <= 3.5e-4
+    safe = jnp.where(small, jnp.ones_like(x), x)
+    return jnp.where(small, 0.5 + 0.1875 * x * x, jnp.i0(x) - out / safe)
+
+
+unary(I1, i1_slope)
+
+# fresnel's body is a rational approximation in two ranges: JAX's rule is the
+# exact integrand, one primitive per result as for sici
+unary(FresnelS, lambda x, out: jnp.sin(0.5 * math.pi * x * x))
+unary(FresnelC, lambda x, out: jnp.cos(0.5 * math.pi * x * x))
+
+
+class JaxOwnRule(AttrPrimitive):
+    """`JaxOwnRule(body, index, name)(*operands)`: result `index` of JAX's
+    custom_jvp function `name`, computed by `body` (the ClosedJaxpr a
+    jaxpr's `custom_jvp_call` holds), for a function of JAX's whose rule
+    k_transform does not know (`CUSTOM_JVP`) and whose steps are not known
+    to have the same derivative (`JAX_BODIES`): a JAX version that renamed
+    `_i0` to `i0_impl` would otherwise have differentiated `abs`'s kink
+    (slope 1 at 0, JAX's rule 0). It runs; differentiating through it is
+    refused, naming the user's line."""
+
+    takes_consts = True
+
+    def __init__(self, body, index: int, name: str):
+        super().__init__(body=body, index=index, function=name)
+        self.n_inputs = len(body.jaxpr.invars)
+
+    def impl(self, *args):
+        return jax_core.jaxpr_as_fun(self.body)(*args)[self.index]
+
+    def __repr__(self):
+        return f"JaxOwnRule[{self.function}, {self.index}]"
+
+
+@bprop_getters.register(JaxOwnRule)
+def get_bprop_jax_own_rule(self):
+    """Asked for only when a cotangent reaches the call: refused (the
+    registry names the user's line)."""
+    raise KTransformError(
+        f"cannot differentiate JAX's `{self.function}` (jax {jax.__version__}): JAX gives "
+        "it its own derivative rule, which k_transform does not know for this version of "
+        "JAX, and its steps may have another derivative (a kink, a branch); k_transform "
+        "knows the rules of JAX's functions by name (ops/special.py `CUSTOM_JVP`)"
+    )
+
+
 unary(Logit, lambda x, out: 1.0 / (x * (1.0 - x)))
 unary(XLogX, lambda x, out: jnp.log(x) + 1.0)
 unary(Log1mExp, lambda x, out: 1.0 / jnp.expm1(x))
@@ -422,6 +490,9 @@ CUSTOM_JVP = {
     ("jax/_src/scipy/special.py", "_dawsn"): lambda eqn: Dawsn(),
     ("jax/_src/scipy/special.py", "sici"): lambda eqn: (Si(), Ci()),
     ("jax/_src/numpy/lax_numpy.py", "_i0"): lambda eqn: I0(),
+    ("jax/_src/numpy/lax_numpy.py", "i0_impl"): lambda eqn: I0(),  # JAX 0.11
+    ("jax/_src/numpy/lax_numpy.py", "i1_impl"): lambda eqn: I1(),  # JAX 0.11
+    ("jax/_src/third_party/scipy/special.py", "fresnel"): lambda eqn: (FresnelS(), FresnelC()),
     ("jax/_src/nn/functions.py", "log1mexp"): lambda eqn: Log1mExp(),
     ("jax/_src/lax/other.py", "logaddexp"): lambda eqn: LogAddExp(),
     ("jax/_src/lax/other.py", "logaddexp2"): lambda eqn: LogAddExp2(),
@@ -430,4 +501,18 @@ CUSTOM_JVP = {
     ("jax/_src/numpy/ufuncs.py", "_sinc_maclaurin"): _sinc_maclaurin_call,
     ("jax/_src/numpy/linalg.py", "_det"): lambda eqn: Det(),
     ("jax/_src/numpy/linalg.py", "_pinv"): _pinv_call,
+}
+
+# JAX's custom_jvp functions whose steps have the derivative of JAX's rule
+# (the rule is there for speed or stability): their bodies are imported. Any
+# other JAX function with a rule of its own, not in `CUSTOM_JVP`, becomes a
+# `JaxOwnRule`, which runs but is not differentiated.
+JAX_BODIES = {
+    ("jax/_src/nn/functions.py", "_softmax"),  # exp(x - stop_gradient(max)) / sum
+    ("jax/_src/numpy/linalg.py", "_slogdet_small"),
+    ("jax/_src/numpy/linalg.py", "_slogdet_lu"),
+    ("jax/_src/numpy/linalg.py", "_slogdet_qr"),
+    ("jax/_src/numpy/linalg.py", "_det_2x2"),  # JAX 0.11: polynomials
+    ("jax/_src/numpy/linalg.py", "_det_3x3"),
+    ("jax/_src/scipy/special.py", "zeta"),  # lax's `zeta` (its rule: ops/lax_rules.py)
 }
