@@ -50,6 +50,15 @@ class Parameter:
 
     @property
     def data(self):
+        """MindSpore's `.data`, which is the Parameter: its value where the
+        program runs (`value()`): traced inside a gradient, and refused in
+        code run as Python under JAX's tracer, where it would be a constant
+        (the stored array there gave a silent zero gradient)."""
+        return self.value()
+
+    @property
+    def stored(self):
+        """The array the Parameter holds, whatever program is running."""
         return self._data
 
     def set_data(self, data) -> Parameter:
@@ -175,7 +184,9 @@ class ParameterTuple(tuple):
                 f"ParameterTuple.clone: init must be one of {list(fill)}, not {init!r}"
             )
         return ParameterTuple(
-            Parameter(fill[init](p.data), name=f"{prefix}.{p.name}", requires_grad=p.requires_grad)
+            Parameter(
+                fill[init](p.stored), name=f"{prefix}.{p.name}", requires_grad=p.requires_grad
+            )
             for p in self
         )
 

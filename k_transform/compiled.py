@@ -461,7 +461,7 @@ class CompiledGraph:
             and (self.jit or _mode["jit"])
             and not stale(self.guards)
         ):
-            values = tuple([p.data for p in self.params])
+            values = tuple([p.stored for p in self.params])
             if _all_concrete(values):
                 key, jitted = direct
                 try:
@@ -472,7 +472,7 @@ class CompiledGraph:
                     if result is not _RETRY:
                         return result
         self.refresh()
-        values = tuple([p.data for p in self.params])
+        values = tuple([p.stored for p in self.params])
         parts = self._parts(args, values)
         if parts is None:
             return self._eager(values, self._inputs(args))

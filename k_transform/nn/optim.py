@@ -156,7 +156,7 @@ class Optimizer(Cell):
         named as MindSpore's `clone(prefix=name)`: "<name>.<parameter>"."""
         return tuple(
             Parameter(
-                np.full(p.data.shape, fill, np.float32), f"{name}.{p.name}", requires_grad=False
+                np.full(p.stored.shape, fill, np.float32), f"{name}.{p.name}", requires_grad=False
             )
             for p in self.parameters
         )

@@ -53,7 +53,7 @@ def read_param(param):
     for scope in reversed(_param_scopes):
         if id(param) in scope.bindings:
             return scope.bindings[id(param)]
-    return param.data
+    return param.stored
 
 
 _refusing_reads: list[str] = []
@@ -163,7 +163,7 @@ class AttrSlot:
     written back like an assigned Parameter: the method ends with an `Assign`
     of the attribute's final value to this slot (`frontend/cell_state.py`),
     and after the call `set_data` sets the attribute, as MindSpore's graph
-    mode does. Its `data` is None: the method never reads it."""
+    mode does. Its `stored` is None: the method never reads it."""
 
     __kt_parameter__ = True
     requires_grad = False
@@ -172,7 +172,7 @@ class AttrSlot:
     def __init__(self, owner, attr: str):
         self.owner, self.attr = owner, attr
         self.name = f"self.{attr}"
-        self.data = None
+        self.stored = None
 
     def set_data(self, value) -> None:
         setattr(self.owner, self.attr, value)
@@ -192,7 +192,7 @@ def assign(param, value, where: str = ""):
             f"(`for p in self.params`){describe(where)}"
         )
     scope = _param_scopes[-1] if _param_scopes else None
-    old = param.data if scope is None else scope.bindings.get(id(param), param.data)
+    old = param.stored if scope is None else scope.bindings.get(id(param), param.stored)
     if not getattr(param, "keeps_type", False):
         _check_shape(param, old, value, where)
         value = jnp.asarray(value, jnp.result_type(old))
@@ -241,7 +241,7 @@ def stateful_branch(fn, ids):
     def run(*args):
         with param_scope(parent=_param_scopes[-1]) as fork:
             out = fn(*args)
-            return out, tuple(fork.bindings.get(k, fork.params[k].data) for k in ids)
+            return out, tuple(fork.bindings.get(k, fork.params[k].stored) for k in ids)
 
     return run
 

@@ -80,7 +80,7 @@ def _host(value):
     """A value to save as a host array (a str stays a str)."""
     if isinstance(value, str):
         return value
-    data = value.data if isinstance(value, Parameter) else value
+    data = value.stored if isinstance(value, Parameter) else value
     if type(data) is float:  # a Python float (not np.float64)
         return np.asarray(data, np.float32)  # MindSpore's Tensor(0.5) is float32
     return np.asarray(data, order="C")  # (np.ascontiguousarray makes a scalar 1-D)
@@ -89,12 +89,14 @@ def _host(value):
 def _pairs(save_obj, choice_func) -> list:
     """(name, value) for each thing `save_checkpoint` accepts."""
     if isinstance(save_obj, Cell):
-        pairs = [(p.name, p.data) for _, p in save_obj.parameters_and_names()]
+        pairs = [(p.name, p.stored) for _, p in save_obj.parameters_and_names()]
     elif isinstance(save_obj, dict):
         pairs = list(save_obj.items())
     elif isinstance(save_obj, (list, tuple)):
         pairs = [
-            (item.name, item.data) if isinstance(item, Parameter) else (item["name"], item["data"])
+            (item.name, item.stored)
+            if isinstance(item, Parameter)
+            else (item["name"], item["data"])
             for item in save_obj
         ]
     else:
@@ -342,13 +344,13 @@ def load_param_into_net(net: Cell, parameter_dict: dict, strict_load: bool = Fal
 
 
 def _set(param: Parameter, value, name: str) -> None:
-    value = np.asarray(value.data if isinstance(value, Parameter) else value)
-    if value.shape != tuple(param.data.shape):
+    value = np.asarray(value.stored if isinstance(value, Parameter) else value)
+    if value.shape != tuple(param.stored.shape):
         raise RuntimeError(
-            f"load_param_into_net: {param.name!r} has shape {tuple(param.data.shape)} in "
+            f"load_param_into_net: {param.name!r} has shape {tuple(param.stored.shape)} in "
             f"the net and {value.shape} in the checkpoint ({name!r})"
         )
-    param.set_data(value.astype(param.data.dtype))
+    param.set_data(value.astype(param.stored.dtype))
 
 
 def _prefix(parameter_dict: dict, param_not_load: list) -> str | None:
