@@ -331,6 +331,8 @@ def check_mutations(
         call = isinstance(m.node, gast.Call)
         if call and m.node.func.attr not in (*LIST_MUTATORS, *IN_PLACE_METHODS, "update"):
             continue  # never modelled (`s.add`, `acc.add`): the parser refuses it at the call
+        if call and m.node.func.attr == "update" and len(m.node.args) > 1:
+            continue  # not a dict's (it takes one positional argument): a user's method
         if not (call and m.name in constants):
             _check_one(m, facts, error, unsupported, shared)
         if isinstance(m.node, gast.Subscript):
