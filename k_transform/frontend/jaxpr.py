@@ -681,14 +681,14 @@ def _jax_rule_primitives(eqn, body) -> tuple | None:
     is read) for one in `JAX_BODIES`; a `JaxOwnRule` per result for any other
     (it runs, but is not differentiated)."""
     key = _custom_jvp_of(body)
-    if not all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in eqn.outvars):
-        return None
     builder = CUSTOM_JVP.get(key)
     if builder is None:
-        if key in JAX_BODIES:
+        if key in JAX_BODIES or not any(_inexact(v) for v in eqn.outvars):
             return None
         name = body.jaxpr.debug_info.func_name
         return tuple(JaxOwnRule(body, k, name) for k in range(len(eqn.outvars)))
+    if not all(jnp.issubdtype(v.aval.dtype, jnp.floating) for v in eqn.outvars):
+        return None
     ruled = builder(eqn)
     ruled = (ruled,) if ruled is not None and not isinstance(ruled, tuple) else ruled
     return ruled if ruled is not None and len(ruled) == len(eqn.outvars) else None
