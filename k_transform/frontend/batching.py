@@ -1,4 +1,4 @@
-"""`jax.vmap(fun, ...)(*args)` and `jnp.apply_along_axis` in differentiated code, batched.
+"""`jax.vmap(fun, ...)(*args)`, `jnp.apply_along_axis`, library calls given closures.
 
 The call becomes one library call of `jax.vmap` applied to the Python code
 generated from `fun`'s graph, closure-converted (`ir.lift`): the values the
@@ -8,6 +8,14 @@ from its jaxpr like any library call (`frontend.jaxpr`), so the forward
 pass and every order of derivative run as XLA's batched operations, and
 the gradients of the values it read are summed over the batch as they are
 in JAX. `jax.vmap` is JAX's batching, not its differentiation.
+
+A library call given such a closure (JAX's `grad(f)`, `f` reading the
+caller's values) returns a function holding those values: `jax.vmap` of it,
+a call of it (`result_called`) or a JAX transform of it (`grad(grad(f))`)
+is one library call with the call that made it, its inputs first, so that
+the function is made and used inside one trace. JAX's derivative inside is
+then the user's own call of it, read from its jaxpr and differentiated
+again by our rules, as `jax.hessian(f)(x)` of a plain `f` is.
 
 `fun` runs as k_transform parsed it (its generated code), so its Python
 runs once per trace, as under `jax.vmap`; a gradient function or compiled
@@ -34,6 +42,7 @@ from k_transform.context import TRANSFORM
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.lift import lifted
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node
+from k_transform.ops import python as prims
 from k_transform.protocol import kt_attribute
 
 
@@ -82,7 +91,8 @@ def with_closures(builder, value, args: list[Node], kwargs: dict[str, Node]):
     parts, read = [], []  # per argument: (fn, how many values it reads) or None
     for a in given:
         graph = a.value if isinstance(a, Constant) else None
-        if not (isinstance(graph, FuncGraph) and graph.free_variables()):
+        closure = isinstance(graph, FuncGraph) and graph.free_variables()
+        if not closure and library_result(a) is None:
             parts.append(None)
             continue
         made = converted(builder, a)
@@ -105,14 +115,59 @@ def with_closures(builder, value, args: list[Node], kwargs: dict[str, Node]):
 
     call.__name__ = getattr(value, "__name__", "call")
     call.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
+    call.transform = value if _function_transform(value) else None  # (`library_result`)
     plain = [a for a, part in zip(given, parts, strict=True) if part is None]
     return call, [*read, *plain]
+
+
+def library_result(node: Node, called: bool = False):
+    """The `LibraryCall` whose call `node` is, where it is pure, given values
+    of the program and returns a function (it is `called`, or it is one of
+    JAX's function transforms given a closure: its `grad(f)`, `f` a closure
+    over them): a function holding those values, that runs only inside a
+    call of it (`result_called`); else None."""
+    prim = node.fn.value if isinstance(node, Apply) and isinstance(node.fn, Constant) else None
+    if type(prim) is not prims.LibraryCall or prim.effectful:
+        return None
+    if all(isinstance(a, Constant) for a in node.args):
+        return None
+    return prim if called or getattr(prim.fn, "transform", None) is not None else None
+
+
+def result_called(prim, n_inputs: int):
+    """`prim(*inputs)(*args, **kw)` as one function of `(*inputs, *args,
+    **kw)`, `prim` a `LibraryCall` with `n_inputs` inputs: a call of
+    what a library call returns (JAX's `grad(f)(x)`, `f` a closure over the
+    caller's values given as inputs by `with_closures`), so that the
+    function it returns, which holds the call's traced values, is made and
+    called inside one trace (imported from its jaxpr, `frontend.jaxpr`)
+    instead of escaping it. The same Python runs, in the same order."""
+
+    def called(*values, **kw):
+        return prim.impl(*values[:n_inputs])(*values[n_inputs:], **kw)
+
+    called.__name__ = getattr(prim.fn, "__name__", "call")
+    called.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
+    return called
+
+
+# JAX's transforms that return a function of the function they are given
+_FUNCTION_TRANSFORMS = ("grad", "value_and_grad", "jacfwd", "jacrev", "jacobian", "hessian")
+_FUNCTION_TRANSFORMS += ("checkpoint", "remat")
+
+
+def _function_transform(value) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    return module.startswith("jax") and getattr(value, "__name__", None) in _FUNCTION_TRANSFORMS
 
 
 def converted(builder, fun: Node):
     """`(fn, free)`: a Python function computing `fun` that takes the values
     `fun` reads from its enclosing function (the nodes `free`) first; None
     where `fun` cannot run apart from the program (see the module)."""
+    prim = library_result(fun, called=True)
+    if prim is not None:  # JAX's `grad(closure)`: the values it is given first
+        return result_called(prim, len(fun.args)), list(fun.args)
     if not isinstance(fun, Constant):
         return None
     value = fun.value

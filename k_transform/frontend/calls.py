@@ -19,8 +19,13 @@ arguments `k_transform.frontend.unpacking`), then:
   (`model_call`, `vmapped_call`, `k_transform.frontend.lax_models`),
   NamedTuple and dataclass constructors, constant folding, mapped library
   functions, numpy functions on traced values (their jnp twin), else a
-  `LibraryCall`. k_transform's own API runs on constants (`__kt_static__`)
-  or lowers itself into this graph (`__kt_lower__`).
+  `LibraryCall` (given closures over the caller's values, with those values
+  as inputs: `batching.with_closures`). A call of the function such a call
+  returns (JAX's `grad(closure)(x)`, `value_and_grad`, `jacrev`, ...)
+  is one `LibraryCall` of both (`result_call`), so that the function, which
+  holds traced values, never leaves the trace. k_transform's own API runs
+  on constants (`__kt_static__`) or lowers itself into this graph
+  (`__kt_lower__`).
 
 Parsing a callee's graph goes through `self.parse`, which `GraphBuilder`
 sets to `k_transform.frontend.parser.parse`.
@@ -377,6 +382,8 @@ class CallBuilder:
             getattr(callee.fn, "value", None), prims.Vmapped
         ):
             return self.vmapped_call(callee, args, kwargs, e)
+        if batching.library_result(callee, called=True) is not None:  # JAX's `grad(f)(x)`
+            return self.result_call(callee, args, kwargs, e)
         parts = _partial_of_value(callee)
         if parts is not None:  # `partial(f, *bound, **kw)(*args)`: f(*bound, *args, **kw)
             fn, bound, kw = parts
@@ -571,7 +578,7 @@ class CallBuilder:
             raise self.fp.unsupported(f"`{hint}(...)` of a function known only at run time", e)
         if any(value is m for m in _TREE_MAPS) and args:  # each leaf: f(leaf, *others)
             args = [self.fixed_partial(args[0], len(args) - 1, e), *args[1:]]
-        closures = [a.value for a in [*args, *kwargs.values()] if _reads_the_caller(a)]
+        closures = [a for a in [*args, *kwargs.values()] if _holds_the_callers(a)]
         library = closures and is_library_value(value)
         lifted = batching.with_closures(self, value, args, kwargs) if library else None
         if lifted is not None:  # the values they read passed to the call
@@ -580,8 +587,8 @@ class CallBuilder:
             return self.apply(prim, *lifted[1], node=e)
         if closures:  # the library would call it apart from the values it reads
             raise self.fp.unsupported(
-                f"`{hint}(...)` given `{closures[0].name}`, a function reading variables "
-                "of the function calling it,",
+                f"`{hint}(...)` given `{_function_name(closures[0])}`, a function reading "
+                "variables of the function calling it,",
                 e,
             )
         given = [a.value for a in [*args, *kwargs.values()] if isinstance(a, Constant)]
@@ -591,6 +598,16 @@ class CallBuilder:
         host = host or any(python_code.deferred(v) is not None for v in given)
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
         return self.apply(prim, *args, *kwargs.values(), node=e)
+
+    def result_call(self, callee: Apply, args, kwargs, e) -> Node:
+        """JAX's `grad(f)(x)` where `grad(f)` is a library call given values
+        of the program (`f` a closure over them, `batching.with_closures`;
+        `value_and_grad`, `jacrev`, ...): one library call of both
+        (`batching.result_called`), differentiated again through its jaxpr."""
+        inner = callee.fn.value
+        fn = batching.result_called(inner, len(callee.args))
+        prim = prims.LibraryCall(fn, f"{inner.hint}(...)", tuple(kwargs))
+        return self.apply(prim, *callee.args, *args, *kwargs.values(), node=e)
 
     def model_call(self, value, args, kwargs, e) -> Node:
         """`lax.scan(f, ...)`, `lax.cond(...)`, `jax.vmap(f)`, ...: a call of the
@@ -1213,7 +1230,7 @@ def _jax_derivative_of_computed(value, args: list, kwargs: dict) -> bool:
     if not module.startswith("jax.") or getattr(value, "__name__", None) not in _JAX_DERIVATIVES:
         return False
     fn = args[0] if args else kwargs.get("fun")
-    return fn is not None and not isinstance(fn, Constant)
+    return fn is not None and not isinstance(fn, Constant) and not _holds_the_callers(fn)
 
 
 def _reads_the_caller(node) -> bool:
@@ -1222,6 +1239,19 @@ def _reads_the_caller(node) -> bool:
     return (
         isinstance(graph, FuncGraph) and graph.parent is not None and bool(graph.free_variables())
     )
+
+
+def _holds_the_callers(node) -> bool:
+    """Whether `node` is a function holding values of the caller: a closure
+    reading them, or what a library call given them returns
+    (JAX's `grad(closure)`, `batching.library_result`)."""
+    return _reads_the_caller(node) or batching.library_result(node) is not None
+
+
+def _function_name(node) -> str:
+    if isinstance(node, Constant):
+        return node.value.name
+    return f"{node.fn.value.hint}(...)"
 
 
 class _Absent:

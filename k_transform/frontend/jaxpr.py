@@ -942,21 +942,34 @@ class _Static:
         return _Static(leaf)
 
 
-def _holds_a_tracer(value, depth: int = 4) -> bool:
+def _holds_a_tracer(value, depth: int = 8) -> bool:
     """Whether `value` refers to a JAX tracer within `depth` references
-    (a closure's cells, a partial's arguments, their tuples and dicts)."""
+    (a closure's cells, a partial's arguments, their tuples and dicts: the
+    function JAX's `grad(f)` returns holds `f` three functions down). A
+    function's globals and code are not followed."""
     seen, level = set(), [value]
     for _ in range(depth):
         nxt = []
         for obj in level:
-            if id(obj) in seen or isinstance(obj, (str, bytes, type, types.ModuleType)):
+            if id(obj) in seen or isinstance(obj, _HOLD_NO_TRACER):
                 continue
             seen.add(id(obj))
             if isinstance(obj, jax.core.Tracer):
                 return True
-            nxt += gc.get_referents(obj)
+            nxt += _referents(obj)
         level = nxt
     return any(isinstance(obj, jax.core.Tracer) for obj in level)
+
+
+_HOLD_NO_TRACER = (str, bytes, type, types.ModuleType, types.CodeType)
+
+
+def _referents(obj) -> list:
+    """What `obj` refers to; of a function, its cells, defaults and attributes."""
+    if isinstance(obj, types.FunctionType):
+        cells = [v for cell in obj.__closure__ or () for v in gc.get_referents(cell)]
+        return [*cells, obj.__defaults__, obj.__kwdefaults__, obj.__dict__]
+    return gc.get_referents(obj)
 
 
 def _key_order(value):
