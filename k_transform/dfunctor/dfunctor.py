@@ -48,8 +48,10 @@ a tuple, a dict or a NamedTuple depend on is not differentiated, and a call
 (of a graph, a value, a library function) or a `switch` whose result is read
 only in part is K'd for the items read (`DFunctor.used_items`), so an unread
 item sends no zero cotangent to meet an infinite slope (`0 * inf`); so is a
-graph given to a helper that calls it (`_calls_read`), and a closure no
-sensitivity reaches reads nothing that counts (`_live_with_closures`).
+graph given to a helper that calls it (`_calls_read`), and the body of a
+loop, for the carries the loop's result and its iterations read
+(`loop_carries`: a carried diagnostic no one reads sends nothing); a
+closure's reads count for the items of them it reads (`_closure_reads`).
 
 Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
 inputs are constants and only the parameters of the closures it builds (its
@@ -87,11 +89,19 @@ from k_transform.bprop_registry.registry import bprop_getters
 from k_transform.context import TRANSFORM
 from k_transform.control import k_loops as loops
 from k_transform.control import prims as control
-from k_transform.control.prims import ControlPrimitive
+from k_transform.control.prims import ControlPrimitive, LoopPrimitive
 from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.inline import inline, outputs
-from k_transform.dfunctor.liveness import Mask, builder_keys, liveness, mask_of, masked, union
+from k_transform.dfunctor.liveness import (
+    Mask,
+    builder_keys,
+    liveness,
+    mask_of,
+    masked,
+    sorted_mask,
+    union,
+)
 from k_transform.dfunctor.rule_linearity import not_linear_in
 from k_transform.dfunctor.services import SERVICES, install  # noqa: F401 (install: re-exported)
 from k_transform.errors import KTransformError
@@ -545,9 +555,16 @@ class DFunctor:
             self._copy_hints(node)
             return
         elif isinstance(fn, ControlPrimitive):
-            # Graph slots: K-graphs where the gradient needs them, else primal.
+            # Graph slots: K-graphs where the gradient needs them, else primal;
+            # a loop's body K'd for the carries read (`loop_carries`): no unread
+            # carry sends a zero cotangent into an infinite slope.
+            carries = None if fn.k_of_graphs else loop_carries(node, self.used_items(node))
             args = [
-                self.kval(a) if k in fn.k_slots or k not in fn.graph_slots else a
+                self.map_value(a, carries)
+                if carries is not None and k == fn.graph_slots[-1]
+                else self.kval(a)
+                if k in fn.k_slots or k not in fn.graph_slots
+                else a
                 for k, a in enumerate(node.args)
             ]
             if isinstance(fn, control.WhileLoop) and _calls_values(node.args[0].value):
@@ -935,14 +952,20 @@ def _gives_nothing(grad) -> bool:
     return grad is None or isinstance(grad, NotDifferentiable)
 
 
-def _arg_mask(node: Apply, k: int) -> Mask:
-    """The items of input `k` of `node` that may get a sensitivity, where it
-    is given to a graph (a branch) that reads only some (`_params_reached`):
-    `use(d)` with `use` reading `d["s"]`. None: all of them."""
+def _arg_mask(node: Apply, k: int, mask: Mask) -> Mask:
+    """The items of input `k` of `node` (whose result is read as `mask`)
+    that may get a sensitivity, where it is given to a graph (a branch) that
+    reads only some (`_params_reached`): `use(d)` with `use` reading
+    `d["s"]`; a loop's carry or invariant, the items its iterations read
+    (`_loop_inputs`). None: all of them."""
+    loop = _loop_inputs(node, mask)
+    if loop is not None and k in loop:
+        return loop[k]
     callees = _callees(node, k)
     if callees is None:
         return _items_iterated(node, k)
-    masks = [_params_reached(g)[j] for g, j in callees if j in _params_reached(g)]
+    reached = [_params_reached(g, mask) for g, _ in callees]
+    masks = [r[j] for r, (_, j) in zip(reached, callees, strict=True) if j in r]
     return functools.reduce(union, masks) if masks else ()
 
 
@@ -964,6 +987,72 @@ def _items_iterated(node: Apply, k: int) -> Mask:
     if not item:
         return item
     return tuple((j, item) for j in range(len(node.args[0].args)))
+
+
+def _loop_body(node: Apply) -> FuncGraph | None:
+    """The body of the loop `node` (`for_range`, `for_each`, `while_loop`)
+    where K of the loop is made of K of it by the DFunctor; else None."""
+    fn = _maker_of(node)
+    if not isinstance(fn, LoopPrimitive):
+        return None
+    slot = fn.graph_slots[-1]
+    body = node.args[slot].value if isinstance(node.args[slot], Constant) else None
+    if not isinstance(body, FuncGraph) or body.differentiable() is not body:
+        return None
+    if body.custom_fprop is not None or body.is_custom_fprop:
+        return None
+    if len(body.parameters) != fn.graph_arity(slot, len(node.args)):
+        return None
+    return body
+
+
+def loop_carries(node: Apply, used: Mask) -> Mask:
+    """The items of the carries of the loop `node` that may get a
+    sensitivity where the items `used` of its result (its final carries)
+    are read: those, and what an iteration's body reads of its carries for
+    them, to a fixed point (`fori_loop(0, n, body, (a, diag))[0]` never
+    reads `diag`: K of the body is made for `a`, so `sqrt(diag)` at 0 sends
+    no `0 * inf`). None: all of them."""
+    body = _loop_body(node) if used is not None else None
+    if body is None:
+        return None
+    n, heads = _maker_of(node).n_carry, _loop_heads(node)
+    items: dict = {}
+    for key, sub in used:  # (a key of the result: a carry's index)
+        j = key + n if type(key) is int and -n <= key < 0 else key
+        if type(j) is not int or not 0 <= j < n:
+            return None
+        items[j] = union(items[j], sub) if j in items else sub
+    carries = sorted_mask(items)
+    while True:
+        reached = _params_reached(body, carries)
+        read = {j: reached[heads + j] for j in range(n) if heads + j in reached}
+        more = union(carries, sorted_mask(read))
+        if more == carries:
+            return carries
+        carries = more
+
+
+def _loop_heads(node: Apply) -> int:
+    """The body's parameters before its carries: the index or item of a `for`."""
+    return 0 if isinstance(_maker_of(node), control.WhileLoop) else 1
+
+
+def _loop_inputs(node: Apply, used: Mask) -> dict[int, Mask] | None:
+    """`{input: mask}` for the carries and invariants of the loop `node`
+    read as `used` (`loop_carries`): what the body reads of each, an
+    unread carry nothing (`()`). None where all may get one."""
+    carries = loop_carries(node, used)
+    if carries is None:
+        return None
+    fn, heads = _maker_of(node), _loop_heads(node)
+    first, n = max(fn.graph_slots) + 1, fn.n_carry
+    reached = _params_reached(_loop_body(node), carries)
+    read = dict(carries)
+    masks = {first + j: read.get(j, ()) for j in range(n)}
+    for k in range(first + n, len(node.args)):
+        masks[k] = reached.get(k - first + heads, ())
+    return masks
 
 
 def _maker_of(node: Node):
@@ -994,20 +1083,22 @@ def _callees(node: Apply, k: int) -> list[tuple[FuncGraph, int]] | None:
     return [(g, j) for g in graphs]
 
 
-def _params_reached(graph: FuncGraph) -> dict[int, Mask]:
+def _params_reached(graph: FuncGraph, used: Mask = None) -> dict[int, Mask]:
     """The parameters of `graph` that K of it may send a gradient, by
     position, each with the items of it that may get one (`liveness`):
-    those its result reaches, or a closure it makes reads where it counts.
-    The others get zeros, so a caller sends nothing on to what it gave there
-    (a value a rule reads for its structure only, in a branch:
-    `set_item(dout, k, zeros_like(value))`; a dict item no one reads)."""
-    cache = TRANSFORM.weak_keys("dfunctor.params_reached")
-    if graph not in cache:
-        cache[graph] = dict.fromkeys(range(len(graph.parameters)))  # a recursion: all, for now
-        live = _live_with_closures(graph, [(graph.output, None)])[0]
+    those its result (the items `used` of it: `liveness.mask_of`) reaches,
+    or a closure it makes reads where it counts. The others get zeros, so a
+    caller sends nothing on to what it gave there (a value a rule reads for
+    its structure only, in a branch: `set_item(dout, k, zeros_like(value))`;
+    a dict item no one reads; a loop's carry no iteration reads)."""
+    table = TRANSFORM.weak_keys("dfunctor.params_reached").setdefault(graph, {})
+    if used not in table:
+        table[used] = dict.fromkeys(range(len(graph.parameters)))  # a recursion: all, for now
+        out = [(n, m) for n, _, m in masked(graph.output, mask_of(graph.output, used))]
+        live = _live_with_closures(graph, out)[0]
         params = enumerate(graph.parameters)
-        cache[graph] = {k: live[id(p)] for k, p in params if id(p) in live}
-    return cache[graph]
+        table[used] = {k: live[id(p)] for k, p in params if id(p) in live}
+    return table[used]
 
 
 def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = frozenset()) -> Mask:
@@ -1034,10 +1125,10 @@ def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = fro
             mask = union(mask, read)  # `g(x)`
         elif isinstance(fn, DynamicK) and given == [0]:
             mask = union(mask, read)  # `g(x)` in a K-graph: `call_fprop(g, x)`
-        elif isinstance(fn, FuncGraph) and given and _callees(reader, given[0]) is not None:
-            callee_used = output_mask(fn, read)
+        elif given and all(_given_to(reader, k, read) for k in given):
             for k in given:  # `apply(g, x)`: how `apply` reads what it calls `g` for
-                mask = union(mask, _calls_read(fn, k, callee_used, outer | {graph.uid}))
+                for callee, at, callee_used in _given_to(reader, k, read):
+                    mask = union(mask, _calls_read(callee, at, callee_used, outer | {graph.uid}))
         else:
             mask = None
         if mask is None:
@@ -1046,23 +1137,73 @@ def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = fro
     return mask
 
 
+def _given_to(node: Apply, k: int, read: Mask) -> list[tuple[FuncGraph, int, Mask]]:
+    """`(graph, j, used)` where input `k` of `node` (whose result is read as
+    `read`) is parameter `j` of a graph the DFunctor differentiates for the
+    items `used` of its result: a graph called, a `switch`'s branches, the
+    body of a loop (`k` an invariant: the body is K'd for the carries the
+    loop reads, `loop_carries`). Empty elsewhere."""
+    body = _loop_body(node)
+    if body is not None:
+        fn = _maker_of(node)
+        first = max(fn.graph_slots) + 1
+        if k < first + fn.n_carry:
+            return []
+        carries = loop_carries(node, read)
+        return [(body, k - first + _loop_heads(node), output_mask(body, carries))]
+    callees = _callees(node, k)
+    if callees is None:
+        return []
+    return [(g, j, output_mask(g, read)) for g, j in callees]
+
+
 def _live_with_closures(graph: FuncGraph, starts: list, active=None) -> tuple[dict, set[int]]:
     """`liveness` of `graph` from `starts` (`active`: see there), where the
     nodes of `graph` that its closures read (where it counts: `_live_reads`)
-    get a sensitivity too; and the ids of those nodes (their sensitivity
-    comes in the env). Every closure counts, whether a sensitivity reaches
-    it or not: counting only those reached lost what a second derivative
-    needs (an hvp through a loop over an object's method, wrong numbers:
+    get a sensitivity too, for the items the closures read of them
+    (`_closure_reads`); and the ids of those nodes (their sensitivity comes
+    in the env). Every closure counts, whether a sensitivity reaches it or
+    not: counting only those reached lost what a second derivative needs
+    (an hvp through a loop over an object's method, wrong numbers:
     tests/test_host_python.py), so `rest` in `a, *rest = h(x)` still reads
     all of `h(x)`."""
-    captured = {
-        id(v): v
-        for child in graph.children()
-        for v in child.free_variables(reads=_live_reads)
-        if v.graph is graph
-    }
-    starts = [*starts, *((v, None) for v in captured.values())]
+    captured: dict[int, tuple[Node, Mask]] = {}
+    for child in graph.children():
+        for key, (v, mask) in _closure_reads(child).items():
+            if v.graph is graph:
+                captured[key] = (v, union(captured[key][1], mask) if key in captured else mask)
+    starts = [*starts, *captured.values()]
     return liveness(graph, starts, _passes_to, active, _arg_mask)[0], set(captured)
+
+
+def _closure_reads(closure: FuncGraph) -> dict[int, tuple[Node, Mask]]:
+    """`{id: (node, mask)}`: the nodes of enclosing graphs that `closure`
+    reads where it counts (`_live_reads`), itself or through the closures
+    it uses, each with the items of it that K of `closure` may send a
+    sensitivity (`liveness` from its whole result: the bprop of a loop K
+    reads its final carries for those the reverse loop reads); whole where
+    another closure reads it, or in a recursion of closures."""
+    cache = TRANSFORM.weak_keys("dfunctor.closure_reads")
+    if closure in cache:
+        made = cache[closure]
+        if made is None:  # (a recursion: all of what it reads, whole)
+            return {id(v): (v, None) for v in closure.free_variables(reads=_live_reads)}
+        return made
+    cache[closure] = None
+    live = _live_with_closures(closure, [(closure.output, None)])[0]
+    nodes, closures = _live_reads(closure)
+    reads: dict[int, tuple[Node, Mask]] = {}
+    for v in nodes:
+        if v.graph is not closure and v.graph.is_ancestor_of(closure):
+            reads[id(v)] = (v, live.get(id(v)))
+    for other in closures:
+        if other is closure:
+            continue
+        for key, (v, mask) in _closure_reads(other).items():
+            if v.graph is not closure and v.graph.is_ancestor_of(closure):
+                reads[key] = (v, union(reads[key][1], mask) if key in reads else mask)
+    cache[closure] = reads
+    return reads
 
 
 def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:

@@ -22,9 +22,18 @@ caller reads) and gives each node that may get a sensitivity its mask:
 - `d[k] = v` (a str key: a dict) is `v` for item `k`, the rest from `d`;
 - `x[a::s]` (a >= 0, s >= 1) reads item `a + k * s` of `x` for its item `k`;
 - `x._replace(f=v)` read by field name: field `f` from `v`, the rest from `x`;
+- `lst.pop(p)` (a constant `p`) reads the items of `lst` that stay;
+  `list(x)`, `tuple(x)`, `x.copy()` read item `k` of `x` for their item
+  `k`, `a + b` of tuples or lists of fixed lengths (a comprehension's
+  accumulator) item `k` of `a` or `k - len(a)` of `b`;
+- a stack (K of a loop as IR, the `lax.scan` model's rows) is read item
+  by item: a mask of a stack is that of each item pushed on it, so
+  `stack_push`, `stack_pop`, `light` and `heavy` pass it on;
 - anything else reads each input it sends a sensitivity (`passes_to`)
   whole, but a call of a graph or a `switch` only the items of it the
-  callee's parameter may get one for (`arg_mask`: `x["s"]` of a dict `x`).
+  callee's parameter may get one for (`arg_mask`: `x["s"]` of a dict `x`),
+  and a loop only the items of its carries that the items read of its
+  result, or an iteration, read (`fori_loop(0, n, body, (a, diag))[0]`).
 The DFunctor makes K of a call, a `switch`'s branches or a library call for
 the mask of its result (`DFunctor.used_items`) and differentiates no node
 this finds no sensitivity for. A mask is an over-approximation: reading an
@@ -37,10 +46,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from k_transform.control.prims import ControlPrimitive
-from k_transform.ir.nodes import Apply, Constant, Node
+from k_transform.control import prims as stacks
+from k_transform.control.prims import ControlPrimitive, LoopPrimitive
+from k_transform.ir.nodes import Apply, Constant, Node, Parameter
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.ops.arithmetic import Add
 from k_transform.runtime.python import hashable
 
 Mask = tuple | None
@@ -132,12 +143,13 @@ def mask_of(node: Node, used: Mask) -> Mask:
     """`used` (the items of `node`'s value a reader reads) in the keys of the
     container `node` builds (`builder_keys`), or as it is where K of `node`
     can use it (`uses_mask`); None (all of it) where it reads every item
-    whole, reads one the container does not have, or `node` cannot use it."""
+    whole, reads one the container does not have, or `node` cannot use it
+    (a parameter can: the mask is what its callers need give it)."""
     if used is None:
         return None
     keys = builder_keys(node)
-    if keys is None:
-        return used if uses_mask(node) else None
+    if keys is None:  # (a parameter: what of it is read is what its callers give)
+        return used if uses_mask(node) or isinstance(node, Parameter) else None
     items: dict = {}
     for k, sub in used:
         slot = keys.get(k) if hashable(k) else None
@@ -185,7 +197,8 @@ def read_key(node: Apply):
 
 def uses_mask(node: Node) -> bool:
     """Whether a mask of `node`'s value can leave something out: K of a call
-    (of a graph, a value, a library function) or of a `switch` is made for
+    (of a graph, a value, a library function), of a `switch` or of a loop
+    (its body, for the carries the mask and the iterations read) is made for
     it, a read of an item or a slice, `d[k] = v` or `x._replace(f=v)` passes
     it on."""
     if not isinstance(node, Apply):
@@ -194,9 +207,11 @@ def uses_mask(node: Node) -> bool:
     if not isinstance(fn, Primitive):
         return True  # a graph, a run-time value, a `LibraryK`, a `DynamicK`
     if isinstance(fn, ControlPrimitive):
-        return fn.k_of_graphs
+        return fn.k_of_graphs or isinstance(fn, LoopPrimitive)
     passes = read_key(node) is not None or _sets_key(node) is not None
     passes = passes or _read_slice(node) is not None or isinstance(fn, prims.ReplaceFields)
+    passes = passes or _stack_parts(node, ()) is not None or _deleted(node, ()) is not None
+    passes = passes or _item_parts(node, ()) is not None
     return prims.imports_jaxpr(fn) or passes
 
 
@@ -247,7 +262,98 @@ def _replaced(node: Apply, mask: Mask):
     return [(0, kept), (1, sorted_mask(given))]
 
 
-def _whole(node: Apply, k: int) -> Mask:
+def _static_len(node: Node) -> int | None:
+    """The length of the tuple or list `node` is, where the graph fixes it:
+    a constant, a display, a concatenation or a copy of such; else None."""
+    if isinstance(node, Constant):
+        return len(node.value) if type(node.value) in (tuple, list) else None
+    maker = _maker(node)
+    if isinstance(maker, (prims.MakeTuple, prims.MakeList)):
+        return len(node.args)
+    if isinstance(maker, (prims.AsSequence, prims.Copy)):
+        return _static_len(node.args[0])
+    if isinstance(maker, Add):
+        a, b = (_static_len(x) for x in node.args)
+        return a + b if a is not None and b is not None else None
+    return None
+
+
+def _item_parts(node: Apply, mask: Mask) -> list[tuple[int, Mask]] | None:
+    """`[(input, mask)]` where item `k` of `node`'s value is an item of an
+    input: `list(x)`, `tuple(x)`, `x.copy()` (item `k` of `x`), `a + b` of a
+    tuple or list `a` of `n` items and another (`a[k]` for `k < n`, else
+    `b[k - n]`: a comprehension collects so). None for other nodes."""
+    maker = _maker(node)
+    if mask is None:
+        return None
+    if isinstance(maker, (prims.AsSequence, prims.Copy)):
+        return [(0, mask)]
+    if not isinstance(maker, Add) or _static_len(node) is None:
+        return None
+    n, total = _static_len(node.args[0]), _static_len(node)
+    if not all(type(k) is int and -total <= k < total for k, _ in mask):
+        return None
+    first, second = {}, {}
+    for k, sub in mask:
+        k = k % total
+        if k < n:
+            first[k] = sub
+        else:
+            second[k - n] = sub
+    return [(0, sorted_mask(first)), (1, sorted_mask(second))]
+
+
+def _deleted(node: Apply, mask: Mask) -> Mask:
+    """For `lst.pop(p)` (`list_delete(lst, p)`, a constant int `p`) read as
+    `mask`: the items of `lst` it reads (its item `k` is item `k` of `lst`
+    before `p`, `k + 1` after it); None (all) where `mask` reads one whose
+    place depends on the list's length."""
+    if not isinstance(_maker(node), prims.ListDelete) or mask is None:
+        return None
+    index = node.args[1]
+    p = index.value if isinstance(index, Constant) else None
+    if type(p) is not int or not all(type(k) is int for k, _ in mask):
+        return None
+    items = {}
+    for k, sub in mask:
+        if k >= 0 and p >= 0:
+            items[k if k < p else k + 1] = sub
+        elif k >= 0 and p == -1:  # (`lst[:-1]`)
+            items[k] = sub
+        elif k < 0 and p < 0:  # the last -p - 1 items stay last
+            items[k if k > p else k - 1] = sub
+        else:
+            return None
+    return sorted_mask(items)
+
+
+def _stack_parts(node: Apply, mask: Mask) -> list[tuple[int, Mask]] | None:
+    """`[(input, mask)]` where `node` moves items to or from a stack (K of a
+    loop as IR, `control.k_loops`; the `lax.scan` model's rows): a mask of
+    a stack is that of each of its items, so an item pushed, popped,
+    stored `light` or rebuilt `heavy` passes its mask on; a popped
+    `(item, rest)` reads the stack for both. None for other nodes."""
+    maker = _maker(node)
+    if mask is None:
+        return None
+    if isinstance(maker, (stacks.StackPush, stacks.StackPushOnce, stacks.StackLight)):
+        return [(0, mask), (1, mask)][: len(node.args)]
+    if isinstance(maker, stacks.StackHeavy):  # (`like`, a list grown, pairs from its start)
+        return [(0, mask), (1, None if _from_end(mask) else mask)]
+    if isinstance(maker, (stacks.StackRows, stacks.RowsStack)):
+        return [(0, mask), *((k, None) for k in range(1, len(node.args)))]
+    if isinstance(maker, stacks.StackPop) and all(k in (0, 1) for k, _ in mask):
+        item, rest = dict(mask).get(0, ()), dict(mask).get(1, ())
+        return [(0, union(item, rest)), (1, None)]
+    return None
+
+
+def _from_end(mask: Mask) -> bool:
+    """Whether `mask` reads an item from the end (`x[-1]`), at any depth."""
+    return bool(mask) and any(type(k) is int and k < 0 or _from_end(sub) for k, sub in mask)
+
+
+def _whole(node: Apply, k: int, mask: Mask) -> Mask:
     return None
 
 
@@ -255,17 +361,20 @@ def input_masks(
     node: Apply,
     mask: Mask,
     passes_to: Callable[[Apply, int], bool],
-    arg_mask: Callable[[Apply, int], Mask] = _whole,
+    arg_mask: Callable[[Apply, int, Mask], Mask] = _whole,
 ) -> Iterator[tuple[Node, Mask]]:
     """The inputs of `node` that its sensitivity (of the items `mask` of its
     value) may reach, each with the mask of it that may get one (an input
-    `k` `passes_to` sends one, of the items `arg_mask` says: a callee's
-    parameter read only in part)."""
+    `k` `passes_to` sends one, of the items `arg_mask` says, given the
+    mask of `node`: a callee's parameter read only in part, a loop's carry
+    no iteration reads)."""
     yield node.fn, None
     keys = builder_keys(node) if mask is not None else None
     used = mask_of(node, mask) if keys is not None else None
     read, sets = read_key(node), _sets_key(node)
     sliced, replaced = _read_slice(node), _replaced(node, mask)
+    stacked, deleted = _stack_parts(node, mask), _deleted(node, mask)
+    items = _item_parts(node, mask)
     if used is not None:
         parts = [(keys[k][1], sub) for k, sub in used]
     elif read is not None:
@@ -276,11 +385,17 @@ def input_masks(
         parts = [(0, _of_slice(mask, *sliced)), (1, None)]
     elif replaced is not None:
         parts = replaced
+    elif stacked is not None:
+        parts = stacked
+    elif deleted is not None:
+        parts = [(0, deleted), (1, None)]
+    elif items is not None:
+        parts = items
     elif sets is not None and mask is not None and all(type(k) is str for k, _ in mask):
         kept = tuple((k, sub) for k, sub in mask if k != sets[1])
         parts = [(0, kept), *((2, sub) for k, sub in mask if k == sets[1])]
     else:
-        parts = [(k, arg_mask(node, k)) for k in range(len(node.args))]
+        parts = [(k, arg_mask(node, k, mask)) for k in range(len(node.args))]
     for k, sub in parts:
         if passes_to(node, k):
             yield node.args[k], sub
@@ -291,7 +406,7 @@ def liveness(
     starts: list[tuple[Node, Mask]],
     passes_to: Callable[[Apply, int], bool],
     active: Callable[[Node], bool] | None = None,
-    arg_mask: Callable[[Apply, int], Mask] = _whole,
+    arg_mask: Callable[[Apply, int, Mask], Mask] = _whole,
 ) -> tuple[dict[int, Mask], list[Node]]:
     """Where K of `graph` may send a sensitivity, from `starts` (nodes with
     the mask of them that gets one): each such node's mask, by id (`active`
