@@ -269,11 +269,12 @@ class CallBuilder:
             raise self.fp.unsupported("`|` or `|=` of dicts not written as a dict display", e)
         return None
 
-    def check_method_effect(self, receiver: Node, e) -> None:
+    def check_method_effect(self, receiver: Node, e, method: str | None = None) -> None:
         """Refuse a method of a program value that may change it
         (`k_transform.frontend.effects`): an in-place method of a builtin
-        container, or a method of a user class's object writing to `self`."""
-        method = e.func.attr
+        container, or a method of a user class's object writing to `self`
+        (`method`, or the one `e` names; `__call__` where the object is called)."""
+        method = method or e.func.attr
         receiver = self.outer_value(receiver)  # (in a branch or loop body: what it receives)
         if method in MUTATING_METHODS and _may_change(method, receiver):
             raise self.fp.unsupported(f"the in-place method call `{_called_text(e)}(...)`", e)
@@ -389,6 +390,7 @@ class CallBuilder:
             fn, bound, kw = parts
             return self.call(fn, [*bound, *args], {**kw, **kwargs}, e)
         if not isinstance(callee, Constant):
+            self.check_method_effect(callee, e, "__call__")  # `opt(p, g)`: `opt.__call__`
             if kwargs and not self.fp.primal_only:
                 raise self.fp.unsupported("keyword arguments to a function value", e)
             if kwargs:  # bound by the names of the function it is when run

@@ -177,7 +177,7 @@ class SincMaclaurin(JaxPrimitive):
 map_functions(
     {Erfcx: (jsp.erfcx,), Logit: (jsp.logit,), Log1mExp: (jax.nn.log1mexp,), Expi: (jsp.expi,)}
 )  # jax.nn.relu6, log_ndtr, entr's `_xlogx`: through their jaxprs
-map_functions({Dawsn: (jsp.dawsn,), I0: (jnp.i0,), I1: (jsp.i1,)})
+map_functions({Dawsn: (jsp.dawsn,), I0: (jnp.i0, jsp.i0), I1: (jsp.i1,)})  # jsp.i0 is jnp.i0
 map_functions({Poch: (jsp.poch,), OwensT: (jsp.owens_t,)}, n=2)
 map_functions({Hyp1F1: (jsp.hyp1f1,)}, n=3)
 map_functions({Hyp2F1: (jsp.hyp2f1,)}, n=4)
