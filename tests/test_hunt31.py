@@ -80,3 +80,21 @@ def test_scipy_i0_second_derivative_at_zero():
     safe = jnp.where(x == 0, 1.0, x)
     want = jnp.where(x == 0, 0.5, jss.i0(x) - jss.i1(x) / safe)
     np.testing.assert_allclose(jnp.diag(kt.hessian(i0_sum)(x)), want, rtol=1e-6, atol=1e-9)
+
+
+# -- a lambda whose default the program computes (the loop-capture idiom) -------------
+def grad_of_defaulted_lambda(w, x):
+    g = jax.grad(lambda p, x=x: jnp.sum(jnp.cos(p * x) * p))(w)
+    return jnp.sum(g * x)
+
+
+def test_a_lambda_with_a_computed_default_given_to_jax_grad():
+    """Was refused ("missing 1 required positional argument: 'x'"): the
+    lambda reads no free variable, so its default was not passed."""
+    w, x = np.array([0.5, -1.0, 0.7]), np.array([1.0, 2.0, -0.3])
+    for k in (0, 1):
+        np.testing.assert_allclose(
+            kt.grad(grad_of_defaulted_lambda, grad_position=k)(w, x),
+            jax.grad(grad_of_defaulted_lambda, argnums=k)(w, x),
+            rtol=1e-6,
+        )

@@ -91,7 +91,9 @@ def with_closures(builder, value, args: list[Node], kwargs: dict[str, Node]):
     parts, read = [], []  # per argument: (fn, how many values it reads) or None
     for a in given:
         graph = a.value if isinstance(a, Constant) else None
-        closure = isinstance(graph, FuncGraph) and graph.free_variables()
+        closure = isinstance(graph, FuncGraph) and (
+            graph.free_variables() or dynamic_defaults(graph)
+        )
         if not closure and library_result(a) is None:
             parts.append(None)
             continue
@@ -186,10 +188,41 @@ def converted(builder, fun: Node):
         top = lifted(graph) if free else graph
         if top is None or not _pure(top):
             return None
-        return _compiled(top), list(free)
+        return _with_defaults(_compiled(top), graph, list(free))
     if is_library_value(value) and callable(value) and not isinstance(value, type):
         return value, []  # a library function (`jnp.sin`)
     return None
+
+
+def dynamic_defaults(graph: FuncGraph) -> list[str]:
+    """The parameters of `graph`, a function nested in the one parsed, whose
+    defaults that function computes (`lambda p, x=x: ...`, the loop-capture
+    idiom)."""
+    if graph.parent is None:
+        return []
+    names = graph.param_names or []
+    return [n for n in names if not isinstance(graph.defaults.get(n, Constant(None)), Constant)]
+
+
+def _with_defaults(fn, graph: FuncGraph, free: list):
+    """`(fn, free)` for `converted`, where `graph` has `dynamic_defaults`:
+    those values are read as the free ones are, after them, and a call
+    leaving the parameters out gets them, as Python gives a function its
+    defaults."""
+    names, dynamic = graph.param_names or [], dynamic_defaults(graph)
+    if not dynamic:
+        return fn, free
+    n_free, fixed = len(free), {n: d.value for n, d in graph.defaults.items() if n not in dynamic}
+
+    def called(*values):
+        given = dict(zip(dynamic, values[n_free : n_free + len(dynamic)], strict=True))
+        args = list(values[n_free + len(dynamic) :])
+        for name in names[len(args) :]:
+            args.append(given[name] if name in given else fixed[name])
+        return fn(*values[:n_free], *args)
+
+    called.__name__ = getattr(fn, "__name__", "called")
+    return called, [*free, *(graph.defaults[n] for n in dynamic)]
 
 
 def _calls_any(graph: FuncGraph, values) -> bool:

@@ -581,6 +581,7 @@ class CallBuilder:
         if any(value is m for m in _TREE_MAPS) and args:  # each leaf: f(leaf, *others)
             args = [self.fixed_partial(args[0], len(args) - 1, e), *args[1:]]
         closures = [a for a in [*args, *kwargs.values()] if _holds_the_callers(a)]
+        closures += [a for a in [*args, *kwargs.values()] if _computed_defaults(a)]
         library = closures and is_library_value(value)
         lifted = batching.with_closures(self, value, args, kwargs) if library else None
         if lifted is not None:  # the values they read passed to the call
@@ -1241,6 +1242,14 @@ def _reads_the_caller(node) -> bool:
     return (
         isinstance(graph, FuncGraph) and graph.parent is not None and bool(graph.free_variables())
     )
+
+
+def _computed_defaults(node) -> bool:
+    """Whether `node` is a nested function whose defaults the caller computes
+    (`lambda p, x=x: ...`): given to a library, those values are its inputs,
+    as a closure's are (`batching.with_closures`)."""
+    graph = node.value if isinstance(node, Constant) else None
+    return isinstance(graph, FuncGraph) and bool(batching.dynamic_defaults(graph))
 
 
 def _holds_the_callers(node) -> bool:
