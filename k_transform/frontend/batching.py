@@ -13,9 +13,10 @@ A library call given such a closure (JAX's `grad(f)`, `f` reading the
 caller's values) returns a function holding those values: `jax.vmap` of it,
 a call of it (`result_called`) or a JAX transform of it (`grad(grad(f))`)
 is one library call with the call that made it, its inputs first, so that
-the function is made and used inside one trace. JAX's derivative inside is
-then the user's own call of it, read from its jaxpr and differentiated
-again by our rules, as `jax.hessian(f)(x)` of a plain `f` is.
+the function is made and used inside one trace. k_transform calls no JAX
+derivative itself: the user's own call runs as written, like any library
+call of a plain function, and the jaxpr it leaves is what our rules
+differentiate.
 
 `fun` runs as k_transform parsed it (its generated code), so its Python
 runs once per trace, as under `jax.vmap`; a gradient function or compiled
