@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from k_transform.control import checkpoint, invariants, policy
+from k_transform.control import guarded
 from k_transform.errors import KTransformError, UnboundedRecursion, needs_static
 from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
@@ -604,13 +605,15 @@ def _lax_while(cond_fn, body_fn, carry, inv, where, grads, popping, records):
         if out is not None:
             return out
     trips = rs.capacity(carry[popping]) if popping is not None else None
+    spare = guarded.spare(carry, records)
+    if spare:
+        trips = bounds.buffer_slots(where) + spare
     carry = settle_carry(step, carry, where, trips, grads)
-    out = lax.while_loop(
-        lambda cr: condition(cond_fn(*cr, *inv), "while", where),
-        lambda cr: like_carry(step(cr), cr, grads),
-        carry,
-    )
-    return rs.check_stacks(out, where, popping)
+    test = lambda cr: condition(cond_fn(*cr, *inv), "while", where)  # noqa: E731
+    body = lambda cr: like_carry(step(cr), cr, grads)  # noqa: E731
+    pushed = records if spare else None
+    out = lax.while_loop(test, guarded.loop_body(test, body, carry, pushed, popping), carry)
+    return rs.check_stacks(out, where, popping, pushed)
 
 
 def _popping_scan(step, carry, k, grads, where):
@@ -974,9 +977,13 @@ def _index_loop(start, stop, step, body_fn, carry, inv, where, grads, records, u
         return (i + step_, *like_carry(tuple(body_fn(i, *cr, *inv)), cr, grads))
 
     first = lambda cr: tuple(body_fn(jnp.asarray(start), *cr, *inv))  # noqa: E731
-    carry = settle_carry(first, carry, where, trips, grads)
-    out = lax.while_loop(cond, body, (jnp.asarray(start), *carry))
-    return rs.check_stacks(out[1:], where)
+    spare = guarded.spare(carry, records)
+    room = (trips if trips is not None else bounds.buffer_slots(where)) + spare
+    carry = settle_carry(first, carry, where, room if spare else trips, grads)
+    state = (jnp.asarray(start), *carry)
+    pushed = records + 1 if spare else None
+    out = lax.while_loop(cond, guarded.loop_body(cond, body, state, pushed), state)
+    return rs.check_stacks(out[1:], where, spared=records if spare else None)
 
 
 def _iteration(body_fn, args, records) -> tuple:

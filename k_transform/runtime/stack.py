@@ -541,17 +541,19 @@ def _in_layout(value, shape):
     return value
 
 
-def check_stacks(carry, where: str, popped=None):
+def check_stacks(carry, where: str, popped=None, spared=None):
     """After a lax loop: `carry` with each stack's count checked against its
     capacity (`report_overflow`: the count the stack goes on with is the
-    check's result, which keeps the check in the program); not carry
-    `popped`, which the loop only pops (a check would put a host callback in
-    every reverse loop, 0.06 ms a call on a 32-step RNN)."""
+    check's result, which keeps the check in the program), less the spare
+    slot of carry `spared` (`control.guarded`); not carry `popped`, which
+    the loop only pops (a check would put a host callback in every reverse
+    loop, 0.06 ms a call on a 32-step RNN)."""
     out = list(carry)
     for k, c in enumerate(carry):
         cap = capacity(c) if k != popped else None
         if cap is not None:  # (a stack of None items has no buffer to overflow)
-            out[k] = BufStack(c.buf, report_overflow(c.n, cap, where), c.memo, c.known)
+            n = report_overflow(c.n, cap - (k == spared), where)
+            out[k] = BufStack(c.buf, n, c.memo, c.known)
     return type(carry)(out) if isinstance(carry, tuple) else out
 
 
