@@ -22,8 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from k_transform.control import checkpoint, invariants, policy
-from k_transform.control import guarded
+from k_transform.control import checkpoint, guarded, invariants, policy
 from k_transform.errors import KTransformError, UnboundedRecursion, needs_static
 from k_transform.runtime import bounds, host_log, residuals
 from k_transform.runtime import python as rt_python
