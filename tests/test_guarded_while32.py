@@ -210,3 +210,27 @@ def test_a_loop_carrying_a_full_stack_at_third_order(stepped, scan_loops):
     x, v = jnp.array([0.3, -0.8]), jnp.array([1.0, -0.5])
     got = jax.jit(third(kt.grad, f, v))(x)
     np.testing.assert_allclose(got, third(jax.grad, f, v)(x), rtol=1e-10)
+
+
+def decay_checkpointed(x, stop):
+    y = x
+    t = stop * 0.0
+    while t < stop:
+        y = y + 0.1 * jnp.sin(y) * x
+        t = t + 1.0
+    return jnp.sum(y * y)
+
+
+def test_a_checkpointed_while_steps_between_its_stores(stepped):
+    """Under the user's jit the loop keeps at most a few checkpoints; between
+    two stores its iterations run in an inner loop, stepped."""
+    old = bounds.DEFAULT_LOOP_BOUND
+    kt.set_loop_bound(8)
+    try:
+        g = jax.jit(kt.grad(decay_checkpointed))
+        x = jnp.array([0.3, -0.7])
+        for n in [2, 7, 30]:
+            np.testing.assert_allclose(g(x, float(n)), jax.grad(decay_fori)(x, n), rtol=1e-11)
+    finally:
+        kt.set_loop_bound(old)
+    assert (None, None, True) in stepped

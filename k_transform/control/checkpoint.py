@@ -13,7 +13,7 @@ long it runs, and the reverse sweep recomputes the others:
   of steps, in the spirit of Stumm and Walther 2010 and of the treeverse
   loops of equinox/diffrax, with a simpler schedule). Between two stores the
   iterations run in a plain inner loop (a store per iteration, even one
-  dropped, cost the forward 3x).
+  dropped, cost the forward 3x), several a trip on a GPU (`control.guarded`).
 - `reverse`: segment by segment from the end, it runs forward from the
   latest stored carry towards iteration e-1 once, storing carries in the
   free slots (`_spacing`): all of them when they fit, so each iteration is
@@ -40,6 +40,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from k_transform.control import guarded
+
 STACK_ROOM = 64  # bisection pushes: at most log2 of the largest gap (< 2**63)
 
 _tree = jax.tree_util.tree_map
@@ -63,7 +65,8 @@ def record(step, running, carry, slots: int):
             cr = step(i, cr)
             return i + 1, cr, running(i + 1, cr)
 
-        return lax.while_loop(lambda s: s[2] & (s[0] < end), one, (i, cr, go))
+        test = lambda s: s[2] & (s[0] < end)  # noqa: E731
+        return lax.while_loop(test, guarded.loop_body(test, one, (i, cr, go)), (i, cr, go))
 
     def fill(state):  # store the carry entering iteration i = top * stride, run to the next
         i, cr, buf, top, stride, go = state
