@@ -18,7 +18,7 @@ import k_transform as kt
 from k_transform.control import guarded, policy
 from k_transform.runtime import bounds
 
-jax.config.update("jax_enable_x64", True)
+pytestmark = pytest.mark.usefixtures("x64")
 
 
 @pytest.fixture
