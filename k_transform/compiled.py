@@ -337,6 +337,8 @@ class CompiledGraph:
     CompiledGraph; `primal`: the parsed graph whose guards count).
     """
 
+    __kt_own_call__ = True  # its `__call__` is never parsed as user code (`callables`)
+
     def __init__(
         self,
         graph: FuncGraph,

@@ -168,6 +168,8 @@ def _jvp_function(fn, given: tuple | None = None) -> CompiledGraph:
 class Jvp:
     """MindSpore-style `Jvp(fn)(inputs, v) -> (out, jvp_out)`."""
 
+    __kt_own_call__ = True  # its `__call__` is never parsed as user code (`callables`)
+
     def __init__(self, fn):
         self.fn = fn
 

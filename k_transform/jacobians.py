@@ -49,6 +49,8 @@ class Jacobian:
     bare, several as a tuple); called inside code being transformed, it
     lowers to graphs (`lowering.lower_jacobian`)."""
 
+    __kt_own_call__ = True  # its `__call__` is never parsed as user code (`callables`)
+
     def __init__(self, fn, argnum, forward: bool, has_aux: bool = False):
         if isinstance(argnum, list):
             argnum = tuple(argnum)

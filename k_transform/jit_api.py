@@ -29,6 +29,8 @@ class Jit:
     transformed code it is `fn`'s graph. A Cell is compiled once per
     `training` flag, read at each call."""
 
+    __kt_own_call__ = True  # its `__call__` is never parsed as user code (`callables`)
+
     __kt_jit__ = True  # on a method, the parser reads the method (`callables.user_call_method`)
 
     def __init__(self, fn):
