@@ -30,6 +30,7 @@ from k_transform.dfunctor import dfunctor
 from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph, output_mask
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models
+from k_transform.frontend.calls import graph_for_call
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value, is_user_function
@@ -173,6 +174,14 @@ class DynamicCallK(DynamicK):
             return self._at_order(fn)(*args)
         if not callable(fn):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
+        graph = graph_for_call(fn, list(args), {})
+        if isinstance(graph, FuncGraph) and not _reads_parameters(graph):
+            # a gradient function made by code run as Python: its graph, as where
+            # the parser meets one (one reading Parameters runs as a library call,
+            # which refuses their reads: their gradients would not leave it)
+            from k_transform.compiled import with_defaults  # (compiled imports this module)
+
+            return _compiled_k(graph, self.order, self.masks)(*with_defaults(fn, args))
         inner = fn  # a partial of a user function runs the user's code
         while isinstance(inner, functools.partial):
             inner = inner.func
