@@ -51,7 +51,10 @@ item sends no zero cotangent to meet an infinite slope (`0 * inf`); so is a
 graph given to a helper that calls it (`_calls_read`), and the body of a
 loop, for the carries the loop's result and its iterations read
 (`loop_carries`: a carried diagnostic no one reads sends nothing); a
-closure's reads count for the items of them it reads (`_closure_reads`).
+closure's reads count for the items of them it reads (`_closure_reads`),
+and those of a closure only called, for the items of its results read
+(`_called_closures`); a graph with a twin is read as that twin, which K
+differentiates (a loop's K, at second order).
 
 Passive K (`k_graph(g, wrt_inputs=False)`, built by double reverse): `g`'s own
 inputs are constants and only the parameters of the closures it builds (its
@@ -94,6 +97,7 @@ from k_transform.control.runtime import shown_where
 from k_transform.dfunctor.builder import Builder, new_graph
 from k_transform.dfunctor.inline import inline, outputs
 from k_transform.dfunctor.liveness import (
+    EACH,
     Mask,
     builder_keys,
     liveness,
@@ -963,30 +967,31 @@ def _arg_mask(node: Apply, k: int, mask: Mask) -> Mask:
         return loop[k]
     callees = _callees(node, k)
     if callees is None:
-        return _items_iterated(node, k)
+        return _items_iterated(node, k, mask)
     reached = [_params_reached(g, mask) for g, _ in callees]
     masks = [r[j] for r, (_, j) in zip(reached, callees, strict=True) if j in r]
     return functools.reduce(union, masks) if masks else ()
 
 
-def _items_iterated(node: Apply, k: int) -> Mask:
+def _items_iterated(node: Apply, k: int, mask: Mask) -> Mask:
     """The items of the sequence a `for` loop iterates (input `k` of a
-    `for_each`) that may get a sensitivity, where it is a tuple or list
-    display: each item as the body reads its parameter (`for a, *rest in
-    [h(x), h(y)]` reads item 0 of each). None (all) elsewhere."""
+    `for_each` whose result is read as `mask`) that may get a sensitivity:
+    each item as the body, K'd for the carries read (`loop_carries`), reads
+    its parameter (`for a, *rest in [h(x), h(y)]` reads item 0 of each; `EACH`
+    item where the sequence is not a display: a loop's K given the list).
+    None (all) elsewhere."""
     fn = node.fn.value if isinstance(node.fn, Constant) else None
-    seq_maker = _maker_of(node.args[0])
     if not isinstance(fn, control.ForEach) or k != 0:
-        return None
-    if not isinstance(seq_maker, (prims.MakeTuple, prims.MakeList)):
         return None
     body = node.args[1].value if isinstance(node.args[1], Constant) else None
     if not isinstance(body, FuncGraph) or body.differentiable() is not body or body.custom_fprop:
         return None
-    item = _params_reached(body).get(0, ()) if body.parameters else None
+    item = _params_reached(body, loop_carries(node, mask)).get(0, ()) if body.parameters else None
     if not item:
         return item
-    return tuple((j, item) for j in range(len(node.args[0].args)))
+    if isinstance(_maker_of(node.args[0]), (prims.MakeTuple, prims.MakeList)):
+        return tuple((j, item) for j in range(len(node.args[0].args)))
+    return ((EACH, item),)
 
 
 def _loop_body(node: Apply) -> FuncGraph | None:
@@ -1075,10 +1080,9 @@ def _callees(node: Apply, k: int) -> list[tuple[FuncGraph, int]] | None:
         n = fn.graph_arity(fn.graph_slots[0], len(node.args))
     else:
         return None
+    graphs = [g.differentiable() for g in graphs]  # (what K of a graph differentiates)
     for g in graphs:
-        if g.differentiable() is not g or g.custom_fprop is not None or g.is_custom_fprop:
-            return None
-        if n != len(g.parameters):
+        if g.custom_fprop is not None or g.is_custom_fprop or n != len(g.parameters):
             return None
     return [(g, j) for g in graphs]
 
@@ -1105,35 +1109,55 @@ def _calls_read(graph: FuncGraph, j: int, out_used: Mask, outer: frozenset = fro
     """The items of the results of `graph`'s calls of its parameter `j` (a
     function it is given) that may get a sensitivity (`liveness`), where the
     items `out_used` of `graph`'s result are read: `g(x)[0]` reads item 0.
-    The parameter may also be given on to a graph that calls it so. None
-    (all of them) where it goes anywhere else: returned, stored in a
-    container, read by a closure, given to a library, in a recursion."""
+    The parameter may also be given on to a graph that calls it so, or read
+    by a closure that does (`_calls_of`). None (all of them) where it goes
+    anywhere else: returned, stored in a container, given to a library, in
+    a recursion."""
     table = TRANSFORM.weak_keys("dfunctor.calls_read").setdefault(graph, {})
     if (j, out_used) in table:
         return table[(j, out_used)]
     if graph.uid in outer or j >= len(graph.parameters):
         return None
-    param = graph.parameters[j]
+    mask = _calls_of(graph, graph.parameters[j], out_used, outer | {graph.uid})
+    table[(j, out_used)] = mask
+    return mask
+
+
+def _calls_of(graph: FuncGraph, fn: Node, out_used: Mask, outer: frozenset) -> Mask:
+    """`_calls_read` of `fn`, a parameter of `graph` or a node of a graph
+    around it that it reads: its calls in `graph` and in the closures of
+    `graph` that read it (each for its whole result: the bprop of a loop's
+    K replays the body it is given)."""
+    if graph.output is fn:
+        return None
     out = [(n, m) for n, _, m in masked(graph.output, out_used)]
     live = _live_with_closures(graph, out)[0]
     mask: Mask = ()
-    for reader in graph.readers()[id(param)]:
-        read = live.get(id(reader), ()) if reader is not None else None
-        fn = reader.fn.value if reader is not None and isinstance(reader.fn, Constant) else None
-        given = [k for k, a in enumerate(reader.args) if a is param] if reader else []
-        if reader is not None and reader.fn is param and not given:
+    for reader in graph.nodes:
+        given = [k for k, a in enumerate(reader.args) if a is fn]
+        if reader.fn is not fn and not given:
+            continue
+        read = live.get(id(reader), ())
+        maker = _maker_of(reader)
+        if reader.fn is fn and not given:
             mask = union(mask, read)  # `g(x)`
-        elif isinstance(fn, DynamicK) and given == [0]:
+        elif isinstance(maker, DynamicK) and given == [0]:
             mask = union(mask, read)  # `g(x)` in a K-graph: `call_fprop(g, x)`
+        elif isinstance(maker, structural.ZerosLike):
+            continue  # (its zero gradient, an empty env: a loop's K starts `d_f` so)
         elif given and all(_given_to(reader, k, read) for k in given):
             for k in given:  # `apply(g, x)`: how `apply` reads what it calls `g` for
                 for callee, at, callee_used in _given_to(reader, k, read):
-                    mask = union(mask, _calls_read(callee, at, callee_used, outer | {graph.uid}))
+                    mask = union(mask, _calls_read(callee, at, callee_used, outer))
         else:
-            mask = None
+            return None
         if mask is None:
-            break
-    table[(j, out_used)] = mask
+            return None
+    for child in graph.children():
+        if any(v is fn for v in child.free_variables()):
+            mask = union(mask, _calls_of(child, fn, None, outer))
+            if mask is None:
+                return None
     return mask
 
 
@@ -1158,40 +1182,127 @@ def _given_to(node: Apply, k: int, read: Mask) -> list[tuple[FuncGraph, int, Mas
 
 
 def _live_with_closures(graph: FuncGraph, starts: list, active=None) -> tuple[dict, set[int]]:
+    """`_closures_live`: each node's mask, and the ids of those closures read."""
+    live, _, captured = _closures_live(graph, starts, active)
+    return live, captured
+
+
+def _closures_live(graph: FuncGraph, starts: list, active=None) -> tuple[dict, list, set[int]]:
     """`liveness` of `graph` from `starts` (`active`: see there), where the
     nodes of `graph` that its closures read (where it counts: `_live_reads`)
     get a sensitivity too, for the items the closures read of them
-    (`_closure_reads`); and the ids of those nodes (their sensitivity comes
-    in the env). Every closure counts, whether a sensitivity reaches it or
-    not: counting only those reached lost what a second derivative needs
-    (an hvp through a loop over an object's method, wrong numbers:
-    tests/test_host_python.py), so `rest` in `a, *rest = h(x)` still reads
-    all of `h(x)`."""
+    (`_closure_reads`); the nodes the sensitivities come through; and the
+    ids of the nodes closures read (their sensitivity comes in the env).
+    A closure `graph` only calls (`_called_closures`: the comprehension of
+    `list(d.values())`) reads what K of each call, made for the items of its
+    result read (`DFunctor.call_k`), reads: to a fixed point, as a call
+    reached may reach another. Every other closure counts, whether a
+    sensitivity reaches it or not, for its whole result, and so does one
+    only called where no call is reached: counting only those reached lost
+    what a second derivative needs (an hvp through a loop over an object's
+    method, wrong numbers: tests/test_host_python.py)."""
     captured: dict[int, tuple[Node, Mask]] = {}
-    for child in graph.children():
-        for key, (v, mask) in _closure_reads(child).items():
+
+    def count(child: FuncGraph, used: Mask) -> None:
+        for key, (v, mask) in _closure_reads(child, used).items():
             if v.graph is graph:
                 captured[key] = (v, union(captured[key][1], mask) if key in captured else mask)
-    starts = [*starts, *captured.values()]
-    return liveness(graph, starts, _passes_to, active, _arg_mask)[0], set(captured)
+
+    called = _called_closures(graph)
+    for child in graph.children():
+        if child not in called:
+            count(child, None)
+    counted: dict[FuncGraph, Mask] = {}
+
+    def count_calls(live: dict, unreached: bool) -> bool:
+        """Count each closure for its calls reached (`unreached`: those with
+        none, whole); whether that counted more."""
+        more = False
+        for child, calls in called.items():
+            reached = [live[c] for c in calls if c in live]
+            if not reached and not unreached:
+                continue
+            used = output_mask(child, functools.reduce(union, reached) if reached else None)
+            was = counted.get(child, ())
+            if child not in counted or union(was, used) != was:
+                counted[child] = union(was, used)
+                count(child, counted[child])
+                more = True
+        return more
+
+    while True:
+        live, through = liveness(
+            graph, [*starts, *captured.values()], _passes_to, active, _arg_mask
+        )
+        if not count_calls(live, False) and not count_calls(live, True):
+            return live, through, set(captured)
 
 
-def _closure_reads(closure: FuncGraph) -> dict[int, tuple[Node, Mask]]:
+def _called_closures(graph: FuncGraph) -> dict[FuncGraph, list[int]]:
+    """The closures of `graph` that it only calls, each with the ids of its
+    calls: used nowhere else (not as a value, not in another graph), and K
+    of a call of it made for the items of its result read (`DFunctor.call_k`)."""
+    cache = TRANSFORM.weak_keys("dfunctor.called_closures")
+    if graph not in cache:  # (by uid: no entry keeps its graph alive)
+        cache[graph] = _only_called(graph)
+    return {g: cache[graph][g.uid] for g in graph.children() if g.uid in cache[graph]}
+
+
+def _only_called(graph: FuncGraph) -> dict[int, list[int]]:
+    calls: dict[int, list[int]] = {}
+    elsewhere: set[int] = set()
+    for node in graph.nodes:
+        for k, g in _graphs_in(node.inputs):
+            if g.parent is graph:
+                if k == 0:
+                    calls.setdefault(g.uid, []).append(id(node))
+                else:
+                    elsewhere.add(g.uid)
+    todo = list(graph.children())
+    seen: set[int] = set()
+    while todo:  # (a nested graph using one: read whole)
+        inner = todo.pop()
+        if inner.uid in seen:
+            continue
+        seen.add(inner.uid)
+        todo += inner.children()
+        elsewhere.update(g.uid for _, g in _graphs_in([*inner.used_nodes()]))
+        if inner.parent is graph and (
+            inner.differentiable() is not inner
+            or own_fprop(inner) is not None
+            or inner.is_custom_fprop
+        ):
+            elsewhere.add(inner.uid)
+    elsewhere.update(g.uid for _, g in _graphs_in([graph.output]))
+    return {uid: ids for uid, ids in calls.items() if uid not in elsewhere}
+
+
+def _graphs_in(nodes: list[Node]) -> list[tuple[int, FuncGraph]]:
+    """`(position, graph)` for each graph constant among `nodes`."""
+    return [
+        (k, n.value)
+        for k, n in enumerate(nodes)
+        if isinstance(n, Constant) and isinstance(n.value, FuncGraph)
+    ]
+
+
+def _closure_reads(closure: FuncGraph, used: Mask = None) -> dict[int, tuple[Node, Mask]]:
     """`{id: (node, mask)}`: the nodes of enclosing graphs that `closure`
     reads where it counts (`_live_reads`), itself or through the closures
     it uses, each with the items of it that K of `closure` may send a
-    sensitivity (`liveness` from its whole result: the bprop of a loop K
-    reads its final carries for those the reverse loop reads); whole where
-    another closure reads it, or in a recursion of closures."""
-    cache = TRANSFORM.weak_keys("dfunctor.closure_reads")
-    if closure in cache:
-        made = cache[closure]
+    sensitivity (`liveness` from the items `used` of its result: the bprop
+    of a loop K reads its final carries for those the reverse loop reads);
+    whole where another closure reads it, or in a recursion of closures."""
+    cache = TRANSFORM.weak_keys("dfunctor.closure_reads").setdefault(closure, {})
+    if used in cache:
+        made = cache[used]
         if made is None:  # (a recursion: all of what it reads, whole)
             return {id(v): (v, None) for v in closure.free_variables(reads=_live_reads)}
         return made
-    cache[closure] = None
-    live = _live_with_closures(closure, [(closure.output, None)])[0]
-    nodes, closures = _live_reads(closure)
+    cache[used] = None
+    out = [(n, m) for n, _, m in masked(closure.output, mask_of(closure.output, used))]
+    live = _live_with_closures(closure, out)[0]
+    nodes, closures = _live_reads(closure, used)
     reads: dict[int, tuple[Node, Mask]] = {}
     for v in nodes:
         if v.graph is not closure and v.graph.is_ancestor_of(closure):
@@ -1202,21 +1313,24 @@ def _closure_reads(closure: FuncGraph) -> dict[int, tuple[Node, Mask]]:
         for key, (v, mask) in _closure_reads(other).items():
             if v.graph is not closure and v.graph.is_ancestor_of(closure):
                 reads[key] = (v, union(reads[key][1], mask) if key in reads else mask)
-    cache[closure] = reads
+    cache[used] = reads
     return reads
 
 
-def _live_reads(graph: FuncGraph) -> tuple[list[Node], list[FuncGraph]]:
-    """`graph.reads_of()`, leaving out reads K of `graph` sends no
-    sensitivity to (`liveness`): dead code (the part of an inlined rule
-    for an input with no gradient), the tuple `getitem_grad` reads for its
-    structure. Their owner need not look for one in the env (where a
-    missing entry reads as zeros: `0 * inf` at `x ** 0.5`'s x of 0)."""
-    cache = TRANSFORM.weak_keys("dfunctor.live_reads")
-    if graph not in cache:
-        through = liveness(graph, [(graph.output, None)], _passes_to, arg_mask=_arg_mask)[1]
-        cache[graph] = reads_among(through)
-    return cache[graph]
+def _live_reads(graph: FuncGraph, used: Mask = None) -> tuple[list[Node], list[FuncGraph]]:
+    """`graph.reads_of()`, leaving out reads K of `graph` (made for the
+    items `used` of its result) sends no sensitivity to (`liveness`): dead
+    code (the part of an inlined rule for an input with no gradient), the
+    tuple `getitem_grad` reads for its structure. Their owner need not look
+    for one in the env (where a missing entry reads as zeros: `0 * inf` at
+    `x ** 0.5`'s x of 0). What the closures of `graph` read counts (a bprop
+    it returns reads a call of a closure over the owner's nodes)."""
+    cache = TRANSFORM.weak_keys("dfunctor.live_reads").setdefault(graph, {})
+    if used not in cache:
+        cache[used] = graph.reads_of()  # (in a recursion of closures: all of them)
+        out = [(n, m) for n, _, m in masked(graph.output, mask_of(graph.output, used))]
+        cache[used] = reads_among(_closures_live(graph, out)[1])
+    return cache[used]
 
 
 def _holds_no_gradient(fn: Node) -> bool:

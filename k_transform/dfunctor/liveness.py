@@ -10,7 +10,8 @@ not differentiated at all.
 A *mask* says which items of a value are read: `((k, sub), ...)`, sorted
 (`key_order`), with `sub` the mask of item `k`; None is the whole value, `()`
 none of it. A key `k` is an index of a tuple or list (`t[0]`, `t[-1]`), a key
-of a dict (`d["s"]`, `d.get("s")`) or a `Field` (`nt.total`, an attribute).
+of a dict (`d["s"]`, `d.get("s")`), a `Field` (`nt.total`, an attribute) or
+`EACH`, every item (a `for` over a sequence of unknown length).
 
 `liveness(graph, starts, passes_to)` runs backwards over a graph from the
 nodes whose sensitivities it starts with (the result's, with the mask its
@@ -66,6 +67,17 @@ class Field:
     """`x.name` as a mask key: a NamedTuple's field, never a dict's key."""
 
     name: str
+
+
+@dataclass(frozen=True)
+class Each:
+    """Every item of a sequence as a mask key: `((EACH, sub),)` reads each
+    item with `sub` (what a `for` over a sequence whose length the graph
+    does not fix reads of it); a container display reads so each of its
+    items (`mask_of`), any other node the whole value."""
+
+
+EACH = Each()
 
 
 def key_order(key) -> tuple:
@@ -151,7 +163,7 @@ def mask_of(node: Node, used: Mask) -> Mask:
     if keys is None:  # (a parameter: what of it is read is what its callers give)
         return used if uses_mask(node) or isinstance(node, Parameter) else None
     items: dict = {}
-    for k, sub in used:
+    for k, sub in _each_item(used, keys):
         slot = keys.get(k) if hashable(k) else None
         if slot is None:  # (a method of the tuple, a key it lacks: read it whole)
             return None
@@ -161,6 +173,16 @@ def mask_of(node: Node, used: Mask) -> Mask:
     if len(items) == len(positions) and all(sub is None for sub in items.values()):
         return None
     return sorted_mask(items)
+
+
+def _each_item(used: tuple, keys: dict) -> tuple:
+    """`used` with `EACH` replaced by the key of each item of the container
+    whose `builder_keys` are `keys`."""
+    each = dict(used).get(EACH, ())
+    if each == ():
+        return used
+    items = sorted_mask({key: each for key, _ in keys.values()})
+    return union(items, tuple((k, sub) for k, sub in used if k != EACH))
 
 
 def masked(node: Node, used: Mask) -> Iterator[tuple[Node, tuple, Mask]]:

@@ -265,12 +265,8 @@ class UnpackingBuilder:
             if j != k:
                 index = self.const(j if j < k else j - len(elts), s)
                 self.assign(x, self.apply(prims.GetItem(), value, index, node=s), s)
-        hidden = self.hidden_name(value)
-        upper = gast.Constant(value=-n_after if n_after else None, kind=None)
-        rest = gast.Subscript(
-            value=sugar.name(hidden),
-            slice=gast.Slice(lower=gast.Constant(value=k, kind=None), upper=upper, step=None),
-            ctx=gast.Load(),
-        )
-        fdef = sugar.collect(sugar.locate(rest, s), True, self.sugar_name("unpack", s), s)
-        self.assign(elts[k].value, self.run_sugar(fdef, s), s)
+        # `list(value[k:-n_after])`: item `j` of the list is item `k + j` of
+        # `value`, which liveness follows (a slice, then a copy), so an item
+        # only `rest` holds gets no cotangent where `rest` is never read.
+        rest = self.apply(prims.GetItem(), value, self.const(slice(k, -n_after or None), s), node=s)
+        self.assign(elts[k].value, self.apply(prims.Copy("list"), rest, node=s), s)
