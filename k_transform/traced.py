@@ -30,13 +30,13 @@ from k_transform.dfunctor import dfunctor
 from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph, output_mask
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models
-from k_transform.frontend.calls import graph_for_call
 from k_transform.frontend.jaxpr import imported_graph
 from k_transform.frontend.parser import parse
 from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import NO_DEBUG, Constant, FuncGraph
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
+from k_transform.protocol import kt_attribute
 from k_transform.runtime import host_log
 from k_transform.runtime.state import no_parameter_reads
 from k_transform.runtime.values import pytree_node
@@ -174,8 +174,9 @@ class DynamicCallK(DynamicK):
             return self._at_order(fn)(*args)
         if not callable(fn):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
-        graph = graph_for_call(fn, list(args), {})
-        if isinstance(graph, FuncGraph) and not _reads_parameters(graph):
+        graph = kt_attribute(fn, "__kt_graph__", None)
+        per_arity = kt_attribute(fn, "__kt_graph_for__", None) is not None  # (a library call)
+        if isinstance(graph, FuncGraph) and not per_arity and not _reads_parameters(graph):
             # a gradient function made by code run as Python: its graph, as where
             # the parser meets one (one reading Parameters runs as a library call,
             # which refuses their reads: their gradients would not leave it)

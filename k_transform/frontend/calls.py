@@ -446,7 +446,7 @@ class CallBuilder:
         lower = kt_attribute(value, "__kt_lower__", None)
         if lower is not None:  # kt.vjp(f, x), kt.jvp(f, x, v): graphs built here
             return lower(self, args, kwargs, e)
-        graph = graph_for_call(value, args, kwargs)
+        graph = _graph_for_call(value, args, kwargs)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
         if isinstance(value, FuncGraph):
@@ -1135,7 +1135,7 @@ def _no_gradient_in(value, depth: int = 0) -> bool:
     )
 
 
-def graph_for_call(value, args: list, kwargs: dict):
+def _graph_for_call(value, args: list, kwargs: dict):
     """The graph a call of `value` with `args` runs (`__kt_graph__`); for the
     gradient of a `*args` function called with positional arguments, its
     graph for that many (`__kt_graph_for__`), as a call of it runs: the
