@@ -145,8 +145,23 @@ def passed_on(w, x):  # the function jax.grad returns, given to another function
     return apply_to(jax.grad(lambda z: mlp(params, z)), x)
 
 
-def test_returned_function_holding_values_is_refused_naming_the_line():
-    """Refused with the line (was JAX's UnexpectedTracerError: the closure's
-    dict of values lay deeper than the search for them looked)."""
-    with pytest.raises(kt.KTransformError, match="holding the call's traced values"):
-        kt.grad(passed_on)(W, X)
+def test_returned_function_passed_on():
+    """Given to another function, it is a closure calling it there
+    (`CallBuilder.passable`; refused before with the line, and before that
+    JAX's UnexpectedTracerError: the closure's dict of values lay deeper
+    than the search for them looked). Oracle: JAX."""
+    close(kt.grad(passed_on, grad_position=(0, 1))(W, X), jax.grad(passed_on, argnums=(0, 1))(W, X))
+
+
+def first_of(fs, z):
+    return jnp.sum(fs[0](z) ** 2)
+
+
+def in_a_tuple(w, x):  # ... inside a tuple: not followed there
+    return first_of((jax.grad(lambda z: mlp({"w": w, "b": x}, z)),), x)
+
+
+def test_returned_function_in_a_container_is_refused_naming_the_line():
+    with pytest.raises(kt.KTransformError, match="holding the call's traced values") as info:
+        kt.grad(in_a_tuple)(W, X)
+    assert "first_of((jax.grad(" in str(info.value)

@@ -59,6 +59,8 @@ def batched(builder, fun: Node, in_axes, out_axes, n_args: int):
     if len(axes) != n_args:
         return None  # JAX's own error, from the model
     mapped = jax.vmap(fn, in_axes=(*[None] * len(free), *axes), out_axes=out_axes)
+    # (JAX's wrapper takes `fn`'s module, ours where `fn` binds computed defaults)
+    mapped.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
     return mapped, free
 
 
@@ -118,7 +120,8 @@ def with_closures(builder, value, args: list[Node], kwargs: dict[str, Node]):
 
     call.__name__ = getattr(value, "__name__", "call")
     call.__kt_library__ = True  # differentiated through its jaxpr, as JAX's
-    call.transform = value if _function_transform(value) else None  # (`library_result`)
+    call.transform = value if function_transform(value) else None  # (`library_result`)
+    call.takes = _parameters_of(given[0]) if call.transform is not None and given else None
     plain = [a for a, part in zip(given, parts, strict=True) if part is None]
     return call, [*read, *plain]
 
@@ -135,6 +138,22 @@ def library_result(node: Node, called: bool = False):
     if all(isinstance(a, Constant) for a in node.args):
         return None
     return prim if called or getattr(prim.fn, "transform", None) is not None else None
+
+
+def returned_function_parameters(node: Node) -> FuncGraph | None:
+    """The graph whose parameters the function that `node` returns takes,
+    where `node` is a call of JAX's function transforms given a closure over
+    the caller's values (`library_result`: `grad(f)` takes `f`'s); else None."""
+    prim = library_result(node)
+    return getattr(prim.fn, "takes", None) if prim is not None else None
+
+
+def _parameters_of(fun: Node) -> FuncGraph | None:
+    """The graph whose parameters the function `fun` takes: its own, or of
+    `grad(f)` given to a transform again, `f`'s."""
+    if isinstance(fun, Constant) and isinstance(fun.value, FuncGraph):
+        return fun.value
+    return returned_function_parameters(fun)
 
 
 def result_called(prim, n_inputs: int):
@@ -159,7 +178,9 @@ _FUNCTION_TRANSFORMS = ("grad", "value_and_grad", "jacfwd", "jacrev", "jacobian"
 _FUNCTION_TRANSFORMS += ("checkpoint", "remat")
 
 
-def _function_transform(value) -> bool:
+def function_transform(value) -> bool:
+    """Whether `value` is one of JAX's transforms that return a function of
+    the function they are given (`grad`, `hessian`, ...)."""
     module = getattr(value, "__module__", None) or ""
     return module.startswith("jax") and getattr(value, "__name__", None) in _FUNCTION_TRANSFORMS
 

@@ -424,6 +424,13 @@ class CallBuilder:
             # of a function known when run, or a library's: read where it is called
             prim = prims.PartialOfValue(tuple(kwargs))
             return self.apply(prim, *args, *kwargs.values(), node=e)
+        if value is functools.partial and args and _library_function(args[0]):
+            # `partial(<JAX's grad>, argnums=1)`: made here (it runs no code), so
+            # that its call is the library's call (`partial_call`)
+            made = functools.partial(
+                *[a.value for a in args], **{k: v.value for k, v in kwargs.items()}
+            )
+            return Constant(made, self.debug(e), callee.hint)
         if pytrees.is_replace(value) and len(args) == 1:  # dataclasses.replace(p, w=...)
             return self.replace_fields(args[0], kwargs, e)
         if kt_attribute(value, "__kt_compiles__", False) and len(args) == 1:
@@ -587,7 +594,10 @@ class CallBuilder:
         if lifted is not None:  # the values they read passed to the call
             host = host_call(value, False) or python_code.reason(value) is not None
             prim = prims.LibraryCall(lifted[0], hint, (), host)
-            return self.apply(prim, *lifted[1], node=e)
+            made = self.apply(prim, *lifted[1], node=e)
+            if batching.function_transform(value):  # `g = <JAX's grad>(f)`, called later
+                self.note_closures_given(made, [*args, *kwargs.values()], hint, e)
+            return made
         if closures:  # the library would call it apart from the values it reads
             raise self.fp.unsupported(
                 f"`{hint}(...)` given `{_function_name(closures[0])}`, a function reading "
@@ -600,7 +610,10 @@ class CallBuilder:
         host = host_call(value, constant) or (python_code.reason(value) is not None and not ours)
         host = host or any(python_code.deferred(v) is not None for v in given)
         prim = prims.LibraryCall(value, hint, tuple(kwargs), host)
-        return self.apply(prim, *args, *kwargs.values(), node=e)
+        made = self.apply(prim, *args, *kwargs.values(), node=e)
+        if batching.function_transform(value):  # of a closure over constants
+            self.note_closures_given(made, [*args, *kwargs.values()], hint, e)
+        return made
 
     def result_call(self, callee: Apply, args, kwargs, e) -> Node:
         """JAX's `grad(f)(x)` where `grad(f)` is a library call given values
@@ -695,7 +708,7 @@ class CallBuilder:
     def vmapped_call(self, callee: Apply, args, kwargs, e) -> Node:
         """`jax.vmap(fun, in_axes, out_axes)(*args)`: one batched library call
         (`frontend.batching`), or the loop its model writes."""
-        vm, fun = callee.fn.value, callee.args[0]
+        vm, fun = callee.fn.value, self.current(callee.args[0])  # as Python reads it now
         if kwargs:
             raise self.fp.error("keyword arguments to a jax.vmap function are not supported", e)
         fun = self.fixed_partial(fun, len(args), e)
@@ -751,7 +764,7 @@ class CallBuilder:
             f"def {name}({params}):",
             f"    return {f}(*{b}, {params}{', ' if params else ''}**{d})",
         ]
-        fdef = sugar.locate(gast.parse("\n".join(lines)).body[0], e)
+        fdef = sugar.written_at(lines, e)
         return self.built_now(fdef)
 
     def items_of(self, node: Node, what: str, e) -> list[Node]:
@@ -762,15 +775,17 @@ class CallBuilder:
             return list(node.args)
         raise self.fp.error(f"{what} must be a tuple or list written at the call", e)
 
-    def partial_closure(self, fn: Node, bound: list[Node], kw: dict, rest: Node | None, e):
+    def partial_closure(
+        self, fn: Node, bound: list[Node], kw: dict, rest: Node | None, e, like=None
+    ):
         """`functools.partial(f, *bound, **kw)` (`**rest`: a dict whose keys are
         known when run) of a user function `f`, with values of the program:
         the closure `def f_partial(<f's parameters after bound>): return
         f(*bound, <them>, **kw)`, a parameter with a default passed on only
         where the call gives it (else `kw` or `f`'s default fills it, as in
-        Python). None for any other `f` (one with `*args`), which stays a
-        library call."""
-        graph = self.callee_graph(fn)
+        Python); `f` takes the parameters of the graph `like` where given.
+        None for any other `f` (one with `*args`), which stays a library call."""
+        graph = like if like is not None else self.callee_graph(fn)
         sig = graph.signature if graph is not None else None
         positional = sig.positional if sig is not None else graph and graph.param_names
         if positional is None or (sig is not None and sig.vararg) or len(bound) > len(positional):
@@ -802,8 +817,65 @@ class CallBuilder:
                 f"        _kt_acc = ({', '.join(optional[: k + 1])},)",
             ]
         lines.append(f"    return {f}(*{b}, {''.join(n + ', ' for n in required)}*_kt_acc, **{d})")
-        fdef = sugar.locate(gast.parse("\n".join(lines)).body[0], e)
+        fdef = sugar.written_at(lines, e)
         return self.built_now(fdef)
+
+    def passable(self, node: Node, e) -> Node:
+        """`node`, a function passed on or returned instead of called where it
+        is made, as a closure that the function it reaches can call:
+
+        - the function JAX's `grad(f)` (`jacrev`, `hessian`, ...) returns, `f`
+          a closure over the caller's values, or `jax.vmap(f)`: `def
+          f_partial(<f's parameters>): return node(<them>)`, each call of
+          which is one library call with the call that made it
+          (`result_call`, `vmapped_call`), as where it is made; Python's
+          function would hold those values, as it does;
+        - a nested function whose defaults the caller computes (`lambda r,
+          s=scale: ...`): `defaults_read`.
+        """
+        if e is None:
+            return node
+        like = batching.returned_function_parameters(node)
+        if isinstance(node, Apply) and isinstance(getattr(node.fn, "value", None), prims.Vmapped):
+            fun = node.args[0]  # `jax.vmap(f)` takes `f`'s parameters
+            like = self.callee_graph(fun) or batching.returned_function_parameters(fun)
+        if like is not None:
+            made = self.partial_closure(node, [], {}, None, e, like=like)
+            return node if made is None else made
+        if _computed_defaults(node):
+            sig = node.value.signature
+            if sig is None or (sig.vararg is None and sig.kwarg is None):
+                return self.defaults_read(node, e)
+        return node
+
+    def defaults_read(self, fn: Constant, e) -> Node:
+        """`def f_defaults(<f's parameters>)`, calling the nested function `f`
+        with its parameters, where `f` has defaults the caller computes
+        (`batching.dynamic_defaults`): one of those left out is read from the
+        value computed where `f` is made, as a closure reads a variable (its
+        gradient flows there), where a call of `f` the parser binds passes it.
+        A function called where the program runs takes only constant
+        defaults."""
+        graph, dynamic = fn.value, batching.dynamic_defaults(fn.value)
+        absent, f = self.hidden_name(Constant(ABSENT, hint="absent")), self.hidden_name(fn)
+        kwonly = graph.signature.kwonly if graph.signature is not None else []
+        params, reads = [], []
+        for name in graph.param_names:
+            default = graph.defaults.get(name)
+            if name == (kwonly or [None])[0]:
+                params.append("*")
+            if name in dynamic:
+                params.append(f"{name}={absent}")
+                reads += [
+                    f"    if {name} is {absent}:",
+                    f"        {name} = {self.hidden_name(default)}",
+                ]
+            else:
+                params.append(name if default is None else f"{name}={self.hidden_name(default)}")
+        given = [n if n not in kwonly else f"{n}={n}" for n in graph.param_names]
+        lines = [f"def {graph.name}_defaults({', '.join(params)}):", *reads]
+        lines.append(f"    return {f}({', '.join(given)})")
+        return self.built_now(sugar.written_at(lines, e))
 
     def partial_call(self, p: functools.partial, args, kwargs, e) -> Node:
         """`functools.partial(f, *bound, **kw)(*args, **kwargs)` is
@@ -916,12 +988,12 @@ class CallBuilder:
             condition, where, owner = graph.changed_parameters[name]
             if condition == "not None" and isinstance(arg, Constant) and arg.value is None:
                 continue
-            if condition == "mutable" and isinstance(arg, Parameter):
+            if condition != "not None" and isinstance(arg, Parameter):
                 if arg.graph is function.graph:
                     entry = (condition, where, function.graph.name)
-                    function.graph.changed_parameters.setdefault(arg.name, entry)
+                    effects.note_change(function.graph, arg.name, entry)
                 continue
-            if condition == "mutable" and not mutability.may_be_mutable(arg, prims):
+            if condition != "not None" and not _may_change(condition, arg):
                 continue
             raise self.fp.unsupported(
                 f"`{owner}(...)` given for {name!r} an object it changes in place, "
@@ -1257,6 +1329,19 @@ def _holds_the_callers(node) -> bool:
     reading them, or what a library call given them returns
     (JAX's `grad(closure)`, `batching.library_result`)."""
     return _reads_the_caller(node) or batching.library_result(node) is not None
+
+
+def _may_change(condition: str, arg: Node) -> bool:
+    """Whether a change of a parameter under `condition` (`effects.note_change`)
+    may change the object `arg` is."""
+    own = condition != "items" and mutability.may_be_mutable(arg, prims)
+    return own or (condition != "mutable" and mutability.items_may_be_mutable(arg, prims))
+
+
+def _library_function(node: Node) -> bool:
+    """Whether `node` is a library's function (`jax.vmap`, `jnp.sum`), known while parsing."""
+    value = node.value if isinstance(node, Constant) else None
+    return callable(value) and is_library_value(value) and not isinstance(value, type)
 
 
 def _function_name(node) -> str:

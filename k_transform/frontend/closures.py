@@ -294,6 +294,17 @@ class ClosureScope:
         for site, key, node in builder.escaped[id(value)]:
             now = self.closure_key(site)[1]
             if now != key:
+                if isinstance(site, LibraryReads):
+                    raise _runs_as_python(
+                        self.fp.error(
+                            f"the function {site.factory}(...) returned, given the closure "
+                            f"{site.name!r}, is called after a variable it reads was rebound: "
+                            "Python would see the new value, k_transform cannot rebind it there "
+                            f"(call {site.factory}(...) again after the rebinding)",
+                            node,
+                        ),
+                        "a library's function of a closure reading a variable rebound since",
+                    )
                 if isinstance(site, OuterReads):
                     changed = sorted({name for name, _ in set(now) ^ set(key)})
                     raise _runs_as_python(
@@ -338,6 +349,25 @@ class ClosureScope:
             self.fp.held.append(result)
             self.escaped[id(result)] = entries
 
+    def note_closures_given(self, result: Node, given: list[Node], hint: str, e) -> None:
+        """`result` of a library call given closures returns a function of
+        them (JAX's `grad(f)`): where it is used after a variable they read
+        was rebound, it is refused (`check_escaped`), since the closures were
+        read at the call and Python's would read the new value."""
+        entries = []
+        for value in given:
+            site = site_of(value)
+            if site is not None:
+                reads = LibraryReads(site.name, hint, site.reads)
+                entries.append((reads, self.closure_key(reads)[1], e))
+            builder = self  # a function such a call returned, given again: its own
+            while builder is not None and id(value) not in builder.escaped:
+                builder = builder.parent
+            entries += builder.escaped[id(value)] if builder is not None else []
+        if entries:
+            self.fp.held.append(result)
+            self.escaped[id(result)] = entries
+
     def note_escaping(self, names: list[str], branches: list, s) -> None:
         """Records the closures that leave `branches` as the values of `names`."""
         for k, name in enumerate(names):
@@ -375,6 +405,14 @@ def _runs_as_python(exc, construct: str):
     runs as Python (`frontend.python_code`), where Python keeps them."""
     exc.construct = construct
     return exc
+
+
+class LibraryReads:
+    """The variables a closure given to a library call that returns a function of it reads
+    (`note_closures_given`)."""
+
+    def __init__(self, name: str, factory: str, reads: list[str]):
+        self.name, self.factory, self.reads = name, factory, reads
 
 
 class OuterReads:

@@ -288,6 +288,40 @@ def changed_in_place(value) -> bool:
     return any(hasattr(type(value), name) for name in _IN_PLACE_OPERATORS)
 
 
+def note_change(graph, name: str, entry: tuple) -> None:
+    """Note in `graph.changed_parameters` that the function changes its
+    parameter `name` in place, `entry` `(condition, where, function)`: the
+    object itself where it is mutable (`"mutable"`), or an item of it where
+    that is (`"items"`: `a = p[0]; a += v`), or both."""
+    old = graph.changed_parameters.get(name)
+    if old is None:
+        graph.changed_parameters[name] = entry
+    elif old[0] != entry[0] and "not None" not in (old[0], entry[0]):
+        graph.changed_parameters[name] = ("mutable or items", *old[1:])
+
+
+def changed_by(condition: str, value) -> bool:
+    """Whether a change of a parameter under `condition` (`note_change`)
+    changes the caller's object `value`."""
+    if condition == "not None":
+        return value is not None
+    own = condition != "items" and changed_in_place(value)
+    return own or (condition != "mutable" and _item_changed_in_place(value))
+
+
+def _item_changed_in_place(value) -> bool:
+    """Whether an item of `value` may be an object `a op= v` changes (a row
+    of a matrix, a list in a list; not a number of a vector: NumPy's item
+    is a copy)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 1
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return any(changed_in_place(v) for v in value)
+    return not type(value).__module__.startswith("jax")
+
+
 def changed_arguments(graph, args: tuple) -> str | None:
     """Why calling `graph` on the caller's `args` would change one of them
     where the caller could not see it (`FuncGraph.changed_parameters`: `l *=
@@ -298,9 +332,7 @@ def changed_arguments(graph, args: tuple) -> str | None:
             continue
         condition, where, function = graph.changed_parameters[name]
         arg = args[k]
-        if (condition == "not None" and arg is None) or (
-            condition == "mutable" and not changed_in_place(arg)
-        ):
+        if not changed_by(condition, arg):
             continue
         return (
             f"{function}(...) changes its argument {name!r} in place, {where}; given a "

@@ -24,18 +24,20 @@ _IMMUTABLE_TYPES = (int, float, complex, str, bytes, tuple, frozenset, type(None
 _SEARCH = 5_000  # steps of one question (see `may_be_mutable`)
 
 
-def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
+def may_be_mutable(node, prims, depth: int = 0, resolve=None, items: bool = False) -> bool:
     """Whether `node`'s value may be a list, a NumPy array or another object
     an augmented assignment changes in place (`a += v`), as far as the parser
     knows: a display, a mutable constant, a library function's result (not
     JAX's), an item of such (where the item is known, `[x, [y]][0]`, that
     item), an operator on such (`l * 2`), what a user function returns.
 
-    `resolve(p)` says what a parameter `p` stands for: a node of an
+    `resolve(p, items)` says what a parameter `p` stands for: a node of an
     enclosing graph (a loop's carried value at entry, a captured variable),
     `("items", seq)` for the item of a loop over `seq`, or None. A
     parameter it leaves unknown counts as an array (the caller checks what
-    it passes: `FuncGraph.changed_parameters`).
+    it passes: `FuncGraph.changed_parameters`); `items`: the question is of
+    an item of `p` (`a = p[0]; a += v` changes a row of a matrix, not a
+    number of a vector).
 
     Past `_SEARCH` steps of one question (loops, branches and helpers
     nest), the answer is the cautious one: it may be."""
@@ -46,7 +48,7 @@ def may_be_mutable(node, prims, depth: int = 0, resolve=None) -> bool:
     if steps["left"] < 0 or depth > 64:
         return True
     if isinstance(node, Parameter):
-        found = resolve(node) if resolve is not None else None
+        found = resolve(node, items) if resolve is not None else None
         if isinstance(found, tuple):  # ("items", seq)
             return _item_may_be_mutable(found[1], None, prims, depth + 1, resolve)
         return found is not None and may_be_mutable(found, prims, depth + 1, resolve)
@@ -90,11 +92,11 @@ def _returns_mutable(graph: FuncGraph, args, prims, depth: int, resolve) -> bool
         return True
     position = {id(p): k for k, p in enumerate(graph.parameters)}
 
-    def inner(p):
+    def inner(p, items=False):
         k = position.get(id(p))
         if k is not None and p.graph is graph:
             return args[k]
-        return resolve(p) if resolve is not None else None
+        return resolve(p, items) if resolve is not None else None
 
     return may_be_mutable(graph.output, prims, depth, inner)
 
@@ -126,10 +128,10 @@ def _control_may_be_mutable(node, k, prims, depth: int, resolve) -> bool:
         position = {id(p): j for j, p in enumerate(graph.parameters)}
         each = isinstance(prim, ForEach)
 
-        def inner(p, graph=graph, extra=extra, position=position, each=each):
+        def inner(p, items=False, graph=graph, extra=extra, position=position, each=each):
             j = position.get(id(p))
             if j is None or p.graph is not graph:
-                return resolve(p) if resolve is not None else None
+                return resolve(p, items) if resolve is not None else None
             if j >= extra:
                 return values[j - extra]
             return ("items", args[0]) if each else None  # a `for`'s item (of a range: an int)
@@ -142,8 +144,13 @@ def _control_may_be_mutable(node, k, prims, depth: int, resolve) -> bool:
 def _item_may_be_mutable(container, index, prims, depth: int, resolve) -> bool:
     items = _item_candidates(container, index, prims, resolve)
     if items is None:  # an item of an unknown container: as the container
-        return may_be_mutable(container, prims, depth, resolve)
+        return may_be_mutable(container, prims, depth, resolve, items=True)
     return any(may_be_mutable(item, prims, depth, resolve) for item in items)
+
+
+def items_may_be_mutable(container, prims) -> bool:
+    """Whether an item of `container` may be changed in place (`may_be_mutable`)."""
+    return _item_may_be_mutable(container, None, prims, 0, None)
 
 
 def _item_candidates(container, index, prims, resolve, depth: int = 0) -> list | None:
@@ -154,7 +161,7 @@ def _item_candidates(container, index, prims, resolve, depth: int = 0) -> list |
     if depth > 8:
         return None
     if isinstance(container, Parameter):
-        found = resolve(container) if resolve is not None else None
+        found = resolve(container, True) if resolve is not None else None
         if found is None or isinstance(found, tuple):
             return None
         return _item_candidates(found, index, prims, resolve, depth + 1)

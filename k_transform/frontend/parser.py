@@ -442,6 +442,7 @@ class GraphBuilder(
                 return self.apply(*joined)
         fn = prim if isinstance(prim, Node) else Constant(prim, hint=getattr(prim, "name", ""))
         if not isinstance(fn.value if isinstance(fn, Constant) else None, Primitive):
+            args = tuple(self.passable(a, node) for a in args)  # `helper(<JAX's grad>(f), x)`
             self.refuse_star_function_values(args, node)
         debug = self.debug(node) if node is not None else NO_DEBUG
         args = tuple(self.parameters_read(a, debug) for a in args)

@@ -15,14 +15,17 @@ container). `if`/`while`/`for` are `k_transform.frontend.control_flow`.
 from __future__ import annotations
 
 import copy
+import functools
 import types
 
 import gast
+import jax
 
 from k_transform import ops
 from k_transform import runtime as rt
-from k_transform.frontend import effects, jax_custom, mutability
+from k_transform.frontend import batching, effects, jax_custom, lax_models, mutability
 from k_transform.frontend.calls import called_here
+from k_transform.frontend.desugar import loaded_names
 from k_transform.frontend.expressions import BINOPS, lambda_def
 from k_transform.ir.nodes import Apply, Constant, Node, Parameter
 from k_transform.ops import python as prims
@@ -57,13 +60,36 @@ class StatementBuilder:
     def stmt_FunctionDef(self, s) -> None:
         if s.decorator_list:  # JAX's custom_jvp or custom_vjp, or a rule of one
             if not jax_custom.nested_def(self, s):
-                raise self.fp.unsupported("a decorator on a nested function", s)
+                self.decorated_def(s)
             return
         self.bind_closure(s.name, s)
 
+    def decorated_def(self, s) -> None:
+        """`@dec def f(...)` of JAX's function transforms (`jax.vmap`,
+        `jax.jit`, JAX's `grad`, ..., `functools.partial(jax.vmap, in_axes=...)`):
+        `f = dec(<the def>)`, the decorators evaluated first, as Python does.
+        Another decorator, or a def whose body reads its own name (Python's
+        would reach the decorated function), is refused: the function runs
+        as Python."""
+        decorators = [self.expr(d) for d in s.decorator_list]
+        body_reads = loaded_names(gast.Module(body=s.body, type_ignores=[]))
+        if s.name in body_reads or not all(map(_jax_transform, decorators)):
+            raise self.fp.unsupported("a decorator on a nested function", s)
+        plain = copy.copy(s)
+        plain.decorator_list = []
+        self.bind_closure(s.name, plain)
+        value = self.read(s.name, s)
+        for d, decorator in reversed(list(zip(s.decorator_list, decorators, strict=True))):
+            call = gast.Call(func=d, args=[gast.Name(s.name, gast.Load(), None, None)], keywords=[])
+            gast.copy_location(call, d)
+            call.end_lineno, call.end_col_offset = d.end_lineno, d.end_col_offset
+            called_here(self, call)  # (`jax.vmap`'s: a value called later, as `vm = jax.vmap(f)`)
+            value = self.call(decorator, [value], {}, call)
+        self.bind(s.name, value)
+
     def stmt_Return(self, s) -> None:
         value = self.expr(s.value) if s.value is not None else self.const(None, s)
-        value = self.current(value)
+        value = self.passable(self.current(value), s)
         self.refuse_star_function_values([value], s, "returned")
         if self.nonlocals:  # a closure that rebinds `nonlocal` names returns them too
             values = [self.read(n, s) for n in self.nonlocals]
@@ -115,7 +141,7 @@ class StatementBuilder:
             d = self.debug(s)
             where = f"{shared.parameters[key]} ({d.file}, line {d.line})"
             entry = ("mutable", where, function.graph.name)
-            function.graph.changed_parameters.setdefault(s.target.id, entry)
+            effects.note_change(function.graph, s.target.id, entry)
         self.changed_in_place(
             s, left, "augmented", f"where another reference to {s.target.id!r} may see the change"
         )
@@ -161,7 +187,7 @@ class StatementBuilder:
         d = self.debug(s)
         where = f"`{gast.unparse(s).strip()}` ({d.file}, line {d.line})"
 
-        def resolve(p):
+        def resolve(p, items=False):
             builder = self
             while builder.closed and p.graph is not builder.graph:
                 builder = builder.parent
@@ -171,8 +197,8 @@ class StatementBuilder:
                 entry = builder.entry_values.get(p)
                 return entry if entry is not None else builder.captures.get(p.name)
             if builder is function:
-                entry = ("mutable", where, function.graph.name)
-                function.graph.changed_parameters.setdefault(p.name, entry)
+                condition = "items" if items else "mutable"
+                effects.note_change(function.graph, p.name, (condition, where, function.graph.name))
             return None
 
         return mutability.may_be_mutable(node, prims, resolve=resolve)
@@ -261,6 +287,15 @@ def _known_list(node) -> bool:
         return isinstance(node.value, list)
     prim = getattr(node.fn, "value", None) if isinstance(node, Apply) else None
     return isinstance(prim, (prims.MakeList, prims.ListAppend, prims.ListExtend, prims.ListInsert))
+
+
+def _jax_transform(node: Node) -> bool:
+    """Whether `node` is one of JAX's function transforms known while
+    parsing, or a `functools.partial` of one (`partial(jax.vmap, in_axes=0)`)."""
+    value = node.value if isinstance(node, Constant) else None
+    value = value.func if isinstance(value, functools.partial) else value
+    known = (jax.vmap, jax.jit, *lax_models.SAME_VALUES)
+    return any(value is f for f in known) or batching.function_transform(value)
 
 
 def _may_be_mutable(node) -> bool:

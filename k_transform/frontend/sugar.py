@@ -90,6 +90,19 @@ def locate(tree, at):
     return tree
 
 
+def written_at(lines: list[str], at):
+    """The statement `lines` (code k_transform writes) parsed, every node
+    given the location of `at`, the user's expression it stands for (its own
+    line numbers would name lines of the user's file it is not on)."""
+    tree = gast.parse("\n".join(lines)).body[0]
+    for n in gast.walk(tree):
+        if "lineno" in getattr(n, "_attributes", ()):
+            gast.copy_location(n, at)
+            n.end_lineno = getattr(at, "end_lineno", None)
+            n.end_col_offset = getattr(at, "end_col_offset", None)
+    return tree
+
+
 # -- comprehensions -------------------------------------------------------------
 def comprehension(e, fn_name: str) -> gast.FunctionDef:
     """The nested function that computes the comprehension `e` (see above)."""

@@ -186,7 +186,8 @@ class FuncGraph:
         # Parameters a parsed function may change in place, by what its
         # caller passes: name -> (condition, where, function); condition
         # "mutable" (an augmented assignment, in place on a list or a NumPy
-        # array) or "not None" (`if acc is None: acc = []` then
+        # array), "items" (one on an item of it: `a = p[0]; a += v`), both
+        # ("mutable or items"), or "not None" (`if acc is None: acc = []` then
         # `acc.append(v)`); `function`: the name of the user's function whose
         # parameter it is (a gradient's graph carries its function's entries).
         self.changed_parameters: dict[str, tuple[str, str, str]] = {}
