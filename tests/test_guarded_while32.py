@@ -212,7 +212,7 @@ def test_a_loop_carrying_a_full_stack_at_third_order(stepped, scan_loops):
     np.testing.assert_allclose(got, third(jax.grad, f, v)(x), rtol=1e-10)
 
 
-def decay_checkpointed(x, stop):
+def decay_checkpointed(x, stop):  # `decay` at a line of its own: a bound of its own
     y = x
     t = stop * 0.0
     while t < stop:
