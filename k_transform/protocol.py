@@ -70,6 +70,16 @@ CALLBACKS: dict[str, tuple[str, tuple[str, ...]]] = {
         "parser reads the function it compiles (`__wrapped__`) as the method",
         ("k_transform.jit_api",),
     ),
+    "__kt_own_call__": (
+        "true: its `__call__` is k_transform's (a gradient, jit or Jacobian "
+        "object), never parsed as a user's method (`callables.user_call_method`)",
+        (
+            "k_transform.compiled",
+            "k_transform.jit_api",
+            "k_transform.forward_api",
+            "k_transform.jacobians",
+        ),
+    ),
     "__kt_parameter__": (
         "true: it is a `kt.Parameter` (or a slot written back like one), read "
         "through `read_param` and written by `ops.Assign`",

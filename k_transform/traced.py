@@ -175,14 +175,11 @@ class DynamicCallK(DynamicK):
         if not callable(fn):
             raise KTransformError(f"{type(fn).__name__!r} object is not callable", self.debug)
         graph = kt_attribute(fn, "__kt_graph__", None)
-        per_arity = kt_attribute(fn, "__kt_graph_for__", None) is not None  # (a library call)
-        if isinstance(graph, FuncGraph) and not per_arity and not _reads_parameters(graph):
+        if _graph_called(fn, graph, args):
             # a gradient function made by code run as Python: its graph, as where
             # the parser meets one (one reading Parameters runs as a library call,
             # which refuses their reads: their gradients would not leave it)
-            from k_transform.compiled import with_defaults  # (compiled imports this module)
-
-            return _compiled_k(graph, self.order, self.masks)(*with_defaults(fn, args))
+            return _compiled_k(graph, self.order, self.masks)(*args)
         inner = fn  # a partial of a user function runs the user's code
         while isinstance(inner, functools.partial):
             inner = inner.func
@@ -302,6 +299,19 @@ def _primal_function(value, order: int):
     if entry is None or entry[0] is not primal:
         entry = made[id(primal)] = (primal, compile_graph(primal))
     return entry[1]
+
+
+def _graph_called(fn, graph, args) -> bool:
+    """Whether a call of `fn` with `args` (all its graph's parameters given)
+    is a call of its `graph` (a gradient function's), differentiated here:
+    not for one made per arity (its generic graph takes the `*args` tuple),
+    nor one whose graph reads Parameters."""
+    return (
+        isinstance(graph, FuncGraph)
+        and kt_attribute(fn, "__kt_graph_for__", None) is None
+        and len(args) == len(graph.parameters)
+        and not _reads_parameters(graph)
+    )
 
 
 def _reads_parameters(graph: FuncGraph) -> bool:

@@ -72,7 +72,7 @@ def user_call_method(value):
     if isinstance(value, (type, types.FunctionType, functools.partial)):
         return None
     cls = type(value)
-    if getattr(cls, "__kt_own_call__", False):  # a gradient object: k_transform's, never parsed
+    if kt_attribute(cls, "__kt_own_call__", False):  # a gradient object: never parsed
         return None
     call = getattr(cls, "__call__", None)  # noqa: B004 -- the method itself, not callable()
     if is_user_function(call) and not (call.__module__ or "").startswith("k_transform."):
