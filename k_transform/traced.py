@@ -27,7 +27,9 @@ import numpy as np
 from k_transform.codegen.compile import compile_graph, graph_of
 from k_transform.context import TRANSFORM
 from k_transform.dfunctor import dfunctor
-from k_transform.dfunctor.dfunctor import DynamicK, LibraryK, holds_params, k_graph, output_mask
+from k_transform.dfunctor.dfunctor import holds_params, k_graph
+from k_transform.dfunctor.reads import output_mask
+from k_transform.dfunctor.services import DynamicK, LibraryK
 from k_transform.errors import KTransformError
 from k_transform.frontend import callables, lax_models
 from k_transform.frontend.jaxpr import imported_graph

@@ -6,11 +6,11 @@ A zero times an infinite slope (`sqrt` at 0) is NaN, where JAX, whose zeros
 are symbolic, has numbers. Each case gave NaN for the gradient and the
 second derivative before session 31:
 - a Python `while` or `for` carrying a diagnostic the result never reads
-  (`dfunctor.loop_carries`: the body is K'd for the carries read, to a
+  (`reads.loop_carries`: the body is K'd for the carries read, to a
   fixed point, so a carry the read ones depend on keeps its gradient);
 - `lax.scan` whose ys hold an item no one reads (a stack is masked item by
   item; at second order the bprop of a loop reads only the final carries
-  its reverse loop reads: `dfunctor._closure_reads`);
+  its reverse loop reads: `reads._closure_reads`);
 - `lst.pop()`, and a comprehension's list of tuples read in part
   (`liveness`: `list_delete`, `a + b` of tuples of fixed lengths).
 """

@@ -7,15 +7,15 @@ are symbolic, has numbers. Each `unread` case gave NaN before session 32
 the other leaves unread and must keep its gradient:
 - `list(d.values())[0]`, `list(d.items())[0][1]`: the comprehension that
   builds the list is a closure the function only calls; it reads what K of
-  each call, made for the items read, reads (`dfunctor._called_closures`);
+  each call, made for the items read, reads (`reads._called_closures`);
 - `a, *_ = h(x)` and `for a, *rest in [...]`: the starred target is
   `list(value[k:])`, ops whose items liveness follows (a slice, a copy);
 - `for a, b in [h(x), h(y)]` at second order: K of a loop is made of its
-  twin (`differentiated_as`), which liveness now reads (`dfunctor._callees`),
+  twin (`differentiated_as`), which liveness now reads (`reads._callees`),
   and the loop K reads each item of the list it is given as the body reads
   its item, for the carries read (`liveness.EACH`, `_items_iterated`);
 - `lax.scan` with a body that closes over a value, at second order: the
-  bprop of the loop's K calls the body it is given (`dfunctor._calls_of`).
+  bprop of the loop's K calls the body it is given (`reads._calls_of`).
 """
 
 import jax

@@ -4,7 +4,7 @@ A zero cotangent is a number: times an infinite slope it is NaN, where JAX,
 whose zeros are symbolic, never multiplies. K of a call is made for the
 items of its result the caller reads (`DFunctor.used_items`), and an owner
 looks in a closure's env only for what the closure's K can send back
-(`dfunctor._live_reads`). Each case gave NaN before.
+(`reads._live_reads`). Each case gave NaN before.
 """
 
 from typing import NamedTuple

@@ -7,9 +7,52 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from k_transform.errors import KTransformError
 from k_transform.ir.nodes import FuncGraph
+
+if TYPE_CHECKING:
+    from k_transform.dfunctor.liveness import Mask
+    from k_transform.ops import python as prims
+
+
+class LibraryK:
+    """K^order of a library call with no primitive (`prims.imports_jaxpr`):
+    a value the fprop graph calls with the K-values of the call's inputs,
+    returning `(result, bprop)` at order 1. Its graph is known only at trace
+    time, so the layer that imports jaxprs and compiles makes it
+    (`Services.library_k`: `k_transform.traced.TracedCallK`). K of it is the
+    same call one order higher, `k(out_used)` (the items of this call's
+    result the caller reads: `DFunctor.used_items`)."""
+
+    call: prims.LibraryCall
+    order: int
+
+    def k(self, out_used: Mask = None, active: tuple[bool, ...] | None = None) -> LibraryK:
+        raise NotImplementedError
+
+
+class DynamicK:
+    """K^order of calling a value known only when the program runs (an
+    `Apply` whose function is a node): called with the callee's K-value and
+    the arguments' (`DynamicK(order)(callee, *args)`). A K-function (an
+    fprop the program made) is called as it is, or made again for the items
+    of its result the caller reads where it can be (a function with no free
+    variables); another callable (a user object, `getattr(jnp, "sin")`) is
+    differentiated through its jaxpr (`Services.dynamic_k`:
+    `k_transform.traced.DynamicCallK`). Its bprop returns `(env of the
+    callee, *d_args)`, as the callee's own; K of it is the same call one
+    order higher, `k(out_used)` (`DFunctor.used_items`). Effectful, as the
+    call it differentiates (codegen keeps a call of an unknown value): kept
+    in program order, and run even where its result is unused (`fn(v)` as a
+    statement, its print or draw)."""
+
+    order: int
+    effectful = True
+
+    def k(self, out_used: Mask = None) -> DynamicK:
+        raise NotImplementedError
 
 
 def _not_installed(*args, **kwargs):
