@@ -18,6 +18,7 @@ import weakref
 from k_transform.api import graph_of
 from k_transform.compiled import CompiledGraph, bind_keywords, takes_star_args
 from k_transform.frontend.parser import parse
+from k_transform.frontend.targets import arity, target_of
 from k_transform.ir.nodes import FuncGraph
 
 
@@ -68,11 +69,10 @@ class Jit:
             # a gradient function binds keywords, defaults and `*args` itself
             self._compiled[key] = self.__wrapped__.under_jit()
         if key not in self._compiled:
-            graph = graph_of(self.__wrapped__, star_arity)
+            target = self._target
+            graph = graph_of(target, star_arity)
             remake = functools.partial(self._remake, key, star_arity)
-            self._compiled[key] = CompiledGraph(
-                graph, self.__wrapped__, remake=remake, jit_host=True
-            )
+            self._compiled[key] = CompiledGraph(graph, target, remake=remake, jit_host=True)
         return self._compiled[key]
 
     def _remake(self, key, star_arity) -> CompiledGraph:
@@ -85,6 +85,13 @@ class Jit:
         """The graph of `fn` (while `fn` is being parsed, the graph being built:
         so a recursive `@kt.jit` function calls itself as plain recursion)."""
         return parse(self.__wrapped__)
+
+    @property
+    def _target(self):
+        """The function compiled: `fn`, or for a library function
+        (`kt.jit(jax.vmap(f))`) a user-level function calling it, as
+        `kt.grad` differentiates one (`frontend.targets`)."""
+        return target_of(self.__wrapped__, arity(self.__wrapped__))
 
     def __call__(self, *args, **kwargs):
         fn = self.__wrapped__
@@ -101,8 +108,9 @@ class Jit:
             if not kwargs:  # (the next such call goes straight to it)
                 self._direct = (len(args), self._training(), compiled)
             return compiled(*args, **kwargs)
-        if takes_star_args(self.__wrapped__):
-            args, where = bind_keywords(self.__wrapped__, args, kwargs)
+        fn = self._target
+        if takes_star_args(fn):
+            args, where = bind_keywords(fn, args, kwargs)
             return self.compiled(sum(k is not None for _, k in where))(*args)
         compiled = self.compiled()
         graph = compiled.__kt_graph__

@@ -202,6 +202,17 @@ class SugarBuilder:
             broke = self.read(flag, s) if flag is not None else self.const(False, s)
             self.apply(prims.ZipStrictEnd(), broke, *lengths, node=it)
 
+    def unpacked_view(self, e, targets) -> Node | None:
+        """`a, b = d.values()` (`.items()`, `.keys()`): the view's items as a
+        tuple, as `tuple(d.values())` reads them (unpacking reads a view
+        whole, at once, so a tuple of its items is what the targets see);
+        None where `e` is not a dict view or a target is not unpacking."""
+        if self.view_kind(e) != "dict" or not all(
+            isinstance(t, (gast.Tuple, gast.List)) for t in targets
+        ):
+            return None
+        return self.run_sugar(sugar.collect(e, False, self.sugar_name("view", e), e), e)
+
     def view(self, it, loop=None) -> View | None:
         """`it` read by position. `loop`: the `for` over `it` itself, which a
         zip or enumerate of iterators only builds (`iterated_loop`: None)."""

@@ -107,7 +107,8 @@ class StatementBuilder:
             return
         if isinstance(s.value, gast.Call):  # `vm = jax.vmap(f)`: called later, in place
             called_here(self, s.value)
-        value = self.expr(s.value)
+        value = self.unpacked_view(s.value, s.targets)
+        value = self.expr(s.value) if value is None else value
         for target in s.targets:
             self.assign(target, value, s)
 
