@@ -73,3 +73,23 @@ def test_jit_of_a_library_function_per_example_gradients():
     got = kt.jit(jax.vmap(kt.grad(per_example), in_axes=(None, 0)))(w, xs)
     np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_allclose(kt.jit(jax.vmap(jnp.sin))(xs), jnp.sin(xs), rtol=1e-6)
+
+
+def pops_a_stack(x):
+    stack = []
+    for v in x:
+        stack.append(v * 2.0)
+    total = 0.0
+    while stack:
+        total = total * 0.5 + stack.pop()
+    return total
+
+
+def test_a_while_popping_a_list_until_empty_terminates():
+    """The carries a loop reads grew without end (item -1 of the list, then
+    -2 of the list before, ...): `kt.grad` never returned. A carry still
+    growing after `reads.WIDEN_AFTER` rounds is read whole."""
+    x = jnp.array([0.3, -0.7, 1.1, 0.5])
+    np.testing.assert_allclose(kt.grad(pops_a_stack)(x), jax.grad(pops_a_stack)(x), rtol=1e-6)
+    got = kt.jit(kt.grad(pops_a_stack))(x)
+    np.testing.assert_allclose(got, jax.grad(pops_a_stack)(x), rtol=1e-6)

@@ -13,6 +13,7 @@ local derivative is infinite (`sqrt(0)`), 0 * inf would be NaN.
 from __future__ import annotations
 
 import functools
+import itertools
 
 from k_transform.bprop_registry.helpers import NotDifferentiable
 from k_transform.bprop_registry.registry import bprop_getters
@@ -155,13 +156,25 @@ def loop_carries(node: Apply, used: Mask) -> Mask:
             return None
         items[j] = union(items[j], sub) if j in items else sub
     carries = sorted_mask(items)
-    while True:
+    for rounds in itertools.count():
         reached = _params_reached(body, carries)
         read = {j: reached[heads + j] for j in range(n) if heads + j in reached}
         more = union(carries, sorted_mask(read))
         if more == carries:
             return carries
-        carries = more
+        carries = more if rounds < WIDEN_AFTER else _widened(carries, more)
+
+
+WIDEN_AFTER = 8  # rounds of `loop_carries` before a carry still growing is read whole
+
+
+def _widened(old: Mask, new: Mask) -> Mask:
+    """`new` with each carry whose mask grew since `old` read whole: a mask
+    may grow without end (`while stack: stack.pop()` over a list of unknown
+    length reads its item -1, then -2 of the list before, ...); whole, the
+    fixed point is reached, as each carry can only grow to whole once."""
+    before = dict(old)
+    return sorted_mask({j: (sub if before.get(j, ()) == sub else None) for j, sub in new})
 
 
 def _loop_heads(node: Apply) -> int:
