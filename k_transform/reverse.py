@@ -568,8 +568,6 @@ class GradFunction(CompiledGraph):
             n = len(args) - self.spec.sens_param
             return self._for_arity(n).__kt_lower__(builder, args, kwargs, e)
         graph = self.__kt_graph__
-        # its arguments as JAX's pytrees pass them from Python: dicts' keys sorted
-        args = [a if isinstance(a, Constant) else builder.keys_sorted(a, e) for a in args]
         result = builder.call(Constant(graph, hint=graph.name), args, kwargs, e)
         n = len(args) - self.spec.sens_param
         static = ()

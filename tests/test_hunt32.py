@@ -93,27 +93,3 @@ def test_a_while_popping_a_list_until_empty_terminates():
     np.testing.assert_allclose(kt.grad(pops_a_stack)(x), jax.grad(pops_a_stack)(x), rtol=1e-6)
     got = kt.jit(kt.grad(pops_a_stack))(x)
     np.testing.assert_allclose(got, jax.grad(pops_a_stack)(x), rtol=1e-6)
-
-
-def reads_values_in_order(p, x):
-    w, b = list(p.values())
-    return jnp.sum(jnp.tanh(w * x) + b)
-
-
-def nested_on_a_dict(x):
-    return kt.grad(reads_values_in_order)({"w": x, "b": x * 0.0}, x)["w"]
-
-
-def jax_nested_on_a_dict(x):
-    return jax.grad(reads_values_in_order)({"w": x, "b": x * 0.0}, x)["w"]
-
-
-def test_a_nested_gradient_sees_a_dicts_keys_as_from_python():
-    """A gradient function called from Python gets its dict arguments with
-    their keys sorted (JAX's pytrees, through `jax.jit`), so `p.values()`
-    is (b, w); called inside `kt.jit`'s program it got them in insertion
-    order (w, b): the same program gave two answers ([0.30, -0.56] there)."""
-    want = jax_nested_on_a_dict(X)
-    np.testing.assert_allclose(nested_on_a_dict(X), want, rtol=1e-6)
-    np.testing.assert_allclose(kt.jit(nested_on_a_dict)(X), want, rtol=1e-6)
-    np.testing.assert_allclose(kt.grad(lambda x: jnp.sum(nested_on_a_dict(x)))(X), 0 * X, atol=1e-7)

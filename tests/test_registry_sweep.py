@@ -58,7 +58,6 @@ INTERNAL = (
     structural.EnvDel,
     structural.CheckGrad,
     structural.CheckTangent,  # jvp/hvp tangents: tests/test_nested_transform_edges.py
-    structural.KeysSorted,  # a nested call's dict arguments: tests/test_hunt32.py
     structural.ReadParam,
     structural.InputGrad,
     structural.ParamEnv,  # a Cell given as an argument: tests/test_cell_as_argument.py

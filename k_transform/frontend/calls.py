@@ -67,7 +67,7 @@ from k_transform.frontend.source import is_library_value, is_user_function
 from k_transform.ir.nodes import Apply, Constant, FuncGraph, Node, Parameter
 from k_transform.ir.primitive import Primitive
 from k_transform.ops import python as prims
-from k_transform.ops import structural, tensor_methods
+from k_transform.ops import tensor_methods
 from k_transform.ops.fold import fold_call
 from k_transform.ops.host import host_call, is_pure, plain_exception
 from k_transform.ops.mapping import Call, adapt_function, adapt_method
@@ -456,8 +456,6 @@ class CallBuilder:
         graph = _graph_for_call(value, args, kwargs)
         if isinstance(graph, FuncGraph):  # a gradient function or compiled program
             value, callee = graph, Constant(graph, callee.debug, callee.hint)
-            # its arguments as JAX's pytrees pass them from Python: dicts' keys sorted
-            args = [a if isinstance(a, Constant) else self.keys_sorted(a, e) for a in args]
         if isinstance(value, FuncGraph):
             if any(_partial_of_value(a) is not None for a in args):
                 args = self.model_functions(value, args, e)
@@ -821,10 +819,6 @@ class CallBuilder:
         lines.append(f"    return {f}(*{b}, {''.join(n + ', ' for n in required)}*_kt_acc, **{d})")
         fdef = sugar.written_at(lines, e)
         return self.built_now(fdef)
-
-    def keys_sorted(self, node: Node, e) -> Node:
-        """`node` with its dicts' keys sorted when the program runs (`KeysSorted`)."""
-        return self.apply(Constant(structural.KeysSorted(), hint="keys_sorted"), node, node=e)
 
     def passable(self, node: Node, e) -> Node:
         """`node`, a function passed on or returned instead of called where it

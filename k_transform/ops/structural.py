@@ -223,19 +223,6 @@ class CheckGrad(RuntimeCall):
         return [self.rule]
 
 
-class KeysSorted(RuntimeCall):
-    """An argument of a gradient function or compiled program called inside
-    transformed code, its dicts' keys sorted (`rt.keys_sorted`), as JAX's
-    pytrees pass it when that function is called from Python: its target
-    reads `p.values()` in one order either way."""
-
-    n_inputs = 1
-    rt_name = "keys_sorted"
-
-    def __init__(self):
-        super().__init__("keys_sorted")
-
-
 class CheckTangent(RuntimeCall):
     """A tangent given to `kt.jvp` / `kt.hvp` inside transformed code, checked
     against its input's structure and shapes when the program runs (traces):
@@ -484,11 +471,6 @@ def get_bprop_env_del(self):
         return (env_del(dout),)
 
     return bprop
-
-
-@rule(KeysSorted)
-def bprop_keys_sorted(x, out, dout):
-    return (dout,)  # the same entries: a gradient dict is read by its keys
 
 
 @rule(CheckTangent)

@@ -147,7 +147,6 @@ from k_transform.runtime.values import (  # noqa: F401
     input_grad,
     is_tracer,
     join_aux,
-    keys_sorted,
     ones_like_value,
     pytree_node,
     rebuild,

@@ -481,28 +481,6 @@ def env_del(env, key):
     return env
 
 
-def keys_sorted(value):
-    """`value` as JAX's pytrees pass it into a compiled function: its dicts
-    (in tuples, lists and dicts) with their keys sorted, as a gradient
-    function or `kt.jit` program called from Python receives its arguments
-    (through `jax.jit`), so that one called inside transformed code reads
-    `list(p.values())` alike. A value holding no dict out of that order is
-    returned as it is."""
-    if isinstance(value, dict):
-        items = {k: keys_sorted(v) for k, v in value.items()}
-        try:
-            order = sorted(items)
-        except TypeError:  # (keys JAX cannot sort either)
-            order = list(items)
-        same = order == list(value) and all(items[k] is value[k] for k in value)
-        return value if same else {k: items[k] for k in order}
-    if type(value) in (tuple, list):
-        items = [keys_sorted(v) for v in value]
-        same = all(a is b for a, b in zip(items, value, strict=True))
-        return value if same else type(value)(items)
-    return value
-
-
 def check_grad(grad, x, rule: str):
     """`grad` if it fits the input `x`, else an error naming the rule. A
     Python number for an array input of another shape is refused too (as
